@@ -1,0 +1,24 @@
+# Provisions Node 22 and a current nats-server into a cache folder, without touching the system.
+# Sourced by .ci/run and by developers: `. .ci/env.sh`. Idempotent; prints nothing when cached.
+GDR_CACHE="${GDR_CACHE:-$HOME/.cache/gdr}"
+NODE_SPEC="${GDR_NODE_SPEC:-node@22}"
+mkdir -p "$GDR_CACHE"
+
+if [ ! -x "$GDR_CACHE/node22/node_modules/.bin/node" ]; then
+  echo "provisioning $NODE_SPEC into $GDR_CACHE/node22" >&2
+  npm install --prefix "$GDR_CACHE/node22" --no-save --no-audit --no-fund "$NODE_SPEC" >&2
+fi
+export PATH="$GDR_CACHE/node22/node_modules/.bin:$PATH"
+
+if [ -z "${NATS_SERVER_BIN:-}" ] && [ ! -x "$GDR_CACHE/nats/usr/sbin/nats-server" ]; then
+  echo "provisioning nats-server from Debian sid into $GDR_CACHE/nats" >&2
+  apt_dir="$GDR_CACHE/apt"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial"
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null)
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian} sid main" > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache::archives=$apt_dir/archives" -o APT::Sandbox::User=root)
+  apt-get -qq "${apt_opts[@]}" update >&2
+  (cd "$apt_dir" && rm -f nats-server_*.deb && apt-get -qq "${apt_opts[@]}" download nats-server >&2)
+  dpkg -x "$apt_dir"/nats-server_*.deb "$GDR_CACHE/nats"
+fi
+export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$GDR_CACHE/nats/usr/sbin/nats-server}"
