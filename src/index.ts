@@ -1,11 +1,16 @@
-import { wsconnect } from "@nats-io/nats-core";
-import { jetstreamManager } from "@nats-io/jetstream";
+// The Worker: HTTP API and the cron-triggered reconciliation. Reads `env` here and nowhere else.
+import { loadConfig } from "./config.ts";
+import { createDispatcher } from "./dispatcher.ts";
+import { createApp } from "./http/app.ts";
+
+const dispatcherOf = (env: unknown) => createDispatcher({ config: loadConfig(env as Record<string, unknown>) });
+
+export const app = createApp({ dispatcher: dispatcherOf });
+
 export default {
-  async fetch(req: Request, env: any) {
-    const nc = await wsconnect({ servers: env.NATS_URL });
-    try {
-      const jsm = await jetstreamManager(nc);
-      return Response.json(await jsm.getAccountInfo());
-    } finally { await nc.drain(); }
+  fetch: app.fetch,
+  async scheduled(controller, env) {
+    const d = dispatcherOf(env);
+    await d.reconcile(`cron ${controller.cron}`, d.config.reconcileBudgetMs);
   },
-} satisfies ExportedHandler<any>;
+} satisfies ExportedHandler<Record<string, unknown>>;

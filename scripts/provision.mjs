@@ -1,0 +1,19 @@
+// npm run provision: creates or updates the stream, consumers and KV buckets. Idempotent.
+// Reads the Worker's variables from the process environment, then `.dev.vars`.
+import { ConfigError, loadProvisionConfig } from "../src/config.ts";
+import { provision } from "../src/layout.ts";
+import { withNats } from "../src/nats/connection.ts";
+import { loadEnv } from "./dev-vars.mjs";
+
+try {
+  const config = loadProvisionConfig(loadEnv(process.env.DEV_VARS ?? ".dev.vars"));
+  const done = await withNats(config, (handle) => provision(handle, config));
+  for (const line of done) console.log(line);
+} catch (err) {
+  if (err instanceof ConfigError) {
+    console.error("provision: invalid configuration:\n  " + err.problems.join("\n  "));
+  } else {
+    console.error(`provision failed: ${err?.message ?? err}`);
+  }
+  process.exit(1);
+}

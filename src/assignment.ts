@@ -1,0 +1,116 @@
+// Assignment wire format, version 1. Strict: unknown fields are rejected, nothing secret is carried.
+import { z } from "zod";
+import { BACKENDS, type Backend } from "./names.ts";
+
+export const MAX_ASSIGNMENT_BYTES = 16 * 1024;
+const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const SPIFFE_PATTERN = /^spiffe:\/\/([a-z0-9._-]+)(\/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+$/;
+
+export const assignmentIdSchema = z.string().regex(ID_PATTERN, {
+  message: "must be 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit",
+});
+
+const jobSchema = z.strictObject({
+  id: z.number().int().nonnegative(),
+  runId: z.number().int().nonnegative(),
+  attempt: z.number().int().positive(),
+  repository: z.string().min(1).max(256),
+  name: z.string().max(256).optional(),
+});
+
+const labelSchema = z.string().min(1).max(256).regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" });
+
+const fields = {
+  version: z.literal(1, { message: "unsupported version, expected 1" }),
+  id: assignmentIdSchema,
+  backend: z.enum(BACKENDS),
+  workload: z.string().max(2048).regex(SPIFFE_PATTERN, { message: "must be a SPIFFE ID spiffe://<trust-domain>/<path>" }),
+  labels: z.array(labelSchema).min(1).max(32),
+  job: jobSchema.optional(),
+  createdAt: z.iso.datetime({ offset: true, message: "must be an RFC 3339 timestamp" }),
+};
+
+export const assignmentSchema = z.strictObject(fields);
+export type Assignment = z.infer<typeof assignmentSchema>;
+
+/** What a client may POST: workload and createdAt are filled in when omitted. */
+export const assignmentRequestSchema = z.strictObject({
+  ...fields,
+  workload: fields.workload.optional(),
+  createdAt: fields.createdAt.optional(),
+});
+export type AssignmentRequest = z.infer<typeof assignmentRequestSchema>;
+
+export interface FieldIssue {
+  field: string;
+  message: string;
+}
+
+export type Decoded = { ok: true; assignment: Assignment } | { ok: false; issues: FieldIssue[] };
+
+export function toFieldIssues(error: z.ZodError): FieldIssue[] {
+  return error.issues.map((issue) => ({
+    field: issue.path.length ? issue.path.join(".") : issueRoot(issue),
+    message: issue.message,
+  }));
+}
+
+function issueRoot(issue: z.core.$ZodIssue): string {
+  return issue.code === "unrecognized_keys" ? issue.keys.join(",") : "(body)";
+}
+
+export function trustDomainOf(workload: string): string | undefined {
+  return SPIFFE_PATTERN.exec(workload)?.[1];
+}
+
+/** Validates a decoded value; a workload outside `trustDomain` is rejected (the reference's Unmarshal). */
+export function validateAssignment(value: unknown, trustDomain: string): Decoded {
+  const parsed = assignmentSchema.safeParse(value);
+  if (!parsed.success) return { ok: false, issues: toFieldIssues(parsed.error) };
+  if (trustDomainOf(parsed.data.workload) !== trustDomain) {
+    return { ok: false, issues: [{ field: "workload", message: `must be in trust domain ${trustDomain}` }] };
+  }
+  return { ok: true, assignment: parsed.data };
+}
+
+export function decodeAssignment(data: Uint8Array, trustDomain: string): Decoded {
+  if (data.byteLength > MAX_ASSIGNMENT_BYTES) {
+    return { ok: false, issues: [{ field: "(body)", message: `larger than ${MAX_ASSIGNMENT_BYTES} bytes` }] };
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(data));
+  } catch {
+    return { ok: false, issues: [{ field: "(body)", message: "not UTF-8 JSON" }] };
+  }
+  return validateAssignment(value, trustDomain);
+}
+
+/** Canonical bytes: fixed key order, so equal assignments encode equally. */
+export function encodeAssignment(a: Assignment): Uint8Array {
+  const job = a.job && { id: a.job.id, runId: a.job.runId, attempt: a.job.attempt, repository: a.job.repository, name: a.job.name };
+  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, job, createdAt: a.createdAt };
+  return new TextEncoder().encode(JSON.stringify(ordered));
+}
+
+/** Everything but createdAt: two assignments with one id and different fingerprints conflict. */
+export function fingerprint(a: Assignment): string {
+  const { createdAt: _ignored, ...content } = JSON.parse(new TextDecoder().decode(encodeAssignment(a))) as Assignment;
+  return JSON.stringify(content);
+}
+
+export function defaultWorkload(trustDomain: string, backend: Backend, id: string): string {
+  return `spiffe://${trustDomain}/runner/${backend}/${id}`;
+}
+
+/** Fills in the optional fields of a request, then validates the result like any message. */
+export function completeAssignment(request: AssignmentRequest, trustDomain: string, now: Date): Decoded {
+  return validateAssignment(
+    {
+      ...request,
+      workload: request.workload ?? defaultWorkload(trustDomain, request.backend, request.id),
+      createdAt: request.createdAt ?? now.toISOString(),
+    },
+    trustDomain,
+  );
+}

@@ -1,0 +1,53 @@
+// The generic `http` driver: PUT/DELETE <url>/runners/<id> with a bearer token.
+import { z } from "zod";
+import { BackendError, type RunnerBackend } from "./types.ts";
+
+const statusBody = z.object({ status: z.enum(["ready", "pending"]) });
+
+export interface HttpBackendOptions {
+  url: string;
+  token: string | undefined;
+  fetch?: typeof fetch;
+}
+
+export function createHttpBackend(opts: HttpBackendOptions): RunnerBackend {
+  const doFetch = opts.fetch ?? ((input, init) => fetch(input, init));
+  const headers = (json: boolean): Record<string, string> => ({
+    ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
+    ...(json ? { "content-type": "application/json" } : {}),
+    accept: "application/json",
+  });
+  const runnerUrl = (id: string) => `${opts.url}/runners/${encodeURIComponent(id)}`;
+  const call = async (what: string, url: string, init: RequestInit): Promise<Response> => {
+    try {
+      return await doFetch(url, init);
+    } catch (err) {
+      const reason = (err as Error)?.name === "TimeoutError" || (err as Error)?.name === "AbortError" ? "timed out" : "failed";
+      throw new BackendError(`${what} ${reason}`);
+    }
+  };
+  return {
+    async accept(request, signal) {
+      const res = await call("PUT runner", runnerUrl(request.assignment.id), {
+        method: "PUT",
+        headers: headers(true),
+        body: JSON.stringify(request),
+        signal,
+      });
+      if (![200, 201, 202].includes(res.status)) {
+        await res.body?.cancel();
+        throw new BackendError(`PUT runner answered ${res.status}`, res.status);
+      }
+      const parsed = statusBody.safeParse(await res.json().catch(() => undefined));
+      if (!parsed.success) throw new BackendError(`PUT runner answered ${res.status} with an invalid body`, res.status);
+      const expected = res.status === 202 ? "pending" : "ready";
+      if (parsed.data.status !== expected) throw new BackendError(`PUT runner answered ${res.status} with status ${parsed.data.status}`, res.status);
+      return parsed.data.status;
+    },
+    async teardown(id, signal) {
+      const res = await call("DELETE runner", runnerUrl(id), { method: "DELETE", headers: headers(false), signal });
+      await res.body?.cancel();
+      if (![200, 204, 404].includes(res.status)) throw new BackendError(`DELETE runner answered ${res.status}`, res.status);
+    },
+  };
+}

@@ -1,0 +1,30 @@
+import type { Assignment } from "../assignment.ts";
+
+export type RunnerStatus = "ready" | "pending";
+
+export interface RunnerRequest {
+  assignment: Assignment;
+  /** Lets the runner call the claim and complete endpoints; the only credential it receives. */
+  claimToken: string;
+  claimUrl: string;
+  completeUrl: string;
+}
+
+/**
+ * A runner backend (pod, VM). Every call is idempotent per assignment id: asking twice for one
+ * id yields one runner, tearing down twice (or something that never existed) succeeds.
+ * Failures throw BackendError; the reconciliation naks and retries.
+ */
+export interface RunnerBackend {
+  accept(request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus>;
+  teardown(id: string, signal: AbortSignal): Promise<void>;
+}
+
+export class BackendError extends Error {
+  readonly status: number | undefined;
+  constructor(message: string, status?: number) {
+    super(message);
+    this.name = "BackendError";
+    this.status = status;
+  }
+}

@@ -1,0 +1,195 @@
+// The one place that reads the Worker's environment. Every problem is reported at once; values of
+// secrets never appear in an error.
+import { z } from "zod";
+import { BACKENDS, type Backend } from "./names.ts";
+
+const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const SUBJECT_BASE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
+const TRUST_DOMAIN = /^[a-z0-9._-]{1,255}$/;
+
+const intFrom = (min: number, max: number) =>
+  z.preprocess(
+    (v) => (typeof v === "string" && v.trim() !== "" ? Number(v) : v),
+    z.number({ message: "must be an integer" }).int({ message: "must be an integer" }).min(min).max(max),
+  );
+const optionalString = z.string().trim().min(1).optional().catch(undefined);
+const secret = (minLength: number) =>
+  z.string({ message: "is required (a secret: wrangler secret put)" }).min(minLength, { message: `must be at least ${minLength} characters` });
+const wsUrls = z.string({ message: "is required" }).transform((value, ctx) => {
+  const urls = value.split(",").map((s) => s.trim()).filter(Boolean);
+  if (!urls.length) ctx.addIssue({ code: "custom", message: "is required" });
+  for (const url of urls) {
+    if (!/^wss?:\/\/[^\s/]+/.test(url)) ctx.addIssue({ code: "custom", message: "must be comma-separated ws:// or wss:// URLs" });
+  }
+  return urls;
+});
+const httpUrl = z
+  .string({ message: "is required" })
+  .pipe(z.url({ protocol: /^https?$/, message: "must be an http(s) URL" }))
+  .transform((u) => u.replace(/\/+$/, ""));
+
+const envSchema = z.object({
+  NATS_URL: wsUrls,
+  NATS_CREDS: optionalString,
+  NATS_TOKEN: optionalString,
+  NATS_USER: optionalString,
+  NATS_PASS: optionalString,
+  TRUST_DOMAIN: z.string({ message: "is required" }).regex(TRUST_DOMAIN, { message: "must be a SPIFFE trust domain: lowercase letters, digits, '.', '_', '-'" }),
+  PUBLIC_URL: httpUrl,
+  ASSIGNMENT_STREAM: z.string().regex(STREAM_NAME, { message: "must be 1-64 of [A-Za-z0-9_-]" }).default("ASSIGNMENTS"),
+  ASSIGNMENT_SUBJECT_BASE: z.string().regex(SUBJECT_BASE, { message: "must be dot-separated tokens without wildcards" }).default("assignments"),
+  CAPACITY_POD: intFrom(0, 10_000).default(10),
+  CAPACITY_VM: intFrom(0, 10_000).default(10),
+  RETRY_DELAY_MS: intFrom(1, 3_600_000).optional(),
+  CLAIM_TIMEOUT_MS: intFrom(1_000, 86_400_000).default(240_000),
+  ACK_WAIT_MS: intFrom(1_000, 3_600_000).default(60_000),
+  BATCH_SIZE: intFrom(1, 1_000).optional(),
+  RECONCILE_BUDGET_MS: intFrom(100, 900_000).default(20_000),
+  LEASE_TTL_MS: intFrom(60_000, 7 * 86_400_000).default(21_600_000),
+  DISPATCH_TOKEN: secret(16),
+  CLAIM_SIGNING_KEY: secret(32),
+  POD_BACKEND_URL: httpUrl.optional(),
+  POD_BACKEND_TOKEN: optionalString,
+  VM_BACKEND_URL: httpUrl.optional(),
+  VM_BACKEND_TOKEN: optionalString,
+  BACKEND_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
+});
+
+export type NatsAuth =
+  | { kind: "none" }
+  | { kind: "token"; token: string }
+  | { kind: "userpass"; user: string; pass: string }
+  | { kind: "creds"; creds: string };
+
+export interface BackendConfig {
+  backend: Backend;
+  capacity: number;
+  batchSize: number;
+  url: string;
+  token: string | undefined;
+}
+
+/** Validated configuration. Secrets live here and nowhere else; never log this object. */
+export interface Config {
+  natsServers: string[];
+  natsAuth: NatsAuth;
+  trustDomain: string;
+  publicUrl: string;
+  stream: string;
+  subjectBase: string;
+  capacity: Record<Backend, number>;
+  /** Backends with capacity > 0, each with its driver settings. */
+  backends: BackendConfig[];
+  retryDelayMs: number | undefined;
+  claimTimeoutMs: number;
+  ackWaitMs: number;
+  reconcileBudgetMs: number;
+  leaseTtlMs: number;
+  dispatchToken: string;
+  claimSigningKey: string;
+  backendTimeoutMs: number;
+}
+
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`invalid configuration: ${problems.join("; ")}`);
+    this.problems = problems;
+    this.name = "ConfigError";
+  }
+}
+
+const layoutSchema = envSchema.pick({
+  NATS_URL: true,
+  ASSIGNMENT_STREAM: true,
+  ASSIGNMENT_SUBJECT_BASE: true,
+  CAPACITY_POD: true,
+  CAPACITY_VM: true,
+  ACK_WAIT_MS: true,
+});
+
+/** What `npm run provision` needs: NATS and the layout, no Worker secrets. */
+export interface ProvisionConfig {
+  natsServers: string[];
+  natsAuth: NatsAuth;
+  stream: string;
+  subjectBase: string;
+  ackWaitMs: number;
+  backends: { backend: Backend; capacity: number }[];
+}
+
+export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConfig {
+  const parsed = layoutSchema.safeParse(blankToUndefined(env));
+  const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
+  const auth = parseAuth(env, problems);
+  if (!parsed.success || problems.length) throw new ConfigError(problems);
+  const e = parsed.data;
+  return {
+    natsServers: e.NATS_URL,
+    natsAuth: auth,
+    stream: e.ASSIGNMENT_STREAM,
+    subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
+    ackWaitMs: e.ACK_WAIT_MS,
+    backends: BACKENDS.map((backend) => ({ backend, capacity: backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM })).filter((b) => b.capacity > 0),
+  };
+}
+
+/** Parses the environment; throws ConfigError listing every problem. */
+export function loadConfig(env: Record<string, unknown>): Config {
+  const parsed = envSchema.safeParse(blankToUndefined(env));
+  const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
+  const auth = parseAuth(env, problems);
+  if (!parsed.success) throw new ConfigError(problems);
+  const e = parsed.data;
+  const backends: BackendConfig[] = [];
+  for (const backend of BACKENDS) {
+    const capacity = backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM;
+    if (capacity === 0) continue;
+    const prefix = backend.toUpperCase();
+    const url = backend === "pod" ? e.POD_BACKEND_URL : e.VM_BACKEND_URL;
+    if (!url) {
+      problems.push(`${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 (set CAPACITY_${prefix}=0 to disable the ${backend} backend)`);
+      continue;
+    }
+    const token = backend === "pod" ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN;
+    backends.push({ backend, capacity, batchSize: e.BATCH_SIZE ?? capacity, url, token });
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return {
+    natsServers: e.NATS_URL,
+    natsAuth: auth,
+    trustDomain: e.TRUST_DOMAIN,
+    publicUrl: e.PUBLIC_URL,
+    stream: e.ASSIGNMENT_STREAM,
+    subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
+    capacity: { pod: e.CAPACITY_POD, vm: e.CAPACITY_VM },
+    backends,
+    retryDelayMs: e.RETRY_DELAY_MS,
+    claimTimeoutMs: e.CLAIM_TIMEOUT_MS,
+    ackWaitMs: e.ACK_WAIT_MS,
+    reconcileBudgetMs: e.RECONCILE_BUDGET_MS,
+    leaseTtlMs: e.LEASE_TTL_MS,
+    dispatchToken: e.DISPATCH_TOKEN,
+    claimSigningKey: e.CLAIM_SIGNING_KEY,
+    backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
+  };
+}
+
+function blankToUndefined(env: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(env).map(([k, v]) => [k, typeof v === "string" && v.trim() === "" ? undefined : v]));
+}
+
+function parseAuth(env: Record<string, unknown>, problems: string[]): NatsAuth {
+  const str = (k: string) => (typeof env[k] === "string" && (env[k] as string).trim() ? (env[k] as string) : undefined);
+  const creds = str("NATS_CREDS");
+  const token = str("NATS_TOKEN");
+  const user = str("NATS_USER");
+  const pass = str("NATS_PASS");
+  const methods = [creds && "NATS_CREDS", token && "NATS_TOKEN", (user || pass) && "NATS_USER+NATS_PASS"].filter(Boolean);
+  if (methods.length > 1) problems.push(`NATS auth: set at most one method, got ${methods.join(", ")}`);
+  if ((user && !pass) || (pass && !user)) problems.push("NATS_USER and NATS_PASS must be set together");
+  if (creds) return { kind: "creds", creds };
+  if (token) return { kind: "token", token };
+  if (user && pass) return { kind: "userpass", user, pass };
+  return { kind: "none" };
+}

@@ -1,0 +1,34 @@
+// HMAC helpers on WebCrypto (present in workerd and Node 22 alike).
+
+const encoder = new TextEncoder();
+
+async function hmacKey(secret: string): Promise<CryptoKey> {
+  return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+}
+
+export function base64url(bytes: ArrayBuffer | Uint8Array): string {
+  const view = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  let binary = "";
+  for (const b of view) binary += String.fromCharCode(b);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+/** The claim token of an assignment: base64url(HMAC-SHA256(key, "claim:" + id)). */
+export async function claimToken(signingKey: string, id: string): Promise<string> {
+  const mac = await crypto.subtle.sign("HMAC", await hmacKey(signingKey), encoder.encode(`claim:${id}`));
+  return base64url(mac);
+}
+
+/** Constant-time comparison of two strings, by comparing their HMACs under a per-call key. */
+export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
+  const key = await hmacKey(crypto.randomUUID());
+  const [ma, mb] = await Promise.all([
+    crypto.subtle.sign("HMAC", key, encoder.encode(a)),
+    crypto.subtle.sign("HMAC", key, encoder.encode(b)),
+  ]);
+  const va = new Uint8Array(ma);
+  const vb = new Uint8Array(mb);
+  let diff = 0;
+  for (let i = 0; i < va.length; i++) diff |= va[i]! ^ vb[i]!;
+  return diff === 0;
+}

@@ -1,0 +1,113 @@
+// Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
+// invocation and call its verbs; nothing here outlives the invocation.
+import type { Assignment } from "./assignment.ts";
+import { createHttpBackend } from "./backends/http.ts";
+import type { RunnerBackend, RunnerRequest } from "./backends/types.ts";
+import type { Config } from "./config.ts";
+import { claimToken } from "./crypto.ts";
+import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
+import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
+import { withNats, type NatsHandle } from "./nats/connection.ts";
+import { createLimiter } from "./reconcile/limit.ts";
+import type { ProcessDeps } from "./reconcile/process.ts";
+import { reconcileBackend } from "./reconcile/run.ts";
+import { createAdmission, type Admission } from "./state/admission.ts";
+import { bindBucket } from "./state/kv.ts";
+import { createRecordStore, type RecordStore } from "./state/records.ts";
+
+/** Workers allow six open connections per invocation: one is NATS, four are backend calls. */
+export const BACKEND_CONCURRENCY = 4;
+
+export interface DispatcherDeps {
+  config: Config;
+  sink?: EventSink;
+  now?: () => number;
+  /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
+  runners?: Partial<Record<Backend, RunnerBackend>>;
+}
+
+export interface State {
+  records: RecordStore;
+  admission: Admission;
+}
+
+export interface Dispatcher {
+  config: Config;
+  sink: EventSink;
+  now(): number;
+  runnersFor(backend: Backend): RunnerBackend;
+  /** Opens a connection for `fn` and drains it afterwards. */
+  withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
+  runnerRequest(assignment: Assignment): Promise<RunnerRequest>;
+  callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
+  reconcile(trigger: string, budgetMs: number, only?: Backend[]): Promise<BatchSummary[]>;
+}
+
+export function createDispatcher(deps: DispatcherDeps): Dispatcher {
+  const { config } = deps;
+  const sink = deps.sink ?? consoleSink;
+  const now = deps.now ?? Date.now;
+  const limit = createLimiter(BACKEND_CONCURRENCY);
+  const runners = new Map<Backend, RunnerBackend>();
+  for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createHttpBackend({ url: b.url, token: b.token }));
+
+  const openState = async (handle: NatsHandle): Promise<State> => {
+    const names = { stream: config.stream, subjectBase: config.subjectBase };
+    const [recordsKv, admissionKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, admissionBucket(names))]);
+    return {
+      records: createRecordStore(recordsKv, now),
+      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, now }),
+    };
+  };
+
+  const dispatcher: Dispatcher = {
+    config,
+    sink,
+    now,
+    runnersFor(backend) {
+      const r = runners.get(backend);
+      if (!r) throw new Error(`backend ${backend} is disabled`);
+      return r;
+    },
+    withState: (fn) => withNats(config, async (handle) => fn(await openState(handle), handle)),
+    async runnerRequest(assignment) {
+      const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
+      return { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
+    },
+    callBackend: (fn) => limit(() => fn(AbortSignal.timeout(config.backendTimeoutMs))),
+    reconcile(trigger, budgetMs, only) {
+      const deadline = now() + budgetMs;
+      const targets = config.backends.filter((b) => !only || only.includes(b.backend));
+      if (!targets.length) return Promise.resolve([]);
+      return dispatcher.withState((state, handle) =>
+        Promise.all(
+          targets.map((b) =>
+            reconcileBackend(handle, processDeps(dispatcher, state, b.backend), {
+              stream: config.stream,
+              batchSize: b.batchSize,
+              deadline,
+              trigger,
+            }),
+          ),
+        ),
+      );
+    },
+  };
+  return dispatcher;
+}
+
+function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
+  return {
+    backend,
+    trustDomain: d.config.trustDomain,
+    policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
+    records: state.records,
+    admission: state.admission,
+    runners: d.runnersFor(backend),
+    runnerRequest: d.runnerRequest,
+    callBackend: d.callBackend,
+    sink: d.sink,
+    now: d.now,
+  };
+}

@@ -1,0 +1,59 @@
+// Structured JSON logs. An event names an assignment by id and backend only: never a payload,
+// token, label or workload.
+import type { Backend } from "./names.ts";
+
+export const EVENT_NAMES = [
+  "received",
+  "invalid",
+  "conflict",
+  "capacity_wait",
+  "capacity_acquired",
+  "backend_retry",
+  "backend_pending",
+  "backend_ready",
+  "claim_pending",
+  "claim_timeout",
+  "runner_claimed",
+  "acked",
+  "deferred",
+  "published",
+  "claimed",
+  "completed",
+  "teardown_failed",
+  "already_done",
+] as const;
+export type EventName = (typeof EVENT_NAMES)[number];
+
+export interface DispatchEvent {
+  event: EventName;
+  assignment: string;
+  backend: Backend | undefined;
+  retryDelayMs?: number;
+  reason?: string;
+}
+
+export interface BatchSummary {
+  event: "reconcile_summary";
+  backend: Backend;
+  trigger: string;
+  fetched: number;
+  acked: number;
+  naked: number;
+  termed: number;
+  deferred: number;
+  errors: number;
+  durationMs: number;
+}
+
+/** Where events and summaries go; console by default, a spy in tests. */
+export interface EventSink {
+  event(e: DispatchEvent): void;
+  summary(s: BatchSummary): void;
+  error(message: string, fields?: Record<string, string | number | undefined>): void;
+}
+
+export const consoleSink: EventSink = {
+  event: (e) => console.log(JSON.stringify(e)),
+  summary: (s) => console.log(JSON.stringify(s)),
+  error: (message, fields) => console.error(JSON.stringify({ event: "error", message, ...fields })),
+};

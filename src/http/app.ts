@@ -1,0 +1,106 @@
+// The HTTP API. Handlers only parse, call a domain operation and map the result.
+import { Hono, type Context } from "hono";
+import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
+import { ConfigError } from "../config.ts";
+import type { Dispatcher } from "../dispatcher.ts";
+import { inspect } from "../layout.ts";
+import type { Backend } from "../names.ts";
+import { withNats } from "../nats/connection.ts";
+import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment } from "../operations.ts";
+import { requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { readJsonBody } from "./body.ts";
+import { HttpError } from "./errors.ts";
+
+/** A publish or a claim reconciles its backend at once, within this budget, after responding. */
+export const EAGER_BUDGET_MS = 5_000;
+
+export interface AppDeps {
+  /** Builds the dispatcher of one request from the Worker's environment (throws ConfigError). */
+  dispatcher(env: unknown): Dispatcher;
+}
+
+type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher } };
+
+export function createApp(deps: AppDeps) {
+  const app = new Hono<Env>();
+
+  app.use("*", async (c, next) => {
+    c.set("d", deps.dispatcher(c.env));
+    await next();
+  });
+
+  app.get("/healthz", async (c) => {
+    const d = c.var.d;
+    let report;
+    try {
+      report = await withNats(d.config, (handle) => inspect(handle, d.config));
+    } catch (err) {
+      return c.json({ ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${hosts(d.config.natsServers)}: ${(err as Error).name}`] }, 503);
+    }
+    return c.json({ ...report, nats: { ok: true } }, report.ok ? 200 : 503);
+  });
+
+  app.post("/v1/assignments", async (c) => {
+    const d = c.var.d;
+    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
+    const published = await publishAssignment(d, await readJsonBody(c.req.raw, MAX_ASSIGNMENT_BYTES));
+    reconcileSoon(c, d, "publish", published.backend);
+    return c.json({ id: published.id, stream: published.stream, seq: published.seq, duplicate: published.duplicate }, 202);
+  });
+
+  app.get("/v1/assignments/:id", async (c) => {
+    const d = c.var.d;
+    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
+    return c.json(await getAssignment(d, parseId(c.req.param("id"))));
+  });
+
+  app.post("/v1/assignments/:id/claim", async (c) => {
+    const d = c.var.d;
+    const id = parseId(c.req.param("id"));
+    await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+    const view = await claimAssignment(d, id);
+    reconcileSoon(c, d, "claim", view.backend);
+    return c.json(view);
+  });
+
+  app.post("/v1/assignments/:id/complete", async (c) => {
+    const d = c.var.d;
+    const id = parseId(c.req.param("id"));
+    await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+    const view = await completeAssignmentRun(d, id);
+    inBackground(c, d, d.callBackend((signal) => d.runnersFor(view.backend).teardown(id, signal)), "teardown after complete");
+    return c.json(view);
+  });
+
+  app.notFound((c) => c.json({ error: "not found" }, 404));
+
+  app.onError((err, c) => {
+    if (err instanceof HttpError) return c.json({ error: err.message, ...(err.fields ? { fields: err.fields } : {}) }, err.status);
+    if (err instanceof ConfigError) {
+      console.error(JSON.stringify({ event: "config_error", problems: err.problems }));
+      return c.json({ error: "dispatcher is misconfigured", problems: err.problems }, c.req.path === "/healthz" ? 503 : 500);
+    }
+    console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
+    const nats = /nats|connection|timeout|jetstream/i.test(`${(err as Error).name} ${(err as Error).message}`);
+    return c.json({ error: nats ? "NATS is unavailable; nothing was changed" : "internal error" }, nats ? 503 : 500);
+  });
+
+  return app;
+}
+
+function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend: Backend) {
+  inBackground(c, d, d.reconcile(trigger, Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), [backend]), `reconcile after ${trigger}`);
+}
+
+function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {
+  const guarded = work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message }));
+  try {
+    c.executionCtx.waitUntil(guarded);
+  } catch {
+    // No execution context (a plain app.request in a unit test): the promise still runs.
+  }
+}
+
+function hosts(urls: string[]): string {
+  return urls.map((u) => u.replace(/\/\/[^@/]*@/, "//")).join(",");
+}

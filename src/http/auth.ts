@@ -1,0 +1,20 @@
+// Bearer-token checks. Missing credentials are 401; present but wrong is 401 for the operator
+// token and 403 for a claim token (a runner that holds the token of another assignment).
+import { claimToken, timingSafeEqual } from "../crypto.ts";
+import { HttpError } from "./errors.ts";
+
+function bearer(req: Request): string | undefined {
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+  return match?.[1];
+}
+
+export async function requireDispatchToken(req: Request, expected: string): Promise<void> {
+  const token = bearer(req);
+  if (!token || !(await timingSafeEqual(token, expected))) throw new HttpError(401, "a valid Bearer DISPATCH_TOKEN is required");
+}
+
+export async function requireClaimToken(req: Request, signingKey: string, id: string): Promise<void> {
+  const token = bearer(req);
+  if (!token) throw new HttpError(401, "the assignment's Bearer claim token is required");
+  if (!(await timingSafeEqual(token, await claimToken(signingKey, id)))) throw new HttpError(403, "claim token does not match this assignment");
+}

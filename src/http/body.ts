@@ -1,0 +1,40 @@
+import { HttpError } from "./errors.ts";
+
+/** Reads a JSON request body of at most `maxBytes`, stopping as soon as the limit is passed. */
+export async function readJsonBody(req: Request, maxBytes: number): Promise<unknown> {
+  const type = req.headers.get("content-type") ?? "";
+  if (!/^application\/json\b/i.test(type.trim())) throw new HttpError(415, "content-type must be application/json");
+  const bytes = await readLimited(req, maxBytes);
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
+  }
+}
+
+export async function readLimited(req: Request, maxBytes: number): Promise<Uint8Array> {
+  const tooLarge = () => new HttpError(413, `body larger than ${maxBytes} bytes`);
+  const declared = Number(req.headers.get("content-length") ?? "NaN");
+  if (declared > maxBytes) throw tooLarge();
+  if (!req.body) return new Uint8Array();
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const c of chunks) {
+    out.set(c, offset);
+    offset += c.byteLength;
+  }
+  return out;
+}

@@ -1,0 +1,84 @@
+// A pull batch with `no_wait`: the server answers with what it has at once instead of holding
+// the request open for `expires` (nats.js's fetch waits at least a second when the consumer
+// holds fewer messages than asked for).
+import { createInbox, type Msg, type NatsConnection } from "@nats-io/nats-core";
+
+/** One delivery of a JetStream message: the subset a reconciliation needs (the reference's Message). */
+export interface DeliveredMessage {
+  readonly data: Uint8Array;
+  /** Stream sequence. */
+  readonly seq: number;
+  /** 1 on the first delivery. */
+  readonly deliveryCount: number;
+  ack(): void;
+  /** Acknowledges and waits for the server to confirm it (the reference's DoubleAck). */
+  ackAck(): Promise<void>;
+  nak(delayMs: number): void;
+  term(reason: string): void;
+}
+
+const ACK_TIMEOUT_MS = 5_000;
+const encoder = new TextEncoder();
+
+export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
+  const reply = m.reply ?? "";
+  const info = parseAckSubject(reply);
+  return {
+    data: m.data,
+    seq: info.seq,
+    deliveryCount: info.deliveryCount,
+    ack: () => nc.publish(reply, encoder.encode("+ACK")),
+    async ackAck() {
+      await nc.request(reply, encoder.encode("+ACK"), { timeout: ACK_TIMEOUT_MS });
+    },
+    nak: (delayMs) =>
+      nc.publish(reply, encoder.encode(delayMs > 0 ? `-NAK ${JSON.stringify({ delay: delayMs * 1_000_000 })}` : "-NAK")),
+    term: (reason) => nc.publish(reply, encoder.encode(`+TERM ${reason}`)),
+  };
+}
+
+/** $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the v2 form with domain and account hash. */
+export function parseAckSubject(subject: string): { deliveryCount: number; seq: number } {
+  const tokens = subject.split(".");
+  const offset = tokens.length >= 11 ? 2 : 0;
+  return { deliveryCount: Number(tokens[4 + offset]) || 1, seq: Number(tokens[5 + offset]) || 0 };
+}
+
+/**
+ * Pulls up to `batch` messages that are available now. Resolves as soon as the server says it has
+ * no more (a status message) or the batch is full; `timeoutMs` bounds a server that never answers.
+ */
+export async function pullNoWait(
+  nc: NatsConnection,
+  stream: string,
+  consumer: string,
+  batch: number,
+  timeoutMs = 5_000,
+): Promise<DeliveredMessage[]> {
+  const inbox = createInbox();
+  const messages: DeliveredMessage[] = [];
+  const sub = nc.subscribe(inbox, { timeout: timeoutMs });
+  nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, encoder.encode(JSON.stringify({ batch, no_wait: true })), { reply: inbox });
+  try {
+    for await (const m of sub) {
+      if (m.headers?.code && !m.reply) {
+        // 404 no messages, 408 request done, 409 max ack pending reached: the batch is over.
+        if (m.headers.code >= 400 && m.headers.code !== 404 && m.headers.code !== 408 && m.headers.code !== 409) {
+          throw new Error(`pull from ${stream}/${consumer}: ${m.headers.code} ${m.headers.description}`);
+        }
+        break;
+      }
+      messages.push(wrapMessage(nc, m));
+      if (messages.length >= batch) break;
+    }
+  } catch (err) {
+    if (!messages.length || !isTimeout(err)) throw err;
+  } finally {
+    sub.unsubscribe();
+  }
+  return messages;
+}
+
+function isTimeout(err: unknown): boolean {
+  return (err as Error)?.name === "TimeoutError" || /timeout/i.test((err as Error)?.message ?? "");
+}

@@ -1,0 +1,108 @@
+// What the HTTP API does, apart from HTTP: publish, look up, claim and complete assignments.
+import { assignmentIdSchema, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
+import type { Dispatcher } from "./dispatcher.ts";
+import { HttpError } from "./http/errors.ts";
+import { assignmentSubject, type AssignmentState, type Backend } from "./names.ts";
+import type { AssignmentRecord } from "./state/records.ts";
+
+export interface Published {
+  id: string;
+  backend: Backend;
+  stream: string;
+  seq: number;
+  duplicate: boolean;
+}
+
+export async function publishAssignment(d: Dispatcher, body: unknown): Promise<Published> {
+  const request = assignmentRequestSchema.safeParse(body);
+  if (!request.success) throw new HttpError(400, "invalid assignment", toFieldIssues(request.error));
+  const completed = completeAssignment(request.data, d.config.trustDomain, new Date(d.now()));
+  if (!completed.ok) throw new HttpError(400, "invalid assignment", completed.issues);
+  const a = completed.assignment;
+  if (!d.config.backends.some((b) => b.backend === a.backend)) {
+    throw new HttpError(400, "invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
+  }
+  return d.withState(async (state, handle) => {
+    const offered = await state.records.offer(a);
+    if (offered.result === "conflict") throw new HttpError(409, `assignment ${a.id} already exists with different content`);
+    try {
+      const ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
+      d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
+      return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered.result === "same" };
+    } catch {
+      // Leave nothing half-written: the record goes unless an earlier publish owns it.
+      if (offered.result === "new") await state.records.remove(a.id).catch(() => undefined);
+      throw new HttpError(503, "NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
+    }
+  });
+}
+
+export interface AssignmentView {
+  id: string;
+  backend: Backend;
+  state: AssignmentState;
+  createdAt: string;
+  receivedAt: string;
+  updatedAt: string;
+  readyAt: string | null;
+  claimedAt: string | null;
+  completedAt: string | null;
+  terminatedAt: string | null;
+  reason: string | null;
+}
+
+export function viewOf(r: AssignmentRecord): AssignmentView {
+  return {
+    id: r.id,
+    backend: r.backend,
+    state: r.state,
+    createdAt: r.createdAt,
+    receivedAt: r.receivedAt,
+    updatedAt: r.updatedAt,
+    readyAt: r.readyAt ?? null,
+    claimedAt: r.claimedAt ?? null,
+    completedAt: r.completedAt ?? null,
+    terminatedAt: r.terminatedAt ?? null,
+    reason: r.reason ?? null,
+  };
+}
+
+export function parseId(raw: string): string {
+  const id = assignmentIdSchema.safeParse(raw);
+  if (!id.success) throw new HttpError(404, "no such assignment");
+  return id.data;
+}
+
+export async function getAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
+  const record = await d.withState((state) => state.records.get(id));
+  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  return viewOf(record);
+}
+
+const CLAIMABLE = new Set<AssignmentState>(["backend_pending", "backend_ready"]);
+
+/** The runner took the assignment. Idempotent; refused once completed or terminated. */
+export async function claimAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
+  const at = new Date(d.now()).toISOString();
+  const record = await d.withState((state) =>
+    state.records.update(id, (r) => (CLAIMABLE.has(r.state) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+  );
+  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
+  d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
+  return viewOf(record);
+}
+
+/** The runner finished: the assignment completes and its admission slot is released. Idempotent. */
+export async function completeAssignmentRun(d: Dispatcher, id: string): Promise<AssignmentView> {
+  const at = new Date(d.now()).toISOString();
+  const record = await d.withState(async (state) => {
+    const r = await state.records.update(id, (r) => (r.state === "claimed" ? { ...r, state: "completed", completedAt: at } : undefined));
+    if (r?.state === "completed") await state.admission.release(r.backend, id);
+    return r;
+  });
+  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
+  d.sink.event({ event: "completed", assignment: id, backend: record.backend });
+  return viewOf(record);
+}

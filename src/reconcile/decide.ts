@@ -1,0 +1,63 @@
+// The reconciliation decision table, as a pure function. The executor (process.ts) gathers one
+// fact at a time, in the order `decide` asks for them, and carries out the verdict.
+import type { EventName } from "../events.ts";
+import type { AssignmentState } from "../names.ts";
+
+export const DEFAULT_DELAYS = { capacity: 2_000, backendRetry: 15_000, pending: 2_000, claim: 2_000 } as const;
+
+export interface Facts {
+  now: number;
+  budgetSpent: boolean;
+  decoded?: boolean;
+  offer?: "new" | "same" | "conflict";
+  /** State of the assignment's record once offered. */
+  state?: AssignmentState;
+  /** Epoch ms the backend first reported ready, from the record. */
+  readyAt?: number;
+  reason?: string;
+  admitted?: boolean;
+  backend?: "error" | "pending" | "ready";
+}
+
+export interface Policy {
+  /** Overrides every nak delay when set (the reference's RetryDelay). */
+  retryDelayMs?: number;
+  claimTimeoutMs: number;
+}
+
+export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
+
+export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown"] as const;
+export type Effect = (typeof EFFECTS)[number];
+
+export interface Verdict {
+  next: "done";
+  action: Action;
+  events: EventName[];
+  effects: Effect[];
+}
+
+export type Step = { next: "decode" | "offer" | "admit" | "call_backend" } | Verdict;
+
+const verdict = (action: Action, events: EventName[], effects: Effect[] = []): Verdict => ({ next: "done", action, events, effects });
+
+export function decide(f: Facts, p: Policy): Step {
+  const nak = (fallback: number): Action => ({ kind: "nak", delayMs: p.retryDelayMs ?? fallback });
+  if (f.budgetSpent) return verdict({ kind: "nak", delayMs: 0 }, ["deferred"]);
+  if (f.decoded === undefined) return { next: "decode" };
+  if (!f.decoded) return verdict({ kind: "term", reason: "invalid assignment" }, ["invalid"]);
+  if (f.offer === undefined) return { next: "offer" };
+  if (f.offer === "conflict") return verdict({ kind: "term", reason: "conflicting assignment" }, ["conflict"]);
+  // A runner already took it (or finished): acknowledge without asking the backend again, so a
+  // finished runner is never provisioned a second time.
+  if (f.state === "claimed" || f.state === "completed") return verdict({ kind: "ack" }, ["runner_claimed", "acked"]);
+  if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"]);
+  if (f.admitted === undefined) return { next: "admit" };
+  if (!f.admitted) return verdict(nak(DEFAULT_DELAYS.capacity), ["capacity_wait"], ["mark_waiting"]);
+  if (f.backend === undefined) return { next: "call_backend" };
+  if (f.backend === "error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_retry"], ["release_slot", "mark_pending"]);
+  if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
+  if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"], ["mark_ready"]);
+  if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"]);
+  return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_timeout"], ["forget_ready_and_teardown"]);
+}

@@ -1,0 +1,57 @@
+// One reconciliation pass over every enabled backend, on one NATS connection, within a budget.
+import type { BatchSummary } from "../events.ts";
+import { consumerName, type Backend } from "../names.ts";
+import { pullNoWait } from "../nats/pull.ts";
+import type { NatsHandle } from "../nats/connection.ts";
+import { mapLimit } from "./limit.ts";
+import { processMessage, type ProcessDeps } from "./process.ts";
+
+/** Messages reconciled at once per backend; backend calls are limited separately. */
+const PROCESS_CONCURRENCY = 16;
+
+export interface PassOptions {
+  stream: string;
+  batchSize: number;
+  deadline: number;
+  trigger: string;
+}
+
+export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, opts: PassOptions): Promise<BatchSummary> {
+  const started = deps.now();
+  const summary: BatchSummary = {
+    event: "reconcile_summary",
+    backend: deps.backend,
+    trigger: opts.trigger,
+    fetched: 0,
+    acked: 0,
+    naked: 0,
+    termed: 0,
+    deferred: 0,
+    errors: 0,
+    durationMs: 0,
+  };
+  while (deps.now() < opts.deadline) {
+    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize);
+    summary.fetched += batch.length;
+    await mapLimit(batch, PROCESS_CONCURRENCY, async (msg) => {
+      try {
+        const verdict = await processMessage(deps, msg, deps.now() >= opts.deadline);
+        if (verdict.events.includes("deferred")) summary.deferred++;
+        else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
+      } catch (err) {
+        // The state store or the connection failed mid-step: hand the message back at once
+        // rather than leave it to AckWait.
+        summary.errors++;
+        deps.sink.error("reconcile step failed", { backend: deps.backend, seq: msg.seq, reason: (err as Error).message });
+        msg.nak(deps.policy.retryDelayMs ?? 2_000);
+      }
+    });
+    if (batch.length < opts.batchSize) break;
+  }
+  await handle.nc.flush();
+  summary.durationMs = deps.now() - started;
+  deps.sink.summary(summary);
+  return summary;
+}
+
+export type BackendDepsFactory = (backend: Backend) => ProcessDeps;

@@ -1,0 +1,82 @@
+// The durable record of each assignment: what the reference kept in its in-memory claim
+// registry, in JetStream KV with compare-and-set transitions.
+import type { KV } from "@nats-io/kv";
+import { fingerprint, type Assignment } from "../assignment.ts";
+import { recordKey, type AssignmentState, type Backend } from "../names.ts";
+import { casUpdate, readJson, type Versioned } from "./kv.ts";
+
+export interface AssignmentRecord {
+  id: string;
+  backend: Backend;
+  /** SHA-256 of the assignment's content without createdAt: equal means "the same assignment". */
+  contentHash: string;
+  state: AssignmentState;
+  createdAt: string;
+  receivedAt: string;
+  updatedAt: string;
+  readyAt?: string;
+  claimedAt?: string;
+  completedAt?: string;
+  terminatedAt?: string;
+  reason?: string;
+}
+
+export type OfferResult = { result: "new" | "same"; record: AssignmentRecord } | { result: "conflict"; record: AssignmentRecord };
+
+export type Transition = (record: AssignmentRecord) => AssignmentRecord | undefined;
+
+/** Assignment records. Offer is idempotent for equal content and reports a conflict otherwise. */
+export interface RecordStore {
+  offer(assignment: Assignment): Promise<OfferResult>;
+  get(id: string): Promise<AssignmentRecord | null>;
+  /** Applies `change` atomically; returns the record after it, or null when there is none. */
+  update(id: string, change: Transition): Promise<AssignmentRecord | null>;
+  /** Removes a record this caller created but could not publish. */
+  remove(id: string): Promise<void>;
+}
+
+export async function contentHash(assignment: Assignment): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(fingerprint(assignment)));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export function createRecordStore(kv: KV, now: () => number): RecordStore {
+  const iso = () => new Date(now()).toISOString();
+  return {
+    async offer(assignment) {
+      const hash = await contentHash(assignment);
+      return casUpdate<AssignmentRecord, OfferResult>(kv, recordKey(assignment.id), (current) => {
+        if (current) {
+          const result = current.value.contentHash === hash ? "same" : "conflict";
+          return { value: undefined, result: { result, record: current.value } };
+        }
+        const at = iso();
+        const record: AssignmentRecord = {
+          id: assignment.id,
+          backend: assignment.backend,
+          contentHash: hash,
+          state: "received",
+          createdAt: assignment.createdAt,
+          receivedAt: at,
+          updatedAt: at,
+        };
+        return { value: record, result: { result: "new", record } };
+      });
+    },
+    async get(id) {
+      return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
+    },
+    update(id, change) {
+      return casUpdate<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current: Versioned<AssignmentRecord> | null) => {
+        if (!current) return { value: undefined, result: null };
+        const next = change(current.value);
+        if (!next) return { value: undefined, result: current.value };
+        const stamped = { ...next, updatedAt: iso() };
+        return { value: stamped, result: stamped };
+      });
+    },
+    async remove(id) {
+      await kv.purge(recordKey(id));
+    },
+  };
+}
