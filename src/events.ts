@@ -41,6 +41,8 @@ export interface BatchSummary {
   naked: number;
   termed: number;
   deferred: number;
+  /** Messages that came back within the pass and were handed back unprocessed. */
+  revisited: number;
   errors: number;
   durationMs: number;
 }

@@ -9,7 +9,7 @@ export const app = createApp({ dispatcher: dispatcherOf });
 
 export default {
   fetch: app.fetch,
-  async scheduled(controller, env) {
+  async scheduled(controller, env, _ctx) {
     const d = dispatcherOf(env);
     await d.reconcile(`cron ${controller.cron}`, d.config.reconcileBudgetMs);
   },

@@ -84,25 +84,28 @@ const CLAIMABLE = new Set<AssignmentState>(["backend_pending", "backend_ready"])
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
 export async function claimAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
   const at = new Date(d.now()).toISOString();
+  let changed = false;
   const record = await d.withState((state) =>
-    state.records.update(id, (r) => (CLAIMABLE.has(r.state) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+    state.records.update(id, (r) => ((changed = CLAIMABLE.has(r.state)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
   );
   if (!record) throw new HttpError(404, `no assignment ${id}`);
   if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
-  d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
+  if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
   return viewOf(record);
 }
 
 /** The runner finished: the assignment completes and its admission slot is released. Idempotent. */
 export async function completeAssignmentRun(d: Dispatcher, id: string): Promise<AssignmentView> {
   const at = new Date(d.now()).toISOString();
+  let changed = false;
   const record = await d.withState(async (state) => {
-    const r = await state.records.update(id, (r) => (r.state === "claimed" ? { ...r, state: "completed", completedAt: at } : undefined));
+    const r = await state.records.update(id, (r) => ((changed = r.state === "claimed") ? { ...r, state: "completed", completedAt: at } : undefined));
+    // Released on every call, so a retried complete frees a slot a failed release left behind.
     if (r?.state === "completed") await state.admission.release(r.backend, id);
     return r;
   });
   if (!record) throw new HttpError(404, `no assignment ${id}`);
   if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
-  d.sink.event({ event: "completed", assignment: id, backend: record.backend });
+  if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
   return viewOf(record);
 }

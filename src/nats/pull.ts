@@ -1,6 +1,7 @@
-// A pull batch with `no_wait`: the server answers with what it has at once instead of holding
-// the request open for `expires` (nats.js's fetch waits at least a second when the consumer
-// holds fewer messages than asked for).
+// A pull batch with `no_wait`: the server answers with what it has at once (then 404) instead
+// of holding the request open for `expires`; nats.js's fetch waits at least a second whenever
+// the consumer holds fewer messages than asked for. A short `expires` still goes along: without
+// it, a consumer at MaxAckPending keeps the request forever and delivers to an abandoned inbox.
 import { createInbox, type Msg, type NatsConnection } from "@nats-io/nats-core";
 
 /** One delivery of a JetStream message: the subset a reconciliation needs (the reference's Message). */
@@ -18,6 +19,8 @@ export interface DeliveredMessage {
 }
 
 const ACK_TIMEOUT_MS = 5_000;
+/** How long the server may hold a pull when no message can be delivered right now. */
+export const PULL_EXPIRES_MS = 100;
 const encoder = new TextEncoder();
 
 export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
@@ -54,11 +57,12 @@ export async function pullNoWait(
   consumer: string,
   batch: number,
   timeoutMs = 5_000,
+  expiresMs = PULL_EXPIRES_MS,
 ): Promise<DeliveredMessage[]> {
   const inbox = createInbox();
   const messages: DeliveredMessage[] = [];
   const sub = nc.subscribe(inbox, { timeout: timeoutMs });
-  nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, encoder.encode(JSON.stringify({ batch, no_wait: true })), { reply: inbox });
+  nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, encoder.encode(JSON.stringify({ batch, no_wait: true, expires: expiresMs * 1_000_000 })), { reply: inbox });
   try {
     for await (const m of sub) {
       if (m.headers?.code && !m.reply) {

@@ -3,6 +3,7 @@ import type { BatchSummary } from "../events.ts";
 import { consumerName, type Backend } from "../names.ts";
 import { pullNoWait } from "../nats/pull.ts";
 import type { NatsHandle } from "../nats/connection.ts";
+import { DEFAULT_DELAYS } from "./decide.ts";
 import { mapLimit } from "./limit.ts";
 import { processMessage, type ProcessDeps } from "./process.ts";
 
@@ -27,13 +28,26 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     naked: 0,
     termed: 0,
     deferred: 0,
+    revisited: 0,
     errors: 0,
     durationMs: 0,
   };
+  // Each message is reconciled at most once per pass. A nak'd message that comes back within the
+  // same pass goes back unprocessed: spinning on it would only burn deliveries (MaxDeliver) without
+  // any chance of a different outcome, and a claim starts a pass of its own.
+  const seen = new Set<number>();
+  const revisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   while (deps.now() < opts.deadline) {
     const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize);
-    summary.fetched += batch.length;
-    await mapLimit(batch, PROCESS_CONCURRENCY, async (msg) => {
+    const fresh = batch.filter((m) => !seen.has(m.seq));
+    for (const m of batch) {
+      if (seen.has(m.seq)) m.nak(revisitDelay);
+      seen.add(m.seq);
+    }
+    summary.fetched += fresh.length;
+    summary.revisited += batch.length - fresh.length;
+    if (!fresh.length) break;
+    await mapLimit(fresh, PROCESS_CONCURRENCY, async (msg) => {
       try {
         const verdict = await processMessage(deps, msg, deps.now() >= opts.deadline);
         if (verdict.events.includes("deferred")) summary.deferred++;

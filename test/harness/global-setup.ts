@@ -1,18 +1,23 @@
-// Starts one nats-server for the whole run; every test isolates itself with unique stream,
+// Starts one nats-server and one fake runner backend for the whole run; every test isolates itself with unique stream,
 // bucket and consumer names, so files can run in parallel against it.
 import type { TestProject } from "vitest/node";
 import { startNatsServer } from "../../scripts/nats-server.mjs";
+import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 
 declare module "vitest" {
   export interface ProvidedContext {
     natsWsUrl: string;
+    backendUrl: string;
   }
 }
 
 export default async function setup(project: TestProject) {
   const server = await startNatsServer();
+  const backend = await startFakeBackend();
   project.provide("natsWsUrl", server.wsUrl);
+  project.provide("backendUrl", backend.url);
   return async () => {
+    await backend.close();
     await server.stop();
   };
 }

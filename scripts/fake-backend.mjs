@@ -1,0 +1,96 @@
+// A runner backend speaking the `http` driver contract, for tests and `npm start`.
+// Several tests share one server: each uses its own path prefix (namespace) with its own
+// behaviour and state. Control endpoints live under /<ns>/_control.
+import { createServer } from "node:http";
+
+const defaults = () => ({ token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, autoClaimMs: -1 });
+
+export async function startFakeBackend({ port = 0 } = {}) {
+  const spaces = new Map();
+  const space = (ns) => {
+    if (!spaces.has(ns)) spaces.set(ns, { mode: defaults(), runners: new Map(), requests: [], calls: 0 });
+    return spaces.get(ns);
+  };
+  const listeners = new Set();
+  const server = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const text = Buffer.concat(chunks).toString("utf8");
+    const url = new URL(req.url, "http://x");
+    const [, ns, kind, id] = url.pathname.split("/").map(decodeURIComponent);
+    const s = space(ns);
+    const send = (status, body) => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(body === undefined ? "" : JSON.stringify(body));
+    };
+    if (kind === "_control") return control(s, id, req.method, text, send);
+    if (kind !== "runners" || !id) return send(404, { error: "not found" });
+    s.requests.push({ method: req.method, path: url.pathname, headers: req.headers, body: text });
+    if (req.headers.authorization !== `Bearer ${s.mode.token}`) return send(401, { error: "unauthorized" });
+    if (req.method === "DELETE") {
+      const existed = s.runners.delete(id);
+      return send(existed ? 200 : 404, existed ? { status: "deleted" } : { error: "not found" });
+    }
+    if (req.method !== "PUT") return send(405, { error: "method not allowed" });
+    const call = ++s.calls;
+    if (call <= s.mode.hangFirst) {
+      await new Promise((r) => setTimeout(r, s.mode.hangMs));
+      return send(500, { error: "hung" });
+    }
+    if (call <= s.mode.hangFirst + s.mode.failFirst) return send(503, { error: "backend unavailable" });
+    if (s.mode.delayMs) await new Promise((r) => setTimeout(r, s.mode.delayMs));
+    let body;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return send(400, { error: "bad json" });
+    }
+    let runner = s.runners.get(id);
+    if (!runner) {
+      runner = { id, puts: 0, created: Date.now(), claimUrl: body.claimUrl, claimToken: body.claimToken, completeUrl: body.completeUrl };
+      s.runners.set(id, runner);
+      s.created = (s.created ?? 0) + 1;
+    }
+    runner.puts++;
+    const ready = runner.puts > s.mode.readyAfter;
+    if (ready && s.mode.autoClaimMs >= 0 && !runner.claimScheduled) {
+      runner.claimScheduled = true;
+      setTimeout(() => {
+        fetch(runner.claimUrl, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })
+          .then((r) => {
+            runner.claimStatus = r.status;
+            for (const l of listeners) l({ ns, id, event: "claim", status: r.status });
+          })
+          .catch(() => undefined);
+      }, s.mode.autoClaimMs);
+    }
+    for (const l of listeners) l({ ns, id, event: ready ? "ready" : "pending" });
+    return send(ready ? 200 : 202, { status: ready ? "ready" : "pending" });
+  });
+  function control(s, what, method, text, send) {
+    if (what === "mode" && method === "POST") {
+      s.mode = { ...defaults(), ...JSON.parse(text || "{}") };
+      s.calls = 0;
+      return send(200, s.mode);
+    }
+    if (what === "state") {
+      return send(200, {
+        runners: [...s.runners.values()],
+        created: s.created ?? 0,
+        requests: s.requests,
+        calls: s.calls,
+      });
+    }
+    return send(404, { error: "unknown control" });
+  }
+  await new Promise((r) => server.listen(port, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    onEvent: (fn) => listeners.add(fn),
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections?.();
+        server.close(() => r());
+      }),
+  };
+}

@@ -1,0 +1,41 @@
+// Test environments: a unique stream (and so unique consumers and buckets) per test, so that
+// tests can share one nats-server and run in parallel. Runs in Node and in workerd alike.
+import { loadConfig, type Config } from "../../src/config.ts";
+import { provision } from "../../src/layout.ts";
+import { withNats } from "../../src/nats/connection.ts";
+
+export const TEST_SECRETS = {
+  DISPATCH_TOKEN: "dispatch-token-for-tests-0001",
+  CLAIM_SIGNING_KEY: "claim-signing-key-for-tests-0123456789",
+  BACKEND_TOKEN: "backend-token",
+} as const;
+
+let counter = 0;
+export function uniqueName(prefix = "T"): string {
+  counter++;
+  return `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}_${counter}`;
+}
+
+/** Worker variables for one test; `backendUrl` gets a per-test namespace on the fake backend. */
+export function testEnv(natsWsUrl: string, backendUrl: string, overrides: Record<string, unknown> = {}): Record<string, string> {
+  const stream = uniqueName("S");
+  return {
+    NATS_URL: natsWsUrl,
+    TRUST_DOMAIN: "example.org",
+    PUBLIC_URL: "https://dispatch.example.org",
+    ASSIGNMENT_STREAM: stream,
+    ASSIGNMENT_SUBJECT_BASE: `asg.${stream.toLowerCase()}`,
+    DISPATCH_TOKEN: TEST_SECRETS.DISPATCH_TOKEN,
+    CLAIM_SIGNING_KEY: TEST_SECRETS.CLAIM_SIGNING_KEY,
+    POD_BACKEND_URL: `${backendUrl}/${stream}`,
+    POD_BACKEND_TOKEN: TEST_SECRETS.BACKEND_TOKEN,
+    CAPACITY_VM: "0",
+    ...Object.fromEntries(Object.entries(overrides).map(([k, v]) => [k, String(v)])),
+  };
+}
+
+export async function provisionEnv(env: Record<string, string>): Promise<Config> {
+  const config = loadConfig(env);
+  await withNats(config, (h) => provision(h, config));
+  return config;
+}

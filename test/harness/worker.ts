@@ -1,0 +1,75 @@
+// Drives the Worker inside workerd: HTTP requests, cron ticks, captured log lines, and the fake
+// backend's control API.
+import { createExecutionContext, createScheduledController, waitOnExecutionContext } from "cloudflare:test";
+import { vi } from "vitest";
+import worker from "../../src/index.ts";
+
+export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, env, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
+
+export async function tick(env: Record<string, string>): Promise<void> {
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ cron: "* * * * *", scheduledTime: Date.now() }), env, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+export function bearer(token: string, json = false): Record<string, string> {
+  return { authorization: `Bearer ${token}`, ...(json ? { "content-type": "application/json" } : {}) };
+}
+
+export interface Captured {
+  lines: string[];
+  events(): { event: string; assignment?: string; backend?: string; retryDelayMs?: number; reason?: string; [k: string]: unknown }[];
+  restore(): void;
+}
+
+/** Captures every console line the Worker writes; events() parses the JSON ones. */
+export function captureLogs(): Captured {
+  const lines: string[] = [];
+  const push = (...args: unknown[]) => void lines.push(args.map(String).join(" "));
+  const spies = [vi.spyOn(console, "log").mockImplementation(push), vi.spyOn(console, "error").mockImplementation(push), vi.spyOn(console, "warn").mockImplementation(push)];
+  return {
+    lines,
+    events: () => lines.flatMap((l) => {
+      try {
+        return [JSON.parse(l)];
+      } catch {
+        return [];
+      }
+    }),
+    restore: () => spies.forEach((s) => s.mockRestore()),
+  };
+}
+
+export interface FakeRunner {
+  id: string;
+  puts: number;
+  claimUrl: string;
+  claimToken: string;
+  completeUrl: string;
+}
+
+export interface FakeBackendState {
+  runners: FakeRunner[];
+  created: number;
+  calls: number;
+  requests: { method: string; path: string; headers: Record<string, string>; body: string }[];
+}
+
+export function backendControl(env: Record<string, string>) {
+  const base = `${env.POD_BACKEND_URL}/_control`;
+  return {
+    async mode(mode: Record<string, unknown>) {
+      await (await fetch(`${base}/mode`, { method: "POST", body: JSON.stringify(mode) })).json();
+    },
+    async state(): Promise<FakeBackendState> {
+      return (await fetch(`${base}/state`)).json();
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,69 @@
+import { describe, expect, it } from "vitest";
+import { decide, type Facts, type Policy } from "../../src/reconcile/decide.ts";
+
+const policy: Policy = { claimTimeoutMs: 240_000 };
+const NOW = 1_000_000_000;
+const base: Facts = { now: NOW, budgetSpent: false };
+const upToBackend: Facts = { ...base, decoded: true, offer: "new", state: "received", admitted: true };
+
+describe("decide: fact gathering order", () => {
+  it.each([
+    [{ ...base }, "decode"],
+    [{ ...base, decoded: true }, "offer"],
+    [{ ...base, decoded: true, offer: "new", state: "received" }, "admit"],
+    [{ ...base, decoded: true, offer: "same", state: "capacity_wait" }, "admit"],
+    [{ ...base, decoded: true, offer: "same", state: "backend_ready", readyAt: NOW }, "admit"],
+    [{ ...base, decoded: true, offer: "new", state: "received", admitted: true }, "call_backend"],
+  ] as [Facts, string][])("%o asks for %s", (facts, next) => {
+    expect(decide(facts, policy)).toEqual({ next });
+  });
+});
+
+describe("decide: the reconciliation table, row by row", () => {
+  const rows: [string, Facts, object][] = [
+    ["budget spent → nak 0, deferred", { ...base, budgetSpent: true, decoded: true }, { action: { kind: "nak", delayMs: 0 }, events: ["deferred"], effects: [] }],
+    ["undecodable → term invalid", { ...base, decoded: false }, { action: { kind: "term", reason: "invalid assignment" }, events: ["invalid"], effects: [] }],
+    ["conflicting → term conflicting", { ...base, decoded: true, offer: "conflict" }, { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] }],
+    ["no slot → nak 2 s capacity_wait", { ...base, decoded: true, offer: "new", state: "received", admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
+    ["backend error → release, nak 15 s", { ...upToBackend, backend: "error" }, { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] }],
+    ["backend pending → nak 2 s", { ...upToBackend, backend: "pending" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] }],
+    ["claimed → double-ack", { ...base, decoded: true, offer: "same", state: "claimed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
+    ["completed before the ack → double-ack, no backend call", { ...base, decoded: true, offer: "same", state: "completed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
+    ["first ready → remember ready time, nak 2 s claim_pending", { ...upToBackend, backend: "ready" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: ["mark_ready"] }],
+    ["ready within claim timeout → nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: [] }],
+    ["claim timeout passed → teardown, forget, nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_timeout"], effects: ["forget_ready_and_teardown"] }],
+    ["terminated → term with its reason", { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" }, { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] }],
+  ];
+  it.each(rows)("%s", (_name, facts, expected) => {
+    expect(decide(facts, policy)).toEqual({ next: "done", ...expected });
+  });
+
+  it("RETRY_DELAY_MS overrides every nak delay but the deferred one", () => {
+    const p: Policy = { ...policy, retryDelayMs: 777 };
+    for (const facts of [
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false },
+      { ...upToBackend, backend: "error" },
+      { ...upToBackend, backend: "pending" },
+      { ...upToBackend, backend: "ready" },
+      { ...upToBackend, backend: "ready", readyAt: NOW - 10 },
+      { ...upToBackend, backend: "ready", readyAt: 0 },
+    ] as Facts[]) {
+      expect(decide(facts, p)).toMatchObject({ action: { kind: "nak", delayMs: 777 } });
+    }
+    expect(decide({ ...base, budgetSpent: true }, p)).toMatchObject({ action: { kind: "nak", delayMs: 0 } });
+  });
+
+  it("budget is checked before anything else, even an invalid message", () => {
+    expect(decide({ ...base, budgetSpent: true, decoded: false }, policy)).toMatchObject({ events: ["deferred"] });
+  });
+
+  it("never acks an assignment nobody claimed", () => {
+    const states = ["received", "capacity_wait", "backend_pending", "backend_ready"] as const;
+    for (const state of states)
+      for (const backend of ["error", "pending", "ready"] as const)
+        for (const readyAt of [undefined, NOW, 0]) {
+          const step = decide({ ...upToBackend, state, backend, readyAt }, policy);
+          expect(step).not.toMatchObject({ action: { kind: "ack" } });
+        }
+  });
+});

@@ -1,0 +1,123 @@
+// Against the real nats-server: publish dedup, offers, admission under concurrency, provisioning.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { describe, expect, inject, it } from "vitest";
+import { encodeAssignment, type Assignment } from "../../src/assignment.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import { inspect, provision } from "../../src/layout.ts";
+import { assignmentSubject, consumerName } from "../../src/names.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { publishAssignment } from "../../src/operations.ts";
+import { loadConfig } from "../../src/config.ts";
+import { provisionEnv, testEnv } from "../harness/env.ts";
+
+const nats = inject("natsWsUrl");
+const backend = inject("backendUrl");
+const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
+
+const assignment = (id: string, labels = ["ubuntu-latest"]): Assignment => ({
+  version: 1,
+  id,
+  backend: "pod",
+  workload: `spiffe://example.org/runner/pod/${id}`,
+  labels,
+  createdAt: "2026-11-30T10:00:00Z",
+});
+
+describe("JetStream handoff against nats-server", () => {
+  it("publishes one message for one id, however often it is sent", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    const body = { version: 1, id: "dup-1", backend: "pod", labels: ["x"] };
+    const first = await publishAssignment(d, body);
+    const again = await publishAssignment(d, { ...body, createdAt: "2030-01-01T00:00:00Z" });
+    expect(first).toMatchObject({ id: "dup-1", stream: config.stream, duplicate: false });
+    expect(again).toMatchObject({ seq: first.seq, duplicate: true });
+    // Even a direct publish with the same Nats-Msg-Id is dropped by the stream.
+    await withNats(config, async (h) => {
+      const ack = await h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment("dup-1", ["x"])), { msgID: "dup-1" });
+      expect(ack.duplicate).toBe(true);
+      const info = await (await jetstreamManager(h.nc)).streams.info(config.stream);
+      expect(info.state.messages).toBe(1);
+    });
+  });
+
+  it("offers are idempotent for equal content and conflict otherwise", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ records }) => {
+      expect((await records.offer(assignment("o-1"))).result).toBe("new");
+      expect((await records.offer({ ...assignment("o-1"), createdAt: "2031-01-01T00:00:00Z" })).result).toBe("same");
+      expect((await records.offer(assignment("o-1", ["other"]))).result).toBe("conflict");
+      const concurrent = await Promise.all(Array.from({ length: 10 }, () => records.offer(assignment("o-2"))));
+      expect(concurrent.filter((o) => o.result === "new")).toHaveLength(1);
+      expect(concurrent.filter((o) => o.result === "same")).toHaveLength(9);
+    });
+  });
+
+  it("a conflicting publish is refused and nothing is queued", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    await publishAssignment(d, { version: 1, id: "c-1", backend: "pod", labels: ["a"] });
+    await expect(publishAssignment(d, { version: 1, id: "c-1", backend: "pod", labels: ["b"] })).rejects.toMatchObject({ status: 409 });
+    await withNats(config, async (h) => expect((await (await jetstreamManager(h.nc)).streams.info(config.stream)).state.messages).toBe(1));
+  });
+
+  it("admits exactly capacity of 20 concurrent acquires, idempotently per id, across connections", async () => {
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 5 }));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        // Separate dispatchers and connections: as separate Worker invocations would be.
+        createDispatcher({ config, sink: silent }).withState(({ admission }) => admission.acquire("pod", `job-${i}`)),
+      ),
+    );
+    expect(results.filter(Boolean)).toHaveLength(5);
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ admission }) => {
+      const holders = await admission.holders("pod");
+      expect(holders).toHaveLength(5);
+      expect(await admission.acquire("pod", holders[0]!)).toBe(true);
+      expect(await admission.acquire("pod", "job-late")).toBe(false);
+      await admission.release("pod", holders[0]!);
+      await admission.release("pod", holders[0]!);
+      expect(await admission.acquire("pod", "job-late")).toBe(true);
+      expect(await admission.holders("pod")).toHaveLength(5);
+    });
+  });
+
+  it("reclaims a slot whose lease expired", async () => {
+    let now = Date.parse("2026-11-30T10:00:00Z");
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 1, LEASE_TTL_MS: 60_000 }));
+    const d = createDispatcher({ config, sink: silent, now: () => now });
+    await d.withState(async ({ admission }) => {
+      expect(await admission.acquire("pod", "a")).toBe(true);
+      expect(await admission.acquire("pod", "b")).toBe(false);
+      now += 60_001;
+      expect(await admission.acquire("pod", "b")).toBe(true);
+    });
+  });
+
+  it("provisioning twice is idempotent and follows a configuration change", async () => {
+    const env = testEnv(nats, backend, { CAPACITY_POD: 3 });
+    const config = loadConfig(env);
+    await withNats(config, async (h) => {
+      expect((await inspect(h, config)).problems).toEqual([
+        expect.stringMatching(`stream ${config.stream} is missing`),
+        expect.stringMatching(`KV bucket ${config.stream}_records is missing`),
+        expect.stringMatching(`KV bucket ${config.stream}_admission is missing`),
+      ]);
+      expect(await provision(h, config)).toContain(`stream ${config.stream}: created`);
+      expect(await provision(h, config)).toContain(`stream ${config.stream}: updated`);
+      expect(await inspect(h, config)).toMatchObject({ ok: true, problems: [] });
+      const jsm = await jetstreamManager(h.nc);
+      const consumer = await jsm.consumers.info(config.stream, consumerName("pod"));
+      expect(consumer.config).toMatchObject({ max_ack_pending: 3, max_deliver: 1000, ack_policy: "explicit", filter_subject: assignmentSubject(config, "pod") });
+      const stream = await jsm.streams.info(config.stream);
+      expect(stream.config).toMatchObject({ retention: "workqueue", storage: "file", subjects: [`${config.subjectBase}.*`] });
+
+      const changed = loadConfig({ ...env, CAPACITY_POD: "7" });
+      expect((await inspect(h, changed)).problems).toEqual([expect.stringContaining("max_ack_pending is 3, configuration wants 7")]);
+      await provision(h, changed);
+      expect((await jsm.consumers.info(config.stream, "pod")).config.max_ack_pending).toBe(7);
+    });
+  });
+});

@@ -1,0 +1,176 @@
+// The whole handoff inside workerd, against the real nats-server and a local `http` backend.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { encodeAssignment, type Assignment } from "../../src/assignment.ts";
+import { loadConfig } from "../../src/config.ts";
+import { claimToken } from "../../src/crypto.ts";
+import { assignmentSubject, consumerName } from "../../src/names.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { backendControl, bearer, captureLogs, request, sleep, tick, type Captured } from "../harness/worker.ts";
+
+const nats = inject("natsWsUrl");
+const backendUrl = inject("backendUrl");
+let logs: Captured;
+beforeEach(() => {
+  logs = captureLogs();
+});
+afterEach(() => logs.restore());
+
+const post = (env: Record<string, string>, body: unknown) =>
+  request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify(body) });
+const state = async (env: Record<string, string>, id: string) =>
+  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string };
+const runnerCall = async (env: Record<string, string>, id: string, verb: "claim" | "complete", token?: string) =>
+  request(env, `/v1/assignments/${id}/${verb}`, { method: "POST", headers: bearer(token ?? (await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, id))) });
+const eventsOf = (id: string) => logs.events().filter((e) => e.assignment === id).map((e) => e.event);
+
+async function consumerCounts(env: Record<string, string>) {
+  const config = loadConfig(env);
+  return withNats(config, async (h) => {
+    const jsm = await jetstreamManager(h.nc);
+    const c = await jsm.consumers.info(config.stream, consumerName("pod"));
+    const s = await jsm.streams.info(config.stream);
+    return { pending: c.num_pending, ackPending: c.num_ack_pending, messages: s.state.messages };
+  });
+}
+
+async function publishRaw(env: Record<string, string>, items: { data: Uint8Array; msgID: string }[]) {
+  const config = loadConfig(env);
+  await withNats(config, async (h) => {
+    for (const item of items) await h.js.publish(assignmentSubject(config, "pod"), item.data, { msgID: item.msgID });
+  });
+}
+
+const assignment = (id: string, labels = ["ubuntu-latest"]): Assignment => ({
+  version: 1,
+  id,
+  backend: "pod",
+  workload: `spiffe://example.org/runner/pod/${id}`,
+  labels,
+  createdAt: "2026-11-30T10:00:00Z",
+});
+
+describe("handoff in workerd", () => {
+  it("takes an assignment from POST to acked, then completes it, with no token in any log line", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 50 });
+    await provisionEnv(env);
+    const res = await post(env, { version: 1, id: "flow-1", backend: "pod", labels: ["ubuntu-latest"] });
+    expect(res.status).toBe(202);
+    expect(await res.json()).toMatchObject({ id: "flow-1", stream: env.ASSIGNMENT_STREAM, seq: 1, duplicate: false });
+
+    // The publish reconciled the backend at once, not at the next cron tick.
+    const backend = backendControl(env);
+    const runners = (await backend.state()).runners;
+    expect(runners).toHaveLength(1);
+    expect(runners[0]).toMatchObject({ id: "flow-1", claimUrl: "https://dispatch.example.org/v1/assignments/flow-1/claim" });
+    expect(await state(env, "flow-1")).toMatchObject({ state: "backend_ready", backend: "pod" });
+    expect(eventsOf("flow-1")).toEqual(["published", "received", "capacity_acquired", "backend_ready", "claim_pending"]);
+
+    // Not claimed yet: ticks keep it pending, never acked.
+    await sleep(60);
+    await tick(env);
+    expect(await consumerCounts(env)).toMatchObject({ messages: 1 });
+
+    const claim = await runnerCall(env, "flow-1", "claim", runners[0]!.claimToken);
+    expect(claim.status).toBe(200);
+    // The claim reconciles at once: the runner's message is acked without waiting for a tick.
+    expect(eventsOf("flow-1").slice(-4)).toEqual(["claimed", "received", "runner_claimed", "acked"]);
+    expect((await runnerCall(env, "flow-1", "claim")).status).toBe(200); // idempotent
+    expect(eventsOf("flow-1").filter((e) => e === "claimed")).toHaveLength(1);
+    expect(await consumerCounts(env)).toEqual({ pending: 0, ackPending: 0, messages: 0 });
+    expect(await state(env, "flow-1")).toMatchObject({ state: "claimed" });
+
+    const done = await runnerCall(env, "flow-1", "complete");
+    expect(done.status).toBe(200);
+    expect(await done.json()).toMatchObject({ state: "completed" });
+    expect((await runnerCall(env, "flow-1", "complete")).status).toBe(200);
+    expect((await runnerCall(env, "flow-1", "claim")).status).toBe(409);
+    const after = await backend.state();
+    expect(after.requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([`/${env.ASSIGNMENT_STREAM}/runners/flow-1`, `/${env.ASSIGNMENT_STREAM}/runners/flow-1`]);
+    expect(after.created).toBe(1);
+
+    const secrets = [TEST_SECRETS.DISPATCH_TOKEN, TEST_SECRETS.CLAIM_SIGNING_KEY, TEST_SECRETS.BACKEND_TOKEN, runners[0]!.claimToken];
+    expect(logs.lines.length).toBeGreaterThan(5);
+    for (const line of logs.lines) for (const s of secrets) expect(line).not.toContain(s);
+    for (const e of logs.events()) expect(Object.keys(e).every((k) => ["event", "assignment", "backend", "retryDelayMs", "reason", "trigger", "fetched", "acked", "naked", "termed", "deferred", "errors", "durationMs", "revisited", "message"].includes(k))).toBe(true);
+  });
+
+  it("terms an invalid and a conflicting message found in the stream", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 50 });
+    await provisionEnv(env);
+    expect((await post(env, { version: 1, id: "orig", backend: "pod", labels: ["a"] })).status).toBe(202);
+    await publishRaw(env, [
+      { data: new TextEncoder().encode("{not json"), msgID: "garbage" },
+      { data: encodeAssignment({ ...assignment("evil"), workload: "spiffe://evil.org/runner/pod/evil" }), msgID: "evil" },
+      { data: encodeAssignment(assignment("orig", ["b"])), msgID: "orig-again" },
+    ]);
+    await tick(env);
+    const termed = logs.events().filter((e) => e.event === "invalid" || e.event === "conflict");
+    expect(termed.map((e) => [e.event, e.reason])).toEqual(
+      expect.arrayContaining([["invalid", "invalid assignment"], ["invalid", "invalid assignment"], ["conflict", "conflicting assignment"]]),
+    );
+    expect(termed).toHaveLength(3);
+    expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["orig"]);
+    expect(await consumerCounts(env)).toMatchObject({ messages: 1 }); // only the original remains
+  });
+
+  it("holds the second assignment while capacity 1 is taken, then runs it once the first completes", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CAPACITY_POD: 1 });
+    await provisionEnv(env);
+    await post(env, { version: 1, id: "first", backend: "pod", labels: ["a"] });
+    await post(env, { version: 1, id: "second", backend: "pod", labels: ["a"] });
+    expect(await state(env, "first")).toMatchObject({ state: "backend_ready" });
+    expect(await state(env, "second")).toMatchObject({ state: "received" }); // MaxAckPending 1 holds it back
+    await runnerCall(env, "first", "claim");
+    await sleep(40);
+    await tick(env);
+    await sleep(40);
+    await tick(env);
+    expect(await state(env, "first")).toMatchObject({ state: "claimed" });
+    expect(await state(env, "second")).toMatchObject({ state: "capacity_wait" });
+    expect(eventsOf("second")).toContain("capacity_wait");
+    expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["first"]);
+
+    await runnerCall(env, "first", "complete");
+    await sleep(40);
+    await tick(env);
+    expect(await state(env, "second")).toMatchObject({ state: "backend_ready" });
+    expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["second"]);
+  });
+
+  it("retries a failing and a hung backend, releasing the slot, until it succeeds", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CAPACITY_POD: 1, BACKEND_TIMEOUT_MS: 300 });
+    await provisionEnv(env);
+    const backend = backendControl(env);
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, hangFirst: 1, hangMs: 1_000, failFirst: 2 });
+    await publishRaw(env, [{ data: encodeAssignment(assignment("flaky")), msgID: "flaky" }]);
+    for (let i = 0; i < 4; i++) {
+      await tick(env);
+      await sleep(40);
+    }
+    expect(eventsOf("flaky").filter((e) => e === "backend_retry")).toHaveLength(3);
+    expect(eventsOf("flaky")).toContain("backend_ready");
+    expect(await state(env, "flaky")).toMatchObject({ state: "backend_ready" });
+    const s = await backend.state();
+    expect(s.runners).toHaveLength(1);
+    expect(s.requests.filter((r) => r.method === "PUT")).toHaveLength(4);
+    expect(s.requests.every((r) => r.headers.authorization === `Bearer ${TEST_SECRETS.BACKEND_TOKEN}`)).toBe(true);
+  });
+
+  it("naks what the budget left unprocessed, so the next tick takes it at once", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 40, RECONCILE_BUDGET_MS: 100 });
+    await provisionEnv(env);
+    await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 250 });
+    await publishRaw(env, Array.from({ length: 24 }, (_, i) => ({ data: encodeAssignment(assignment(`b-${i}`)), msgID: `b-${i}` })));
+    await tick(env);
+    const first = logs.events().find((e) => e.event === "reconcile_summary")!;
+    expect(first).toMatchObject({ fetched: 24, deferred: 8, naked: 16 });
+    expect(logs.events().filter((e) => e.event === "deferred")).toHaveLength(8);
+    // The deferred ones are available again right away, not after AckWait (60 s); the others
+    // were naked with a 2 s delay and stay out of this tick.
+    await tick(env);
+    const second = logs.events().filter((e) => e.event === "reconcile_summary")[1]!;
+    expect(second).toMatchObject({ fetched: 8, naked: 8 });
+  });
+});
