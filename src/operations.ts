@@ -1,5 +1,5 @@
 // What the HTTP API does, apart from HTTP: publish, look up, claim and complete assignments.
-import { assignmentIdSchema, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
+import { type Assignment, assignmentIdSchema, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher.ts";
 import { HttpError } from "./http/errors.ts";
 import { assignmentSubject, type AssignmentState, type Backend } from "./names.ts";
@@ -22,6 +22,15 @@ export async function publishAssignment(d: Dispatcher, body: unknown): Promise<P
   if (!d.config.backends.some((b) => b.backend === a.backend)) {
     throw new HttpError(400, "invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
   }
+  try {
+    return await offerAndPublish(d, a);
+  } catch (err) {
+    if (err instanceof HttpError) throw err;
+    throw new HttpError(503, "NATS is unavailable; nothing was queued. Retrying with the same id is safe.");
+  }
+}
+
+async function offerAndPublish(d: Dispatcher, a: Assignment): Promise<Published> {
   return d.withState(async (state, handle) => {
     const offered = await state.records.offer(a);
     if (offered.result === "conflict") throw new HttpError(409, `assignment ${a.id} already exists with different content`);

@@ -1,0 +1,135 @@
+// The HTTP API's refusals and health report, through app.request inside workerd.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { describe, expect, inject, it } from "vitest";
+import { loadConfig } from "../../src/config.ts";
+import { claimToken } from "../../src/crypto.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import { app } from "../../src/index.ts";
+import { publishAssignment } from "../../src/operations.ts";
+import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { bearer } from "../harness/worker.ts";
+
+const nats = inject("natsWsUrl");
+const backendUrl = inject("backendUrl");
+const json = (token: string = TEST_SECRETS.DISPATCH_TOKEN) => bearer(token, true);
+const body = (id: string, extra: Record<string, unknown> = {}) => JSON.stringify({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], ...extra });
+const post = (env: Record<string, string>, init: RequestInit) => app.request("/v1/assignments", { method: "POST", ...init }, env);
+
+describe("POST /v1/assignments refusals", () => {
+  const env = testEnv(nats, backendUrl);
+
+  it("401 without or with a wrong dispatch token", async () => {
+    expect((await post(env, { headers: { "content-type": "application/json" }, body: body("a") })).status).toBe(401);
+    const res = await post(env, { headers: json("not-the-dispatch-token"), body: body("a") });
+    expect(res.status).toBe(401);
+    expect(await res.json()).toEqual({ error: "a valid Bearer DISPATCH_TOKEN is required" });
+  });
+
+  it("415 for a body that is not JSON by content type", async () => {
+    const res = await post(env, { headers: { ...bearer(TEST_SECRETS.DISPATCH_TOKEN), "content-type": "text/plain" }, body: body("a") });
+    expect(res.status).toBe(415);
+  });
+
+  it("413 for a body over 16 KiB, declared or streamed", async () => {
+    const big = body("a", { job: { id: 1, runId: 1, attempt: 1, repository: "x".repeat(17_000) } });
+    expect((await post(env, { headers: json(), body: big })).status).toBe(413);
+    const stream = new ReadableStream({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(big));
+        c.close();
+      },
+    });
+    expect((await post(env, { headers: json(), body: stream, duplex: "half" } as RequestInit)).status).toBe(413);
+  });
+
+  it("400 naming every failing field", async () => {
+    const res = await post(env, { headers: json(), body: JSON.stringify({ version: 2, id: "-bad", backend: "lambda", labels: [], extra: 1 }) });
+    expect(res.status).toBe(400);
+    const fields = ((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field);
+    expect(fields).toEqual(expect.arrayContaining(["version", "id", "backend", "labels", "extra"]));
+    const notJson = await post(env, { headers: json(), body: "{" });
+    expect(notJson.status).toBe(400);
+    expect(await notJson.json()).toMatchObject({ fields: [{ field: "(body)" }] });
+    const foreign = await post(env, { headers: json(), body: body("a", { workload: "spiffe://evil.org/x" }) });
+    expect(await foreign.json()).toMatchObject({ fields: [{ field: "workload", message: "must be in trust domain example.org" }] });
+    const disabled = await post(env, { headers: json(), body: body("a", { backend: "vm" }) });
+    expect(await disabled.json()).toMatchObject({ fields: [{ field: "backend", message: expect.stringContaining("CAPACITY_VM=0") }] });
+  });
+
+  it("503 when NATS cannot be reached, saying nothing was queued", async () => {
+    const down = { ...env, NATS_URL: "ws://127.0.0.1:9" };
+    const res = await post(down, { headers: json(), body: body("a") });
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: string }).error).toContain("nothing was queued");
+  });
+
+  it("503 and no record left behind when the stream does not confirm the publish", async () => {
+    const own = testEnv(nats, backendUrl);
+    const config = await provisionEnv(own);
+    await withNats(config, async (h) => (await jetstreamManager(h.nc)).streams.delete(config.stream));
+    const res = await post(own, { headers: json(), body: body("lost") });
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: string }).error).toContain("nothing was queued");
+    expect((await app.request("/v1/assignments/lost", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, own)).status).toBe(404);
+  });
+});
+
+describe("runner endpoints", () => {
+  it("refuse missing, wrong and another assignment's claim tokens; 404 unknown; 409 out of order", async () => {
+    const env = testEnv(nats, backendUrl);
+    // Published straight through the domain operation: no eager reconcile provisions it.
+    await publishAssignment(createDispatcher({ config: await provisionEnv(env) }), JSON.parse(body("r-1")));
+    const call = async (id: string, verb: string, token?: string) =>
+      (await app.request(`/v1/assignments/${id}/${verb}`, { method: "POST", headers: token ? bearer(token) : {} }, env)).status;
+    expect(await call("r-1", "claim")).toBe(401);
+    expect(await call("r-1", "claim", "garbage")).toBe(403);
+    expect(await call("r-1", "claim", await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "r-2"))).toBe(403);
+    expect(await call("r-1", "claim", TEST_SECRETS.DISPATCH_TOKEN)).toBe(403);
+    expect(await call("nope", "claim", await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "nope"))).toBe(404);
+    const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "r-1");
+    // Not yet provisioned (no reconcile ran in this test): neither claim nor complete is allowed.
+    expect(await call("r-1", "claim", own)).toBe(409);
+    expect(await call("r-1", "complete", own)).toBe(409);
+    const view = await app.request("/v1/assignments/r-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
+    expect(await view.json()).toMatchObject({ id: "r-1", state: "received", backend: "pod", claimedAt: null });
+    expect((await app.request("/v1/assignments/r-1", {}, env)).status).toBe(401);
+    expect((await app.request("/v1/assignments/missing", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env)).status).toBe(404);
+  });
+});
+
+describe("GET /healthz", () => {
+  it("200 with stream and consumer status once provisioned", async () => {
+    const env = testEnv(nats, backendUrl);
+    await provisionEnv(env);
+    const res = await app.request("/healthz", {}, env);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ ok: true, nats: { ok: true }, stream: { name: env.ASSIGNMENT_STREAM, messages: 0 }, consumers: { pod: { pending: 0 } } });
+  });
+
+  it("503 naming exactly what is missing", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_VM: 2, VM_BACKEND_URL: "http://127.0.0.1:9" });
+    const config = await provisionEnv({ ...env, CAPACITY_VM: "0" });
+    await withNats(config, async (h) => (await jetstreamManager(h.nc)).consumers.delete(config.stream, "pod"));
+    const res = await app.request("/healthz", {}, env);
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { problems: string[] }).problems).toEqual([
+      `consumer pod on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
+      `consumer vm on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
+    ]);
+  });
+
+  it("503 when NATS is down or the configuration is invalid, without secrets", async () => {
+    const env = testEnv(nats, backendUrl);
+    const down = await app.request("/healthz", {}, { ...env, NATS_URL: "ws://127.0.0.1:9" });
+    expect(down.status).toBe(503);
+    expect(await down.json()).toMatchObject({ ok: false, nats: { ok: false } });
+    const bad = await app.request("/healthz", {}, { ...env, DISPATCH_TOKEN: "short", TRUST_DOMAIN: "" });
+    expect(bad.status).toBe(503);
+    const text = await bad.text();
+    expect(text).toContain("DISPATCH_TOKEN must be at least 16 characters");
+    expect(text).toContain("TRUST_DOMAIN is required");
+    expect(text).not.toContain(TEST_SECRETS.CLAIM_SIGNING_KEY);
+    expect(loadConfig(env).stream).toBe(env.ASSIGNMENT_STREAM);
+  });
+});
