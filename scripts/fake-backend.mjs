@@ -3,12 +3,13 @@
 // behaviour and state. Control endpoints live under /<ns>/_control.
 import { createServer } from "node:http";
 
-const defaults = () => ({ token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, autoClaimMs: -1 });
+const defaults = () => ({ token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1 });
 
-export async function startFakeBackend({ port = 0 } = {}) {
+/** `mode` sets the behaviour of every namespace that has not been given one through /_control/mode. */
+export async function startFakeBackend({ port = 0, mode = {} } = {}) {
   const spaces = new Map();
   const space = (ns) => {
-    if (!spaces.has(ns)) spaces.set(ns, { mode: defaults(), runners: new Map(), requests: [], calls: 0 });
+    if (!spaces.has(ns)) spaces.set(ns, { mode: { ...defaults(), ...mode }, runners: new Map(), requests: [], calls: 0 });
     return spaces.get(ns);
   };
   const listeners = new Set();
@@ -52,7 +53,7 @@ export async function startFakeBackend({ port = 0 } = {}) {
       s.created = (s.created ?? 0) + 1;
     }
     runner.puts++;
-    const ready = runner.puts > s.mode.readyAfter;
+    const ready = runner.puts > s.mode.readyAfter && Date.now() - runner.created >= s.mode.readyAfterMs;
     if (ready && s.mode.autoClaimMs >= 0 && !runner.claimScheduled) {
       runner.claimScheduled = true;
       setTimeout(() => {
@@ -60,6 +61,13 @@ export async function startFakeBackend({ port = 0 } = {}) {
           .then((r) => {
             runner.claimStatus = r.status;
             for (const l of listeners) l({ ns, id, event: "claim", status: r.status });
+            if (r.ok && s.mode.autoCompleteMs >= 0) {
+              setTimeout(() => {
+                fetch(runner.completeUrl, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })
+                  .then((c) => { for (const l of listeners) l({ ns, id, event: "complete", status: c.status }); })
+                  .catch(() => undefined);
+              }, s.mode.autoCompleteMs);
+            }
           })
           .catch(() => undefined);
       }, s.mode.autoClaimMs);
