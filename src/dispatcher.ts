@@ -98,12 +98,20 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 }
 
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
+  // One admission update at a time within a pass: the CAS still guards against other invocations,
+  // but the pass's own messages no longer race each other for the one admission key.
+  const serial = createLimiter(1);
+  const admission: Admission = {
+    acquire: (b, id) => serial(() => state.admission.acquire(b, id)),
+    release: (b, id) => serial(() => state.admission.release(b, id)),
+    holders: (b) => state.admission.holders(b),
+  };
   return {
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
     records: state.records,
-    admission: state.admission,
+    admission,
     runners: d.runnersFor(backend),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
