@@ -173,4 +173,39 @@ describe("handoff in workerd", () => {
     const second = logs.events().filter((e) => e.event === "reconcile_summary")[1]!;
     expect(second).toMatchObject({ fetched: 8, naked: 8 });
   });
+
+  it("tears down a runner that did not claim in time and provisions afresh; nothing secret in NATS", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CLAIM_TIMEOUT_MS: 1_000 });
+    const config = await provisionEnv(env);
+    await post(env, { version: 1, id: "slow", backend: "pod", labels: ["a"] });
+    const backend = backendControl(env);
+    const token = (await backend.state()).runners[0]!.claimToken;
+    await sleep(1_050);
+    await tick(env);
+    expect(eventsOf("slow").slice(-2)).toEqual(["backend_ready", "claim_timeout"]);
+    const torn = await backend.state();
+    expect(torn.requests.filter((r) => r.method === "DELETE")).toHaveLength(1);
+    expect(torn.runners).toHaveLength(0);
+    expect(await state(env, "slow")).toMatchObject({ state: "backend_pending", readyAt: null });
+
+    // Every byte in the stream and the KV buckets, searched for every secret.
+    const secrets = [TEST_SECRETS.DISPATCH_TOKEN, TEST_SECRETS.CLAIM_SIGNING_KEY, TEST_SECRETS.BACKEND_TOKEN, token];
+    await withNats(config, async (h) => {
+      const jsm = await jetstreamManager(h.nc);
+      for (const name of [config.stream, `KV_${config.stream}_records`, `KV_${config.stream}_admission`]) {
+        const info = await jsm.streams.info(name);
+        for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+          const m = await jsm.streams.getMessage(name, { seq }).catch(() => null);
+          const text = m ? new TextDecoder().decode(m.data) : "";
+          for (const s of secrets) expect(text).not.toContain(s);
+        }
+      }
+    });
+
+    await sleep(40);
+    await tick(env);
+    expect(eventsOf("slow").slice(-2)).toEqual(["backend_ready", "claim_pending"]);
+    expect((await backend.state()).runners).toHaveLength(1);
+    expect(await state(env, "slow")).toMatchObject({ state: "backend_ready" });
+  });
 });
