@@ -1,5 +1,6 @@
 // Test environments: a unique stream (and so unique consumers and buckets) per test, so that
 // tests can share one nats-server and run in parallel. Runs in Node and in workerd alike.
+import type { Assignment } from "../../src/assignment.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
 import { provision } from "../../src/layout.ts";
 import { withNats } from "../../src/nats/connection.ts";
@@ -38,4 +39,9 @@ export async function provisionEnv(env: Record<string, string>): Promise<Config>
   const config = loadConfig(env);
   await withNats(config, (h) => provision(h, config));
   return config;
+}
+
+/** A valid pod assignment in the test trust domain. */
+export function assignment(id: string, labels = ["ubuntu-latest"]): Assignment {
+  return { version: 1, id, backend: "pod", workload: `spiffe://example.org/runner/pod/${id}`, labels, createdAt: "2026-11-30T10:00:00Z" };
 }

@@ -1,27 +1,18 @@
 // Against the real nats-server: publish dedup, offers, admission under concurrency, provisioning.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { encodeAssignment, type Assignment } from "../../src/assignment.ts";
+import { encodeAssignment } from "../../src/assignment.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { inspect, provision } from "../../src/layout.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { publishAssignment } from "../../src/operations.ts";
 import { loadConfig } from "../../src/config.ts";
-import { provisionEnv, testEnv } from "../harness/env.ts";
+import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
 const backend = inject("backendUrl");
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
-
-const assignment = (id: string, labels = ["ubuntu-latest"]): Assignment => ({
-  version: 1,
-  id,
-  backend: "pod",
-  workload: `spiffe://example.org/runner/pod/${id}`,
-  labels,
-  createdAt: "2026-11-30T10:00:00Z",
-});
 
 describe("JetStream handoff against nats-server", () => {
   it("publishes one message for one id, however often it is sent", async () => {

@@ -1,12 +1,12 @@
 // The whole handoff inside workerd, against the real nats-server and a local `http` backend.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { encodeAssignment, type Assignment } from "../../src/assignment.ts";
+import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig } from "../../src/config.ts";
 import { claimToken } from "../../src/crypto.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { assignment, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, captureLogs, request, sleep, tick, type Captured } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
@@ -41,15 +41,6 @@ async function publishRaw(env: Record<string, string>, items: { data: Uint8Array
     for (const item of items) await h.js.publish(assignmentSubject(config, "pod"), item.data, { msgID: item.msgID });
   });
 }
-
-const assignment = (id: string, labels = ["ubuntu-latest"]): Assignment => ({
-  version: 1,
-  id,
-  backend: "pod",
-  workload: `spiffe://example.org/runner/pod/${id}`,
-  labels,
-  createdAt: "2026-11-30T10:00:00Z",
-});
 
 describe("handoff in workerd", () => {
   it("takes an assignment from POST to acked, then completes it, with no token in any log line", async () => {
