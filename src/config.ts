@@ -1,6 +1,7 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { z } from "zod";
+import { routesSchema, type Route } from "./gitea/routes.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -53,6 +54,20 @@ const envSchema = z.object({
   VM_BACKEND_URL: httpUrl.optional(),
   VM_BACKEND_TOKEN: optionalString,
   BACKEND_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
+  GITEA_URL: httpUrl.optional(),
+  GITEA_WEBHOOK_SECRET: optionalString,
+  GITEA_RUNNER_REGISTRATION_TOKEN: optionalString,
+  GITEA_API_TOKEN: optionalString,
+  GITEA_SCOPE: z
+    .string()
+    .regex(/^(admin|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name>" })
+    .default("admin"),
+  RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
+  RUNS_ON_ROUTES: z.string().optional(),
+  RUNNER_IDENTITY_KEY: optionalString,
+  WEBHOOK_MAX_BYTES: intFrom(1_024, 25 * 1024 * 1024).default(1024 * 1024),
+  GITEA_JOB_PAGES: intFrom(0, 100).default(5),
+  CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
 });
 
 export type NatsAuth =
@@ -88,6 +103,25 @@ export interface Config {
   dispatchToken: string;
   claimSigningKey: string;
   backendTimeoutMs: number;
+  /** Gitea integration; undefined when GITEA_URL is unset. */
+  gitea: GiteaConfig | undefined;
+}
+
+export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
+
+export interface GiteaConfig {
+  url: string;
+  webhookSecret: string;
+  registrationToken: string | undefined;
+  apiToken: string | undefined;
+  scope: GiteaScope;
+  runnerNamePrefix: string;
+  routes: Route[];
+  /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
+  identityKey: Uint8Array;
+  webhookMaxBytes: number;
+  jobPages: number;
+  cleanupGraceMs: number;
 }
 
 export class ConfigError extends Error {
@@ -154,6 +188,12 @@ export function loadConfig(env: Record<string, unknown>): Config {
     const token = backend === "pod" ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN;
     backends.push({ backend, capacity, batchSize: e.BATCH_SIZE ?? capacity, url, token });
   }
+  const gitea = e.GITEA_URL ? parseGitea(e, e.GITEA_URL, problems) : undefined;
+  if (gitea) {
+    for (const b of new Set(gitea.routes.map((r) => r.backend))) {
+      if (!backends.some((c) => c.backend === b)) problems.push(`RUNS_ON_ROUTES routes jobs to backend ${b}, which is disabled (CAPACITY_${b.toUpperCase()}=0)`);
+    }
+  }
   if (problems.length) throw new ConfigError(problems);
   return {
     natsServers: e.NATS_URL,
@@ -172,6 +212,52 @@ export function loadConfig(env: Record<string, unknown>): Config {
     dispatchToken: e.DISPATCH_TOKEN,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
+    gitea,
+  };
+}
+
+function parseGitea(e: z.infer<typeof envSchema>, url: string, problems: string[]): GiteaConfig | undefined {
+  const before = problems.length;
+  if (!e.GITEA_WEBHOOK_SECRET) problems.push("GITEA_WEBHOOK_SECRET is required with GITEA_URL (a secret: wrangler secret put)");
+  if (!e.GITEA_RUNNER_REGISTRATION_TOKEN && !e.GITEA_API_TOKEN) problems.push("GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN is required with GITEA_URL");
+  let identityKey: Uint8Array | undefined;
+  try {
+    identityKey = e.RUNNER_IDENTITY_KEY ? Uint8Array.from(atob(e.RUNNER_IDENTITY_KEY), (c) => c.charCodeAt(0)) : undefined;
+  } catch {
+    identityKey = undefined;
+  }
+  if (identityKey?.length !== 32) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
+  let routes: Route[] = [];
+  if (!e.RUNS_ON_ROUTES) problems.push("RUNS_ON_ROUTES is required with GITEA_URL");
+  else {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(e.RUNS_ON_ROUTES);
+    } catch {
+      problems.push("RUNS_ON_ROUTES must be JSON");
+    }
+    if (raw !== undefined) {
+      const parsed = routesSchema.safeParse(raw);
+      if (parsed.success) routes = parsed.data;
+      else for (const i of parsed.error.issues) problems.push(`RUNS_ON_ROUTES${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
+    }
+  }
+  if (problems.length > before || !identityKey) return undefined;
+  const [kind, rest = ""] = e.GITEA_SCOPE.split(/:(.*)/s);
+  const scope: GiteaScope =
+    kind === "org" ? { kind: "org", org: rest } : kind === "repo" ? { kind: "repo", owner: rest.split("/")[0]!, repo: rest.split("/")[1]! } : { kind: "admin" };
+  return {
+    url,
+    webhookSecret: e.GITEA_WEBHOOK_SECRET!,
+    registrationToken: e.GITEA_RUNNER_REGISTRATION_TOKEN,
+    apiToken: e.GITEA_API_TOKEN,
+    scope,
+    runnerNamePrefix: e.RUNNER_NAME_PREFIX,
+    routes,
+    identityKey,
+    webhookMaxBytes: e.WEBHOOK_MAX_BYTES,
+    jobPages: e.GITEA_JOB_PAGES,
+    cleanupGraceMs: e.CLEANUP_GRACE_MS,
   };
 }
 

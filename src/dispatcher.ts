@@ -8,6 +8,9 @@ import { claimToken } from "./crypto.ts";
 import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
 import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
 import { withNats, type NatsHandle } from "./nats/connection.ts";
+import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
+import { ensureRunnerIdentity } from "./gitea/identity.ts";
+import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter } from "./reconcile/limit.ts";
 import type { ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
@@ -24,6 +27,7 @@ export interface DispatcherDeps {
   now?: () => number;
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
+  gitea?: GiteaClient;
 }
 
 export interface State {
@@ -38,10 +42,14 @@ export interface Dispatcher {
   runnersFor(backend: Backend): RunnerBackend;
   /** Opens a connection for `fn` and drains it afterwards. */
   withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
-  runnerRequest(assignment: Assignment): Promise<RunnerRequest>;
+  runnerRequest(assignment: Assignment, records: RecordStore): Promise<RunnerRequest | "busy">;
+  /** The Gitea client, when the integration is configured. */
+  gitea: GiteaClient | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
   reconcile(trigger: string, budgetMs: number, only?: Backend[]): Promise<BatchSummary[]>;
+  /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */
+  tick(trigger: string): Promise<BatchSummary[]>;
 }
 
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
@@ -49,6 +57,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const sink = deps.sink ?? consoleSink;
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
+  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, config.backendTimeoutMs)) : undefined;
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createHttpBackend({ url: b.url, token: b.token }));
 
@@ -71,11 +80,24 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       return r;
     },
     withState: (fn) => withNats(config, async (handle) => fn(await openState(handle), handle)),
-    async runnerRequest(assignment) {
+    gitea,
+    async runnerRequest(assignment, records) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
-      return { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
+      const request: RunnerRequest = { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
+      if (!config.gitea || !gitea) return request;
+      const identity = await ensureRunnerIdentity(config.gitea, records, gitea, assignment, assignment.labels, now);
+      return identity.kind === "busy" ? "busy" : { ...request, runner: identity.file };
     },
     callBackend: (fn) => limit(() => fn(AbortSignal.timeout(config.backendTimeoutMs))),
+    async tick(trigger) {
+      const started = now();
+      if (config.gitea) {
+        await dispatcher
+          .withState((state) => sweepGitea(dispatcher, state.records))
+          .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
+      }
+      return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)));
+    },
     reconcile(trigger, budgetMs, only) {
       const deadline = now() + budgetMs;
       const targets = config.backends.filter((b) => !only || only.includes(b.backend));
@@ -113,7 +135,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     records: state.records,
     admission,
     runners: d.runnersFor(backend),
-    runnerRequest: d.runnerRequest,
+    runnerRequest: (a) => d.runnerRequest(a, state.records),
     callBackend: d.callBackend,
     sink: d.sink,
     now: d.now,

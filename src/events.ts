@@ -21,6 +21,11 @@ export const EVENT_NAMES = [
   "completed",
   "teardown_failed",
   "already_done",
+  "cancelled",
+  "no_route",
+  "recovered",
+  "runner_deleted",
+  "gitea_sweep_disabled",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -11,6 +11,6 @@ export default {
   fetch: app.fetch,
   async scheduled(controller, env, _ctx) {
     const d = dispatcherOf(env);
-    await d.reconcile(`cron ${controller.cron}`, d.config.reconcileBudgetMs);
+    await d.tick(`cron ${controller.cron}`);
   },
 } satisfies ExportedHandler<Record<string, unknown>>;

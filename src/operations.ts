@@ -58,6 +58,8 @@ export interface AssignmentView {
   completedAt: string | null;
   terminatedAt: string | null;
   reason: string | null;
+  /** Id of the Gitea runner registered for it, if any. */
+  giteaRunnerId: number | null;
 }
 
 export function viewOf(r: AssignmentRecord): AssignmentView {
@@ -73,6 +75,7 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
     completedAt: r.completedAt ?? null,
     terminatedAt: r.terminatedAt ?? null,
     reason: r.reason ?? null,
+    giteaRunnerId: r.runner?.id ?? null,
   };
 }
 
@@ -89,13 +92,19 @@ export async function getAssignment(d: Dispatcher, id: string): Promise<Assignme
 }
 
 const CLAIMABLE = new Set<AssignmentState>(["backend_pending", "backend_ready"]);
+const TERMINAL = new Set<AssignmentState>(["completed", "terminated"]);
+
+/** A runner can claim once one was asked for, or registered for it in Gitea, and until it ends. */
+export function canClaim(r: AssignmentRecord): boolean {
+  return CLAIMABLE.has(r.state) || (r.runner !== undefined && !TERMINAL.has(r.state) && r.state !== "claimed");
+}
 
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
 export async function claimAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   const record = await d.withState((state) =>
-    state.records.update(id, (r) => ((changed = CLAIMABLE.has(r.state)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+    state.records.update(id, (r) => ((changed = canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
   );
   if (!record) throw new HttpError(404, `no assignment ${id}`);
   if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
@@ -103,12 +112,16 @@ export async function claimAssignment(d: Dispatcher, id: string): Promise<Assign
   return viewOf(record);
 }
 
-/** The runner finished: the assignment completes and its admission slot is released. Idempotent. */
-export async function completeAssignmentRun(d: Dispatcher, id: string): Promise<AssignmentView> {
+/**
+ * The runner finished: the assignment completes and its admission slot is released. Idempotent.
+ * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
+ */
+export async function completeAssignmentRun(d: Dispatcher, id: string, opts: { unclaimed?: boolean } = {}): Promise<AssignmentView> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
+  const completable = (r: AssignmentRecord) => r.state === "claimed" || (opts.unclaimed === true && canClaim(r));
   const record = await d.withState(async (state) => {
-    const r = await state.records.update(id, (r) => ((changed = r.state === "claimed") ? { ...r, state: "completed", completedAt: at } : undefined));
+    const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.
     if (r?.state === "completed") await state.admission.release(r.backend, id);
     return r;
@@ -117,4 +130,33 @@ export async function completeAssignmentRun(d: Dispatcher, id: string): Promise<
   if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
   return viewOf(record);
+}
+
+/**
+ * The job went away before a runner took it: the assignment is terminated (its message is termed
+ * at its next delivery) and its slot released. Returns the record when this call terminated it.
+ */
+export async function cancelAssignment(d: Dispatcher, id: string, reason: string): Promise<AssignmentRecord | null> {
+  const at = new Date(d.now()).toISOString();
+  let changed = false;
+  const record = await d.withState(async (state) => {
+    const r = await state.records.update(id, (r) =>
+      (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
+    );
+    if (r && changed) await state.admission.release(r.backend, id);
+    return r;
+  });
+  if (!record || !changed) return null;
+  d.sink.event({ event: "cancelled", assignment: id, backend: record.backend, reason });
+  return record;
+}
+
+/** Tears down the runner of a finished assignment: at the backend, and in Gitea when registered. */
+export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunnerId: number | undefined): Promise<void> {
+  const work: Promise<unknown>[] = [d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal))];
+  if (giteaRunnerId !== undefined && d.gitea) work.push(d.gitea.deleteRunner(giteaRunnerId));
+  const results = await Promise.allSettled(work);
+  for (const r of results) {
+    if (r.status === "rejected") d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (r.reason as Error).message });
+  }
 }

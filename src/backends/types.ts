@@ -1,4 +1,5 @@
 import type { Assignment } from "../assignment.ts";
+import type { RunnerFile } from "../gitea/identity.ts";
 
 export type RunnerStatus = "ready" | "pending";
 
@@ -8,6 +9,8 @@ export interface RunnerRequest {
   claimToken: string;
   claimUrl: string;
   completeUrl: string;
+  /** The runner's identity (act_runner's `.runner` file) when Gitea integration is on. */
+  runner?: RunnerFile;
 }
 
 /**

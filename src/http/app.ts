@@ -6,9 +6,11 @@ import type { Dispatcher } from "../dispatcher.ts";
 import { inspect } from "../layout.ts";
 import type { Backend } from "../names.ts";
 import { withNats } from "../nats/connection.ts";
-import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment } from "../operations.ts";
+import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
 import { requireClaimToken, requireDispatchToken } from "./auth.ts";
-import { readJsonBody } from "./body.ts";
+import { readJsonBody, readLimited } from "./body.ts";
+import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
+import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { HttpError } from "./errors.ts";
 
 /** A publish or a claim reconciles its backend at once, within this budget, after responding. */
@@ -68,8 +70,29 @@ export function createApp(deps: AppDeps) {
     const id = parseId(c.req.param("id"));
     await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
     const view = await completeAssignmentRun(d, id);
-    inBackground(c, d, d.callBackend((signal) => d.runnersFor(view.backend).teardown(id, signal)), "teardown after complete");
+    inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
     return c.json(view);
+  });
+
+  app.post("/v1/gitea/webhook", async (c) => {
+    const d = c.var.d;
+    const gitea = d.config.gitea;
+    if (!gitea) throw new HttpError(404, "Gitea integration is not configured (GITEA_URL)");
+    const raw = await readLimited(c.req.raw, gitea.webhookMaxBytes);
+    // Nothing is parsed, logged or published before the signature holds.
+    if (!(await verifyGiteaSignature(c.req.raw.headers, raw, gitea.webhookSecret))) throw new HttpError(401, "missing or invalid X-Gitea-Signature");
+    const event = c.req.header("x-gitea-event-type") ?? c.req.header("x-gitea-event") ?? "";
+    if (event !== "workflow_job") return c.json({ ignored: `event ${event || "(none)"}` }, event === "ping" ? 200 : 202);
+    let value: unknown;
+    try {
+      value = JSON.parse(new TextDecoder().decode(raw));
+    } catch {
+      throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
+    }
+    const outcome = await handleWorkflowJob(d, parseWorkflowJob(value));
+    if (outcome.reconcile) reconcileSoon(c, d, "webhook", outcome.reconcile);
+    if (outcome.background) inBackground(c, d, outcome.background, "runner teardown");
+    return c.json(outcome.body, outcome.status);
   });
 
   app.notFound((c) => c.json({ error: "not found" }, 404));

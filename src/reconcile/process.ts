@@ -16,8 +16,11 @@ export interface ProcessDeps {
   records: RecordStore;
   admission: Admission;
   runners: RunnerBackend;
-  /** Builds what the backend receives for an assignment (claim token and URLs). */
-  runnerRequest(assignment: Assignment): Promise<RunnerRequest>;
+  /**
+   * Builds what the backend receives for an assignment (claim token, URLs, runner identity);
+   * "busy" while another invocation registers its runner.
+   */
+  runnerRequest(assignment: Assignment): Promise<RunnerRequest | "busy">;
   /** Runs a backend call within the invocation's connection limit and timeout. */
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   sink: EventSink;
@@ -53,9 +56,9 @@ export async function processMessage(deps: ProcessDeps, msg: DeliveredMessage, b
         if (facts.admitted) emit(deps, "capacity_acquired", id());
         break;
       case "call_backend": {
-        const request = await deps.runnerRequest(assignment!);
         try {
-          facts.backend = await deps.callBackend((signal) => deps.runners.accept(request, signal));
+          const request = await deps.runnerRequest(assignment!);
+          facts.backend = request === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(request, signal));
         } catch (err) {
           facts.backend = "error";
           deps.sink.error("backend accept failed", { assignment: id(), backend: deps.backend, reason: (err as Error).message });

@@ -19,6 +19,18 @@ export interface AssignmentRecord {
   completedAt?: string;
   terminatedAt?: string;
   reason?: string;
+  /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
+  runner?: RunnerRef;
+  /** Set while a registration is under way, so that a parallel delivery does not register twice. */
+  registeringAt?: string;
+}
+
+export interface RunnerRef {
+  id: number;
+  name: string;
+  registeredAt: string;
+  /** base64(iv ‖ ciphertext) of the `.runner` JSON, bound to the assignment id. */
+  sealed: string;
 }
 
 export type OfferResult = { result: "new" | "same"; record: AssignmentRecord } | { result: "conflict"; record: AssignmentRecord };

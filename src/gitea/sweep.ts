@@ -1,0 +1,101 @@
+// The cron side of the Gitea integration. Gitea sends each webhook once and never retries, so
+// every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
+// registered that no assignment needs any more, in Gitea and at the backend.
+import type { Dispatcher } from "../dispatcher.ts";
+import type { AssignmentRecord, RecordStore } from "../state/records.ts";
+import { releaseRunner } from "../operations.ts";
+import { GiteaFeatureMissing } from "./client.ts";
+import { assignmentOfRunner } from "./identity.ts";
+import { jobAssignmentId, publishJob } from "./webhook.ts";
+
+const PAGE_LIMIT = 50;
+
+export type CleanupVerdict = "keep" | "delete" | "delete_and_forget";
+
+/** What to do with a runner named after one of our assignments. Pure. */
+export function cleanupVerdict(
+  record: AssignmentRecord | null,
+  runnerId: number,
+  now: number,
+  limits: { claimTimeoutMs: number; graceMs: number },
+): CleanupVerdict {
+  if (!record) return "delete";
+  if (record.state === "completed" || record.state === "terminated") return "delete";
+  if (!record.runner || record.runner.id !== runnerId) return "delete"; // a second registration, or one we never stored
+  if (record.state === "claimed") return "keep";
+  const since = Date.parse(record.runner.registeredAt);
+  return now - since > limits.claimTimeoutMs + limits.graceMs ? "delete_and_forget" : "keep";
+}
+
+export interface SweepSummary {
+  recovered: number;
+  runnersDeleted: number;
+  disabled: boolean;
+}
+
+export async function sweepGitea(d: Dispatcher, records: RecordStore): Promise<SweepSummary> {
+  const summary: SweepSummary = { recovered: 0, runnersDeleted: 0, disabled: false };
+  const gitea = d.config.gitea;
+  if (!gitea || !d.gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
+  try {
+    await recoverJobs(d, records, summary);
+    await cleanRunners(d, records, summary);
+  } catch (err) {
+    if (!(err instanceof GiteaFeatureMissing)) throw err;
+    summary.disabled = true;
+    d.sink.event({ event: "gitea_sweep_disabled", assignment: "-", backend: undefined, reason: err.message });
+  }
+  return summary;
+}
+
+async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSummary) {
+  for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
+    const { jobs } = await d.gitea!.listQueuedJobs(page, PAGE_LIMIT);
+    for (const job of jobs) {
+      if (job.status !== "queued") continue;
+      if (await records.get(jobAssignmentId(job.id, job.run_attempt))) continue;
+      const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
+      if (published) {
+        summary.recovered++;
+        d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
+      }
+    }
+    if (jobs.length < PAGE_LIMIT) break;
+  }
+}
+
+async function cleanRunners(d: Dispatcher, records: RecordStore, summary: SweepSummary) {
+  const gitea = d.config.gitea!;
+  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: gitea.cleanupGraceMs };
+  for (let page = 1; page <= gitea.jobPages; page++) {
+    const { runners } = await d.gitea!.listRunners(page, PAGE_LIMIT);
+    for (const runner of runners) {
+      const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
+      if (!id) continue;
+      const record = await records.get(id);
+      const verdict = cleanupVerdict(record, runner.id, d.now(), limits);
+      if (verdict === "keep") continue;
+      if (verdict === "delete_and_forget") {
+        // Forget the identity first, so the next delivery registers afresh instead of reusing it.
+        await records.update(id, (r) => {
+          if (r.runner?.id !== runner.id) return undefined;
+          const { runner: _gone, readyAt: _stale, ...rest } = r;
+          return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
+        });
+      }
+      if (record && verdict === "delete_and_forget") await releaseRunner(d, id, record.backend, runner.id);
+      else await d.gitea!.deleteRunner(runner.id);
+      summary.runnersDeleted++;
+      d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
+    }
+    if (runners.length < PAGE_LIMIT) break;
+  }
+}
+
+/** "owner/name" from a job's API or HTML URL. */
+export function repositoryOf(url: string): string {
+  const api = /\/repos\/([^/]+)\/([^/]+)\/actions\//.exec(url);
+  if (api) return `${api[1]}/${api[2]}`;
+  const html = /^https?:\/\/[^/]+(?:\/.*)?\/([^/]+)\/([^/]+)\/actions\/runs\//.exec(url);
+  return html ? `${html[1]}/${html[2]}` : "unknown/unknown";
+}

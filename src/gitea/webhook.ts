@@ -1,0 +1,114 @@
+// Gitea `workflow_job` deliveries, after the signature was checked on the raw bytes.
+import { z } from "zod";
+import type { Dispatcher } from "../dispatcher.ts";
+import type { Backend } from "../names.ts";
+import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, type Published } from "../operations.ts";
+import { HttpError } from "../http/errors.ts";
+import { toFieldIssues } from "../assignment.ts";
+import { assignmentOfRunner } from "./identity.ts";
+import { matchRoute } from "./routes.ts";
+
+const id = z.number().int().nonnegative();
+export const workflowJobPayload = z.looseObject({
+  action: z.string(),
+  workflow_job: z.looseObject({
+    id,
+    run_id: id,
+    run_attempt: z.number().int().positive().optional(),
+    name: z.string().optional(),
+    labels: z.array(z.string()).nullish(),
+    status: z.string().optional(),
+    conclusion: z.string().nullish(),
+    runner_id: z.number().int().nullish(),
+    runner_name: z.string().nullish(),
+    // Go zero times ("0001-01-01T00:00:00Z") arrive as strings like any other.
+    created_at: z.string().optional(),
+  }),
+  repository: z.looseObject({ full_name: z.string().min(1) }),
+  organization: z.looseObject({}).nullish(),
+});
+export type WorkflowJobPayload = z.infer<typeof workflowJobPayload>;
+
+export interface WebhookOutcome {
+  status: 200 | 202;
+  body: Record<string, unknown>;
+  /** A backend to reconcile right after answering. */
+  reconcile?: Backend;
+  /** Work to finish after answering (teardown). */
+  background?: Promise<unknown>;
+}
+
+export function jobAssignmentId(jobId: number, attempt: number | undefined): string {
+  return `gitea-${jobId}-${attempt ?? 1}`;
+}
+
+export function parseWorkflowJob(value: unknown): WorkflowJobPayload {
+  const parsed = workflowJobPayload.safeParse(value);
+  if (!parsed.success) throw new HttpError(400, "invalid workflow_job payload", toFieldIssues(parsed.error));
+  return parsed.data;
+}
+
+/** Publishes the assignment of a queued job; undefined when no route matches it. */
+export async function publishJob(
+  d: Dispatcher,
+  job: { id: number; run_id: number; run_attempt?: number; name?: string; labels?: string[] | null; created_at?: string },
+  repository: string,
+): Promise<Published | undefined> {
+  const gitea = d.config.gitea!;
+  const runsOn = job.labels ?? [];
+  const assignmentId = jobAssignmentId(job.id, job.run_attempt);
+  const route = matchRoute(gitea.routes, runsOn);
+  if (!route) {
+    d.sink.event({ event: "no_route", assignment: assignmentId, backend: undefined });
+    return undefined;
+  }
+  const created = job.created_at && !job.created_at.startsWith("0001-") ? job.created_at : undefined;
+  return publishAssignment(d, {
+    version: 1,
+    id: assignmentId,
+    backend: route.backend,
+    labels: route.labels,
+    job: { id: job.id, runId: job.run_id, attempt: job.run_attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
+    ...(created ? { createdAt: created } : {}),
+  });
+}
+
+export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload): Promise<WebhookOutcome> {
+  const gitea = d.config.gitea!;
+  const job = payload.workflow_job;
+  const ours = assignmentOfRunner(gitea.runnerNamePrefix, job.runner_name ?? undefined);
+  switch (payload.action) {
+    case "queued": {
+      const published = await publishJob(d, job, payload.repository.full_name);
+      if (!published) return { status: 202, body: { ignored: "no_route" } };
+      return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend };
+    }
+    case "in_progress": {
+      if (!ours) return { status: 200, body: { ignored: "runner is not ours" } };
+      // Counted by runner: an ephemeral runner may have taken another matching job than its own.
+      const view = await claimAssignment(d, ours).catch(ignoreRefusal);
+      if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be claimed` } };
+      return { status: 200, body: { claimed: ours }, reconcile: view.backend };
+    }
+    case "completed": {
+      if (ours) {
+        const view = await completeAssignmentRun(d, ours, { unclaimed: true }).catch(ignoreRefusal);
+        if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be completed` } };
+        return { status: 200, body: { completed: ours }, background: releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined) };
+      }
+      // No runner took it: cancelled or skipped before pickup. Its own assignment goes.
+      const own = jobAssignmentId(job.id, job.run_attempt);
+      const record = await cancelAssignment(d, own, "cancelled");
+      if (!record) return { status: 200, body: { ignored: `nothing to cancel for ${own}` } };
+      return { status: 200, body: { cancelled: own }, background: releaseRunner(d, own, record.backend, record.runner?.id) };
+    }
+    default:
+      // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.
+      return { status: 202, body: { ignored: `action ${payload.action}` } };
+  }
+}
+
+function ignoreRefusal(err: unknown): undefined {
+  if (err instanceof HttpError && (err.status === 404 || err.status === 409)) return undefined;
+  throw err;
+}
