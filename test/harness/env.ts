@@ -6,6 +6,9 @@ import { provision } from "../../src/layout.ts";
 import { withNats } from "../../src/nats/connection.ts";
 
 export const TEST_SECRETS = {
+  WEBHOOK_SECRET: "gitea-webhook-secret-for-tests",
+  // base64 of 32 bytes 0x01..0x20
+  RUNNER_IDENTITY_KEY: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
   DISPATCH_TOKEN: "dispatch-token-for-tests-0001",
   CLAIM_SIGNING_KEY: "claim-signing-key-for-tests-0123456789",
   BACKEND_TOKEN: "backend-token",
@@ -44,4 +47,22 @@ export async function provisionEnv(env: Record<string, string>): Promise<Config>
 /** A valid pod assignment in the test trust domain. */
 export function assignment(id: string, labels = ["ubuntu-latest"]): Assignment {
   return { version: 1, id, backend: "pod", workload: `spiffe://example.org/runner/pod/${id}`, labels, createdAt: "2026-11-30T10:00:00Z" };
+}
+
+export const TEST_ROUTES = [
+  { backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm", "ubuntu-22.04:docker://node:20-bookworm"] },
+];
+
+/** Worker variables with the Gitea integration on, against the shared fake Gitea. */
+export function giteaTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: string, overrides: Record<string, unknown> = {}): Record<string, string> {
+  const env = testEnv(natsWsUrl, backendUrl, overrides);
+  return {
+    GITEA_URL: `${giteaUrl}/${env.ASSIGNMENT_STREAM}`,
+    GITEA_WEBHOOK_SECRET: TEST_SECRETS.WEBHOOK_SECRET,
+    GITEA_API_TOKEN: "gitea-api-token-0000",
+    RUNNER_IDENTITY_KEY: TEST_SECRETS.RUNNER_IDENTITY_KEY,
+    RUNS_ON_ROUTES: JSON.stringify(TEST_ROUTES),
+    ...env,
+    ...Object.fromEntries(Object.entries(overrides).map(([k, v]) => [k, String(v)])),
+  };
 }

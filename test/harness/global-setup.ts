@@ -1,13 +1,15 @@
-// Starts one nats-server and one fake runner backend for the whole run; every test isolates itself with unique stream,
+// Starts one nats-server and one fake runner backend and one fake Gitea for the whole run; every test isolates itself with unique stream,
 // bucket and consumer names, so files can run in parallel against it.
 import type { TestProject } from "vitest/node";
 import { startNatsServer } from "../../scripts/nats-server.mjs";
 import { startFakeBackend } from "../../scripts/fake-backend.mjs";
+import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 
 declare module "vitest" {
   export interface ProvidedContext {
     natsWsUrl: string;
     backendUrl: string;
+    giteaUrl: string;
   }
 }
 
@@ -15,8 +17,11 @@ export default async function setup(project: TestProject) {
   const server = await startNatsServer();
   const backend = await startFakeBackend();
   project.provide("natsWsUrl", server.wsUrl);
+  const gitea = await startFakeGitea();
   project.provide("backendUrl", backend.url);
+  project.provide("giteaUrl", gitea.url);
   return async () => {
+    await gitea.close();
     await backend.close();
     await server.stop();
   };

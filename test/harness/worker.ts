@@ -73,3 +73,20 @@ export function backendControl(env: Record<string, string>) {
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function giteaControl(env: Record<string, string>) {
+  const base = `${env.GITEA_URL}/_control`;
+  const post = async (what: string, body: unknown) => (await fetch(`${base}/${what}`, { method: "POST", body: JSON.stringify(body) })).json();
+  return {
+    jobs: (jobs: unknown[]) => post("jobs", jobs),
+    version: (version: string) => post("version", { version }),
+    runners: (runners: { id: number; name: string }[]) => post("runners", runners),
+    async state(): Promise<{
+      runners: { id: number; name: string; token: string; uuid: string; labels: string[]; ephemeral: boolean }[];
+      registrations: number;
+      requests: { method: string; path: string; search: string; headers: Record<string, string>; body: string }[];
+    }> {
+      return (await fetch(`${base}/state`)).json();
+    },
+  };
+}

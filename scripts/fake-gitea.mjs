@@ -1,0 +1,108 @@
+// A Gitea that follows the contract the dispatcher relies on, for tests and `npm start`: the runner
+// Register RPC (Connect JSON), registration tokens, the jobs and runners lists (Gitea 1.25+),
+// runner deletion, `Authorization: token …` on the REST API and Gitea's 401/404 bodies.
+// Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
+import { createServer } from "node:http";
+import { randomUUID, randomBytes } from "node:crypto";
+
+export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
+
+function newInstance() {
+  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
+}
+
+export async function startFakeGitea() {
+  const instances = new Map();
+  const instance = (ns) => {
+    if (!instances.has(ns)) instances.set(ns, newInstance());
+    return instances.get(ns);
+  };
+  const server = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const text = Buffer.concat(chunks).toString("utf8");
+    const url = new URL(req.url, "http://x");
+    const [, ns, ...rest] = url.pathname.split("/");
+    const path = `/${rest.join("/")}`;
+    const g = instance(ns);
+    const send = (status, body) => {
+      res.writeHead(status, { "content-type": "application/json;charset=utf-8" });
+      res.end(body === undefined ? "" : JSON.stringify(body));
+    };
+    const notFound = () => send(404, { errors: null, message: "not found", url: `http://gitea.example.com/api/swagger` });
+    if (path.startsWith("/_control/")) return control(g, path.slice(10), req.method, text, send);
+    g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text });
+
+    if (path === "/api/actions/runner.v1.RunnerService/Register" && req.method === "POST") {
+      if (!/^application\/json/.test(req.headers["content-type"] ?? "")) return send(415, { code: "invalid_argument", message: "unsupported content type" });
+      let msg;
+      try {
+        msg = JSON.parse(text);
+      } catch {
+        return send(400, { code: "invalid_argument", message: "invalid JSON" });
+      }
+      if (!msg.token || !msg.name) return send(400, { code: "invalid_argument", message: "missing runner token, name" });
+      if (msg.token !== g.registrationToken) return send(404, { code: "not_found", message: "runner registration token not found" });
+      const runner = { id: g.nextRunnerId++, uuid: randomUUID(), token: randomBytes(20).toString("hex"), name: msg.name, version: msg.version ?? "", labels: msg.labels ?? [], ephemeral: msg.ephemeral === true };
+      g.runners.set(runner.id, runner);
+      g.registrations++;
+      // protojson renders int64 as a string.
+      return send(200, { runner: { ...runner, id: String(runner.id) } });
+    }
+
+    if (!path.startsWith("/api/v1/")) return notFound();
+    if (req.headers.authorization !== `token ${g.apiToken}`) return send(401, { message: "token is required", url: "http://gitea.example.com/api/swagger" });
+    const scope = /^\/api\/v1\/(admin|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/(.*)$/.exec(path);
+    if (!scope) return notFound();
+    const [, , tail] = scope;
+    if (tail === "runners/registration-token" && req.method === "POST") return send(200, { token: g.registrationToken });
+    const modern = g.version >= "1.25";
+    if (tail === "jobs" && req.method === "GET") {
+      if (!modern) return notFound();
+      const status = url.searchParams.get("status");
+      const page = Number(url.searchParams.get("page") ?? 1);
+      const limit = Number(url.searchParams.get("limit") ?? 30);
+      const all = g.jobs.filter((j) => !status || j.status === status);
+      return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit) });
+    }
+    if (tail === "runners" && req.method === "GET") {
+      if (!modern) return notFound();
+      const page = Number(url.searchParams.get("page") ?? 1);
+      const limit = Number(url.searchParams.get("limit") ?? 30);
+      const all = [...g.runners.values()].map((r) => ({ id: r.id, name: r.name, status: "idle", busy: false, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) }));
+      return send(200, { total_count: all.length, runners: all.slice((page - 1) * limit, page * limit) });
+    }
+    const del = /^runners\/(\d+)$/.exec(tail);
+    if (del && req.method === "DELETE") {
+      if (!g.runners.delete(Number(del[1]))) return notFound();
+      res.writeHead(204);
+      return res.end();
+    }
+    return notFound();
+  });
+  function control(g, what, method, text, send) {
+    if (what === "jobs" && method === "POST") {
+      g.jobs = JSON.parse(text);
+      return send(200, { jobs: g.jobs.length });
+    }
+    if (what === "version" && method === "POST") {
+      g.version = JSON.parse(text).version;
+      return send(200, { version: g.version });
+    }
+    if (what === "runners" && method === "POST") {
+      for (const r of JSON.parse(text)) g.runners.set(r.id, { uuid: randomUUID(), token: "t", version: "", labels: [], ephemeral: true, ...r });
+      return send(200, {});
+    }
+    if (what === "state") return send(200, { runners: [...g.runners.values()], registrations: g.registrations, requests: g.requests, version: g.version });
+    return send(404, { error: "unknown control" });
+  }
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections?.();
+        server.close(() => r());
+      }),
+  };
+}
