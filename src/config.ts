@@ -1,7 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { z } from "zod";
-import { routesSchema, type Route } from "./gitea/routes.ts";
+import { parseGiteaSecrets, parseScope } from "./gitea/config.ts";
+import type { Route } from "./gitea/routes.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -170,9 +171,11 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
 
 /** Parses the environment; throws ConfigError listing every problem. */
 export function loadConfig(env: Record<string, unknown>): Config {
-  const parsed = envSchema.safeParse(blankToUndefined(env));
+  const raw = blankToUndefined(env);
+  const parsed = envSchema.safeParse(raw);
   const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
   const auth = parseAuth(env, problems);
+  const giteaParts = raw.GITEA_URL ? parseGiteaSecrets(raw, problems) : undefined;
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const backends: BackendConfig[] = [];
@@ -188,7 +191,18 @@ export function loadConfig(env: Record<string, unknown>): Config {
     const token = backend === "pod" ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN;
     backends.push({ backend, capacity, batchSize: e.BATCH_SIZE ?? capacity, url, token });
   }
-  const gitea = e.GITEA_URL ? parseGitea(e, e.GITEA_URL, problems) : undefined;
+  const gitea =
+    e.GITEA_URL && giteaParts
+      ? {
+          ...giteaParts,
+          url: e.GITEA_URL,
+          scope: parseScope(e.GITEA_SCOPE),
+          runnerNamePrefix: e.RUNNER_NAME_PREFIX,
+          webhookMaxBytes: e.WEBHOOK_MAX_BYTES,
+          jobPages: e.GITEA_JOB_PAGES,
+          cleanupGraceMs: e.CLEANUP_GRACE_MS,
+        }
+      : undefined;
   if (gitea) {
     for (const b of new Set(gitea.routes.map((r) => r.backend))) {
       if (!backends.some((c) => c.backend === b)) problems.push(`RUNS_ON_ROUTES routes jobs to backend ${b}, which is disabled (CAPACITY_${b.toUpperCase()}=0)`);
@@ -213,51 +227,6 @@ export function loadConfig(env: Record<string, unknown>): Config {
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     gitea,
-  };
-}
-
-function parseGitea(e: z.infer<typeof envSchema>, url: string, problems: string[]): GiteaConfig | undefined {
-  const before = problems.length;
-  if (!e.GITEA_WEBHOOK_SECRET) problems.push("GITEA_WEBHOOK_SECRET is required with GITEA_URL (a secret: wrangler secret put)");
-  if (!e.GITEA_RUNNER_REGISTRATION_TOKEN && !e.GITEA_API_TOKEN) problems.push("GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN is required with GITEA_URL");
-  let identityKey: Uint8Array | undefined;
-  try {
-    identityKey = e.RUNNER_IDENTITY_KEY ? Uint8Array.from(atob(e.RUNNER_IDENTITY_KEY), (c) => c.charCodeAt(0)) : undefined;
-  } catch {
-    identityKey = undefined;
-  }
-  if (identityKey?.length !== 32) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
-  let routes: Route[] = [];
-  if (!e.RUNS_ON_ROUTES) problems.push("RUNS_ON_ROUTES is required with GITEA_URL");
-  else {
-    let raw: unknown;
-    try {
-      raw = JSON.parse(e.RUNS_ON_ROUTES);
-    } catch {
-      problems.push("RUNS_ON_ROUTES must be JSON");
-    }
-    if (raw !== undefined) {
-      const parsed = routesSchema.safeParse(raw);
-      if (parsed.success) routes = parsed.data;
-      else for (const i of parsed.error.issues) problems.push(`RUNS_ON_ROUTES${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
-    }
-  }
-  if (problems.length > before || !identityKey) return undefined;
-  const [kind, rest = ""] = e.GITEA_SCOPE.split(/:(.*)/s);
-  const scope: GiteaScope =
-    kind === "org" ? { kind: "org", org: rest } : kind === "repo" ? { kind: "repo", owner: rest.split("/")[0]!, repo: rest.split("/")[1]! } : { kind: "admin" };
-  return {
-    url,
-    webhookSecret: e.GITEA_WEBHOOK_SECRET!,
-    registrationToken: e.GITEA_RUNNER_REGISTRATION_TOKEN,
-    apiToken: e.GITEA_API_TOKEN,
-    scope,
-    runnerNamePrefix: e.RUNNER_NAME_PREFIX,
-    routes,
-    identityKey,
-    webhookMaxBytes: e.WEBHOOK_MAX_BYTES,
-    jobPages: e.GITEA_JOB_PAGES,
-    cleanupGraceMs: e.CLEANUP_GRACE_MS,
   };
 }
 

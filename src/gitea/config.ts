@@ -1,0 +1,61 @@
+// The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
+// that its problems are reported together with every other one.
+import type { GiteaConfig, GiteaScope } from "../config.ts";
+import { routesSchema, type Route } from "./routes.ts";
+
+type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey" | "routes">;
+
+const str = (v: unknown) => (typeof v === "string" && v.trim() ? v : undefined);
+
+export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string[]): Secrets | undefined {
+  const before = problems.length;
+  const webhookSecret = str(raw.GITEA_WEBHOOK_SECRET);
+  const registrationToken = str(raw.GITEA_RUNNER_REGISTRATION_TOKEN);
+  const apiToken = str(raw.GITEA_API_TOKEN);
+  if (!webhookSecret) problems.push("GITEA_WEBHOOK_SECRET is required with GITEA_URL (a secret: wrangler secret put)");
+  if (!registrationToken && !apiToken) problems.push("GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN is required with GITEA_URL");
+  const identityKey = decodeKey(str(raw.RUNNER_IDENTITY_KEY));
+  if (!identityKey) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
+  const routes = parseRoutes(str(raw.RUNS_ON_ROUTES), problems);
+  if (problems.length > before || !identityKey || !webhookSecret || !routes) return undefined;
+  return { webhookSecret, registrationToken, apiToken, identityKey, routes };
+}
+
+function decodeKey(text: string | undefined): Uint8Array | undefined {
+  if (!text) return undefined;
+  try {
+    const key = Uint8Array.from(atob(text.trim()), (c) => c.charCodeAt(0));
+    return key.length === 32 ? key : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function parseRoutes(text: string | undefined, problems: string[]): Route[] | undefined {
+  if (!text) {
+    problems.push("RUNS_ON_ROUTES is required with GITEA_URL");
+    return undefined;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    problems.push("RUNS_ON_ROUTES must be JSON");
+    return undefined;
+  }
+  const parsed = routesSchema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  for (const i of parsed.error.issues) problems.push(`RUNS_ON_ROUTES${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
+  return undefined;
+}
+
+/** "admin" | "org:<name>" | "repo:<owner>/<name>", already checked by the schema. */
+export function parseScope(text: string): GiteaScope {
+  const [kind, rest = ""] = text.split(/:(.*)/s);
+  if (kind === "org") return { kind: "org", org: rest };
+  if (kind === "repo") {
+    const [owner = "", repo = ""] = rest.split("/");
+    return { kind: "repo", owner, repo };
+  }
+  return { kind: "admin" };
+}

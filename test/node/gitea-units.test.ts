@@ -1,0 +1,165 @@
+import { describe, expect, inject, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/config.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import type { GiteaClient } from "../../src/gitea/client.ts";
+import { assignmentOfRunner, ensureRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
+import { labelName, matchRoute, type Route } from "../../src/gitea/routes.ts";
+import { cleanupVerdict, repositoryOf } from "../../src/gitea/sweep.ts";
+import { parseWorkflowJob } from "../../src/gitea/webhook.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
+import completed from "../fixtures/gitea/workflow_job.completed.json";
+import inProgress from "../fixtures/gitea/workflow_job.in_progress.json";
+import queued from "../fixtures/gitea/workflow_job.queued.json";
+import { assignment, giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+
+describe("routing", () => {
+  const routes: Route[] = [
+    { backend: "vm", labels: ["windows:host", "windows-2022:host"] },
+    { backend: "pod", labels: ["ubuntu-latest:docker://node:20", "ubuntu-22.04:docker://node:20", "self-hosted"] },
+    { backend: "vm", labels: ["ubuntu-latest:host", "gpu:host"] },
+  ];
+  it.each([
+    [["ubuntu-latest"], "pod", 1],
+    [["ubuntu-latest", "self-hosted"], "pod", 1],
+    [["ubuntu-latest", "gpu"], "vm", 2],
+    [["windows-2022"], "vm", 0],
+    [["macos"], undefined, -1],
+    [[], undefined, -1],
+  ] as const)("%o → %s", (runsOn, backend, index) => {
+    const route = matchRoute(routes, runsOn);
+    expect(route?.backend).toBe(backend);
+    if (index >= 0) expect(route).toBe(routes[index]);
+  });
+  it("compares names only: the part before the first colon", () => {
+    expect(labelName("ubuntu-latest:docker://node:20")).toBe("ubuntu-latest");
+    expect(labelName("self-hosted")).toBe("self-hosted");
+    expect(matchRoute(routes, ["ubuntu-latest:docker://node:20"])).toBeUndefined();
+  });
+});
+
+describe("webhook payloads", () => {
+  it("accepts Gitea's real deliveries, Go zero times and extra fields included", () => {
+    expect(parseWorkflowJob(queued).workflow_job).toMatchObject({ id: 1187, run_attempt: 1, labels: ["ubuntu-latest"] });
+    expect(parseWorkflowJob(inProgress).workflow_job.runner_name).toBe("gdr-gitea-1187-1");
+    expect(parseWorkflowJob(completed).workflow_job.conclusion).toBe("success");
+    const { organization: _o, ...userRepo } = queued;
+    expect(parseWorkflowJob({ ...userRepo, pull_request: { id: 1 } }).action).toBe("queued");
+  });
+  it("names the failing fields", () => {
+    expect(() => parseWorkflowJob({ action: "queued", workflow_job: { id: "x" } })).toThrow(expect.objectContaining({ status: 400 }));
+  });
+  it("maps runner names to assignments and job URLs to repositories", () => {
+    expect(assignmentOfRunner("gdr", "gdr-gitea-1187-1")).toBe("gitea-1187-1");
+    expect(assignmentOfRunner("gdr", "other-1")).toBeUndefined();
+    expect(assignmentOfRunner("gdr", "gdr-")).toBeUndefined();
+    expect(repositoryOf("https://git.example.com/api/v1/repos/acme/widgets/actions/jobs/1")).toBe("acme/widgets");
+    expect(repositoryOf("https://git.example.com/sub/acme/widgets/actions/runs/3/jobs/0")).toBe("acme/widgets");
+  });
+});
+
+describe("cleanup verdict", () => {
+  const now = Date.parse("2026-11-30T12:00:00Z");
+  const limits = { claimTimeoutMs: 240_000, graceMs: 300_000 };
+  const rec = (state: AssignmentRecord["state"], runnerId: number | undefined, registeredMsAgo = 0): AssignmentRecord => ({
+    id: "gitea-1-1",
+    backend: "pod",
+    contentHash: "h",
+    state,
+    createdAt: "",
+    receivedAt: "",
+    updatedAt: "",
+    ...(runnerId === undefined ? {} : { runner: { id: runnerId, name: "gdr-gitea-1-1", sealed: "", registeredAt: new Date(now - registeredMsAgo).toISOString() } }),
+  });
+  it.each([
+    ["no record", null, "delete"],
+    ["completed", rec("completed", 7), "delete"],
+    ["terminated", rec("terminated", 7), "delete"],
+    ["another registration of the same assignment", rec("backend_ready", 8), "delete"],
+    ["a registration the record never stored", rec("backend_pending", undefined), "delete"],
+    ["claimed long ago: still running", rec("claimed", 7, 3_600_000), "keep"],
+    ["ready, within claim timeout + grace", rec("backend_ready", 7, 540_000), "keep"],
+    ["ready, past claim timeout + grace", rec("backend_ready", 7, 540_001), "delete_and_forget"],
+  ] as const)("%s → %s", (_n, record, verdict) => {
+    expect(cleanupVerdict(record, 7, now, limits)).toBe(verdict);
+  });
+});
+
+describe("runner identity", () => {
+  const key = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+  const file: RunnerFile = { WARNING: "w", id: 3, uuid: "u", name: "gdr-a", token: "runner-secret-token", address: "https://g", labels: ["x"], ephemeral: true };
+  it("is sealed with AES-256-GCM, bound to its assignment", async () => {
+    const sealed = await sealIdentity(key, "a", file);
+    expect(sealed).not.toContain("runner-secret-token");
+    expect(atob(sealed)).not.toContain("runner-secret-token");
+    expect(await openIdentity(key, "a", sealed)).toEqual(file);
+    await expect(openIdentity(key, "b", sealed)).rejects.toThrow();
+    await expect(openIdentity(key.map((b) => b ^ 1), "a", sealed)).rejects.toThrow();
+  });
+
+  it("is registered once, even by concurrent deliveries on separate connections", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const config = await provisionEnv(env);
+    let registrations = 0;
+    const fake: GiteaClient = {
+      registrationToken: async () => "reg",
+      register: async (req) => {
+        registrations++;
+        await new Promise((r) => setTimeout(r, 50));
+        return { id: registrations, uuid: `u${registrations}`, token: `t${registrations}`, name: req.name, labels: req.labels };
+      },
+      listQueuedJobs: async () => ({ total: 0, jobs: [] }),
+      listRunners: async () => ({ total: 0, runners: [] }),
+      deleteRunner: async () => undefined,
+    };
+    const a = assignment("gitea-5-1");
+    await createDispatcher({ config }).withState(({ records }) => records.offer(a));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        createDispatcher({ config }).withState(({ records }) => ensureRunnerIdentity(config.gitea!, records, fake, a, a.labels, Date.now)),
+      ),
+    );
+    expect(registrations).toBe(1);
+    expect(results.filter((r) => r.kind === "ready")).toHaveLength(1);
+    expect(results.filter((r) => r.kind === "busy")).toHaveLength(7);
+    const again = await createDispatcher({ config }).withState(({ records }) => ensureRunnerIdentity(config.gitea!, records, fake, a, a.labels, Date.now));
+    expect(again).toMatchObject({ kind: "ready", file: { id: 1, token: "t1", name: "gdr-gitea-5-1" } });
+    expect(registrations).toBe(1);
+  });
+});
+
+describe("Gitea configuration", () => {
+  const base = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3");
+  const problems = (env: Record<string, unknown>) => {
+    try {
+      loadConfig(env);
+      return [];
+    } catch (err) {
+      return (err as ConfigError).problems;
+    }
+  };
+  it("parses a complete setup, scopes included", () => {
+    expect(loadConfig(base).gitea).toMatchObject({ scope: { kind: "admin" }, runnerNamePrefix: "gdr", webhookMaxBytes: 1_048_576, routes: [{ backend: "pod" }] });
+    expect(loadConfig({ ...base, GITEA_SCOPE: "org:acme" }).gitea?.scope).toEqual({ kind: "org", org: "acme" });
+    expect(loadConfig({ ...base, GITEA_SCOPE: "repo:acme/widgets" }).gitea?.scope).toEqual({ kind: "repo", owner: "acme", repo: "widgets" });
+  });
+  it("reports every Gitea problem at once without echoing secrets", () => {
+    const found = problems({
+      ...base,
+      GITEA_WEBHOOK_SECRET: "",
+      GITEA_API_TOKEN: "",
+      RUNNER_IDENTITY_KEY: "c2hvcnQ=",
+      RUNS_ON_ROUTES: JSON.stringify([{ backend: "lambda", labels: [] }, { backend: "vm", labels: ["x"] }]),
+      GITEA_SCOPE: "team:x",
+    });
+    const text = found.join("\n");
+    for (const s of ["GITEA_WEBHOOK_SECRET", "GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN", "RUNNER_IDENTITY_KEY", 'RUNS_ON_ROUTES[0]["backend"]', 'RUNS_ON_ROUTES[0]["labels"]', "GITEA_SCOPE"]) {
+      expect(text).toContain(s);
+    }
+    expect(text).not.toContain("c2hvcnQ=");
+    expect(problems({ ...base, RUNS_ON_ROUTES: "[{" })).toEqual(["RUNS_ON_ROUTES must be JSON"]);
+    expect(problems({ ...base, RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["x"] }]) })).toEqual([
+      "RUNS_ON_ROUTES routes jobs to backend vm, which is disabled (CAPACITY_VM=0)",
+    ]);
+    expect(TEST_SECRETS.RUNNER_IDENTITY_KEY).toBeTruthy();
+  });
+});
