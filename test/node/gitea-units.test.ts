@@ -1,7 +1,7 @@
 import { describe, expect, inject, it } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import type { GiteaClient } from "../../src/gitea/client.ts";
+import { createGiteaClient, scopePath, type GiteaClient } from "../../src/gitea/client.ts";
 import { assignmentOfRunner, ensureRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
 import { labelName, matchRoute, type Route } from "../../src/gitea/routes.ts";
 import { cleanupVerdict, repositoryOf } from "../../src/gitea/sweep.ts";
@@ -161,5 +161,40 @@ describe("Gitea configuration", () => {
       "RUNS_ON_ROUTES routes jobs to backend vm, which is disabled (CAPACITY_VM=0)",
     ]);
     expect(TEST_SECRETS.RUNNER_IDENTITY_KEY).toBeTruthy();
+  });
+});
+
+describe("Gitea client", () => {
+  it("scopes the REST paths per GITEA_SCOPE", () => {
+    expect(scopePath({ kind: "admin" })).toBe("/api/v1/admin/actions");
+    expect(scopePath({ kind: "org", org: "acme" })).toBe("/api/v1/orgs/acme/actions");
+    expect(scopePath({ kind: "repo", owner: "acme", repo: "widgets" })).toBe("/api/v1/repos/acme/widgets/actions");
+  });
+
+  it("fetches the registration token once per client, with the API token, from the scoped path", async () => {
+    const seen: { url: string; auth: string | null; method: string | undefined }[] = [];
+    const fakeFetch = (async (url: string, init: RequestInit) => {
+      seen.push({ url, auth: new Headers(init.headers).get("authorization"), method: init.method });
+      if (url.endsWith("/registration-token")) return Response.json({ token: "reg-1" });
+      return Response.json({ runner: { id: "12", uuid: "u", token: "rt", name: "gdr-x", labels: ["a"] } });
+    }) as typeof fetch;
+    const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_SCOPE: "org:acme" }).gitea!;
+    const client = createGiteaClient(cfg, 1_000, fakeFetch);
+    const a = await client.register({ name: "gdr-x", labels: ["a"], version: "v" });
+    await client.register({ name: "gdr-y", labels: ["a"], version: "v" });
+    expect(a).toMatchObject({ id: 12, token: "rt" });
+    expect(seen.map((s) => `${s.method} ${new URL(s.url).pathname} ${s.auth}`)).toEqual([
+      `POST /${cfg.url.split("/").pop()}/api/v1/orgs/acme/actions/runners/registration-token token gitea-api-token-0000`,
+      `POST /${cfg.url.split("/").pop()}/api/actions/runner.v1.RunnerService/Register null`,
+      `POST /${cfg.url.split("/").pop()}/api/actions/runner.v1.RunnerService/Register null`,
+    ]);
+  });
+
+  it("reports Gitea's refusals as errors with the status, never with a token", async () => {
+    const cfg = loadConfig(giteaTestEnv("ws://x:1", "http://b", "https://git.example.com")).gitea!;
+    const client = createGiteaClient(cfg, 1_000, (async () => Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 })) as unknown as typeof fetch);
+    const err = await client.register({ name: "n", labels: [], version: "v" }).catch((e: Error) => e);
+    expect(err).toMatchObject({ name: "GiteaError", status: 404 });
+    expect(String((err as Error).message)).not.toContain("gitea-api-token");
   });
 });

@@ -1,0 +1,32 @@
+// Looks into the stream and buckets of a test environment. Runs in Node and workerd alike.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { loadConfig } from "../../src/config.ts";
+import { withNats } from "../../src/nats/connection.ts";
+
+/** Messages in the stream, and the pod consumer's pending and ack-pending counts. */
+export async function streamState(env: Record<string, string>) {
+  const config = loadConfig(env);
+  return withNats(config, async (h) => {
+    const jsm = await jetstreamManager(h.nc);
+    const s = await jsm.streams.info(config.stream);
+    const c = await jsm.consumers.info(config.stream, "pod");
+    return { messages: s.state.messages, ackPending: c.num_ack_pending, pending: c.num_pending };
+  });
+}
+
+/** Every message body still stored in the stream and both KV buckets, as text. */
+export async function storedTexts(env: Record<string, string>): Promise<string[]> {
+  const config = loadConfig(env);
+  return withNats(config, async (h) => {
+    const jsm = await jetstreamManager(h.nc);
+    const texts: string[] = [];
+    for (const name of [config.stream, `KV_${config.stream}_records`, `KV_${config.stream}_admission`]) {
+      const info = await jsm.streams.info(name);
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+        const m = await jsm.streams.getMessage(name, { seq }).catch(() => null);
+        if (m) texts.push(new TextDecoder().decode(m.data));
+      }
+    }
+    return texts;
+  });
+}
