@@ -1,6 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { z } from "zod";
+import { DRIVERS, parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
+import { DEFAULT_RUNNER_IMAGE } from "./backends/kubernetes/pod.ts";
 import { parseGiteaSecrets, parseScope } from "./gitea/config.ts";
 import type { Route } from "./gitea/routes.ts";
 import { BACKENDS, type Backend } from "./names.ts";
@@ -69,6 +71,15 @@ const envSchema = z.object({
   WEBHOOK_MAX_BYTES: intFrom(1_024, 25 * 1024 * 1024).default(1024 * 1024),
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),
   CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
+  POD_DRIVER: z.enum(DRIVERS).default("http"),
+  VM_DRIVER: z.enum(DRIVERS).default("http"),
+  K8S_API_URL: httpUrl.optional(),
+  K8S_TOKEN: optionalString,
+  K8S_NAMESPACE: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { message: "must be a Kubernetes namespace name" }).default("default"),
+  RUNNER_IMAGE: z.string().min(1).default(DEFAULT_RUNNER_IMAGE),
+  RUNNER_VM_IMAGE: optionalString,
+  POD_TEMPLATE: optionalString,
+  VM_TEMPLATE: optionalString,
 });
 
 export type NatsAuth =
@@ -77,13 +88,7 @@ export type NatsAuth =
   | { kind: "userpass"; user: string; pass: string }
   | { kind: "creds"; creds: string };
 
-export interface BackendConfig {
-  backend: Backend;
-  capacity: number;
-  batchSize: number;
-  url: string;
-  token: string | undefined;
-}
+export type { BackendConfig, KubernetesConfig };
 
 /** Validated configuration. Secrets live here and nowhere else; never log this object. */
 export interface Config {
@@ -96,6 +101,8 @@ export interface Config {
   capacity: Record<Backend, number>;
   /** Backends with capacity > 0, each with its driver settings. */
   backends: BackendConfig[];
+  /** Settings of the kubernetes and kubevirt drivers, when one is in use. */
+  kubernetes: KubernetesConfig | undefined;
   retryDelayMs: number | undefined;
   claimTimeoutMs: number;
   ackWaitMs: number;
@@ -178,19 +185,22 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const giteaParts = raw.GITEA_URL ? parseGiteaSecrets(raw, problems) : undefined;
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
-  const backends: BackendConfig[] = [];
-  for (const backend of BACKENDS) {
-    const capacity = backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM;
-    if (capacity === 0) continue;
-    const prefix = backend.toUpperCase();
-    const url = backend === "pod" ? e.POD_BACKEND_URL : e.VM_BACKEND_URL;
-    if (!url) {
-      problems.push(`${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 (set CAPACITY_${prefix}=0 to disable the ${backend} backend)`);
-      continue;
-    }
-    const token = backend === "pod" ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN;
-    backends.push({ backend, capacity, batchSize: e.BATCH_SIZE ?? capacity, url, token });
-  }
+  const { backends, kubernetes } = parseBackends(
+    BACKENDS.map((backend) => {
+      const pod = backend === "pod";
+      return {
+        backend,
+        capacity: pod ? e.CAPACITY_POD : e.CAPACITY_VM,
+        batchSize: e.BATCH_SIZE,
+        driver: pod ? e.POD_DRIVER : e.VM_DRIVER,
+        url: pod ? e.POD_BACKEND_URL : e.VM_BACKEND_URL,
+        token: pod ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN,
+      };
+    }),
+    e,
+    Boolean(e.GITEA_URL),
+    problems,
+  );
   const gitea =
     e.GITEA_URL && giteaParts
       ? {
@@ -218,6 +228,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
     capacity: { pod: e.CAPACITY_POD, vm: e.CAPACITY_VM },
     backends,
+    kubernetes,
     retryDelayMs: e.RETRY_DELAY_MS,
     claimTimeoutMs: e.CLAIM_TIMEOUT_MS,
     ackWaitMs: e.ACK_WAIT_MS,

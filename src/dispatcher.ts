@@ -1,7 +1,7 @@
 // Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
 // invocation and call its verbs; nothing here outlives the invocation.
 import type { Assignment } from "./assignment.ts";
-import { createHttpBackend } from "./backends/http.ts";
+import { createRunnerBackend } from "./backends/select.ts";
 import type { RunnerBackend, RunnerRequest } from "./backends/types.ts";
 import type { Config } from "./config.ts";
 import { claimToken } from "./crypto.ts";
@@ -59,7 +59,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const limit = createLimiter(BACKEND_CONCURRENCY);
   const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, config.backendTimeoutMs)) : undefined;
   const runners = new Map<Backend, RunnerBackend>();
-  for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createHttpBackend({ url: b.url, token: b.token }));
+  for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };

@@ -39,7 +39,8 @@ describe("configuration", () => {
       publicUrl: "https://dispatch.example.org",
       natsAuth: { kind: "none" },
     });
-    expect(c.backends).toEqual([{ backend: "pod", capacity: 10, batchSize: 10, url: "https://pods.example.org", token: "pod-token-secret" }]);
+    expect(c.backends).toEqual([{ backend: "pod", capacity: 10, batchSize: 10, driver: "http", url: "https://pods.example.org", token: "pod-token-secret" }]);
+    expect(c.kubernetes).toBeUndefined();
   });
 
   it("reports every problem at once, naming each variable", () => {
@@ -64,7 +65,7 @@ describe("configuration", () => {
   });
 
   it("requires a backend URL for every enabled backend", () => {
-    expect(problems({ ...good, CAPACITY_VM: undefined })).toEqual([expect.stringContaining("VM_BACKEND_URL is required while CAPACITY_VM > 0")]);
+    expect(problems({ ...good, CAPACITY_VM: undefined })).toEqual([expect.stringContaining("VM_BACKEND_URL is required while CAPACITY_VM > 0 and VM_DRIVER=http")]);
   });
 
   it("chooses one NATS auth method", () => {

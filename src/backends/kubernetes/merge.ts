@@ -1,0 +1,30 @@
+// Merges an operator's template (POD_TEMPLATE, VM_TEMPLATE) into a default manifest: objects
+// recursively; lists of named items (containers, volumes, volumeMounts, env …) by name; other
+// lists and scalars are replaced by the template's.
+
+type Json = unknown;
+
+const isObject = (v: Json): v is Record<string, Json> => typeof v === "object" && v !== null && !Array.isArray(v);
+const isNamedList = (v: Json): v is Record<string, Json>[] => Array.isArray(v) && v.length > 0 && v.every((i) => isObject(i) && typeof i.name === "string");
+
+export function mergeTemplate<T>(base: T, template: Json): T {
+  return merge(base, template) as T;
+}
+
+function merge(base: Json, over: Json): Json {
+  if (over === undefined) return base;
+  if (isObject(base) && isObject(over)) {
+    const out: Record<string, Json> = { ...base };
+    for (const [k, v] of Object.entries(over)) out[k] = merge(base[k], v);
+    return out;
+  }
+  if (isNamedList(base) && isNamedList(over)) {
+    const out = base.map((item) => {
+      const match = over.find((o) => o.name === item.name);
+      return match ? merge(item, match) : item;
+    });
+    for (const o of over) if (!base.some((b) => b.name === o.name)) out.push(o);
+    return out;
+  }
+  return over;
+}

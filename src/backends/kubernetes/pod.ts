@@ -1,0 +1,124 @@
+// The `kubernetes` driver: one Secret (the runner's identity and claim token) and one Pod running
+// act_runner from that identity, per assignment. The Pod reads the identity from the Secret only.
+import type { RunnerFile } from "../../gitea/identity.ts";
+import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../types.ts";
+import type { KubeApi, KubeObject } from "./api.ts";
+import { mergeTemplate } from "./merge.ts";
+import { objectName, ownedMetadata } from "./names.ts";
+
+export const DEFAULT_RUNNER_IMAGE = "docker.io/gitea/act_runner:latest";
+
+export interface WorkloadOptions {
+  api: KubeApi;
+  namespace: string;
+  /** RUNNER_NAME_PREFIX: object names derive from the runner name. */
+  prefix: string;
+}
+
+export interface PodDriverOptions extends WorkloadOptions {
+  image: string;
+  template: unknown;
+}
+
+/** The Secret both drivers create: `.runner` and the claim token, never in the workload's spec. */
+export function runnerSecret(name: string, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
+  const runner = requireIdentity(request);
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "Opaque",
+    metadata: ownedMetadata(name, request.assignment.id),
+    stringData: { ".runner": JSON.stringify(runner), "claim-token": request.claimToken, ...extra },
+  };
+}
+
+export function requireIdentity(request: RunnerRequest): RunnerFile {
+  if (!request.runner) throw new BackendError("no runner identity: the kubernetes and kubevirt drivers need the Gitea integration (GITEA_URL)");
+  return request.runner;
+}
+
+// act_runner's image registers when /data/.runner is missing; copying the identity in first makes it
+// start straight away. It exits after its one job (ephemeral); complete is then reported, best effort.
+const RUN_SCRIPT = [
+  "set -u",
+  "cp /etc/gitea-runner/.runner /data/.runner",
+  "cd /data",
+  "act_runner daemon; rc=$?",
+  'wget -q -O /dev/null --header "Authorization: Bearer $(cat /etc/gitea-runner/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true',
+  "exit $rc",
+].join("\n");
+
+export function podManifest(name: string, request: RunnerRequest, opts: Pick<PodDriverOptions, "image" | "template">): KubeObject {
+  const base = {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: ownedMetadata(name, request.assignment.id),
+    spec: {
+      restartPolicy: "Never",
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      containers: [
+        {
+          name: "runner",
+          image: opts.image,
+          command: ["/bin/sh", "-c", RUN_SCRIPT],
+          env: [
+            { name: "GDR_ASSIGNMENT_ID", value: request.assignment.id },
+            { name: "GDR_CLAIM_URL", value: request.claimUrl },
+            { name: "GDR_COMPLETE_URL", value: request.completeUrl },
+          ],
+          volumeMounts: [{ name: "runner-identity", mountPath: "/etc/gitea-runner", readOnly: true }],
+        },
+      ],
+      volumes: [{ name: "runner-identity", secret: { secretName: name, defaultMode: 0o400 } }],
+    },
+  };
+  return mergeTemplate(base, opts.template);
+}
+
+const POD_PHASES: Record<string, RunnerStatus | "ended"> = { Running: "ready", Pending: "pending", Succeeded: "ended", Failed: "ended", Unknown: "pending" };
+
+export function createPodDriver(opts: PodDriverOptions): RunnerBackend {
+  const ns = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}`;
+  return workloadDriver(opts, {
+    collection: `${ns}/pods`,
+    manifest: (name, request) => podManifest(name, request, opts),
+    secret: (name, request) => runnerSecret(name, request),
+    phase: (pod) => POD_PHASES[pod.status?.phase ?? "Pending"] ?? "pending",
+    secrets: `${ns}/secrets`,
+  });
+}
+
+export interface WorkloadKind {
+  collection: string;
+  secrets: string;
+  manifest(name: string, request: RunnerRequest): KubeObject;
+  secret(name: string, request: RunnerRequest): KubeObject;
+  phase(object: KubeObject): RunnerStatus | "ended";
+}
+
+/** Accept and teardown of "a Secret plus one workload object", shared by pods and VMIs. */
+export function workloadDriver(opts: WorkloadOptions, kind: WorkloadKind): RunnerBackend {
+  return {
+    async accept(request, signal) {
+      const name = await objectName(opts.prefix, request.assignment.id);
+      const existing = await opts.api.get(`${kind.collection}/${name}`, signal);
+      if (existing) {
+        const phase = kind.phase(existing);
+        if (phase !== "ended") return phase;
+        // It ran and ended before anybody claimed it: remove it so the next delivery starts afresh.
+        await opts.api.remove(`${kind.collection}/${name}`, signal);
+        throw new BackendError(`workload ended (${existing.status?.phase}) before the claim; recreating`);
+      }
+      const secret = kind.secret(name, request);
+      if (!(await opts.api.create(kind.secrets, secret, signal))) await opts.api.replace(`${kind.secrets}/${name}`, secret, signal);
+      await opts.api.create(kind.collection, kind.manifest(name, request), signal);
+      return "pending";
+    },
+    async teardown(id, signal) {
+      const name = await objectName(opts.prefix, id);
+      await opts.api.remove(`${kind.collection}/${name}`, signal);
+      await opts.api.remove(`${kind.secrets}/${name}`, signal);
+    },
+  };
+}

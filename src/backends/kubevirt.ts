@@ -1,0 +1,81 @@
+// The `kubevirt` driver: a VirtualMachineInstance booted from a containerDisk, with cloud-init
+// NoCloud user data (in a Secret) that writes the runner's identity and runs act_runner once.
+import type { RunnerRequest, RunnerBackend, RunnerStatus } from "./types.ts";
+import type { KubeObject } from "./kubernetes/api.ts";
+import { mergeTemplate } from "./kubernetes/merge.ts";
+import { ownedMetadata } from "./kubernetes/names.ts";
+import { requireIdentity, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
+
+export interface VmDriverOptions extends WorkloadOptions {
+  image: string;
+  template: unknown;
+}
+
+const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+
+/** cloud-init user data: identity and claim token to files (0600), act_runner once, then power off. */
+export function cloudInit(request: RunnerRequest): string {
+  const runner = requireIdentity(request);
+  return [
+    "#cloud-config",
+    "write_files:",
+    "  - path: /var/lib/act_runner/.runner",
+    "    permissions: '0600'",
+    "    encoding: b64",
+    `    content: ${b64(JSON.stringify(runner))}`,
+    "  - path: /var/lib/act_runner/claim-token",
+    "    permissions: '0600'",
+    "    encoding: b64",
+    `    content: ${b64(request.claimToken)}`,
+    "runcmd:",
+    `  - [sh, -c, 'cd /var/lib/act_runner && act_runner daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(request.completeUrl)}; poweroff']`,
+    "",
+  ].join("\n");
+}
+
+export function vmiManifest(name: string, request: RunnerRequest, opts: Pick<VmDriverOptions, "image" | "template">): KubeObject {
+  const base = {
+    apiVersion: "kubevirt.io/v1",
+    kind: "VirtualMachineInstance",
+    metadata: ownedMetadata(name, request.assignment.id),
+    spec: {
+      terminationGracePeriodSeconds: 30,
+      domain: {
+        cpu: { cores: 2 },
+        resources: { requests: { memory: "4Gi" } },
+        devices: {
+          disks: [
+            { name: "containerdisk", disk: { bus: "virtio" } },
+            { name: "cloudinitdisk", disk: { bus: "virtio" } },
+          ],
+        },
+      },
+      volumes: [
+        { name: "containerdisk", containerDisk: { image: opts.image } },
+        { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name } } },
+      ],
+    },
+  };
+  return mergeTemplate(base, opts.template);
+}
+
+const VMI_PHASES: Record<string, RunnerStatus | "ended"> = {
+  Running: "ready",
+  Pending: "pending",
+  Scheduling: "pending",
+  Scheduled: "pending",
+  Succeeded: "ended",
+  Failed: "ended",
+  Unknown: "pending",
+};
+
+export function createVmDriver(opts: VmDriverOptions): RunnerBackend {
+  const ns = encodeURIComponent(opts.namespace);
+  return workloadDriver(opts, {
+    collection: `/apis/kubevirt.io/v1/namespaces/${ns}/virtualmachineinstances`,
+    secrets: `/api/v1/namespaces/${ns}/secrets`,
+    manifest: (name, request) => vmiManifest(name, request, opts),
+    secret: (name, request) => runnerSecret(name, request, { userdata: cloudInit(request) }),
+    phase: (vmi) => VMI_PHASES[vmi.status?.phase ?? "Pending"] ?? "pending",
+  });
+}

@@ -1,0 +1,17 @@
+// Builds the driver configured for a backend.
+import type { Config } from "../config.ts";
+import type { BackendConfig } from "./config.ts";
+import { createHttpBackend } from "./http.ts";
+import { createKubeApi } from "./kubernetes/api.ts";
+import { createPodDriver } from "./kubernetes/pod.ts";
+import { createVmDriver } from "./kubevirt.ts";
+import type { RunnerBackend } from "./types.ts";
+
+export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: typeof fetch): RunnerBackend {
+  if (b.driver === "http") return createHttpBackend({ url: b.url, token: b.token, ...(doFetch ? { fetch: doFetch } : {}) });
+  const k8s = config.kubernetes!;
+  const api = createKubeApi({ url: k8s.url, token: k8s.token, ...(doFetch ? { fetch: doFetch } : {}) });
+  const common = { api, namespace: k8s.namespace, prefix: config.gitea?.runnerNamePrefix ?? "gdr" };
+  if (b.driver === "kubernetes") return createPodDriver({ ...common, image: k8s.runnerImage, template: k8s.podTemplate });
+  return createVmDriver({ ...common, image: k8s.vmImage!, template: k8s.vmTemplate });
+}
