@@ -81,6 +81,11 @@ export async function startFakeBackend({ port = 0, mode = {} } = {}) {
       s.calls = 0;
       return send(200, s.mode);
     }
+    if (what === "forget" && method === "POST") {
+      // The workload vanished (crashed, evicted): the next PUT for it creates a new one.
+      s.runners.delete(JSON.parse(text).id);
+      return send(200, {});
+    }
     if (what === "state") {
       return send(200, {
         runners: [...s.runners.values()],

@@ -9,6 +9,7 @@ export const EVENT_NAMES = [
   "capacity_wait",
   "capacity_acquired",
   "backend_retry",
+  "backend_auth",
   "backend_pending",
   "backend_ready",
   "claim_pending",

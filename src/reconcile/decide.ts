@@ -16,7 +16,8 @@ export interface Facts {
   readyAt?: number;
   reason?: string;
   admitted?: boolean;
-  backend?: "error" | "pending" | "ready";
+  /** "auth_error": the backend refused our credentials (401/403), retried like any error but loud. */
+  backend?: "error" | "auth_error" | "pending" | "ready";
 }
 
 export interface Policy {
@@ -56,6 +57,7 @@ export function decide(f: Facts, p: Policy): Step {
   if (!f.admitted) return verdict(nak(DEFAULT_DELAYS.capacity), ["capacity_wait"], ["mark_waiting"]);
   if (f.backend === undefined) return { next: "call_backend" };
   if (f.backend === "error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_retry"], ["release_slot", "mark_pending"]);
+  if (f.backend === "auth_error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_auth", "backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
   if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"], ["mark_ready"]);
   if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"]);

@@ -1,7 +1,7 @@
 // Carries out one reconciliation step for one delivery: gathers the facts `decide` asks for,
 // then applies its verdict. Never waits for anything longer than one backend call.
 import { decodeAssignment, type Assignment } from "../assignment.ts";
-import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
+import { BackendError, type RunnerBackend, type RunnerRequest } from "../backends/types.ts";
 import type { EventSink } from "../events.ts";
 import type { Backend } from "../names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
@@ -60,7 +60,8 @@ export async function processMessage(deps: ProcessDeps, msg: DeliveredMessage, b
           const request = await deps.runnerRequest(assignment!);
           facts.backend = request === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(request, signal));
         } catch (err) {
-          facts.backend = "error";
+          const status = err instanceof BackendError ? err.status : undefined;
+          facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
           deps.sink.error("backend accept failed", { assignment: id(), backend: deps.backend, reason: (err as Error).message });
         }
         break;

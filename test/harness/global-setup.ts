@@ -1,15 +1,17 @@
-// Starts one nats-server and one fake runner backend and one fake Gitea for the whole run; every test isolates itself with unique stream,
+// Starts one nats-server and one fake runner backend, one fake Gitea and one fake Kubernetes API for the whole run; every test isolates itself with unique stream,
 // bucket and consumer names, so files can run in parallel against it.
 import type { TestProject } from "vitest/node";
 import { startNatsServer } from "../../scripts/nats-server.mjs";
 import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
+import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
 
 declare module "vitest" {
   export interface ProvidedContext {
     natsWsUrl: string;
     backendUrl: string;
     giteaUrl: string;
+    kubernetesUrl: string;
   }
 }
 
@@ -20,7 +22,10 @@ export default async function setup(project: TestProject) {
   const gitea = await startFakeGitea();
   project.provide("backendUrl", backend.url);
   project.provide("giteaUrl", gitea.url);
+  const kubernetes = await startFakeKubernetes();
+  project.provide("kubernetesUrl", kubernetes.url);
   return async () => {
+    await kubernetes.close();
     await gitea.close();
     await backend.close();
     await server.stop();

@@ -26,6 +26,7 @@ describe("decide: the reconciliation table, row by row", () => {
     ["conflicting → term conflicting", { ...base, decoded: true, offer: "conflict" }, { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] }],
     ["no slot → nak 2 s capacity_wait", { ...base, decoded: true, offer: "new", state: "received", admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["backend error → release, nak 15 s", { ...upToBackend, backend: "error" }, { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] }],
+    ["backend refused our credentials → release, nak 15 s, loud", { ...upToBackend, backend: "auth_error" }, { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_auth", "backend_retry"], effects: ["release_slot", "mark_pending"] }],
     ["backend pending → nak 2 s", { ...upToBackend, backend: "pending" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] }],
     ["claimed → double-ack", { ...base, decoded: true, offer: "same", state: "claimed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
     ["completed before the ack → double-ack, no backend call", { ...base, decoded: true, offer: "same", state: "completed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
@@ -43,6 +44,7 @@ describe("decide: the reconciliation table, row by row", () => {
     for (const facts of [
       { ...base, decoded: true, offer: "new", state: "received", admitted: false },
       { ...upToBackend, backend: "error" },
+      { ...upToBackend, backend: "auth_error" },
       { ...upToBackend, backend: "pending" },
       { ...upToBackend, backend: "ready" },
       { ...upToBackend, backend: "ready", readyAt: NOW - 10 },
@@ -60,7 +62,7 @@ describe("decide: the reconciliation table, row by row", () => {
   it("never acks an assignment nobody claimed", () => {
     const states = ["received", "capacity_wait", "backend_pending", "backend_ready"] as const;
     for (const state of states)
-      for (const backend of ["error", "pending", "ready"] as const)
+      for (const backend of ["error", "auth_error", "pending", "ready"] as const)
         for (const readyAt of [undefined, NOW, 0]) {
           const step = decide({ ...upToBackend, state, backend, readyAt }, policy);
           expect(step).not.toMatchObject({ action: { kind: "ack" } });

@@ -1,0 +1,116 @@
+// A Kubernetes API server that follows the real contract for what the drivers use: core/v1 Pods
+// and Secrets, kubevirt.io/v1 VirtualMachineInstances. 201 with the object, 409 and 404 as `Status`
+// (reasons AlreadyExists, NotFound), 401 without the bearer token. Tests share one server, each
+// under a path prefix of its own (as behind an API proxy). Control endpoints: /<prefix>/_control.
+import { createServer } from "node:http";
+import { randomUUID } from "node:crypto";
+
+export const FAKE_K8S_TOKEN = "k8s-token-0000";
+const RESOURCE = /^\/(?:api\/v1|apis\/kubevirt\.io\/v1)\/namespaces\/([^/]+)\/(pods|secrets|virtualmachineinstances)(?:\/([^/]+))?$/;
+const KINDS = { pods: "Pod", secrets: "Secret", virtualmachineinstances: "VirtualMachineInstance" };
+
+const status = (code, reason, message, details) => ({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, ...(details ? { details } : {}), code });
+
+export async function startFakeKubernetes() {
+  const clusters = new Map();
+  const cluster = (prefix) => {
+    if (!clusters.has(prefix)) clusters.set(prefix, { objects: new Map(), requests: [], created: { pods: 0, secrets: 0, virtualmachineinstances: 0 }, mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 }, calls: 0 });
+    return clusters.get(prefix);
+  };
+  const server = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const text = Buffer.concat(chunks).toString("utf8");
+    const url = new URL(req.url, "http://x");
+    const [, prefix, ...rest] = url.pathname.split("/");
+    const path = `/${rest.join("/")}`;
+    const c = cluster(prefix);
+    const send = (code, body) => {
+      res.writeHead(code, { "content-type": "application/json" });
+      res.end(JSON.stringify(body));
+    };
+    if (path.startsWith("/_control/")) return control(c, path.slice(10), req.method, text, send);
+    c.requests.push({ method: req.method, path, headers: req.headers, body: text });
+    if (req.headers.authorization !== `Bearer ${c.mode.token}`) return send(401, status(401, "Unauthorized", "Unauthorized"));
+    const call = ++c.calls;
+    if (call <= c.mode.hangFirst) {
+      await new Promise((r) => setTimeout(r, c.mode.hangMs));
+      return send(504, status(504, "Timeout", "hung"));
+    }
+    if (call <= c.mode.hangFirst + c.mode.failFirst) return send(503, status(503, "ServiceUnavailable", "the server is currently unable to handle the request"));
+    const m = RESOURCE.exec(path);
+    if (!m) return send(404, status(404, "NotFound", "the server could not find the requested resource"));
+    const [, ns, resource, name] = m;
+    const key = (n) => `${resource}/${ns}/${n}`;
+    if (req.method === "POST" && !name) {
+      let obj;
+      try {
+        obj = JSON.parse(text);
+      } catch {
+        return send(400, status(400, "BadRequest", "invalid JSON"));
+      }
+      const objName = obj?.metadata?.name;
+      if (!objName) return send(422, status(422, "Invalid", `${KINDS[resource]} is invalid: metadata.name: Required value`));
+      if (c.objects.has(key(objName))) return send(409, status(409, "AlreadyExists", `${resource} "${objName}" already exists`, { name: objName, kind: resource }));
+      const stored = {
+        ...obj,
+        metadata: { ...obj.metadata, namespace: ns, uid: randomUUID(), resourceVersion: "1", creationTimestamp: new Date().toISOString() },
+        ...(resource === "secrets" ? {} : { status: { phase: "Pending" } }),
+        gets: 0,
+      };
+      c.objects.set(key(objName), stored);
+      c.created[resource]++;
+      return send(201, view(stored));
+    }
+    if (!name) return send(405, status(405, "MethodNotAllowed", "method not allowed"));
+    const existing = c.objects.get(key(name));
+    const notFound = () => send(404, status(404, "NotFound", `${resource} "${name}" not found`, { name, kind: resource }));
+    if (req.method === "GET") {
+      if (!existing) return notFound();
+      existing.gets++;
+      if (c.mode.runAfterGets >= 0 && existing.status?.phase === "Pending" && existing.gets > c.mode.runAfterGets) existing.status.phase = "Running";
+      return send(200, view(existing));
+    }
+    if (req.method === "PUT") {
+      if (!existing) return notFound();
+      const obj = JSON.parse(text);
+      c.objects.set(key(name), { ...obj, metadata: { ...existing.metadata, ...obj.metadata, resourceVersion: String(Number(existing.metadata.resourceVersion) + 1) }, gets: 0 });
+      return send(200, view(c.objects.get(key(name))));
+    }
+    if (req.method === "DELETE") {
+      if (!existing) return notFound();
+      c.objects.delete(key(name));
+      return send(200, resource === "secrets" ? { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", details: { name, kind: resource } } : view(existing));
+    }
+    return send(405, status(405, "MethodNotAllowed", "method not allowed"));
+  });
+  function view(obj) {
+    const { gets: _g, ...rest } = obj;
+    return rest;
+  }
+  function control(c, what, method, text, send) {
+    if (what === "mode" && method === "POST") {
+      c.mode = { ...c.mode, ...JSON.parse(text || "{}") };
+      c.calls = 0;
+      return send(200, c.mode);
+    }
+    if (what === "phase" && method === "POST") {
+      const { resource, name, phase } = JSON.parse(text);
+      const obj = [...c.objects.entries()].find(([k]) => k.startsWith(`${resource}/`) && k.endsWith(`/${name}`))?.[1];
+      if (!obj) return send(404, { error: "no such object" });
+      obj.status = { ...obj.status, phase };
+      return send(200, view(obj));
+    }
+    if (what === "state") return send(200, { objects: [...c.objects.values()].map(view), created: c.created, requests: c.requests });
+    return send(404, { error: "unknown control" });
+  }
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections?.();
+        server.close(() => r());
+      }),
+  };
+}

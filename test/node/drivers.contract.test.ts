@@ -1,0 +1,175 @@
+// One contract, every driver: what the reconciliation relies on from a runner backend.
+import { describe, expect, inject, it } from "vitest";
+import { createRunnerBackend } from "../../src/backends/select.ts";
+import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/backends/types.ts";
+import { loadConfig } from "../../src/config.ts";
+import type { RunnerFile } from "../../src/gitea/identity.ts";
+import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
+
+const backendUrl = inject("backendUrl");
+const k8sUrl = inject("kubernetesUrl");
+const REGISTRATION_TOKEN = "gitea-registration-token-0000";
+
+interface Harness {
+  driver: RunnerBackend;
+  /** The backend's side: make a workload run, fail, or hang. */
+  run(id: string): Promise<void>;
+  fail(id: string): Promise<void>;
+  hang(ms: number): Promise<void>;
+  /** The backend stops accepting our token (401), or is unavailable (503). */
+  revokeToken(): Promise<void>;
+  unavailable(): Promise<void>;
+  created(): Promise<number>;
+  live(): Promise<number>;
+  /** Everything the backend received, and, for Kubernetes, the non-Secret objects it holds. */
+  received(): Promise<string>;
+  workloadObjects(): Promise<string>;
+}
+
+async function httpHarness(): Promise<Harness> {
+  const ns = uniqueName("http");
+  const base = `${backendUrl}/${ns}`;
+  const ctl = (what: string, body?: unknown) => fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+  await ctl("mode", { token: "backend-token", readyAfter: 1 });
+  const env = giteaTestEnv("ws://127.0.0.1:1", backendUrl, "http://127.0.0.1:2", { POD_BACKEND_URL: base });
+  const config = loadConfig(env);
+  const state = () => ctl("state") as Promise<{ runners: { id: string }[]; created: number; requests: unknown[] }>;
+  return {
+    driver: createRunnerBackend(config, config.backends[0]!),
+    run: async () => undefined, // the http backend reports ready on its second PUT
+    // A vanished runner: the next PUT recreates it (the driver contract is an idempotent PUT).
+    fail: async (id) => void (await ctl("forget", { id })),
+    hang: async (ms) => void (await ctl("mode", { token: "backend-token", readyAfter: 1, hangFirst: 1, hangMs: ms })),
+    revokeToken: async () => void (await ctl("mode", { token: "rotated" })),
+    unavailable: async () => void (await ctl("mode", { token: "backend-token", failFirst: 1 })),
+    created: async () => (await state()).created,
+    live: async () => (await state()).runners.length,
+    received: async () => JSON.stringify((await state()).requests),
+    workloadObjects: async () => "",
+  };
+}
+
+function kubeHarness(driverName: "kubernetes" | "kubevirt") {
+  return async (): Promise<Harness> => {
+    const prefix = uniqueName("k8s").toLowerCase().replaceAll("_", "-");
+    const base = `${k8sUrl}/${prefix}`;
+    const ctl = (what: string, body?: unknown) => fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+    const env = giteaTestEnv("ws://127.0.0.1:1", backendUrl, "http://127.0.0.1:2", {
+      POD_DRIVER: driverName,
+      K8S_API_URL: base,
+      K8S_TOKEN: "k8s-token-0000",
+      K8S_NAMESPACE: "runners",
+      RUNNER_VM_IMAGE: "registry.example.org/act-runner-vm:1",
+    });
+    const config = loadConfig(env);
+    const resource = driverName === "kubernetes" ? "pods" : "virtualmachineinstances";
+    type Obj = { kind: string; metadata: { name: string }; status?: { phase: string } };
+    const state = () => ctl("state") as Promise<{ objects: Obj[]; created: Record<string, number>; requests: unknown[] }>;
+    const workloads = async () => (await state()).objects.filter((o) => o.kind !== "Secret");
+    const setPhase = async (phase: string) => {
+      for (const o of await workloads()) await ctl("phase", { resource, name: o.metadata.name, phase });
+    };
+    return {
+      driver: createRunnerBackend(config, config.backends[0]!),
+      run: () => setPhase("Running"),
+      fail: () => setPhase("Failed"),
+      hang: async (ms) => void (await ctl("mode", { hangFirst: 1, hangMs: ms })),
+      revokeToken: async () => void (await ctl("mode", { token: "rotated" })),
+      unavailable: async () => void (await ctl("mode", { failFirst: 1 })),
+      created: async () => (await state()).created[resource]!,
+      live: async () => (await state()).objects.length,
+      received: async () => JSON.stringify((await state()).requests),
+      workloadObjects: async () => JSON.stringify(await workloads()),
+    };
+  };
+}
+
+const identity: RunnerFile = {
+  WARNING: "generated",
+  id: 42,
+  uuid: "6a1e2c7e-0000-4000-8000-000000000042",
+  name: "gdr-contract-1",
+  token: "runner-identity-token-secret-42",
+  address: "https://gitea.example.org",
+  labels: ["ubuntu-latest:docker://node:20"],
+  ephemeral: true,
+};
+const request = (id: string): RunnerRequest => ({
+  assignment: assignment(id),
+  claimToken: `claim-token-of-${id}`,
+  claimUrl: `https://dispatch.example.org/v1/assignments/${id}/claim`,
+  completeUrl: `https://dispatch.example.org/v1/assignments/${id}/complete`,
+  runner: identity,
+});
+const within = (ms: number) => AbortSignal.timeout(ms);
+
+describe.each([
+  ["http", httpHarness],
+  ["kubernetes", kubeHarness("kubernetes")],
+  ["kubevirt", kubeHarness("kubevirt")],
+])("runner backend contract: %s driver", (name, makeHarness) => {
+  it("accepting twice makes one runner, pending until it runs, then ready", async () => {
+    const h = await makeHarness();
+    expect(await h.driver.accept(request("c-1"), within(2_000))).toBe("pending");
+    await h.run("c-1");
+    expect(await h.driver.accept(request("c-1"), within(2_000))).toBe("ready");
+    expect(await h.driver.accept(request("c-1"), within(2_000))).toBe("ready");
+    expect(await h.created()).toBe(1);
+  });
+
+  it("recreates a workload that failed before its claim", async () => {
+    const h = await makeHarness();
+    await h.driver.accept(request("c-2"), within(2_000));
+    await h.fail("c-2");
+    const first = await h.driver.accept(request("c-2"), within(2_000)).catch((e: unknown) => e);
+    if (first instanceof BackendError) expect(first.message).toContain("before the claim");
+    await h.driver.accept(request("c-2"), within(2_000));
+    expect(await h.created()).toBe(2);
+  });
+
+  it("tears down idempotently, also what never existed", async () => {
+    const h = await makeHarness();
+    await h.driver.accept(request("c-3"), within(2_000));
+    expect(await h.live()).toBeGreaterThan(0);
+    await h.driver.teardown("c-3", within(2_000));
+    await h.driver.teardown("c-3", within(2_000));
+    await h.driver.teardown("never-existed", within(2_000));
+    expect(await h.live()).toBe(0);
+  });
+
+  it("turns a hung backend into a BackendError within the timeout", async () => {
+    const h = await makeHarness();
+    await h.hang(2_000);
+    const started = Date.now();
+    const err = await h.driver.accept(request("c-4"), within(300)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendError);
+    expect((err as Error).message).toMatch(/timed out/);
+    expect(Date.now() - started).toBeLessThan(1_500);
+  });
+
+  it("reports refused credentials and unavailability as BackendErrors with their status", async () => {
+    const h = await makeHarness();
+    await h.unavailable();
+    expect(await h.driver.accept(request("c-6"), within(2_000)).catch((e: unknown) => e)).toMatchObject({ name: "BackendError", status: 503 });
+    await h.revokeToken();
+    expect(await h.driver.accept(request("c-6"), within(2_000)).catch((e: unknown) => e)).toMatchObject({ name: "BackendError", status: 401 });
+    expect(await h.driver.teardown("c-6", within(2_000)).catch((e: unknown) => e)).toMatchObject({ name: "BackendError", status: 401 });
+  });
+
+  it("never hands over the registration token; the identity only through a Secret", async () => {
+    const h = await makeHarness();
+    await h.driver.accept(request("c-5"), within(2_000));
+    await h.run("c-5");
+    await h.driver.accept(request("c-5"), within(2_000));
+    const received = await h.received();
+    expect(received).not.toContain(REGISTRATION_TOKEN);
+    if (name !== "http") {
+      const objects = await h.workloadObjects();
+      expect(objects.length).toBeGreaterThan(10);
+      expect(objects).not.toContain(identity.token);
+      expect(objects).not.toContain(identity.uuid);
+      expect(objects).not.toContain("claim-token-of-c-5");
+      expect(received).toContain(identity.token); // …which did arrive, in the Secret
+    }
+  });
+});
