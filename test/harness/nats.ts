@@ -3,13 +3,13 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { loadConfig } from "../../src/config.ts";
 import { withNats } from "../../src/nats/connection.ts";
 
-/** Messages in the stream, and the pod consumer's pending and ack-pending counts. */
+/** Messages in the stream, and the first enabled backend's pending and ack-pending counts. */
 export async function streamState(env: Record<string, string>) {
   const config = loadConfig(env);
   return withNats(config, async (h) => {
     const jsm = await jetstreamManager(h.nc);
     const s = await jsm.streams.info(config.stream);
-    const c = await jsm.consumers.info(config.stream, "pod");
+    const c = await jsm.consumers.info(config.stream, config.backends[0]!.backend);
     return { messages: s.state.messages, ackPending: c.num_ack_pending, pending: c.num_pending };
   });
 }

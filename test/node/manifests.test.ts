@@ -1,0 +1,85 @@
+// What the kubernetes and kubevirt drivers ask the cluster for.
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
+import { mergeTemplate } from "../../src/backends/kubernetes/merge.ts";
+import { assignmentLabel, objectName } from "../../src/backends/kubernetes/names.ts";
+import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
+import type { RunnerRequest } from "../../src/backends/types.ts";
+import { assignment } from "../harness/env.ts";
+
+const request: RunnerRequest = {
+  assignment: assignment("gitea-1187-1"),
+  claimToken: "claim-token-secret",
+  claimUrl: "https://d.example.org/v1/assignments/gitea-1187-1/claim",
+  completeUrl: "https://d.example.org/v1/assignments/gitea-1187-1/complete",
+  runner: { WARNING: "w", id: 7, uuid: "uuid-7", name: "gdr-gitea-1187-1", token: "runner-token-secret", address: "https://g", labels: ["ubuntu-latest:docker://node:20"], ephemeral: true },
+};
+const template = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
+
+describe("object names", () => {
+  it("derive from the runner name and stay valid DNS labels", async () => {
+    expect(await objectName("gdr", "gitea-1187-1")).toBe("gdr-gitea-1187-1");
+    const odd = await objectName("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(100));
+    expect(odd).toMatch(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/);
+    expect(odd).not.toBe(await objectName("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(99)));
+    expect(assignmentLabel("a".repeat(70))).toHaveLength(63);
+  });
+});
+
+describe("pod manifest", () => {
+  it("mounts the identity from the Secret and carries none of it in its spec", () => {
+    const pod = podManifest("gdr-gitea-1187-1", request, { image: DEFAULT_RUNNER_IMAGE, template: undefined });
+    const text = JSON.stringify(pod);
+    for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
+    expect(pod).toMatchObject({
+      metadata: { name: "gdr-gitea-1187-1", labels: { "app.kubernetes.io/managed-by": "gitea-edge-dispatcher", "gitea-edge-dispatcher/assignment": "gitea-1187-1" } },
+      spec: { restartPolicy: "Never", automountServiceAccountToken: false, volumes: [{ name: "runner-identity", secret: { secretName: "gdr-gitea-1187-1" } }] },
+    });
+    const secret = runnerSecret("gdr-gitea-1187-1", request) as { stringData: Record<string, string> };
+    expect(JSON.parse(secret.stringData[".runner"]!)).toEqual(request.runner);
+    expect(secret.stringData["claim-token"]).toBe("claim-token-secret");
+  });
+
+  it("merges the README's docker-in-docker template: sidecar, env by name, resources, scheduling", () => {
+    const pod = podManifest("p", request, { image: "img", template }) as { spec: Record<string, any> };
+    const runner = pod.spec.containers.find((c: { name: string }) => c.name === "runner");
+    expect(pod.spec.containers).toHaveLength(1);
+    expect(runner.image).toBe("img");
+    expect(runner.env.map((e: { name: string }) => e.name)).toEqual(["GDR_ASSIGNMENT_ID", "GDR_CLAIM_URL", "GDR_COMPLETE_URL", "DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"]);
+    expect(runner.volumeMounts.map((v: { name: string }) => v.name)).toEqual(["runner-identity", "docker-certs"]);
+    expect(runner.resources.limits.memory).toBe("4Gi");
+    expect(pod.spec.initContainers[0]).toMatchObject({ name: "dind", restartPolicy: "Always", securityContext: { privileged: true } });
+    expect(pod.spec.volumes.map((v: { name: string }) => v.name)).toEqual(["runner-identity", "docker-certs", "docker-data"]);
+    expect(pod.spec).toMatchObject({ serviceAccountName: "gitea-runner", restartPolicy: "Never", nodeSelector: { "kubernetes.io/os": "linux" } });
+  });
+
+  it("merges objects deeply, named lists by name, and replaces other lists", () => {
+    expect(mergeTemplate({ a: { b: 1, c: [1, 2] }, l: [{ name: "x", v: 1 }] }, { a: { c: [3] }, l: [{ name: "x", w: 2 }, { name: "y" }] })).toEqual({
+      a: { b: 1, c: [3] },
+      l: [{ name: "x", v: 1, w: 2 }, { name: "y" }],
+    });
+  });
+});
+
+describe("kubevirt manifest", () => {
+  it("boots the containerDisk with cloud-init from the Secret; the identity only in the Secret's user data", () => {
+    const vmi = vmiManifest("gdr-gitea-1187-1", request, { image: "registry.example.org/runner-vm:1", template: { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } } });
+    const text = JSON.stringify(vmi);
+    for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
+    expect(vmi).toMatchObject({
+      apiVersion: "kubevirt.io/v1",
+      kind: "VirtualMachineInstance",
+      spec: {
+        domain: { resources: { requests: { memory: "8Gi" } } },
+        volumes: [{ name: "containerdisk", containerDisk: { image: "registry.example.org/runner-vm:1" } }, { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name: "gdr-gitea-1187-1" } } }],
+      },
+    });
+    const userData = cloudInit(request);
+    expect(userData.startsWith("#cloud-config\n")).toBe(true);
+    const encoded = /content: (\S+)/.exec(userData)![1]!;
+    expect(JSON.parse(atob(encoded))).toEqual(request.runner);
+    expect(userData).toContain("act_runner daemon");
+    expect(userData).not.toContain("runner-token-secret");
+  });
+});
