@@ -1,15 +1,27 @@
 // npm start: the dispatcher on an embedded default stack. A throwaway nats-server, provisioning,
-// `wrangler dev` with cron ticks every few seconds, and a simulated runner backend that becomes
-// ready and claims after a delay. Prints each assignment's progress. Ctrl-C stops everything.
+// `wrangler dev` with cron ticks every few seconds, and simulated runners that become ready and
+// claim after a delay. Prints each assignment's progress. Ctrl-C stops everything.
+//
+// Pointed at a driver by configuration alone (environment or .dev.vars): POD_DRIVER / VM_DRIVER =
+// http | kubernetes | kubevirt. With K8S_API_URL the real cluster is used; without it an embedded
+// fake Kubernetes API plays the cluster. Kubernetes drivers need the Gitea integration: without
+// GITEA_URL an embedded fake Gitea is started and a signed webhook is printed to try.
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { writeFileSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { startFakeBackend } from "./fake-backend.mjs";
+import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
+import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
 import { loadEnv } from "./dev-vars.mjs";
+import { simulateCluster } from "./simulate-cluster.mjs";
 import { loadProvisionConfig } from "../src/config.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
+import { giteaSignature } from "../src/gitea/signature.ts";
 
 const PORT = Number(process.env.PORT ?? 8787);
 const TICK_MS = Number(process.env.TICK_MS ?? 5_000);
@@ -22,29 +34,61 @@ try {
   process.exit(1);
 }
 
-const nats = await startNatsServer();
-const backend = await startFakeBackend({
-  mode: { token: "local-backend-token", readyAfterMs: 1_500, autoClaimMs: 1_000, autoCompleteMs: 3_000 },
-});
 const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
+const PASS = ["TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
+  "POD_DRIVER", "VM_DRIVER", "K8S_API_URL", "K8S_TOKEN", "K8S_NAMESPACE", "RUNNER_IMAGE", "RUNNER_VM_IMAGE", "POD_TEMPLATE", "VM_TEMPLATE",
+  "GITEA_URL", "GITEA_WEBHOOK_SECRET", "GITEA_API_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_SCOPE", "RUNS_ON_ROUTES", "RUNNER_IDENTITY_KEY", "RUNNER_NAME_PREFIX"];
+const chosen = pick(user, PASS);
+const drivers = [chosen.POD_DRIVER ?? "http", chosen.VM_DRIVER ?? "http"];
+const needsCluster = drivers.some((d) => d !== "http");
+
+const stops = [];
+const nats = await startNatsServer();
+stops.push(() => nats.stop());
+const backend = await startFakeBackend({ mode: { token: "local-backend-token", readyAfterMs: 1_500, autoClaimMs: 1_000, autoCompleteMs: 3_000 } });
+stops.push(() => backend.close());
+
 const vars = {
   TRUST_DOMAIN: "local.gitea-edge-dispatcher",
   DISPATCH_TOKEN: randomBytes(18).toString("base64url"),
   CLAIM_SIGNING_KEY: randomBytes(32).toString("base64url"),
   RETRY_DELAY_MS: "1000",
-  ...pick(user, ["TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE"]),
-  NATS_URL: nats.wsUrl,
-  PUBLIC_URL: base,
   POD_BACKEND_URL: `${backend.url}/pod`,
   POD_BACKEND_TOKEN: "local-backend-token",
   VM_BACKEND_URL: `${backend.url}/vm`,
   VM_BACKEND_TOKEN: "local-backend-token",
+  ...chosen,
+  NATS_URL: nats.wsUrl,
+  PUBLIC_URL: base,
 };
+
+let cluster;
+if (needsCluster && !vars.K8S_API_URL) {
+  cluster = await startFakeKubernetes();
+  stops.push(() => cluster.close());
+  Object.assign(vars, { K8S_API_URL: `${cluster.url}/local`, K8S_TOKEN: FAKE_K8S_TOKEN, K8S_NAMESPACE: vars.K8S_NAMESPACE ?? "gitea-runners" });
+  if (drivers.includes("kubevirt")) vars.RUNNER_VM_IMAGE ??= "registry.local/act-runner-vm:latest";
+}
+let fakeGitea;
+if (needsCluster && !vars.GITEA_URL) {
+  fakeGitea = await startFakeGitea();
+  stops.push(() => fakeGitea.close());
+  const backendOf = vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm";
+  Object.assign(vars, {
+    GITEA_URL: `${fakeGitea.url}/local`,
+    GITEA_API_TOKEN: FAKE_GITEA.apiToken,
+    GITEA_WEBHOOK_SECRET: randomBytes(16).toString("hex"),
+    RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
+    RUNS_ON_ROUTES: JSON.stringify([{ backend: backendOf, labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
+  });
+}
 await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfig(vars)));
 
 const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(PORT), "--test-scheduled", "--show-interactive-dev-session=false"];
 for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
 const wrangler = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
+stops.unshift(async () => void wrangler.kill("SIGTERM"));
+if (cluster) stops.unshift(simulateCluster(vars.K8S_API_URL, { namespace: vars.K8S_NAMESPACE, log: (line) => console.log(line) }));
 
 const STEPS = { published: "published", capacity_acquired: "admitted", backend_ready: "ready", claimed: "claimed", acked: "acked", completed: "completed" };
 const progress = new Map();
@@ -62,7 +106,6 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
       if (/ready on/i.test(line)) announce();
       return;
     }
-    if (e.event === "reconcile_summary" && e.fetched === 0) return;
     const step = STEPS[e.event];
     if (step && e.assignment) {
       const seen = progress.get(e.assignment) ?? [];
@@ -70,26 +113,37 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
       seen.push(step);
       progress.set(e.assignment, seen);
       console.log(`${e.assignment} (${e.backend}): ${seen.join(" → ")}`);
-    } else if (["capacity_wait", "backend_retry", "claim_timeout", "invalid", "conflict", "error"].includes(e.event)) {
-      console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}`);
+    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error"].includes(e.event)) {
+      console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}${e.message ? `: ${e.message}` : ""}`);
     }
   });
 }
 
 let ticker;
 let announced = false;
-function announce() {
+async function announce() {
   if (announced) return;
   announced = true;
   ticker = setInterval(() => fetch(`${base}/__scheduled?cron=*+*+*+*+*`).catch(() => undefined), TICK_MS);
   console.log(`
 gitea-edge-dispatcher on ${base}   (nats-server ${nats.wsUrl}, cron tick every ${TICK_MS / 1000}s)
+drivers: pod=${drivers[0]} vm=${drivers[1]}${cluster ? ` (embedded fake Kubernetes API at ${vars.K8S_API_URL})` : ""}
 Try:
   curl -s -X POST ${base}/v1/assignments -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}' \\
     -H 'content-type: application/json' -d '{"version":1,"id":"demo-1","backend":"pod","labels":["ubuntu-latest"]}'
   curl -s ${base}/v1/assignments/demo-1 -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}'
-  curl -s ${base}/healthz
-`);
+  curl -s ${base}/healthz`);
+  if (vars.GITEA_WEBHOOK_SECRET) {
+    const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
+    const file = join(dir, "queued.json");
+    const body = JSON.stringify({ action: "queued", workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() }, repository: { full_name: "acme/widgets" } });
+    writeFileSync(file, body);
+    const sig = await giteaSignature(vars.GITEA_WEBHOOK_SECRET, new TextEncoder().encode(body));
+    console.log(`  # a signed Gitea workflow_job delivery:
+  curl -s -X POST ${base}/v1/gitea/webhook -H 'content-type: application/json' -H 'x-gitea-event-type: workflow_job' \\
+    -H 'x-gitea-signature: ${sig}' --data-binary @${file}`);
+  }
+  console.log("");
 }
 
 let stopping = false;
@@ -97,9 +151,7 @@ async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
   clearInterval(ticker);
-  wrangler.kill("SIGTERM");
-  await backend.close();
-  await nats.stop();
+  for (const s of stops) await s();
   process.exit(code);
 }
 wrangler.on("exit", (code) => stop(code ?? 1));
