@@ -33,6 +33,9 @@ export async function startFakeBackend({ port = 0, mode = {} } = {}) {
       return send(existed ? 200 : 404, existed ? { status: "deleted" } : { error: "not found" });
     }
     if (req.method !== "PUT") return send(405, { error: "method not allowed" });
+    s.inFlight = (s.inFlight ?? 0) + 1;
+    s.maxInFlight = Math.max(s.maxInFlight ?? 0, s.inFlight);
+    res.on("close", () => s.inFlight--);
     const call = ++s.calls;
     if (call <= s.mode.hangFirst) {
       await new Promise((r) => setTimeout(r, s.mode.hangMs));
@@ -92,6 +95,7 @@ export async function startFakeBackend({ port = 0, mode = {} } = {}) {
         created: s.created ?? 0,
         requests: s.requests,
         calls: s.calls,
+        maxInFlight: s.maxInFlight ?? 0,
       });
     }
     return send(404, { error: "unknown control" });

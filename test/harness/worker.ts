@@ -57,6 +57,7 @@ export interface FakeBackendState {
   runners: FakeRunner[];
   created: number;
   calls: number;
+  maxInFlight: number;
   requests: { method: string; path: string; headers: Record<string, string>; body: string }[];
 }
 

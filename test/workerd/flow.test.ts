@@ -181,4 +181,23 @@ describe("handoff in workerd", () => {
     expect((await backend.state()).runners).toHaveLength(1);
     expect(await state(env, "slow")).toMatchObject({ state: "backend_ready" });
   });
+
+  it("calls the backend at most 4 at a time, and says so loudly when it refuses our token", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 20 });
+    await provisionEnv(env);
+    const backend = backendControl(env);
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 150 });
+    await publishRaw(env, Array.from({ length: 12 }, (_, i) => ({ data: encodeAssignment(assignment(`c-${i}`)), msgID: `c-${i}` })));
+    await tick(env);
+    const s = await backend.state();
+    expect(s.calls).toBe(12);
+    expect(s.maxInFlight).toBe(4);
+
+    const refused = testEnv(nats, backendUrl);
+    await provisionEnv(refused);
+    await backendControl(refused).mode({ token: "rotated-elsewhere" });
+    await publishRaw(refused, [{ data: encodeAssignment(assignment("auth-1")), msgID: "auth-1" }]);
+    await tick(refused);
+    expect(eventsOf("auth-1").filter((e) => e !== "error")).toEqual(["received", "capacity_acquired", "backend_auth", "backend_retry"]);
+  });
 });
