@@ -2,11 +2,11 @@
 // Shared by the test harness, `npm start` and the benchmark; plain JS so Node runs it as is.
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { homedir, tmpdir } from "node:os";
 import { join, delimiter } from "node:path";
 import { randomUUID } from "node:crypto";
 
-/** Finds nats-server: NATS_SERVER_BIN, then PATH. Throws with install advice when missing. */
+/** Finds nats-server: NATS_SERVER_BIN, then PATH, then where `.ci/env.sh` puts it. Throws with install advice when missing. */
 export function findNatsServer() {
   const fromEnv = process.env.NATS_SERVER_BIN;
   if (fromEnv && existsSync(fromEnv)) return fromEnv;
@@ -14,6 +14,8 @@ export function findNatsServer() {
     const candidate = join(dir, "nats-server");
     if (dir && existsSync(candidate)) return candidate;
   }
+  const cached = join(process.env.GDR_CACHE ?? join(homedir(), ".cache", "gdr"), "nats", "usr", "sbin", "nats-server");
+  if (existsSync(cached)) return cached;
   throw new Error(
     "nats-server not found: set NATS_SERVER_BIN or put it on PATH. " +
       "`. .ci/env.sh` installs a current one into ~/.cache/gdr without touching the system " +
