@@ -23,7 +23,9 @@ export function cleanupVerdict(
   if (record.state === "completed" || record.state === "terminated") return "delete";
   if (!record.runner || record.runner.id !== runnerId) return "delete"; // a second registration, or one we never stored
   if (record.state === "claimed") return "keep";
-  const since = Date.parse(record.runner.registeredAt);
+  // An identity is reused when a runner is provisioned afresh after a claim timeout: the clock
+  // starts with the latest incarnation, not with the registration.
+  const since = Math.max(Date.parse(record.runner.registeredAt), record.readyAt ? Date.parse(record.readyAt) : 0);
   return now - since > limits.claimTimeoutMs + limits.graceMs ? "delete_and_forget" : "keep";
 }
 

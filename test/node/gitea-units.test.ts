@@ -79,6 +79,7 @@ describe("cleanup verdict", () => {
     ["claimed long ago: still running", rec("claimed", 7, 3_600_000), "keep"],
     ["ready, within claim timeout + grace", rec("backend_ready", 7, 540_000), "keep"],
     ["ready, past claim timeout + grace", rec("backend_ready", 7, 540_001), "delete_and_forget"],
+    ["registered long ago, provisioned afresh just now", { ...rec("backend_ready", 7, 3_600_000), readyAt: new Date(now - 1_000).toISOString() }, "keep"],
   ] as const)("%s → %s", (_n, record, verdict) => {
     expect(cleanupVerdict(record, 7, now, limits)).toBe(verdict);
   });
