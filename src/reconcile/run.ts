@@ -7,6 +7,8 @@ import { DEFAULT_DELAYS } from "./decide.ts";
 import { mapLimit } from "./limit.ts";
 import { processMessage, type ProcessDeps } from "./process.ts";
 
+/** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
+const MAX_PARK_MS = 5_000;
 /** Messages reconciled at once per backend; backend calls are limited separately. */
 const PROCESS_CONCURRENCY = 16;
 
@@ -33,15 +35,15 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     durationMs: 0,
   };
   // Each message is reconciled at most once per pass. A nak'd message that comes back within the
-  // same pass goes back unprocessed: spinning on it would only burn deliveries (MaxDeliver) without
-  // any chance of a different outcome, and a claim starts a pass of its own.
+  // same pass goes back unprocessed, until this pass is over: spinning on it would only burn
+  // deliveries (MaxDeliver) and crowd out the messages not seen yet; a claim starts a pass of its own.
   const seen = new Set<number>();
-  const revisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
+  const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   while (deps.now() < opts.deadline) {
     const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     for (const m of batch) {
-      if (seen.has(m.seq)) m.nak(revisitDelay);
+      if (seen.has(m.seq)) m.nak(Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())));
       seen.add(m.seq);
     }
     summary.fetched += fresh.length;
