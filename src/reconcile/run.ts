@@ -42,8 +42,11 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   while (deps.now() < opts.deadline) {
     const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize);
     const fresh = batch.filter((m) => !seen.has(m.seq));
+    // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
+    // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
+    const revisitDelay = fresh.length ? Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())) : minRevisitDelay;
     for (const m of batch) {
-      if (seen.has(m.seq)) m.nak(Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())));
+      if (seen.has(m.seq)) m.nak(revisitDelay);
       seen.add(m.seq);
     }
     summary.fetched += fresh.length;
