@@ -200,4 +200,18 @@ describe("handoff in workerd", () => {
     await tick(refused);
     expect(eventsOf("auth-1").filter((e) => e !== "error")).toEqual(["received", "capacity_acquired", "backend_auth", "backend_retry"]);
   });
+
+  it("reconciles each message once per pass, even when its nak delay ends mid-pass", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 40, BATCH_SIZE: 8, RETRY_DELAY_MS: 20 });
+    await provisionEnv(env);
+    await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 60 });
+    await publishRaw(env, Array.from({ length: 30 }, (_, i) => ({ data: encodeAssignment(assignment(`o-${i}`)), msgID: `o-${i}` })));
+    await tick(env);
+    const summary = logs.events().find((e) => e.event === "reconcile_summary")!;
+    expect(summary).toMatchObject({ fetched: 30, naked: 30 });
+    expect(summary.revisited).toBeGreaterThan(0);
+    const received = logs.events().filter((e) => e.event === "received").map((e) => e.assignment);
+    expect(received).toHaveLength(30);
+    expect(new Set(received).size).toBe(30);
+  });
 });
