@@ -9,14 +9,14 @@ import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
 import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
 import { withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
-import { ensureRunnerIdentity } from "./gitea/identity.ts";
+import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter } from "./reconcile/limit.ts";
-import type { ProcessDeps } from "./reconcile/process.ts";
+import type { PreparedRequest, ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { createAdmission, type Admission } from "./state/admission.ts";
-import { bindBucket } from "./state/kv.ts";
-import { createRecordStore, type RecordStore } from "./state/records.ts";
+import { bindBucket, readManyJson } from "./state/kv.ts";
+import { createRecordStore, type AssignmentRecord, type RecordStore } from "./state/records.ts";
 
 /** Workers allow six open connections per invocation: one is NATS, four are backend calls. */
 export const BACKEND_CONCURRENCY = 4;
@@ -42,7 +42,7 @@ export interface Dispatcher {
   runnersFor(backend: Backend): RunnerBackend;
   /** Opens a connection for `fn` and drains it afterwards. */
   withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
-  runnerRequest(assignment: Assignment, records: RecordStore): Promise<RunnerRequest | "busy">;
+  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
   /** The Gitea client, when the integration is configured. */
   gitea: GiteaClient | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
@@ -65,7 +65,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
     const [recordsKv, admissionKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, admissionBucket(names))]);
     return {
-      records: createRecordStore(recordsKv, now),
+      records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys)),
       admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, now }),
     };
   };
@@ -81,19 +81,19 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     withState: (fn) => withNats(config, async (handle) => fn(await openState(handle), handle)),
     gitea,
-    async runnerRequest(assignment, records) {
+    async runnerRequest(assignment, record, reserved) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
       const request: RunnerRequest = { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
-      if (!config.gitea || !gitea) return request;
-      const identity = await ensureRunnerIdentity(config.gitea, records, gitea, assignment, assignment.labels, now);
-      return identity.kind === "busy" ? "busy" : { ...request, runner: identity.file };
+      if (!config.gitea || !gitea) return { request };
+      const identity = await obtainRunnerIdentity(config.gitea, gitea, assignment, record, reserved, now);
+      return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
     },
     callBackend: (fn) => limit(() => fn(AbortSignal.timeout(config.backendTimeoutMs))),
     async tick(trigger) {
       const started = now();
       if (config.gitea) {
         await dispatcher
-          .withState((state) => sweepGitea(dispatcher, state.records))
+          .withState((state) => sweepGitea(dispatcher, state))
           .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
       }
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)));
@@ -120,22 +120,15 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 }
 
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
-  // One admission update at a time within a pass: the CAS still guards against other invocations,
-  // but the pass's own messages no longer race each other for the one admission key.
-  const serial = createLimiter(1);
-  const admission: Admission = {
-    acquire: (b, id) => serial(() => state.admission.acquire(b, id)),
-    release: (b, id) => serial(() => state.admission.release(b, id)),
-    holders: (b) => state.admission.holders(b),
-  };
   return {
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
     records: state.records,
-    admission,
+    admission: state.admission,
     runners: d.runnersFor(backend),
-    runnerRequest: (a) => d.runnerRequest(a, state.records),
+    needsIdentity: d.config.gitea !== undefined,
+    runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
     sink: d.sink,
     now: d.now,

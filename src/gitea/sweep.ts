@@ -1,7 +1,8 @@
 // The cron side of the Gitea integration. Gitea sends each webhook once and never retries, so
 // every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
 // registered that no assignment needs any more, in Gitea and at the backend.
-import type { Dispatcher } from "../dispatcher.ts";
+import type { Dispatcher, State } from "../dispatcher.ts";
+import type { Admission } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import { releaseRunner } from "../operations.ts";
 import { GiteaFeatureMissing } from "./client.ts";
@@ -35,13 +36,13 @@ export interface SweepSummary {
   disabled: boolean;
 }
 
-export async function sweepGitea(d: Dispatcher, records: RecordStore): Promise<SweepSummary> {
+export async function sweepGitea(d: Dispatcher, { records, admission }: State): Promise<SweepSummary> {
   const summary: SweepSummary = { recovered: 0, runnersDeleted: 0, disabled: false };
   const gitea = d.config.gitea;
   if (!gitea || !d.gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
   try {
     await recoverJobs(d, records, summary);
-    await cleanRunners(d, records, summary);
+    await cleanRunners(d, records, admission, summary);
   } catch (err) {
     if (!(err instanceof GiteaFeatureMissing)) throw err;
     summary.disabled = true;
@@ -66,7 +67,7 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
   }
 }
 
-async function cleanRunners(d: Dispatcher, records: RecordStore, summary: SweepSummary) {
+async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admission, summary: SweepSummary) {
   const gitea = d.config.gitea!;
   const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: gitea.cleanupGraceMs };
   for (let page = 1; page <= gitea.jobPages; page++) {
@@ -85,7 +86,11 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, summary: SweepS
           return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
         });
       }
-      if (record && verdict === "delete_and_forget") await releaseRunner(d, id, record.backend, runner.id);
+      if (record && verdict === "delete_and_forget") {
+        // Its slot and any registration reservation go too: the next delivery starts from scratch.
+        await admission.release(record.backend, id);
+        await releaseRunner(d, id, record.backend, runner.id);
+      }
       else await d.gitea!.deleteRunner(runner.id);
       summary.runnersDeleted++;
       d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });

@@ -1,13 +1,17 @@
-// Carries out one reconciliation step for one delivery: gathers the facts `decide` asks for,
-// then applies its verdict. Never waits for anything longer than one backend call.
+// Carries out reconciliation for a batch of deliveries: gathers the facts `decide` asks for,
+// batched where the state store allows (one read of all records, one admission update), then
+// per message one backend call, at most one record write, and the verdict's ack/nak/term.
 import { decodeAssignment, type Assignment } from "../assignment.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../backends/types.ts";
-import type { EventSink } from "../events.ts";
+import type { EventName, EventSink } from "../events.ts";
 import type { Backend } from "../names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission } from "../state/admission.ts";
-import type { AssignmentRecord, RecordStore } from "../state/records.ts";
+import type { Versioned } from "../state/kv.ts";
+import { contentHash, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { decide, type Effect, type Facts, type Policy, type Verdict } from "./decide.ts";
+
+export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
 
 export interface ProcessDeps {
   backend: Backend;
@@ -16,66 +20,99 @@ export interface ProcessDeps {
   records: RecordStore;
   admission: Admission;
   runners: RunnerBackend;
-  /**
-   * Builds what the backend receives for an assignment (claim token, URLs, runner identity);
-   * "busy" while another invocation registers its runner.
-   */
-  runnerRequest(assignment: Assignment): Promise<RunnerRequest | "busy">;
+  /** True when provisioning needs a registered runner identity (Gitea integration on). */
+  needsIdentity: boolean;
+  /** What the backend receives (claim token, URLs, runner identity); "busy" while another invocation registers it. */
+  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
   /** Runs a backend call within the invocation's connection limit and timeout. */
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   sink: EventSink;
   now(): number;
 }
 
-export async function processMessage(deps: ProcessDeps, msg: DeliveredMessage, budgetSpent: boolean): Promise<Verdict> {
-  const facts: Facts = { now: deps.now(), budgetSpent };
-  let assignment: Assignment | undefined;
-  let record: AssignmentRecord | null = null;
-  const id = () => assignment?.id ?? `seq-${msg.seq}`;
-  for (;;) {
-    const step = decide(facts, deps.policy);
-    switch (step.next) {
-      case "decode": {
-        const decoded = decodeAssignment(msg.data, deps.trustDomain);
-        facts.decoded = decoded.ok && decoded.assignment.backend === deps.backend;
-        if (decoded.ok) assignment = decoded.assignment;
-        if (facts.decoded) emit(deps, "received", id());
-        break;
+/** One delivery on its way through the table. */
+export interface Prepared {
+  msg: DeliveredMessage;
+  facts: Facts;
+  assignment?: Assignment;
+  known?: Versioned<AssignmentRecord>;
+  reserved: boolean;
+}
+
+const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
+
+/** Decodes, offers and admits a whole batch: one read of all records, one admission update. */
+export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number): Promise<Prepared[]> {
+  const batch: Prepared[] = msgs.map((msg) => ({ msg, facts: { now: deps.now(), budgetSpent: deps.now() >= deadline }, reserved: false }));
+  for (const p of batch) {
+    if (decide(p.facts, deps.policy).next !== "decode") continue;
+    const decoded = decodeAssignment(p.msg.data, deps.trustDomain);
+    p.facts.decoded = decoded.ok && decoded.assignment.backend === deps.backend;
+    if (decoded.ok) p.assignment = decoded.assignment;
+    if (p.facts.decoded) emit(deps, "received", idOf(p));
+  }
+  const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
+  const records = await deps.records.getMany(offering.map((p) => p.assignment!.id));
+  await Promise.all(
+    offering.map(async (p) => {
+      const a = p.assignment!;
+      const known = records.get(a.id);
+      if (known) {
+        p.known = known;
+        p.facts.offer = known.value.contentHash === (await contentHash(a)) ? "same" : "conflict";
+      } else {
+        // Published straight into the stream: this delivery creates its record.
+        const offered = await deps.records.offer(a);
+        p.known = { value: offered.record, revision: offered.revision };
+        p.facts.offer = offered.result;
       }
-      case "offer": {
-        const offered = await deps.records.offer(assignment!);
-        facts.offer = offered.result;
-        record = offered.record;
-        facts.state = record.state;
-        facts.reason = record.reason;
-        facts.readyAt = record.readyAt ? Date.parse(record.readyAt) : undefined;
-        break;
-      }
-      case "admit":
-        facts.admitted = await deps.admission.acquire(deps.backend, assignment!.id);
-        if (facts.admitted) emit(deps, "capacity_acquired", id());
-        break;
-      case "call_backend": {
-        try {
-          const request = await deps.runnerRequest(assignment!);
-          facts.backend = request === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(request, signal));
-        } catch (err) {
-          const status = err instanceof BackendError ? err.status : undefined;
-          facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
-          deps.sink.error("backend accept failed", { assignment: id(), backend: deps.backend, reason: (err as Error).message });
-        }
-        break;
-      }
-      case "done":
-        await applyEffects(deps, assignment, step.effects);
-        for (const event of step.events) emit(deps, event, id(), step);
-        await act(msg, step);
-        return step;
+      const r = p.known.value;
+      Object.assign(p.facts, { state: r.state, reason: r.reason, readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined });
+    }),
+  );
+  const admitting = batch.filter((p) => decide(p.facts, deps.policy).next === "admit");
+  if (admitting.length) {
+    const ids = admitting.map((p) => p.assignment!.id);
+    const reserve = new Set(deps.needsIdentity ? admitting.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
+    const { admitted, reserved } = await deps.admission.acquireMany(deps.backend, ids, reserve);
+    for (const p of admitting) {
+      p.facts.admitted = admitted.has(p.assignment!.id);
+      p.reserved = reserved.has(p.assignment!.id);
+      if (p.facts.admitted) emit(deps, "capacity_acquired", idOf(p));
     }
+  }
+  return batch;
+}
+
+/** Finishes one prepared delivery: backend call, record write, ack/nak/term. */
+export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent: boolean): Promise<Verdict> {
+  if (budgetSpent) p.facts.budgetSpent = true;
+  let ref: RunnerRef | undefined;
+  for (;;) {
+    const step = decide(p.facts, deps.policy);
+    if (step.next === "call_backend") {
+      try {
+        const prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved);
+        if (prepared !== "busy") ref = prepared.ref;
+        p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(prepared.request, signal));
+      } catch (err) {
+        const status = err instanceof BackendError ? err.status : undefined;
+        p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
+        deps.sink.error("backend accept failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message });
+      }
+      continue;
+    }
+    if (step.next !== "done") throw new Error(`unprepared step ${step.next} for ${idOf(p)}`);
+    await applyEffects(deps, p, step.effects, ref);
+    for (const event of step.events) emit(deps, event, idOf(p), step);
+    if (step.action.kind === "ack") await p.msg.ackAck();
+    else if (step.action.kind === "nak") p.msg.nak(step.action.delayMs);
+    else p.msg.term(step.action.reason);
+    return step;
   }
 }
 
-function emit(deps: ProcessDeps, event: Verdict["events"][number], assignment: string, step?: Verdict) {
+function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Verdict) {
   const action = step?.action;
   deps.sink.event({
     event,
@@ -86,47 +123,35 @@ function emit(deps: ProcessDeps, event: Verdict["events"][number], assignment: s
   });
 }
 
-async function act(msg: DeliveredMessage, v: Verdict): Promise<void> {
-  if (v.action.kind === "ack") await msg.ackAck();
-  else if (v.action.kind === "nak") msg.nak(v.action.delayMs);
-  else msg.term(v.action.reason);
-}
-
 const settled = new Set(["claimed", "completed", "terminated"]);
 
-async function applyEffects(deps: ProcessDeps, assignment: Assignment | undefined, effects: Effect[]): Promise<void> {
-  if (!assignment) return;
-  const at = () => new Date(deps.now()).toISOString();
-  // Transitions never overwrite a claim that arrived meanwhile.
-  const move = (change: (r: AssignmentRecord) => AssignmentRecord | undefined) =>
-    deps.records.update(assignment.id, (r) => (settled.has(r.state) ? undefined : change(r)));
-  for (const effect of effects) {
-    switch (effect) {
-      case "mark_waiting":
-        await move((r) => (r.state === "capacity_wait" ? undefined : { ...r, state: "capacity_wait" }));
-        break;
-      case "mark_pending":
-        await move((r) => (r.state === "backend_pending" ? undefined : { ...r, state: "backend_pending" }));
-        break;
-      case "mark_ready":
-        await move((r) => ({ ...r, state: "backend_ready", readyAt: r.readyAt ?? at() }));
-        break;
-      case "release_slot":
-        await deps.admission.release(deps.backend, assignment.id);
-        break;
-      case "forget_ready_and_teardown": {
-        const after = await move((r) => {
-          const { readyAt: _forgotten, ...rest } = r;
-          return { ...rest, state: "backend_pending" };
-        });
-        // Only tear down when the claim did not win the race: a claimed runner is left alone.
-        if (after && after.state === "backend_pending" && !after.readyAt) {
-          await deps.callBackend((signal) => deps.runners.teardown(assignment.id, signal)).catch((err) => {
-            deps.sink.event({ event: "teardown_failed", assignment: assignment.id, backend: deps.backend, reason: (err as Error).message });
-          });
+/** All of a verdict's record changes, and a new runner identity, in one write. */
+async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined): Promise<void> {
+  if (!p.assignment || !p.known) return;
+  const at = new Date(deps.now()).toISOString();
+  const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
+    let next: AssignmentRecord = ref && !r.runner ? { ...r, runner: ref } : r;
+    // State changes never overwrite a claim (or an end) that arrived meanwhile.
+    if (!settled.has(next.state)) {
+      for (const effect of effects) {
+        if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
+        if (effect === "mark_pending" && next.state !== "backend_pending") next = { ...next, state: "backend_pending" };
+        if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at };
+        if (effect === "forget_ready_and_teardown") {
+          const { readyAt: _forgotten, ...rest } = next;
+          next = { ...rest, state: "backend_pending" };
         }
-        break;
       }
     }
+    return next === r ? undefined : next;
+  };
+  const after = await deps.records.updateFrom(p.known, change);
+  if (effects.includes("release_slot")) await deps.admission.release(deps.backend, p.assignment.id);
+  // Tear down only when the claim did not win the race: a claimed runner is left alone.
+  if (effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt) {
+    const id = p.assignment.id;
+    await deps.callBackend((signal) => deps.runners.teardown(id, signal)).catch((err) => {
+      deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });
+    });
   }
 }

@@ -5,7 +5,7 @@ import { pullNoWait } from "../nats/pull.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
 import { mapLimit } from "./limit.ts";
-import { processMessage, type ProcessDeps } from "./process.ts";
+import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;
@@ -52,17 +52,25 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     summary.fetched += fresh.length;
     summary.revisited += batch.length - fresh.length;
     if (!fresh.length) break;
-    await mapLimit(fresh, PROCESS_CONCURRENCY, async (msg) => {
+    let prepared: Prepared[];
+    try {
+      prepared = await prepareBatch(deps, fresh, opts.deadline);
+    } catch (err) {
+      // The state store failed for the whole batch: hand it back at once rather than leave it to AckWait.
+      summary.errors += fresh.length;
+      deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
+      for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+      continue;
+    }
+    await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
       try {
-        const verdict = await processMessage(deps, msg, deps.now() >= opts.deadline);
+        const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline);
         if (verdict.events.includes("deferred")) summary.deferred++;
         else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
       } catch (err) {
-        // The state store or the connection failed mid-step: hand the message back at once
-        // rather than leave it to AckWait.
         summary.errors++;
-        deps.sink.error("reconcile step failed", { backend: deps.backend, seq: msg.seq, reason: (err as Error).message });
-        msg.nak(deps.policy.retryDelayMs ?? 2_000);
+        deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
+        p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
       }
     });
     if (batch.length < opts.batchSize) break;

@@ -1,20 +1,34 @@
-// Capacity admission: one KV entry per backend holds the leases of the runners it admitted.
-// Leases are idempotent per assignment id and expire after the lease TTL, so a slot that was
-// never released comes back by itself.
+// Capacity admission: one KV entry per backend holds the leases of the runners it admitted, and
+// the runner registrations under way. Leases are idempotent per assignment id and expire after
+// the lease TTL, so a slot that was never released comes back by itself. A batch of messages is
+// admitted with one read and one compare-and-set.
 import type { KV } from "@nats-io/kv";
 import { admissionKey, type Backend } from "../names.ts";
 import { casUpdate, readJson } from "./kv.ts";
 
-interface Leases {
+interface Pool {
   leases: Record<string, number>;
+  /** Assignment id → when its runner registration started; a second one must wait. */
+  registering?: Record<string, number>;
+}
+
+/** A registration that started longer ago than this and stored nothing is presumed dead. */
+export const REGISTRATION_LEASE_MS = 60_000;
+
+export interface AdmissionResult {
+  admitted: Set<string>;
+  /** Of `reserve`, the ids this caller may register a runner for now. */
+  reserved: Set<string>;
 }
 
 /** Admission pool of one deployment: capacity per backend, enforced across every invocation. */
 export interface Admission {
   /** True when `id` holds a slot (already, or newly granted). */
   acquire(backend: Backend, id: string): Promise<boolean>;
-  /** Frees the slot of `id`; a no-op when it holds none. */
-  release(backend: Backend, id: string): Promise<void>;
+  /** Admits what capacity allows, in order, and reserves runner registration for admitted `reserve` ids. */
+  acquireMany(backend: Backend, ids: readonly string[], reserve?: ReadonlySet<string>): Promise<AdmissionResult>;
+  /** Frees the slots and registration reservations of `ids`; ids holding none are ignored. */
+  release(backend: Backend, ...ids: string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
   holders(backend: Backend): Promise<string[]>;
 }
@@ -26,28 +40,51 @@ export interface AdmissionOptions {
 }
 
 export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
-  const live = (leases: Record<string, number>, now: number) =>
-    Object.fromEntries(Object.entries(leases).filter(([, expires]) => expires > now));
-  return {
-    acquire(backend, id) {
-      return casUpdate<Leases, boolean>(kv, admissionKey(backend), (current) => {
+  const live = (entries: Record<string, number> | undefined, now: number) => Object.fromEntries(Object.entries(entries ?? {}).filter(([, until]) => until > now));
+  const admission: Admission = {
+    async acquire(backend, id) {
+      return (await admission.acquireMany(backend, [id])).admitted.has(id);
+    },
+    acquireMany(backend, ids, reserve = new Set()) {
+      return casUpdate<Pool, AdmissionResult>(kv, admissionKey(backend), (current) => {
         const now = opts.now();
-        const leases = live(current?.value.leases ?? {}, now);
-        if (id in leases) return { value: undefined, result: true };
-        if (Object.keys(leases).length >= opts.capacity[backend]) return { value: undefined, result: false };
-        return { value: { leases: { ...leases, [id]: now + opts.leaseTtlMs } }, result: true };
+        const leases = live(current?.value.leases, now);
+        const registering = live(current?.value.registering, now);
+        const result: AdmissionResult = { admitted: new Set(), reserved: new Set() };
+        let changed = Object.keys(leases).length !== Object.keys(current?.value.leases ?? {}).length;
+        for (const id of ids) {
+          if (!(id in leases)) {
+            if (Object.keys(leases).length >= opts.capacity[backend]) continue;
+            leases[id] = now + opts.leaseTtlMs;
+            changed = true;
+          }
+          result.admitted.add(id);
+          if (reserve.has(id) && !(id in registering)) {
+            registering[id] = now + REGISTRATION_LEASE_MS;
+            result.reserved.add(id);
+            changed = true;
+          }
+        }
+        return { value: changed ? { leases, registering } : undefined, result };
       });
     },
-    release(backend, id) {
-      return casUpdate<Leases, void>(kv, admissionKey(backend), (current) => {
-        if (!current || !(id in current.value.leases)) return { value: undefined, result: undefined };
-        const { [id]: _released, ...rest } = live(current.value.leases, opts.now());
-        return { value: { leases: rest }, result: undefined };
+    release(backend, ...ids) {
+      return casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
+        const holds = (id: string) => id in (current?.value.leases ?? {}) || id in (current?.value.registering ?? {});
+        if (!current || !ids.some(holds)) return { value: undefined, result: undefined };
+        const leases = live(current.value.leases, opts.now());
+        const registering = live(current.value.registering, opts.now());
+        for (const id of ids) {
+          delete leases[id];
+          delete registering[id];
+        }
+        return { value: { leases, registering }, result: undefined };
       });
     },
     async holders(backend) {
-      const current = await readJson<Leases>(kv, admissionKey(backend));
-      return Object.keys(live(current?.value.leases ?? {}, opts.now()));
+      const current = await readJson<Pool>(kv, admissionKey(backend));
+      return Object.keys(live(current?.value.leases, opts.now()));
     },
   };
+  return admission;
 }

@@ -1,4 +1,5 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
+import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsHandle } from "../nats/connection.ts";
 
@@ -18,6 +19,36 @@ export async function readJson<T>(kv: KV, key: string): Promise<Versioned<T> | n
   return { value: entry.json<T>(), revision: entry.revision };
 }
 
+/** Latest values of many keys in one request (JetStream batch direct get), keyed by key. */
+export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: readonly string[]): Promise<Map<string, Versioned<T>>> {
+  const found = new Map<string, Versioned<T>>();
+  if (!keys.length) return found;
+  const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+  const prefix = `$KV.${bucket}.`;
+  for (let i = 0; i < keys.length; i += MULTI_LAST_LIMIT) {
+    const subjects = keys.slice(i, i + MULTI_LAST_LIMIT).map((k) => prefix + k);
+    for await (const m of await jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects })) {
+      const op = m.header?.get("KV-Operation");
+      if (op === "DEL" || op === "PURGE" || m.data.length === 0) continue;
+      found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
+    }
+  }
+  return found;
+}
+
+const MULTI_LAST_LIMIT = 1024;
+
+/** One compare-and-set write at a known revision; false when another writer came first. */
+export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<boolean> {
+  try {
+    await kv.update(key, new TextEncoder().encode(JSON.stringify(value)), revision);
+    return true;
+  } catch (err) {
+    if (isWrongLastSequence(err)) return false;
+    throw err;
+  }
+}
+
 export function isWrongLastSequence(err: unknown): boolean {
   const e = err as { code?: number; api_error?: { err_code?: number }; message?: string };
   return e?.api_error?.err_code === 10071 || /wrong last sequence/i.test(e?.message ?? "");
@@ -29,20 +60,24 @@ const MAX_CAS_ATTEMPTS = 30;
  * Applies `change` to the current value with compare-and-set, retrying on a concurrent writer.
  * `change` returns the new value, or undefined to leave the entry as it is.
  */
-export async function casUpdate<T, R>(
+export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Versioned<T> | null) => { value: T | undefined; result: R }): Promise<R> {
+  return (await casUpdateRevision(kv, key, change)).result;
+}
+
+/** casUpdate that also tells the entry's revision afterwards (undefined when there is no entry). */
+export async function casUpdateRevision<T, R>(
   kv: KV,
   key: string,
   change: (current: Versioned<T> | null) => { value: T | undefined; result: R },
-): Promise<R> {
+): Promise<{ result: R; revision: number | undefined }> {
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
     const current = await readJson<T>(kv, key);
     const { value, result } = change(current);
-    if (value === undefined) return result;
+    if (value === undefined) return { result, revision: current?.revision };
     const bytes = new TextEncoder().encode(JSON.stringify(value));
     try {
-      if (current) await kv.update(key, bytes, current.revision);
-      else await kv.create(key, bytes);
-      return result;
+      const revision = current ? await kv.update(key, bytes, current.revision) : await kv.create(key, bytes);
+      return { result, revision };
     } catch (err) {
       if (!isWrongLastSequence(err)) throw err;
       // Another writer won; back off a little so that many contenders spread out.

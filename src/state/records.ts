@@ -3,7 +3,7 @@
 import type { KV } from "@nats-io/kv";
 import { fingerprint, type Assignment } from "../assignment.ts";
 import { recordKey, type AssignmentState, type Backend } from "../names.ts";
-import { casUpdate, readJson, type Versioned } from "./kv.ts";
+import { casUpdate, casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 
 export interface AssignmentRecord {
   id: string;
@@ -21,8 +21,6 @@ export interface AssignmentRecord {
   reason?: string;
   /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
   runner?: RunnerRef;
-  /** Set while a registration is under way, so that a parallel delivery does not register twice. */
-  registeringAt?: string;
 }
 
 export interface RunnerRef {
@@ -33,7 +31,11 @@ export interface RunnerRef {
   sealed: string;
 }
 
-export type OfferResult = { result: "new" | "same"; record: AssignmentRecord } | { result: "conflict"; record: AssignmentRecord };
+export interface OfferResult {
+  result: "new" | "same" | "conflict";
+  record: AssignmentRecord;
+  revision: number;
+}
 
 export type Transition = (record: AssignmentRecord) => AssignmentRecord | undefined;
 
@@ -43,6 +45,10 @@ export interface RecordStore {
   get(id: string): Promise<AssignmentRecord | null>;
   /** Applies `change` atomically; returns the record after it, or null when there is none. */
   update(id: string, change: Transition): Promise<AssignmentRecord | null>;
+  /** Records of many assignments in one request. */
+  getMany(ids: readonly string[]): Promise<Map<string, Versioned<AssignmentRecord>>>;
+  /** Like update, but first tries one write at the revision the caller already read. */
+  updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<AssignmentRecord | null>;
   /** Removes a record this caller created but could not publish. */
   remove(id: string): Promise<void>;
 }
@@ -52,16 +58,13 @@ export async function contentHash(assignment: Assignment): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-export function createRecordStore(kv: KV, now: () => number): RecordStore {
+export function createRecordStore(kv: KV, now: () => number, readMany: (keys: string[]) => Promise<Map<string, Versioned<AssignmentRecord>>>): RecordStore {
   const iso = () => new Date(now()).toISOString();
-  return {
+  const store: RecordStore = {
     async offer(assignment) {
       const hash = await contentHash(assignment);
-      return casUpdate<AssignmentRecord, OfferResult>(kv, recordKey(assignment.id), (current) => {
-        if (current) {
-          const result = current.value.contentHash === hash ? "same" : "conflict";
-          return { value: undefined, result: { result, record: current.value } };
-        }
+      const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(kv, recordKey(assignment.id), (current) => {
+        if (current) return { value: undefined, result: { result: current.value.contentHash === hash ? "same" : "conflict", record: current.value } };
         const at = iso();
         const record: AssignmentRecord = {
           id: assignment.id,
@@ -74,6 +77,7 @@ export function createRecordStore(kv: KV, now: () => number): RecordStore {
         };
         return { value: record, result: { result: "new", record } };
       });
+      return { ...result, revision: revision! };
     },
     async get(id) {
       return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
@@ -90,5 +94,17 @@ export function createRecordStore(kv: KV, now: () => number): RecordStore {
     async remove(id) {
       await kv.purge(recordKey(id));
     },
+    async getMany(ids) {
+      const byKey = await readMany(ids.map(recordKey));
+      return new Map([...byKey.values()].map((v) => [v.value.id, v]));
+    },
+    async updateFrom(known, change) {
+      const next = change(known.value);
+      if (!next) return known.value;
+      const stamped = { ...next, updatedAt: iso() };
+      if (await casWrite(kv, recordKey(known.value.id), stamped, known.revision)) return stamped;
+      return store.update(known.value.id, change);
+    },
   };
+  return store;
 }

@@ -5,6 +5,7 @@ import { startNatsServer } from "../../scripts/nats-server.mjs";
 import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
+import { startWsProxy } from "../../scripts/ws-proxy.mjs";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -12,6 +13,8 @@ declare module "vitest" {
     backendUrl: string;
     giteaUrl: string;
     kubernetesUrl: string;
+    /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
+    natsProxyUrl: string;
   }
 }
 
@@ -24,7 +27,10 @@ export default async function setup(project: TestProject) {
   project.provide("giteaUrl", gitea.url);
   const kubernetes = await startFakeKubernetes();
   project.provide("kubernetesUrl", kubernetes.url);
+  const proxy = await startWsProxy({ upstream: server.wsUrl });
+  project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
   return async () => {
+    await proxy.close();
     await kubernetes.close();
     await gitea.close();
     await backend.close();

@@ -2,7 +2,7 @@ import { describe, expect, inject, it } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { createGiteaClient, scopePath, type GiteaClient } from "../../src/gitea/client.ts";
-import { assignmentOfRunner, ensureRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
+import { assignmentOfRunner, obtainRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
 import { labelName, matchRoute, type Route } from "../../src/gitea/routes.ts";
 import { cleanupVerdict, repositoryOf } from "../../src/gitea/sweep.ts";
 import { parseWorkflowJob } from "../../src/gitea/webhook.ts";
@@ -113,16 +113,23 @@ describe("runner identity", () => {
       deleteRunner: async () => undefined,
     };
     const a = assignment("gitea-5-1");
-    await createDispatcher({ config }).withState(({ records }) => records.offer(a));
+    const { record } = await createDispatcher({ config }).withState(({ records }) => records.offer(a));
+    // Eight invocations take the same message at once; each asks admission for a reservation.
     const results = await Promise.all(
       Array.from({ length: 8 }, () =>
-        createDispatcher({ config }).withState(({ records }) => ensureRunnerIdentity(config.gitea!, records, fake, a, a.labels, Date.now)),
+        createDispatcher({ config }).withState(async ({ admission }) => {
+          const { reserved } = await admission.acquireMany("pod", [a.id], new Set([a.id]));
+          return obtainRunnerIdentity(config.gitea!, fake, a, record, reserved.has(a.id), Date.now);
+        }),
       ),
     );
     expect(registrations).toBe(1);
     expect(results.filter((r) => r.kind === "ready")).toHaveLength(1);
     expect(results.filter((r) => r.kind === "busy")).toHaveLength(7);
-    const again = await createDispatcher({ config }).withState(({ records }) => ensureRunnerIdentity(config.gitea!, records, fake, a, a.labels, Date.now));
+    const ref = results.find((r) => r.kind === "ready" && r.ref)!;
+    // Once stored, every later delivery opens the same identity without registering.
+    const stored = { ...record, runner: (ref as { ref: NonNullable<unknown> }).ref as never };
+    const again = await obtainRunnerIdentity(config.gitea!, fake, a, stored, false, Date.now);
     expect(again).toMatchObject({ kind: "ready", file: { id: 1, token: "t1", name: "gdr-gitea-5-1" } });
     expect(registrations).toBe(1);
   });

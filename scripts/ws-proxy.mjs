@@ -1,0 +1,95 @@
+// A WebSocket proxy between NATS clients and nats-server that counts, per path tag, the client
+// operations that publish (PUB/HPUB: publishes, requests, acks) and can delay every frame (an edge
+// far from its NATS region). Clients connect to ws://127.0.0.1:<port>/<tag>; GET /_counts/<tag>.
+import { createServer } from "node:http";
+import { WebSocketServer, WebSocket } from "ws";
+
+/** Counts PUB/HPUB operations in a client→server byte stream, skipping payloads. */
+export function createOpCounter() {
+  let buffer = Buffer.alloc(0);
+  let skip = 0;
+  const counts = { pub: 0, request: 0, sub: 0 };
+  return {
+    counts,
+    feed(chunk) {
+      buffer = Buffer.concat([buffer, chunk]);
+      for (;;) {
+        if (skip > 0) {
+          const n = Math.min(skip, buffer.length);
+          buffer = buffer.subarray(n);
+          skip -= n;
+          if (skip > 0) return;
+        }
+        const eol = buffer.indexOf("\r\n");
+        if (eol < 0) return;
+        const line = buffer.subarray(0, eol).toString("latin1");
+        buffer = buffer.subarray(eol + 2);
+        const parts = line.split(" ").filter(Boolean);
+        const op = parts[0]?.toUpperCase();
+        if (op === "PUB" || op === "HPUB") {
+          // PUB subj [reply] size | HPUB subj [reply] hdrsize totalsize
+          const size = Number(parts[parts.length - 1]);
+          const hasReply = parts.length === (op === "PUB" ? 4 : 5);
+          counts.pub++;
+          if (hasReply) counts.request++;
+          skip = size + 2;
+        } else if (op === "SUB") counts.sub++;
+      }
+    },
+  };
+}
+
+export async function startWsProxy({ upstream, delayMs = 0 }) {
+  const tags = new Map();
+  const tagOf = (name) => {
+    if (!tags.has(name)) tags.set(name, { pub: 0, request: 0, sub: 0, connections: 0 });
+    return tags.get(name);
+  };
+  const later = (fn) => (delayMs > 0 ? setTimeout(fn, delayMs) : fn());
+  const http = createServer((req, res) => {
+    const m = /^\/_counts\/(.*)$/.exec(req.url ?? "");
+    if (!m) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(tagOf(decodeURIComponent(m[1]))));
+  });
+  const wss = new WebSocketServer({ server: http });
+  wss.on("connection", (client, req) => {
+    const tag = tagOf(decodeURIComponent((req.url ?? "/").slice(1)));
+    tag.connections++;
+    const counter = createOpCounter();
+    const before = { ...counter.counts };
+    const server = new WebSocket(upstream);
+    const pending = [];
+    server.on("open", () => pending.splice(0).forEach((d) => server.send(d)));
+    client.on("message", (data) => {
+      counter.feed(Buffer.from(data));
+      for (const k of ["pub", "request", "sub"]) tag[k] += counter.counts[k] - before[k];
+      Object.assign(before, counter.counts);
+      later(() => (server.readyState === WebSocket.OPEN ? server.send(data) : pending.push(data)));
+    });
+    server.on("message", (data) => later(() => client.readyState === WebSocket.OPEN && client.send(data)));
+    const close = () => {
+      client.close();
+      server.close();
+    };
+    client.on("close", close);
+    server.on("close", close);
+    client.on("error", close);
+    server.on("error", close);
+  });
+  await new Promise((r) => http.listen(0, "127.0.0.1", r));
+  const port = http.address().port;
+  return {
+    url: (tag) => `ws://127.0.0.1:${port}/${encodeURIComponent(tag)}`,
+    counts: (tag) => ({ ...tagOf(tag) }),
+    reset: (tag) => tags.delete(tag),
+    close: () =>
+      new Promise((r) => {
+        for (const c of wss.clients) c.terminate();
+        wss.close();
+        http.close(() => r());
+      }),
+  };
+}
