@@ -8,7 +8,7 @@ import { WebSocketServer, WebSocket } from "ws";
 export function createOpCounter() {
   let buffer = Buffer.alloc(0);
   let skip = 0;
-  const counts = { pub: 0, request: 0, sub: 0 };
+  const counts = { pub: 0, request: 0, sub: 0, pulls: 0 };
   return {
     counts,
     feed(chunk) {
@@ -32,6 +32,7 @@ export function createOpCounter() {
           const hasReply = parts.length === (op === "PUB" ? 4 : 5);
           counts.pub++;
           if (hasReply) counts.request++;
+          if (parts[1]?.startsWith("$JS.API.CONSUMER.MSG.NEXT.")) counts.pulls++;
           skip = size + 2;
         } else if (op === "SUB") counts.sub++;
       }
@@ -42,7 +43,8 @@ export function createOpCounter() {
 export async function startWsProxy({ upstream, delayMs = 0 }) {
   const tags = new Map();
   const tagOf = (name) => {
-    if (!tags.has(name)) tags.set(name, { pub: 0, request: 0, sub: 0, connections: 0 });
+    // byConnection: [pub, pulls] of each connection, to tell request handlers from reconcile passes.
+    if (!tags.has(name)) tags.set(name, { pub: 0, request: 0, sub: 0, connections: 0, byConnection: [] });
     return tags.get(name);
   };
   const later = (fn) => (delayMs > 0 ? setTimeout(fn, delayMs) : fn());
@@ -60,6 +62,8 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     tag.connections++;
     const counter = createOpCounter();
     const before = { ...counter.counts };
+    const mine = { pub: 0, pulls: 0 };
+    tag.byConnection.push(mine);
     const server = new WebSocket(upstream);
     const pending = [];
     server.on("open", () => pending.splice(0).forEach((d) => server.send(d)));
@@ -67,6 +71,8 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
       counter.feed(Buffer.from(data));
       for (const k of ["pub", "request", "sub"]) tag[k] += counter.counts[k] - before[k];
       Object.assign(before, counter.counts);
+      mine.pub = counter.counts.pub;
+      mine.pulls = counter.counts.pulls;
       later(() => (server.readyState === WebSocket.OPEN ? server.send(data) : pending.push(data)));
     });
     server.on("message", (data) => later(() => client.readyState === WebSocket.OPEN && client.send(data)));
@@ -83,7 +89,7 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
   const port = http.address().port;
   return {
     url: (tag) => `ws://127.0.0.1:${port}/${encodeURIComponent(tag)}`,
-    counts: (tag) => ({ ...tagOf(tag) }),
+    counts: (tag) => structuredClone(tagOf(tag)),
     reset: (tag) => tags.delete(tag),
     close: () =>
       new Promise((r) => {

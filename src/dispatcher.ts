@@ -47,7 +47,7 @@ export interface Dispatcher {
   gitea: GiteaClient | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
-  reconcile(trigger: string, budgetMs: number, only?: Backend[]): Promise<BatchSummary[]>;
+  reconcile(trigger: string, budgetMs: number, only?: Backend[], firstPullWaitMs?: number): Promise<BatchSummary[]>;
   /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */
   tick(trigger: string): Promise<BatchSummary[]>;
 }
@@ -98,7 +98,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       }
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)));
     },
-    reconcile(trigger, budgetMs, only) {
+    reconcile(trigger, budgetMs, only, firstPullWaitMs) {
       const deadline = now() + budgetMs;
       const targets = config.backends.filter((b) => !only || only.includes(b.backend));
       if (!targets.length) return Promise.resolve([]);
@@ -110,6 +110,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
               batchSize: b.batchSize,
               deadline,
               trigger,
+              ...(firstPullWaitMs ? { firstPullWaitMs } : {}),
             }),
           ),
         ),

@@ -34,6 +34,8 @@ export interface WebhookOutcome {
   body: Record<string, unknown>;
   /** A backend to reconcile right after answering. */
   reconcile?: Backend;
+  /** The reconcile follows a claim. */
+  claimed?: boolean;
   /** Work to finish after answering (teardown). */
   background?: Promise<unknown>;
 }
@@ -88,7 +90,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
       const view = await claimAssignment(d, ours).catch(ignoreRefusal);
       if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be claimed` } };
-      return { status: 200, body: { claimed: ours }, reconcile: view.backend };
+      return { status: 200, body: { claimed: ours }, reconcile: view.backend, claimed: true };
     }
     case "completed": {
       if (ours) {

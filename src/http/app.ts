@@ -12,6 +12,7 @@ import { readJsonBody, readLimited } from "./body.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { HttpError } from "./errors.ts";
+import { DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
 /** A publish or a claim reconciles its backend at once, within this budget, after responding. */
 export const EAGER_BUDGET_MS = 5_000;
@@ -90,7 +91,7 @@ export function createApp(deps: AppDeps) {
       throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
     }
     const outcome = await handleWorkflowJob(d, parseWorkflowJob(value));
-    if (outcome.reconcile) reconcileSoon(c, d, "webhook", outcome.reconcile);
+    if (outcome.reconcile) reconcileSoon(c, d, outcome.claimed ? "claim" : "webhook", outcome.reconcile);
     if (outcome.background) inBackground(c, d, outcome.background, "runner teardown");
     return c.json(outcome.body, outcome.status);
   });
@@ -112,7 +113,11 @@ export function createApp(deps: AppDeps) {
 }
 
 function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend: Backend) {
-  inBackground(c, d, d.reconcile(trigger, Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), [backend]), `reconcile after ${trigger}`);
+  // After a claim, the runner's message is out on a nak delay: wait for it, so that it is acked
+  // now rather than at the next cron tick.
+  const wait = trigger === "publish" || trigger === "webhook" ? 0 : (d.config.retryDelayMs ?? DEFAULT_DELAYS.claim) + 250;
+  const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
+  inBackground(c, d, d.reconcile(trigger, budget, [backend], Math.min(wait, budget - 500)), `reconcile after ${trigger}`);
 }
 
 function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {

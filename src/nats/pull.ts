@@ -58,11 +58,14 @@ export async function pullNoWait(
   batch: number,
   timeoutMs = 5_000,
   expiresMs = PULL_EXPIRES_MS,
+  /** When > 0: wait up to this long for messages (one whose nak delay is about to end, say). */
+  waitMs = 0,
 ): Promise<DeliveredMessage[]> {
   const inbox = createInbox();
   const messages: DeliveredMessage[] = [];
-  const sub = nc.subscribe(inbox, { timeout: timeoutMs });
-  nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, encoder.encode(JSON.stringify({ batch, no_wait: true, expires: expiresMs * 1_000_000 })), { reply: inbox });
+  const sub = nc.subscribe(inbox, { timeout: timeoutMs + waitMs });
+  const request = waitMs > 0 ? { batch, expires: waitMs * 1_000_000 } : { batch, no_wait: true, expires: expiresMs * 1_000_000 };
+  nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, encoder.encode(JSON.stringify(request)), { reply: inbox });
   try {
     for await (const m of sub) {
       if (m.headers?.code && !m.reply) {

@@ -103,7 +103,13 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       continue;
     }
     if (step.next !== "done") throw new Error(`unprepared step ${step.next} for ${idOf(p)}`);
-    await applyEffects(deps, p, step.effects, ref);
+    const after = await applyEffects(deps, p, step.effects, ref);
+    if (step.events.includes("claim_pending") && after?.state === "claimed") {
+      // The claim won the race with our write: the runner is there, acknowledge now.
+      emit(deps, "backend_ready", idOf(p));
+      p.facts.state = "claimed";
+      continue;
+    }
     for (const event of step.events) emit(deps, event, idOf(p), step);
     if (step.action.kind === "ack") await p.msg.ackAck();
     else if (step.action.kind === "nak") p.msg.nak(step.action.delayMs);
@@ -126,8 +132,8 @@ function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Ve
 const settled = new Set(["claimed", "completed", "terminated"]);
 
 /** All of a verdict's record changes, and a new runner identity, in one write. */
-async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined): Promise<void> {
-  if (!p.assignment || !p.known) return;
+async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined): Promise<AssignmentRecord | null> {
+  if (!p.assignment || !p.known) return null;
   const at = new Date(deps.now()).toISOString();
   const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
     let next: AssignmentRecord = ref && !r.runner ? { ...r, runner: ref } : r;
@@ -154,4 +160,5 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
       deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });
     });
   }
+  return after;
 }

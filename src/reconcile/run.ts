@@ -17,6 +17,8 @@ export interface PassOptions {
   batchSize: number;
   deadline: number;
   trigger: string;
+  /** The first pull waits this long for a message to become available (after a claim: its nak delay). */
+  firstPullWaitMs?: number;
 }
 
 export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, opts: PassOptions): Promise<BatchSummary> {
@@ -40,7 +42,8 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const seen = new Set<number>();
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   while (deps.now() < opts.deadline) {
-    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize);
+    const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
+    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize, undefined, undefined, wait);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
     // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.

@@ -1,0 +1,242 @@
+// npm run bench: the real thing on loopback (nats-server, the Worker in `wrangler dev`, the fake
+// Gitea, an instant fake backend), each figure beside its baseline measured in the same run.
+// Writes bench/results/latest.json and prints a table. Sizes: BENCH_N (2000), BENCH_K (1000),
+// BENCH_JOBS (100), BENCH_REQ (50).
+import os from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { wsconnect } from "@nats-io/nats-core";
+import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { startFakeBackend } from "../scripts/fake-backend.mjs";
+import { FAKE_GITEA, startFakeGitea } from "../scripts/fake-gitea.mjs";
+import { natsServerVersion, startNatsServer } from "../scripts/nats-server.mjs";
+import { startWsProxy } from "../scripts/ws-proxy.mjs";
+import { encodeAssignment } from "../src/assignment.ts";
+import { loadConfig } from "../src/config.ts";
+import { giteaSignature } from "../src/gitea/signature.ts";
+import { provision } from "../src/layout.ts";
+import { withNats } from "../src/nats/connection.ts";
+import { load, startWorker } from "./lib.mjs";
+
+const N = Number(process.env.BENCH_N ?? 2000);
+const K = Number(process.env.BENCH_K ?? 1000);
+const JOBS = Number(process.env.BENCH_JOBS ?? 100);
+const REQ = Number(process.env.BENCH_REQ ?? 50);
+const log = (...a) => console.error("[bench]", ...a);
+
+const nats = await startNatsServer();
+const gitea = await startFakeGitea();
+const backend = await startFakeBackend({ mode: { token: "bench-backend" } });
+const proxy = await startWsProxy({ upstream: nats.wsUrl });
+const farProxy = await startWsProxy({ upstream: nats.wsUrl, delayMs: 25 });
+const cleanup = [() => farProxy.close(), () => proxy.close(), () => backend.close(), () => gitea.close(), () => nats.stop()];
+const webhookSecret = randomBytes(16).toString("hex");
+let stream = 0;
+
+function varsFor(name, extra = {}) {
+  const s = `B${++stream}_${name}`;
+  return {
+    NATS_URL: nats.wsUrl,
+    TRUST_DOMAIN: "bench.local",
+    DISPATCH_TOKEN: "bench-dispatch-token-0000",
+    CLAIM_SIGNING_KEY: "bench-claim-signing-key-000000000000000",
+    ASSIGNMENT_STREAM: s,
+    ASSIGNMENT_SUBJECT_BASE: `bench.${s.toLowerCase()}`,
+    CAPACITY_POD: "1000",
+    CAPACITY_VM: "0",
+    BATCH_SIZE: "256",
+    POD_BACKEND_URL: `${backend.url}/${s}`,
+    POD_BACKEND_TOKEN: "bench-backend",
+    GITEA_URL: `${gitea.url}/${s}`,
+    GITEA_API_TOKEN: FAKE_GITEA.apiToken,
+    GITEA_WEBHOOK_SECRET: webhookSecret,
+    RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
+    RUNS_ON_ROUTES: JSON.stringify([{ backend: "pod", labels: ["ubuntu-latest:docker://node:20"] }]),
+    GITEA_JOB_PAGES: "0",
+    ...extra,
+  };
+}
+async function provisioned(vars) {
+  const config = loadConfig({ ...vars, PUBLIC_URL: "http://x" });
+  await withNats(config, (h) => provision(h, config));
+  return config;
+}
+const backendMode = (vars, mode) => fetch(`${vars.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify({ token: "bench-backend", ...mode }) });
+const backendState = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state`)).json();
+
+async function sendWebhook(worker, jobId) {
+  const body = JSON.stringify({ action: "queued", workflow_job: { id: jobId, run_id: jobId, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued" }, repository: { full_name: "acme/widgets" } });
+  const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)) },
+    body,
+  });
+  await res.arrayBuffer();
+  if (res.status !== 202) throw new Error(`webhook answered ${res.status}`);
+}
+const acked = (worker) => worker.events.filter((e) => e.event === "acked").length;
+async function until(fn, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await fn())) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return true;
+}
+
+async function ingest() {
+  const vars = varsFor("ingest");
+  await provisioned(vars);
+  const worker = await startWorker(vars);
+  try {
+    log(`ingest: ${N} signed webhooks at concurrency 16, then ${N / 2} at 32`);
+    const c16 = await load(N, 16, (i) => sendWebhook(worker, 100_000 + i));
+    const c32 = await load(N / 2, 32, (i) => sendWebhook(worker, 200_000 + i));
+    const base = varsFor("baseline");
+    const config = await provisioned(base);
+    const subject = `${config.subjectBase}.pod`;
+    const payload = encodeAssignment({ version: 1, id: "x", backend: "pod", workload: "spiffe://bench.local/x", labels: ["a"], createdAt: new Date().toISOString() });
+    const baseline = await load(N, 16, async (i) => {
+      const nc = await wsconnect({ servers: nats.wsUrl });
+      await jetstream(nc).publish(subject, payload, { msgID: `b-${i}` });
+      await nc.close();
+    });
+    return { rps: c16.rps, p50Ms: c16.p50, p99Ms: c16.p99, p99MsAt32: c32.p99, baselineRps: baseline.rps, ratio: c16.rps / baseline.rps, concurrency: 16, n: N };
+  } finally {
+    worker.stop();
+  }
+}
+
+async function reconcile() {
+  const vars = varsFor("reconcile", { CAPACITY_POD: String(K) });
+  const config = await provisioned(vars);
+  await backendMode(vars, { autoClaimMs: 0 });
+  await withNats(config, async (h) => {
+    await Promise.all(Array.from({ length: K }, (_, i) => {
+      const id = `r-${i}`;
+      const a = { version: 1, id, backend: "pod", workload: `spiffe://bench.local/runner/pod/${id}`, labels: ["ubuntu-latest:docker://node:20"], createdAt: new Date().toISOString() };
+      return h.js.publish(`${config.subjectBase}.pod`, encodeAssignment(a), { msgID: id });
+    }));
+  });
+  const worker = await startWorker(vars);
+  try {
+    log(`reconcile: ${K} queued assignments, one cron invocation, claims as fast as runners are ready`);
+    const t = performance.now();
+    await worker.tick();
+    const done = await until(() => acked(worker) >= K, Number(process.env.BENCH_WAIT_MS ?? 120_000));
+    if (process.env.BENCH_DEBUG) {
+      const counts = {};
+      for (const e of worker.events) counts[e.event] = (counts[e.event] ?? 0) + 1;
+      const sums = worker.events.filter((e) => e.event === "reconcile_summary");
+      console.error(counts, sums.length, sums.reduce((a, s) => ({ fetched: a.fetched + s.fetched, acked: a.acked + s.acked, errors: a.errors + s.errors, revisited: a.revisited + s.revisited }), { fetched: 0, acked: 0, errors: 0, revisited: 0 }), worker.events.filter((e) => e.event === "error").slice(0, 3));
+    }
+    const elapsed = performance.now() - t;
+    // Baseline: raw fetch + ackAck over one WebSocket connection.
+    const base = varsFor("rawack", { CAPACITY_POD: String(K) });
+    const bc = await provisioned(base);
+    const nc = await wsconnect({ servers: nats.wsUrl });
+    const js = jetstream(nc);
+    await Promise.all(Array.from({ length: K }, (_, i) => js.publish(`${bc.subjectBase}.pod`, "x", { msgID: `x-${i}` })));
+    const consumer = await js.consumers.get(bc.stream, "pod");
+    const t0 = performance.now();
+    let n = 0;
+    while (n < K) {
+      const batch = await consumer.fetch({ max_messages: Math.min(256, K - n), expires: 1000 });
+      const acks = [];
+      for await (const m of batch) acks.push(m.ackAck());
+      await Promise.all(acks);
+      n += acks.length;
+    }
+    const baselinePerSec = (K / (performance.now() - t0)) * 1000;
+    await nc.close();
+    const perSec = ((done ? K : acked(worker)) / elapsed) * 1000;
+    return { assignmentsPerSec: perSec, baselinePerSec, ratio: perSec / baselinePerSec, k: K, ackedAll: done, wallMs: Math.round(elapsed) };
+  } finally {
+    worker.stop();
+  }
+}
+
+async function natsRequests() {
+  const vars = varsFor("requests");
+  await provisioned(vars);
+  const tag = `req-${stream}`;
+  const worker = await startWorker({ ...vars, NATS_URL: proxy.url(tag) });
+  try {
+    log(`natsRequests: ${REQ} webhooks through the counting proxy, then their runners claim, until every assignment is acked`);
+    for (let i = 0; i < REQ; i++) await sendWebhook(worker, 300_000 + i);
+    await until(async () => (await backendState(vars)).runners.length >= REQ, 30_000);
+    const byConnection = () => proxy.counts(tag).byConnection;
+    const sum = (list) => list.reduce((s, c) => s + c.pub, 0);
+    // Connections that never pull are request handlers: so far, only the webhooks.
+    const webhookOps = sum(byConnection().filter((c) => c.pulls === 0));
+    const handlersBefore = byConnection().filter((c) => c.pulls === 0).length;
+    for (const r of (await backendState(vars)).runners) {
+      await (await fetch(r.claimUrl, { method: "POST", headers: { authorization: `Bearer ${r.claimToken}` } })).arrayBuffer();
+    }
+    const done = await until(() => acked(worker) >= REQ, 60_000);
+    const handlers = byConnection().filter((c) => c.pulls === 0);
+    return {
+      perWebhook: webhookOps / REQ,
+      perReconciled: sum(byConnection().filter((c) => c.pulls > 0)) / REQ,
+      perClaim: sum(handlers.slice(handlersBefore)) / REQ,
+      ackedAll: done,
+    };
+  } finally {
+    worker.stop();
+  }
+}
+
+async function timeToRunner(name, natsUrl) {
+  const vars = varsFor(name);
+  await provisioned(vars);
+  const worker = await startWorker({ ...vars, NATS_URL: natsUrl });
+  try {
+    log(`timeToRunner (${name}): ${JOBS} jobs, webhook sent → backend asked for a runner`);
+    const sent = new Map();
+    for (let i = 0; i < JOBS; i++) {
+      const job = 400_000 + i;
+      sent.set(`gitea-${job}-1`, Date.now());
+      await sendWebhook(worker, job);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await until(async () => (await backendState(vars)).runners.length >= JOBS, 30_000);
+    const latencies = (await backendState(vars)).runners.map((r) => r.created - sent.get(r.id)).sort((a, b) => a - b);
+    const pick = (p) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
+    return { p50Ms: pick(50), p99Ms: pick(99), n: latencies.length };
+  } finally {
+    worker.stop();
+  }
+}
+
+try {
+  const results = {
+    at: new Date().toISOString(),
+    ingest: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ingest" ? {} : await ingest(),
+    reconcile: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "reconcile" ? {} : await reconcile(),
+    natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
+    timeToRunner: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr" ? { loopback: {}, rtt50: {} } : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")) },
+    machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
+  };
+  mkdirSync("bench/results", { recursive: true });
+  writeFileSync("bench/results/latest.json", JSON.stringify(results, null, 2) + "\n");
+  const r = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+  const i = results.ingest;
+  const c = results.reconcile;
+  const q = results.natsRequests;
+  const t = results.timeToRunner;
+  console.log(`
+| figure | measured | baseline | ratio | goal |
+|---|---|---|---|---|
+| ingest, c=16, n=${i.n} | ${r(i.rps)} req/s, p50 ${r(i.p50Ms)} ms, p99 ${r(i.p99Ms)} ms | ${r(i.baselineRps)} publishes/s | ${r(i.ratio, 2)} | ratio ≥ 0.7 |
+| ingest p99 at c=32 | ${r(i.p99MsAt32)} ms | | | ≤ 1000 ms |
+| reconcile, k=${c.k} | ${r(c.assignmentsPerSec)} acked/s (${c.wallMs} ms${c.ackedAll ? "" : ", not all acked"}) | ${r(c.baselinePerSec)} raw acks/s | ${r(c.ratio, 2)} | ≥ 2000/s |
+| NATS ops per webhook | ${r(q.perWebhook, 2)} | | | ≤ 3 |
+| NATS ops per reconciled assignment | ${r(q.perReconciled, 2)} (+ ${r(q.perClaim, 2)} in the runner's claim call) | | | ≤ 4 |
+| time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |
+| time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
+
+machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}`);
+} finally {
+  for (const c of cleanup) await c();
+  process.exit(0);
+}
