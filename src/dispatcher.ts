@@ -7,7 +7,7 @@ import type { Config } from "./config.ts";
 import { claimToken } from "./crypto.ts";
 import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
 import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
-import { withNats, type NatsHandle } from "./nats/connection.ts";
+import { openNats, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
@@ -28,6 +28,11 @@ export interface DispatcherDeps {
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
   gitea?: GiteaClient;
+  /**
+   * One connection for the whole invocation (the request and the work it leaves to waitUntil),
+   * opened on first use and drained by close(). Off: a connection per withState call.
+   */
+  shareConnection?: boolean;
 }
 
 export interface State {
@@ -40,8 +45,10 @@ export interface Dispatcher {
   sink: EventSink;
   now(): number;
   runnersFor(backend: Backend): RunnerBackend;
-  /** Opens a connection for `fn` and drains it afterwards. */
+  /** Runs `fn` on this invocation's connection (or a fresh one, drained afterwards). */
   withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
+  /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
+  close(): Promise<void>;
   runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
   /** The Gitea client, when the integration is configured. */
   gitea: GiteaClient | undefined;
@@ -70,6 +77,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     };
   };
 
+  let shared: Promise<{ handle: NatsHandle; state: State }> | undefined;
   const dispatcher: Dispatcher = {
     config,
     sink,
@@ -79,7 +87,17 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       if (!r) throw new Error(`backend ${backend} is disabled`);
       return r;
     },
-    withState: (fn) => withNats(config, async (handle) => fn(await openState(handle), handle)),
+    async withState(fn) {
+      if (!deps.shareConnection) return withNats(config, async (handle) => fn(await openState(handle), handle));
+      shared ??= openNats(config).then(async (handle) => ({ handle, state: await openState(handle) }));
+      const { handle, state } = await shared;
+      return fn(state, handle);
+    },
+    async close() {
+      const session = await shared?.catch(() => undefined);
+      shared = undefined;
+      if (session) await session.handle.nc.drain().catch(() => session.handle.nc.close());
+    },
     gitea,
     async runnerRequest(assignment, record, reserved) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;

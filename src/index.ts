@@ -3,7 +3,7 @@ import { loadConfig } from "./config.ts";
 import { createDispatcher } from "./dispatcher.ts";
 import { createApp } from "./http/app.ts";
 
-const dispatcherOf = (env: unknown) => createDispatcher({ config: loadConfig(env as Record<string, unknown>) });
+const dispatcherOf = (env: unknown) => createDispatcher({ config: loadConfig(env as Record<string, unknown>), shareConnection: true });
 
 export const app = createApp({ dispatcher: dispatcherOf });
 
@@ -11,6 +11,10 @@ export default {
   fetch: app.fetch,
   async scheduled(controller, env, _ctx) {
     const d = dispatcherOf(env);
-    await d.tick(`cron ${controller.cron}`);
+    try {
+      await d.tick(`cron ${controller.cron}`);
+    } finally {
+      await d.close();
+    }
   },
 } satisfies ExportedHandler<Record<string, unknown>>;

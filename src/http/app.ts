@@ -22,14 +22,27 @@ export interface AppDeps {
   dispatcher(env: unknown): Dispatcher;
 }
 
-type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher } };
+type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; background: Promise<unknown>[] } };
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
 
   app.use("*", async (c, next) => {
-    c.set("d", deps.dispatcher(c.env));
-    await next();
+    const d = deps.dispatcher(c.env);
+    const background: Promise<unknown>[] = [];
+    c.set("d", d);
+    c.set("background", background);
+    try {
+      await next();
+    } finally {
+      // The invocation's connection outlives the response only as long as its background work.
+      const closed = Promise.allSettled(background).then(() => d.close());
+      try {
+        c.executionCtx.waitUntil(closed);
+      } catch {
+        // No execution context (app.request in a test): the promise still runs.
+      }
+    }
   });
 
   app.get("/healthz", async (c) => {
@@ -121,12 +134,7 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend:
 }
 
 function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {
-  const guarded = work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message }));
-  try {
-    c.executionCtx.waitUntil(guarded);
-  } catch {
-    // No execution context (a plain app.request in a unit test): the promise still runs.
-  }
+  c.var.background.push(work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message })));
 }
 
 function hosts(urls: string[]): string {
