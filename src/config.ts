@@ -57,6 +57,7 @@ const envSchema = z.object({
   VM_BACKEND_URL: httpUrl.optional(),
   VM_BACKEND_TOKEN: optionalString,
   BACKEND_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
+  EAGER_RECONCILE: z.enum(["true", "false"], { message: "must be true or false" }).default("true"),
   GITEA_URL: httpUrl.optional(),
   GITEA_WEBHOOK_SECRET: optionalString,
   GITEA_RUNNER_REGISTRATION_TOKEN: optionalString,
@@ -111,6 +112,8 @@ export interface Config {
   dispatchToken: string;
   claimSigningKey: string;
   backendTimeoutMs: number;
+  /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
+  eagerReconcile: boolean;
   /** Gitea integration; undefined when GITEA_URL is unset. */
   gitea: GiteaConfig | undefined;
 }
@@ -237,6 +240,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     dispatchToken: e.DISPATCH_TOKEN,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
+    eagerReconcile: e.EAGER_RECONCILE === "true",
     gitea,
   };
 }

@@ -11,7 +11,7 @@ import { openNats, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
-import { createLimiter } from "./reconcile/limit.ts";
+import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import type { PreparedRequest, ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { createAdmission, type Admission } from "./state/admission.ts";
@@ -106,7 +106,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const identity = await obtainRunnerIdentity(config.gitea, gitea, assignment, record, reserved, now);
       return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
     },
-    callBackend: (fn) => limit(() => fn(AbortSignal.timeout(config.backendTimeoutMs))),
+    callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
     async tick(trigger) {
       const started = now();
       if (config.gitea) {

@@ -2,6 +2,7 @@
 // act_runner calls it) and the REST API (`Authorization: token …`), scoped per GITEA_SCOPE.
 import { z } from "zod";
 import type { GiteaConfig, GiteaScope } from "../config.ts";
+import { withTimeout } from "../reconcile/limit.ts";
 
 export class GiteaError extends Error {
   readonly status: number | undefined;
@@ -60,7 +61,7 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
     if (auth && !cfg.apiToken) throw new GiteaError(`${what}: GITEA_API_TOKEN is not set`);
     const headers = { accept: "application/json", ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}), ...(init.headers as Record<string, string>) };
     try {
-      return await doFetch(`${base}${path}`, { ...init, headers, signal: AbortSignal.timeout(timeoutMs) });
+      return await withTimeout(timeoutMs, (signal) => doFetch(`${base}${path}`, { ...init, headers, signal }));
     } catch (err) {
       throw new GiteaError(`${what}: ${(err as Error).name === "TimeoutError" ? "timed out" : "request failed"}`);
     }

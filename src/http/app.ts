@@ -126,6 +126,7 @@ export function createApp(deps: AppDeps) {
 }
 
 function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend: Backend) {
+  if (!d.config.eagerReconcile) return;
   // After a claim, the runner's message is out on a nak delay: wait for it, so that it is acked
   // now rather than at the next cron tick.
   const wait = trigger === "publish" || trigger === "webhook" ? 0 : (d.config.retryDelayMs ?? DEFAULT_DELAYS.claim) + 250;

@@ -28,3 +28,18 @@ export async function mapLimit<T, R>(items: readonly T[], concurrency: number, f
   await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
   return results;
 }
+
+/**
+ * Runs `fn` with a signal that aborts after `ms`, and clears the timer as soon as `fn` settles:
+ * AbortSignal.timeout keeps its timer for the full duration, and workerd allows only so many
+ * active timers in one invocation.
+ */
+export async function withTimeout<T>(ms: number, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new DOMException(`timed out after ${ms} ms`, "TimeoutError")), ms);
+  try {
+    return await fn(controller.signal);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,72 @@
+// A burst of queued webhooks, 10 % delivered twice, shuffled, 32 at once: exactly one assignment,
+// one registration and one runner per job, every one acked once after its claim. BURST_N (1000).
+import { expect, inject, it } from "vitest";
+import { giteaSignature } from "../../src/gitea/signature.ts";
+import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { streamState } from "../harness/nats.ts";
+import { backendControl, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+
+const N = Number(globalThis.process?.env?.BURST_N ?? 1000);
+
+async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>) {
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < items.length) await fn(items[next++]!);
+  }));
+}
+
+it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, none provisioned twice`, { timeout: 300_000 }, async () => {
+  const logs = captureLogs();
+  try {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), inject("giteaUrl"), { CAPACITY_POD: N, RETRY_DELAY_MS: 50 });
+    await provisionEnv(env);
+    const jobs = Array.from({ length: N }, (_, i) => 700_000 + i);
+    const deliveries = [...jobs, ...jobs.filter((_, i) => i % 10 === 0)];
+    for (let i = deliveries.length - 1; i > 0; i--) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [deliveries[i], deliveries[j]] = [deliveries[j]!, deliveries[i]!];
+    }
+    const statuses: number[] = [];
+    await inParallel(deliveries, 32, async (job) => {
+      const payload = structuredClone(queuedFixture);
+      payload.workflow_job.id = job;
+      const raw = JSON.stringify(payload);
+      const res = await request(env, "/v1/gitea/webhook", {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) },
+        body: raw,
+      });
+      statuses.push(res.status);
+      await res.arrayBuffer();
+    });
+    expect(statuses.every((s) => s === 202)).toBe(true);
+    expect((await streamState(env)).messages).toBe(N);
+
+    // Whatever the eager passes left is provisioned by the cron ticks.
+    const backend = backendControl(env);
+    for (let i = 0; i < 20 && (await backend.state()).runners.length < N; i++) {
+      await sleep(60);
+      await tick(env);
+    }
+    const runners = (await backend.state()).runners;
+    expect(runners).toHaveLength(N);
+    expect((await backend.state()).created).toBe(N);
+    expect((await giteaControl(env).state()).registrations).toBe(N);
+
+    await inParallel(runners, 32, async (r) => {
+      const res = await request(env, `/v1/assignments/${r.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${r.claimToken}` } });
+      expect(res.status).toBe(200);
+    });
+    for (let i = 0; i < 20 && (await streamState(env)).messages > 0; i++) {
+      await sleep(60);
+      await tick(env);
+    }
+    expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
+    const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
+    expect(acked).toHaveLength(N);
+    expect(new Set(acked).size).toBe(N);
+  } finally {
+    logs.restore();
+  }
+});
