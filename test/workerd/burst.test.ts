@@ -43,10 +43,12 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
     expect(statuses.every((s) => s === 202)).toBe(true);
     expect((await streamState(env)).messages).toBe(N);
 
-    // Whatever the eager passes left is provisioned by the cron ticks.
+    // Whatever the eager passes left is provisioned by the cron ticks (a parked message is back
+    // within 5 s, a dead registration reservation within 60 s).
     const backend = backendControl(env);
-    for (let i = 0; i < 20 && (await backend.state()).runners.length < N; i++) {
-      await sleep(60);
+    const deadline = Date.now() + 90_000;
+    while ((await backend.state()).runners.length < N && Date.now() < deadline) {
+      await sleep(100);
       await tick(env);
     }
     const runners = (await backend.state()).runners;
@@ -58,8 +60,9 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
       const res = await request(env, `/v1/assignments/${r.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${r.claimToken}` } });
       expect(res.status).toBe(200);
     });
-    for (let i = 0; i < 20 && (await streamState(env)).messages > 0; i++) {
-      await sleep(60);
+    const ackDeadline = Date.now() + 90_000;
+    while ((await streamState(env)).messages > 0 && Date.now() < ackDeadline) {
+      await sleep(100);
       await tick(env);
     }
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
