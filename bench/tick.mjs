@@ -1,8 +1,6 @@
 // Prints what one cron invocation reconciles, in workerd (`wrangler dev`), against a local
 // nats-server and an instant fake backend: N assignments provisioned in one tick, then, once every
 // runner has claimed, N acked in the next. Usage: node bench/tick.mjs [N=200]
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { startFakeBackend } from "../scripts/fake-backend.mjs";
 import { natsServerVersion, startNatsServer } from "../scripts/nats-server.mjs";
 import { encodeAssignment } from "../src/assignment.ts";
@@ -11,16 +9,7 @@ import { provision } from "../src/layout.ts";
 import { createDispatcher } from "../src/dispatcher.ts";
 import { withNats } from "../src/nats/connection.ts";
 import os from "node:os";
-import { createServer } from "node:net";
-
-function freePort() {
-  return new Promise((resolve) => {
-    const srv = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
+import { freePort, startWorker } from "./lib.mjs";
 
 const N = Number(process.argv[2] ?? 200);
 const PORT = await freePort();
@@ -51,28 +40,15 @@ await withNats(config, async (h) => {
   );
 });
 
-const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(PORT), "--test-scheduled", "--show-interactive-dev-session=false"];
-for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
-const wrangler = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
-const summaries = [];
-let ready;
-const isReady = new Promise((r) => (ready = r));
-for (const s of [wrangler.stdout, wrangler.stderr]) {
-  createInterface({ input: s }).on("line", (line) => {
-    if (/ready on/i.test(line)) ready();
-    const i = line.indexOf('{"event":"reconcile_summary"');
-    if (i >= 0) summaries.push(JSON.parse(line.slice(i)));
-    if (process.env.DEBUG) console.error(line);
-  });
-}
-await isReady;
+const worker = await startWorker(vars, PORT);
+const summaries = () => worker.events.filter((e) => e.event === "reconcile_summary");
 
 async function tick() {
-  const before = summaries.length;
+  const before = summaries().length;
   const t = performance.now();
-  await fetch(`http://127.0.0.1:${PORT}/__scheduled?cron=*+*+*+*+*`);
-  while (summaries.length === before) await new Promise((r) => setTimeout(r, 5));
-  return { wallMs: Math.round(performance.now() - t), ...summaries.at(-1) };
+  await worker.tick();
+  while (summaries().length === before) await new Promise((r) => setTimeout(r, 5));
+  return { wallMs: Math.round(performance.now() - t), ...summaries().at(-1) };
 }
 
 const provisioned = await tick();
@@ -92,7 +68,7 @@ console.log(`N=${N} assignments, one cron invocation each:`);
 for (const [name, s] of [["provision (backend ready)", provisioned], ["ack after claims", acked]]) {
   console.log(`  ${name.padEnd(26)} fetched=${s.fetched} acked=${s.acked} naked=${s.naked} deferred=${s.deferred} errors=${s.errors} pass=${s.durationMs}ms wall=${s.wallMs}ms`);
 }
-wrangler.kill("SIGTERM");
+worker.stop();
 await backend.close();
 await nats.stop();
 process.exit(0);

@@ -1,29 +1,17 @@
 // A runner backend speaking the `http` driver contract, for tests and `npm start`.
 // Several tests share one server: each uses its own path prefix (namespace) with its own
 // behaviour and state. Control endpoints live under /<ns>/_control.
-import { createServer } from "node:http";
+import { startTenantServer } from "./fake-http.mjs";
 
 const defaults = () => ({ token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1 });
 
 /** `mode` sets the behaviour of every namespace that has not been given one through /_control/mode. */
-export async function startFakeBackend({ port = 0, mode = {} } = {}) {
-  const spaces = new Map();
-  const space = (ns) => {
-    if (!spaces.has(ns)) spaces.set(ns, { mode: { ...defaults(), ...mode }, runners: new Map(), requests: [], calls: 0 });
-    return spaces.get(ns);
-  };
+export async function startFakeBackend({ mode = {} } = {}) {
   const listeners = new Set();
-  const server = createServer(async (req, res) => {
-    const chunks = [];
-    for await (const c of req) chunks.push(c);
-    const text = Buffer.concat(chunks).toString("utf8");
-    const url = new URL(req.url, "http://x");
-    const [, ns, kind, id] = url.pathname.split("/").map(decodeURIComponent);
-    const s = space(ns);
-    const send = (status, body) => {
-      res.writeHead(status, { "content-type": "application/json" });
-      res.end(body === undefined ? "" : JSON.stringify(body));
-    };
+  const newSpace = () => ({ mode: { ...defaults(), ...mode }, runners: new Map(), requests: [], calls: 0 });
+  const server = await startTenantServer(newSpace, async ({ req, res, text, url, path, tenant: s, send }) => {
+    const ns = decodeURIComponent(url.pathname.split("/")[1] ?? "");
+    const [, kind, id] = path.split("/").map(decodeURIComponent);
     if (kind === "_control") return control(s, id, req.method, text, send);
     if (kind !== "runners" || !id) return send(404, { error: "not found" });
     s.requests.push({ method: req.method, path: url.pathname, headers: req.headers, body: text });
@@ -100,14 +88,5 @@ export async function startFakeBackend({ port = 0, mode = {} } = {}) {
     }
     return send(404, { error: "unknown control" });
   }
-  await new Promise((r) => server.listen(port, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    onEvent: (fn) => listeners.add(fn),
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections?.();
-        server.close(() => r());
-      }),
-  };
+  return { url: server.url, onEvent: (fn) => listeners.add(fn), close: server.close };
 }

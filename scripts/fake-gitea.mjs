@@ -2,7 +2,7 @@
 // Register RPC (Connect JSON), registration tokens, the jobs and runners lists (Gitea 1.25+),
 // runner deletion, `Authorization: token …` on the REST API and Gitea's 401/404 bodies.
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
-import { createServer } from "node:http";
+import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
@@ -11,24 +11,9 @@ function newInstance() {
   return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
 }
 
-export async function startFakeGitea() {
-  const instances = new Map();
-  const instance = (ns) => {
-    if (!instances.has(ns)) instances.set(ns, newInstance());
-    return instances.get(ns);
-  };
-  const server = createServer(async (req, res) => {
-    const chunks = [];
-    for await (const c of req) chunks.push(c);
-    const text = Buffer.concat(chunks).toString("utf8");
-    const url = new URL(req.url, "http://x");
-    const [, ns, ...rest] = url.pathname.split("/");
-    const path = `/${rest.join("/")}`;
-    const g = instance(ns);
-    const send = (status, body) => {
-      res.writeHead(status, { "content-type": "application/json;charset=utf-8" });
-      res.end(body === undefined ? "" : JSON.stringify(body));
-    };
+export function startFakeGitea() {
+  return startTenantServer(newInstance, serve, { contentType: "application/json;charset=utf-8" });
+  function serve({ req, res, text, url, path, tenant: g, send }) {
     const notFound = () => send(404, { errors: null, message: "not found", url: `http://gitea.example.com/api/swagger` });
     if (path.startsWith("/_control/")) return control(g, path.slice(10), req.method, text, send);
     g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text });
@@ -79,7 +64,7 @@ export async function startFakeGitea() {
       return res.end();
     }
     return notFound();
-  });
+  }
   function control(g, what, method, text, send) {
     if (what === "jobs" && method === "POST") {
       g.jobs = JSON.parse(text);
@@ -96,13 +81,4 @@ export async function startFakeGitea() {
     if (what === "state") return send(200, { runners: [...g.runners.values()], registrations: g.registrations, requests: g.requests, version: g.version });
     return send(404, { error: "unknown control" });
   }
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections?.();
-        server.close(() => r());
-      }),
-  };
 }

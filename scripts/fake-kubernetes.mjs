@@ -2,7 +2,7 @@
 // and Secrets, kubevirt.io/v1 VirtualMachineInstances. 201 with the object, 409 and 404 as `Status`
 // (reasons AlreadyExists, NotFound), 401 without the bearer token. Tests share one server, each
 // under a path prefix of its own (as behind an API proxy). Control endpoints: /<prefix>/_control.
-import { createServer } from "node:http";
+import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID } from "node:crypto";
 
 export const FAKE_K8S_TOKEN = "k8s-token-0000";
@@ -11,24 +11,11 @@ const KINDS = { pods: "Pod", secrets: "Secret", virtualmachineinstances: "Virtua
 
 const status = (code, reason, message, details) => ({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, ...(details ? { details } : {}), code });
 
-export async function startFakeKubernetes() {
-  const clusters = new Map();
-  const cluster = (prefix) => {
-    if (!clusters.has(prefix)) clusters.set(prefix, { objects: new Map(), requests: [], created: { pods: 0, secrets: 0, virtualmachineinstances: 0 }, mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 }, calls: 0 });
-    return clusters.get(prefix);
-  };
-  const server = createServer(async (req, res) => {
-    const chunks = [];
-    for await (const c of req) chunks.push(c);
-    const text = Buffer.concat(chunks).toString("utf8");
-    const url = new URL(req.url, "http://x");
-    const [, prefix, ...rest] = url.pathname.split("/");
-    const path = `/${rest.join("/")}`;
-    const c = cluster(prefix);
-    const send = (code, body) => {
-      res.writeHead(code, { "content-type": "application/json" });
-      res.end(JSON.stringify(body));
-    };
+const newCluster = () => ({ objects: new Map(), requests: [], created: { pods: 0, secrets: 0, virtualmachineinstances: 0 }, mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 }, calls: 0 });
+
+export function startFakeKubernetes() {
+  return startTenantServer(newCluster, serve);
+  async function serve({ req, text, path, tenant: c, send }) {
     if (path.startsWith("/_control/")) return control(c, path.slice(10), req.method, text, send);
     c.requests.push({ method: req.method, path, headers: req.headers, body: text });
     if (req.headers.authorization !== `Bearer ${c.mode.token}`) return send(401, status(401, "Unauthorized", "Unauthorized"));
@@ -83,7 +70,7 @@ export async function startFakeKubernetes() {
       return send(200, resource === "secrets" ? { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", details: { name, kind: resource } } : view(existing));
     }
     return send(405, status(405, "MethodNotAllowed", "method not allowed"));
-  });
+  }
   function view(obj) {
     const { gets: _g, ...rest } = obj;
     return rest;
@@ -104,13 +91,4 @@ export async function startFakeKubernetes() {
     if (what === "state") return send(200, { objects: [...c.objects.values()].map(view), created: c.created, requests: c.requests });
     return send(404, { error: "unknown control" });
   }
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections?.();
-        server.close(() => r());
-      }),
-  };
 }

@@ -9,6 +9,7 @@ import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;
+const WAITING_PULL_BATCH = 4;
 /** Messages reconciled at once per backend; backend calls are limited separately. */
 const PROCESS_CONCURRENCY = 16;
 
@@ -43,7 +44,9 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   while (deps.now() < opts.deadline) {
     const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
-    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize, undefined, undefined, wait);
+    // A waiting pull takes only a few: it is after one claimed message, not everything that comes due.
+    const size = wait > 0 ? Math.min(opts.batchSize, WAITING_PULL_BATCH) : opts.batchSize;
+    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), size, undefined, undefined, wait);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
     // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
@@ -76,7 +79,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
         p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
       }
     });
-    if (batch.length < opts.batchSize) break;
+    if (batch.length < size && wait === 0) break;
   }
   await handle.nc.flush();
   summary.durationMs = deps.now() - started;
