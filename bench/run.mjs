@@ -71,8 +71,8 @@ async function sendWebhook(worker, jobId) {
     headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)) },
     body,
   });
-  await res.arrayBuffer();
-  if (res.status !== 202) throw new Error(`webhook answered ${res.status}`);
+  const text = await res.text();
+  if (res.status !== 202) throw new Error(`webhook answered ${res.status}: ${text.slice(0, 200)}`);
 }
 const acked = (worker) => worker.events.filter((e) => e.event === "acked").length;
 async function until(fn, timeoutMs) {
@@ -241,7 +241,10 @@ try {
 | time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
 
 machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}`);
+} catch (err) {
+  console.error(`bench failed: ${err?.stack ?? err}`);
+  process.exitCode = 1;
 } finally {
   for (const c of cleanup) await c();
-  process.exit(0);
+  process.exit(process.exitCode ?? 0);
 }

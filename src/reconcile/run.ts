@@ -1,6 +1,6 @@
 // One reconciliation pass over every enabled backend, on one NATS connection, within a budget.
 import type { BatchSummary } from "../events.ts";
-import { consumerName, type Backend } from "../names.ts";
+import { consumerName } from "../names.ts";
 import { pullNoWait } from "../nats/pull.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
@@ -86,5 +86,3 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   deps.sink.summary(summary);
   return summary;
 }
-
-export type BackendDepsFactory = (backend: Backend) => ProcessDeps;
