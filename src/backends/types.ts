@@ -1,5 +1,6 @@
 import type { Assignment } from "../assignment.ts";
 import type { RunnerFile } from "../gitea/identity.ts";
+import { UpstreamError } from "../status-error.ts";
 
 export type RunnerStatus = "ready" | "pending";
 
@@ -23,11 +24,7 @@ export interface RunnerBackend {
   teardown(id: string, signal: AbortSignal): Promise<void>;
 }
 
-export class BackendError extends Error {
-  readonly status: number | undefined;
-  constructor(message: string, status?: number) {
-    super(message);
-    this.name = "BackendError";
-    this.status = status;
-  }
+/** A failed backend call; the reconciliation naks and retries (401/403 also emit backend_auth). */
+export class BackendError extends UpstreamError {
+  override readonly name = "BackendError";
 }

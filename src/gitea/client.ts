@@ -3,14 +3,10 @@
 import { z } from "zod";
 import type { GiteaConfig, GiteaScope } from "../config.ts";
 import { withTimeout } from "../reconcile/limit.ts";
+import { UpstreamError } from "../status-error.ts";
 
-export class GiteaError extends Error {
-  readonly status: number | undefined;
-  constructor(message: string, status?: number) {
-    super(message);
-    this.name = "GiteaError";
-    this.status = status;
-  }
+export class GiteaError extends UpstreamError {
+  override readonly name: string = "GiteaError";
 }
 
 const int64 = z.union([z.number().int(), z.string().regex(/^\d+$/).transform(Number)]);
@@ -37,7 +33,9 @@ const apiRunner = z.looseObject({ id: z.number().int(), name: z.string() });
 const runnersPage = z.object({ total_count: z.number().int(), runners: z.array(apiRunner).nullable() });
 
 /** Gitea older than 1.25 answers 404 for the jobs and runners lists. */
-export class GiteaFeatureMissing extends GiteaError {}
+export class GiteaFeatureMissing extends GiteaError {
+  override readonly name = "GiteaFeatureMissing";
+}
 
 export function scopePath(scope: GiteaScope): string {
   if (scope.kind === "org") return `/api/v1/orgs/${encodeURIComponent(scope.org)}/actions`;
