@@ -49,14 +49,12 @@ export interface FieldIssue {
 export type Decoded = { ok: true; assignment: Assignment } | { ok: false; issues: FieldIssue[] };
 
 export function toFieldIssues(error: z.ZodError): FieldIssue[] {
-  return error.issues.map((issue) => ({
-    field: issue.path.length ? issue.path.join(".") : issueRoot(issue),
-    message: issue.message,
-  }));
-}
-
-function issueRoot(issue: z.core.$ZodIssue): string {
-  return issue.code === "unrecognized_keys" ? issue.keys.join(",") : "(body)";
+  return error.issues.flatMap((issue) => {
+    const at = issue.path.map(String);
+    // One issue per unknown field, named even when its name is empty.
+    if (issue.code === "unrecognized_keys") return issue.keys.map((k) => ({ field: [...at, k || '""'].join("."), message: "unknown field" }));
+    return [{ field: at.length ? at.map((p) => p || '""').join(".") : "(body)", message: issue.message }];
+  });
 }
 
 export function trustDomainOf(workload: string): string | undefined {

@@ -44,6 +44,17 @@ describe("assignment wire format v1", () => {
     expect(fieldsOf(value).join(" ")).toContain(field);
   });
 
+  it("names every unknown field, even one with an empty name (found by fast-check)", () => {
+    const d = decodeAssignment(bytes({ ...valid, "": "", extra: 1, job: { ...valid.job, more: 2 } }), TD);
+    expect(d.ok ? [] : d.issues).toEqual(
+      expect.arrayContaining([
+        { field: '""', message: "unknown field" },
+        { field: "extra", message: "unknown field" },
+        { field: "job.more", message: "unknown field" },
+      ]),
+    );
+  });
+
   it("rejects non-JSON, non-UTF-8 and oversized bodies", () => {
     expect(decodeAssignment(bytes("{nope"), TD).ok).toBe(false);
     expect(decodeAssignment(new Uint8Array([0x7b, 0xff, 0x7d]), TD).ok).toBe(false);
