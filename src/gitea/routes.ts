@@ -1,6 +1,6 @@
 // Which backend and runner labels serve a job: Gitea's own matching rule, first route wins.
 import { z } from "zod";
-import { BACKENDS, type Backend } from "../names.ts";
+import { BACKENDS } from "../names.ts";
 
 export const routeSchema = z.strictObject({
   backend: z.enum(BACKENDS),
@@ -22,8 +22,4 @@ export function matchRoute(routes: readonly Route[], runsOn: readonly string[]):
     const names = new Set(route.labels.map(labelName));
     return runsOn.every((label) => names.has(label));
   });
-}
-
-export function routeBackends(routes: readonly Route[]): Set<Backend> {
-  return new Set(routes.map((r) => r.backend));
 }
