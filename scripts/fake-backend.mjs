@@ -3,7 +3,24 @@
 // behaviour and state. Control endpoints live under /<ns>/_control.
 import { startTenantServer } from "./fake-http.mjs";
 
-const defaults = () => ({ token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1 });
+const defaults = () => ({
+  token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1,
+  // Flaky mode: each PUT or DELETE fails with 503 (failRate) or answers only after hangMs (hangRate),
+  // drawn from a PRNG seeded with `seed`, so a failing run can be replayed.
+  failRate: 0, hangRate: 0, seed: 1,
+});
+
+/** mulberry32: a small seeded PRNG. */
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
 
 /** `mode` sets the behaviour of every namespace that has not been given one through /_control/mode. */
 export async function startFakeBackend({ mode = {} } = {}) {
@@ -16,9 +33,19 @@ export async function startFakeBackend({ mode = {} } = {}) {
     if (kind !== "runners" || !id) return send(404, { error: "not found" });
     s.requests.push({ method: req.method, path: url.pathname, headers: req.headers, body: text });
     if (req.headers.authorization !== `Bearer ${s.mode.token}`) return send(401, { error: "unauthorized" });
+    const roll = s.mode.failRate || s.mode.hangRate ? (s.rng ??= prng(s.mode.seed))() : 1;
+    if (roll < s.mode.failRate) {
+      s.failed = (s.failed ?? 0) + 1;
+      return send(503, { error: "backend unavailable" });
+    }
+    // A hang does the work but answers too late: the caller times out not knowing it succeeded.
+    const hang = roll < s.mode.failRate + s.mode.hangRate;
+    if (hang) s.hung = (s.hung ?? 0) + 1;
+    const late = (status, body) => (hang ? setTimeout(() => send(status, body), s.mode.hangMs) : send(status, body));
     if (req.method === "DELETE") {
       const existed = s.runners.delete(id);
-      return send(existed ? 200 : 404, existed ? { status: "deleted" } : { error: "not found" });
+      if (existed) s.deleted = (s.deleted ?? 0) + 1;
+      return late(existed ? 200 : 404, existed ? { status: "deleted" } : { error: "not found" });
     }
     if (req.method !== "PUT") return send(405, { error: "method not allowed" });
     s.inFlight = (s.inFlight ?? 0) + 1;
@@ -64,12 +91,13 @@ export async function startFakeBackend({ mode = {} } = {}) {
       }, s.mode.autoClaimMs);
     }
     for (const l of listeners) l({ ns, id, event: ready ? "ready" : "pending" });
-    return send(ready ? 200 : 202, { status: ready ? "ready" : "pending" });
+    return late(ready ? 200 : 202, { status: ready ? "ready" : "pending" });
   });
   function control(s, what, method, text, send) {
     if (what === "mode" && method === "POST") {
       s.mode = { ...defaults(), ...JSON.parse(text || "{}") };
       s.calls = 0;
+      s.rng = undefined;
       return send(200, s.mode);
     }
     if (what === "forget" && method === "POST") {
@@ -84,6 +112,9 @@ export async function startFakeBackend({ mode = {} } = {}) {
         requests: s.requests,
         calls: s.calls,
         maxInFlight: s.maxInFlight ?? 0,
+        failed: s.failed ?? 0,
+        hung: s.hung ?? 0,
+        deleted: s.deleted ?? 0,
       });
     }
     return send(404, { error: "unknown control" });

@@ -151,12 +151,21 @@ export async function cancelAssignment(d: Dispatcher, id: string, reason: string
   return record;
 }
 
-/** Tears down the runner of a finished assignment: at the backend, and in Gitea when registered. */
-export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunnerId: number | undefined): Promise<void> {
-  const work: Promise<unknown>[] = [d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal))];
-  if (giteaRunnerId !== undefined && d.gitea) work.push(d.gitea.deleteRunner(giteaRunnerId));
-  const results = await Promise.allSettled(work);
-  for (const r of results) {
-    if (r.status === "rejected") d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (r.reason as Error).message });
+/**
+ * Tears down the runner of a finished assignment: at the backend, then in Gitea. The Gitea runner
+ * goes only once the backend workload is gone, so a failed teardown stays visible to the sweep,
+ * which retries it (the runner list is the durable to-do list). Resolves false when something is left.
+ */
+export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunnerId: number | undefined): Promise<boolean> {
+  const failed = (reason: unknown) => {
+    d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (reason as Error).message });
+    return false;
+  };
+  try {
+    await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
+  } catch (err) {
+    return failed(err);
   }
+  if (giteaRunnerId === undefined || !d.gitea) return true;
+  return d.gitea.deleteRunner(giteaRunnerId).then(() => true, failed);
 }

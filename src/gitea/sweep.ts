@@ -10,6 +10,7 @@ import { assignmentOfRunner } from "./identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 
 const PAGE_LIMIT = 50;
+const FINISHED = new Set(["completed", "terminated"]);
 
 export type CleanupVerdict = "keep" | "delete" | "delete_and_forget";
 
@@ -89,9 +90,11 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admi
       if (record && verdict === "delete_and_forget") {
         // Its slot and any registration reservation go too: the next delivery starts from scratch.
         await admission.release(record.backend, id);
-        await releaseRunner(d, id, record.backend, runner.id);
-      }
-      else await d.gitea!.deleteRunner(runner.id);
+        if (!(await releaseRunner(d, id, record.backend, runner.id))) continue;
+      } else if (record && FINISHED.has(record.state)) {
+        // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
+        if (!(await releaseRunner(d, id, record.backend, runner.id))) continue;
+      } else await d.gitea!.deleteRunner(runner.id);
       summary.runnersDeleted++;
       d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
     }

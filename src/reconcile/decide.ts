@@ -55,11 +55,16 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"]);
   if (f.admitted === undefined) return { next: "admit" };
   if (!f.admitted) return verdict(nak(DEFAULT_DELAYS.capacity), ["capacity_wait"], ["mark_waiting"]);
-  if (f.backend === undefined) return { next: "call_backend" };
+  // A runner the backend reported ready is left alone until its claim timeout, as the reference's
+  // WaitClaimed does: asking again would cost a backend call per delivery, and one failed call
+  // would give away a running runner's slot.
+  const waiting = f.state === "backend_ready" && f.readyAt !== undefined;
+  if (f.backend === undefined && !waiting) return { next: "call_backend" };
   if (f.backend === "error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "auth_error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_auth", "backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
-  if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"], ["mark_ready"]);
-  if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_pending"]);
-  return verdict(nak(DEFAULT_DELAYS.claim), ["backend_ready", "claim_timeout"], ["forget_ready_and_teardown"]);
+  const seen: EventName[] = f.backend === "ready" ? ["backend_ready"] : [];
+  if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"], ["mark_ready"]);
+  if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"]);
+  return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_timeout"], ["forget_ready_and_teardown"]);
 }

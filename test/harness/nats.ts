@@ -1,7 +1,9 @@
 // Looks into the stream and buckets of a test environment. Runs in Node and workerd alike.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { loadConfig } from "../../src/config.ts";
+import { admissionBucket, admissionKey, type Backend } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
+import { bindBucket, readJson } from "../../src/state/kv.ts";
 
 /** Messages in the stream, and the first enabled backend's pending and ack-pending counts. */
 export async function streamState(env: Record<string, string>) {
@@ -28,5 +30,16 @@ export async function storedTexts(env: Record<string, string>): Promise<string[]
       }
     }
     return texts;
+  });
+}
+
+/** The admission entry of a backend: live slot leases and registration reservations. */
+export async function admissionState(env: Record<string, string>, backend: Backend = "pod") {
+  const config = loadConfig(env);
+  return withNats(config, async (h) => {
+    const kv = await bindBucket(h, admissionBucket(config));
+    const entry = await readJson<{ leases: Record<string, number>; registering?: Record<string, number> }>(kv, admissionKey(backend));
+    const live = (m: Record<string, number> = {}) => Object.keys(m).filter((id) => m[id]! > Date.now());
+    return { leases: live(entry?.value.leases), registering: live(entry?.value.registering) };
   });
 }

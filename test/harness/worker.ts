@@ -58,6 +58,10 @@ export interface FakeBackendState {
   created: number;
   calls: number;
   maxInFlight: number;
+  /** Calls the flaky mode failed with 503, answered too late, and runners deleted. */
+  failed: number;
+  hung: number;
+  deleted: number;
   requests: { method: string; path: string; headers: Record<string, string>; body: string }[];
 }
 

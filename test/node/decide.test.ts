@@ -33,6 +33,8 @@ describe("decide: the reconciliation table, row by row", () => {
     ["first ready → remember ready time, nak 2 s claim_pending", { ...upToBackend, backend: "ready" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: ["mark_ready"] }],
     ["ready within claim timeout → nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: [] }],
     ["claim timeout passed → teardown, forget, nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_timeout"], effects: ["forget_ready_and_teardown"] }],
+    ["waiting for the claim → nak 2 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_pending"], effects: [] }],
+    ["waited past the claim timeout → teardown, forget, nak 2 s", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_timeout"], effects: ["forget_ready_and_teardown"] }],
     ["terminated → term with its reason", { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" }, { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] }],
   ];
   it.each(rows)("%s", (_name, facts, expected) => {
@@ -62,10 +64,19 @@ describe("decide: the reconciliation table, row by row", () => {
   it("never acks an assignment nobody claimed", () => {
     const states = ["received", "capacity_wait", "backend_pending", "backend_ready"] as const;
     for (const state of states)
-      for (const backend of ["error", "auth_error", "pending", "ready"] as const)
+      for (const backend of [undefined, "error", "auth_error", "pending", "ready"] as const)
         for (const readyAt of [undefined, NOW, 0]) {
           const step = decide({ ...upToBackend, state, backend, readyAt }, policy);
           expect(step).not.toMatchObject({ action: { kind: "ack" } });
         }
+  });
+
+  it("asks the backend about every unready state, and never about a ready runner before its claim timeout", () => {
+    for (const state of ["received", "capacity_wait", "backend_pending", "backend_ready"] as const)
+      for (const readyAt of [undefined, NOW, NOW - 240_001]) {
+        const step = decide({ ...upToBackend, state, readyAt }, policy);
+        const waiting = state === "backend_ready" && readyAt !== undefined;
+        expect(step.next === "call_backend").toBe(!waiting);
+      }
   });
 });
