@@ -30,6 +30,7 @@ export function natsServerVersion(bin = findNatsServer()) {
 /**
  * Starts nats-server and resolves once both listeners are up.
  * `storeDir` reuses a store (a restart); `ports` pins the ports of a restart.
+ * @param {{ storeDir?: string, ports?: { nats: number, websocket: number }, extraConfig?: string }} [options]
  */
 export async function startNatsServer({ storeDir, ports, extraConfig = "" } = {}) {
   const bin = findNatsServer();

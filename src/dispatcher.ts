@@ -7,7 +7,7 @@ import type { Config } from "./config.ts";
 import { claimToken } from "./crypto.ts";
 import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
 import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
-import { openNats, withNats, type NatsHandle } from "./nats/connection.ts";
+import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
@@ -17,6 +17,15 @@ import { reconcileBackend } from "./reconcile/run.ts";
 import { createAdmission, type Admission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, type AssignmentRecord, type RecordStore } from "./state/records.ts";
+
+/**
+ * No live pass can still be registering after this: it stops starting work at its budget, and the
+ * work under way is a token fetch, a registration and a backend call (each bounded by
+ * BACKEND_TIMEOUT_MS), then one NATS write. A dead pass's reservation frees itself no later.
+ */
+export function registrationLeaseMs(config: Pick<Config, "reconcileBudgetMs" | "backendTimeoutMs">): number {
+  return config.reconcileBudgetMs + 3 * config.backendTimeoutMs + REQUEST_TIMEOUT_MS;
+}
 
 /** Workers allow six open connections per invocation: one is NATS, four are backend calls. */
 export const BACKEND_CONCURRENCY = 4;
@@ -73,7 +82,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const [recordsKv, admissionKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, admissionBucket(names))]);
     return {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys)),
-      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, now }),
+      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), now }),
     };
   };
 
@@ -96,7 +105,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     async close() {
       const session = await shared?.catch(() => undefined);
       shared = undefined;
-      if (session) await session.handle.nc.drain().catch(() => session.handle.nc.close());
+      if (session) await closeNats(session.handle.nc);
     },
     gitea,
     async runnerRequest(assignment, record, reserved) {

@@ -11,6 +11,8 @@ export interface Published {
   stream: string;
   seq: number;
   duplicate: boolean;
+  /** The stream stored a new message (false when its duplicate window dropped this one). */
+  stored: boolean;
 }
 
 export async function publishAssignment(d: Dispatcher, body: unknown): Promise<Published> {
@@ -37,7 +39,7 @@ async function offerAndPublish(d: Dispatcher, a: Assignment): Promise<Published>
     try {
       const ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
       d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
-      return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered.result === "same" };
+      return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered.result === "same", stored: !ack.duplicate };
     } catch {
       // Leave nothing half-written: the record goes unless an earlier publish owns it.
       if (offered.result === "new") await state.records.remove(a.id).catch(() => undefined);

@@ -2,6 +2,7 @@
 // every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
 // registered that no assignment needs any more, in Gitea and at the backend.
 import type { Dispatcher, State } from "../dispatcher.ts";
+import type { Backend } from "../names.ts";
 import type { Admission } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import { releaseRunner } from "../operations.ts";
@@ -20,10 +21,13 @@ export function cleanupVerdict(
   runnerId: number,
   now: number,
   limits: { claimTimeoutMs: number; graceMs: number },
+  /** A pass holds the assignment's registration reservation: it may be about to store this runner. */
+  registering = false,
 ): CleanupVerdict {
   if (!record) return "delete";
   if (record.state === "completed" || record.state === "terminated") return "delete";
-  if (!record.runner || record.runner.id !== runnerId) return "delete"; // a second registration, or one we never stored
+  if (!record.runner && registering) return "keep";
+  if (!record.runner || record.runner.id !== runnerId) return "delete"; // a second registration, or one a dead pass never stored
   if (record.state === "claimed") return "keep";
   // An identity is reused when a runner is provisioned afresh after a claim timeout: the clock
   // starts with the latest incarnation, not with the registration.
@@ -57,9 +61,12 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
     const { jobs } = await d.gitea!.listQueuedJobs(page, PAGE_LIMIT);
     for (const job of jobs) {
       if (job.status !== "queued") continue;
-      if (await records.get(jobAssignmentId(job.id, job.run_attempt))) continue;
+      // A record still "received" may be one whose publish failed and whose cleanup failed too
+      // (NATS died in between): publish again. The stream drops the copy if the first one held.
+      const known = await records.get(jobAssignmentId(job.id, job.run_attempt));
+      if (known && known.state !== "received") continue;
       const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
-      if (published) {
+      if (published && (!known || published.stored)) {
         summary.recovered++;
         d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
       }
@@ -71,13 +78,19 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
 async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admission, summary: SweepSummary) {
   const gitea = d.config.gitea!;
   const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: gitea.cleanupGraceMs };
+  const reservations = new Map<string, Promise<Set<string>>>();
+  const registering = (backend: Backend) => {
+    if (!reservations.has(backend)) reservations.set(backend, admission.registering(backend).then((ids) => new Set(ids)));
+    return reservations.get(backend)!;
+  };
   for (let page = 1; page <= gitea.jobPages; page++) {
     const { runners } = await d.gitea!.listRunners(page, PAGE_LIMIT);
     for (const runner of runners) {
       const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
       if (!id) continue;
       const record = await records.get(id);
-      const verdict = cleanupVerdict(record, runner.id, d.now(), limits);
+      const reserved = record && !record.runner ? (await registering(record.backend)).has(id) : false;
+      const verdict = cleanupVerdict(record, runner.id, d.now(), limits, reserved);
       if (verdict === "keep") continue;
       if (verdict === "delete_and_forget") {
         // Forget the identity first, so the next delivery registers afresh instead of reusing it.

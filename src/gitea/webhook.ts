@@ -4,7 +4,8 @@ import type { Dispatcher } from "../dispatcher.ts";
 import type { Backend } from "../names.ts";
 import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, type Published } from "../operations.ts";
 import { HttpError } from "../http/errors.ts";
-import { toFieldIssues } from "../assignment.ts";
+import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
+import type { GiteaConfig } from "../config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
 
@@ -50,29 +51,31 @@ export function parseWorkflowJob(value: unknown): WorkflowJobPayload {
   return parsed.data;
 }
 
-/** Publishes the assignment of a queued job; undefined when no route matches it. */
-export async function publishJob(
-  d: Dispatcher,
-  job: { id: number; run_id: number; run_attempt?: number; name?: string; labels?: string[] | null; created_at?: string },
-  repository: string,
-): Promise<Published | undefined> {
-  const gitea = d.config.gitea!;
-  const runsOn = job.labels ?? [];
-  const assignmentId = jobAssignmentId(job.id, job.run_attempt);
-  const route = matchRoute(gitea.routes, runsOn);
-  if (!route) {
-    d.sink.event({ event: "no_route", assignment: assignmentId, backend: undefined });
-    return undefined;
-  }
+type ListedJob = { id: number; run_id: number; run_attempt?: number; name?: string; labels?: string[] | null; created_at?: string };
+
+/** The assignment request of a queued job, or undefined when no route serves its labels. Pure. */
+export function jobAssignment(gitea: GiteaConfig, job: ListedJob, repository: string): AssignmentRequest | undefined {
+  const route = matchRoute(gitea.routes, job.labels ?? []);
+  if (!route) return undefined;
   const created = job.created_at && !job.created_at.startsWith("0001-") ? job.created_at : undefined;
-  return publishAssignment(d, {
+  return {
     version: 1,
-    id: assignmentId,
+    id: jobAssignmentId(job.id, job.run_attempt),
     backend: route.backend,
     labels: route.labels,
     job: { id: job.id, runId: job.run_id, attempt: job.run_attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
     ...(created ? { createdAt: created } : {}),
-  });
+  };
+}
+
+/** Publishes the assignment of a queued job; undefined when no route matches it. */
+export async function publishJob(d: Dispatcher, job: ListedJob, repository: string): Promise<Published | undefined> {
+  const request = jobAssignment(d.config.gitea!, job, repository);
+  if (!request) {
+    d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined });
+    return undefined;
+  }
+  return publishAssignment(d, request);
 }
 
 export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload): Promise<WebhookOutcome> {

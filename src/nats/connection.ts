@@ -12,7 +12,7 @@ export interface NatsHandle {
 export type NatsSettings = Pick<Config, "natsServers" | "natsAuth">;
 
 const CONNECT_TIMEOUT_MS = 5_000;
-const REQUEST_TIMEOUT_MS = 5_000;
+export const REQUEST_TIMEOUT_MS = 5_000;
 
 export async function openNats(settings: NatsSettings, name = "gitea-edge-dispatcher"): Promise<NatsHandle> {
   const nc = await wsconnect({
@@ -41,12 +41,53 @@ function authOptions(auth: NatsAuth) {
   }
 }
 
+const DRAIN_TIMEOUT_MS = 2_000;
+
+/**
+ * Settles with `work`, or rejects once `ms` pass or the connection closes. For the few nats.js
+ * calls that carry no timeout of their own and never settle when the broker dies under them:
+ * flush (waits for a PONG) and batch direct get (waits for its end-of-batch).
+ */
+export async function bounded<T>(nc: NatsConnection, what: string, work: Promise<T>, ms = REQUEST_TIMEOUT_MS, onGiveUp?: () => void): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DOMException(`${what} timed out after ${ms} ms`, "TimeoutError")), ms)));
+  const closed = nc.closed().then(() => Promise.reject(new Error(`${what}: NATS connection closed`)));
+  try {
+    return await Promise.race([work, timedOut, closed]);
+  } catch (err) {
+    onGiveUp?.();
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Flushes, so that pending acks and naks reach the server. */
+export function flushNats(nc: NatsConnection): Promise<void> {
+  return bounded(nc, "NATS flush", nc.flush());
+}
+
+/**
+ * Drains the connection, flushing pending acks and naks. Bounded: a connection whose broker died
+ * mid-invocation may never report it, and a drain waiting on it would hold the invocation open.
+ */
+export async function closeNats(nc: NatsConnection): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const gaveUp = new Promise<"gave_up">((resolve) => (timer = setTimeout(() => resolve("gave_up"), DRAIN_TIMEOUT_MS)));
+  try {
+    const outcome = await Promise.race([nc.drain().then(() => "drained" as const, () => "failed" as const), gaveUp]);
+    if (outcome !== "drained") void nc.close().catch(() => undefined);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Runs `fn` on a fresh connection and always drains it (flushing pending acks) afterwards. */
 export async function withNats<T>(settings: NatsSettings, fn: (h: NatsHandle) => Promise<T>): Promise<T> {
   const handle = await openNats(settings);
   try {
     return await fn(handle);
   } finally {
-    await handle.nc.drain().catch(() => handle.nc.close());
+    await closeNats(handle.nc);
   }
 }

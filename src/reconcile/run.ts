@@ -2,7 +2,7 @@
 import type { BatchSummary } from "../events.ts";
 import { consumerName } from "../names.ts";
 import { pullNoWait } from "../nats/pull.ts";
-import type { NatsHandle } from "../nats/connection.ts";
+import { flushNats, type NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
 import { mapLimit } from "./limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
@@ -81,7 +81,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     });
     if (batch.length < size && wait === 0) break;
   }
-  await handle.nc.flush();
+  await flushNats(handle.nc);
   summary.durationMs = deps.now() - started;
   deps.sink.summary(summary);
   return summary;

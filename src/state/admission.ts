@@ -12,9 +12,6 @@ interface Pool {
   registering?: Record<string, number>;
 }
 
-/** A registration that started longer ago than this and stored nothing is presumed dead. */
-export const REGISTRATION_LEASE_MS = 60_000;
-
 export interface AdmissionResult {
   admitted: Set<string>;
   /** Of `reserve`, the ids this caller may register a runner for now. */
@@ -31,11 +28,15 @@ export interface Admission {
   release(backend: Backend, ...ids: string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
   holders(backend: Backend): Promise<string[]>;
+  /** Ids whose runner registration is under way (an unexpired reservation). */
+  registering(backend: Backend): Promise<string[]>;
 }
 
 export interface AdmissionOptions {
   capacity: Record<Backend, number>;
   leaseTtlMs: number;
+  /** A registration that started longer ago than this and stored nothing is presumed dead. */
+  registrationLeaseMs: number;
   now: () => number;
 }
 
@@ -60,7 +61,7 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
           }
           result.admitted.add(id);
           if (reserve.has(id) && !(id in registering)) {
-            registering[id] = now + REGISTRATION_LEASE_MS;
+            registering[id] = now + opts.registrationLeaseMs;
             result.reserved.add(id);
             changed = true;
           }
@@ -84,6 +85,10 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
     async holders(backend) {
       const current = await readJson<Pool>(kv, admissionKey(backend));
       return Object.keys(live(current?.value.leases, opts.now()));
+    },
+    async registering(backend) {
+      const current = await readJson<Pool>(kv, admissionKey(backend));
+      return Object.keys(live(current?.value.registering, opts.now()));
     },
   };
   return admission;

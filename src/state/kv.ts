@@ -1,7 +1,7 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import type { NatsHandle } from "../nats/connection.ts";
+import { bounded, type NatsHandle } from "../nats/connection.ts";
 
 export interface Versioned<T> {
   value: T;
@@ -27,11 +27,15 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
   const prefix = `$KV.${bucket}.`;
   for (let i = 0; i < keys.length; i += MULTI_LAST_LIMIT) {
     const subjects = keys.slice(i, i + MULTI_LAST_LIMIT).map((k) => prefix + k);
-    for await (const m of await jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects })) {
-      const op = m.header?.get("KV-Operation");
-      if (op === "DEL" || op === "PURGE" || m.data.length === 0) continue;
-      found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
-    }
+    const messages = await jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects });
+    const read = async () => {
+      for await (const m of messages) {
+        const op = m.header?.get("KV-Operation");
+        if (op === "DEL" || op === "PURGE" || m.data.length === 0) continue;
+        found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
+      }
+    };
+    await bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
   }
   return found;
 }

@@ -6,6 +6,7 @@ import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
 import { startWsProxy } from "../../scripts/ws-proxy.mjs";
+import { startRestartableNats } from "./restartable-nats.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -15,6 +16,9 @@ declare module "vitest" {
     kubernetesUrl: string;
     /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
     natsProxyUrl: string;
+    /** A nats-server of its own for the broker-restart suite, and its kill/start control URL. */
+    restartNatsWsUrl: string;
+    restartNatsControlUrl: string;
   }
 }
 
@@ -29,7 +33,11 @@ export default async function setup(project: TestProject) {
   project.provide("kubernetesUrl", kubernetes.url);
   const proxy = await startWsProxy({ upstream: server.wsUrl });
   project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
+  const restartable = await startRestartableNats();
+  project.provide("restartNatsWsUrl", restartable.wsUrl);
+  project.provide("restartNatsControlUrl", restartable.controlUrl);
   return async () => {
+    await restartable.close();
     await proxy.close();
     await kubernetes.close();
     await gitea.close();

@@ -83,6 +83,12 @@ describe("cleanup verdict", () => {
   ] as const)("%s → %s", (_n, record, verdict) => {
     expect(cleanupVerdict(record, 7, now, limits)).toBe(verdict);
   });
+  it("keeps a registration a live pass may be about to store, and only that one", () => {
+    expect(cleanupVerdict(rec("backend_pending", undefined), 7, now, limits, true)).toBe("keep");
+    expect(cleanupVerdict(rec("backend_ready", 8), 7, now, limits, true)).toBe("delete");
+    expect(cleanupVerdict(rec("completed", undefined), 7, now, limits, true)).toBe("delete");
+    expect(cleanupVerdict(null, 7, now, limits, true)).toBe("delete");
+  });
 });
 
 describe("runner identity", () => {

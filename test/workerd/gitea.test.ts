@@ -1,7 +1,12 @@
 // Gitea integration inside workerd: signed webhooks, JIT ephemeral runners, the sweep for missed
 // deliveries and stale runners. Against the real nats-server, a fake Gitea and the fake backend.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { completeAssignment } from "../../src/assignment.ts";
+import { loadConfig } from "../../src/config.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
 import { giteaSignature } from "../../src/gitea/signature.ts";
+import { repositoryOf } from "../../src/gitea/sweep.ts";
+import { jobAssignment } from "../../src/gitea/webhook.ts";
 import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
 import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
@@ -199,6 +204,23 @@ describe("runner lifecycle from Gitea's events", () => {
 });
 
 describe("sweep", () => {
+  it("publishes again a job whose record outlived a failed publish (the broker died in between), once", async () => {
+    const { env, gitea } = await setup();
+    const job = { ...clone(queuedFixture.workflow_job), id: 3100, status: "queued" };
+    const config = loadConfig(env);
+    const decoded = completeAssignment(jobAssignment(config.gitea!, job, repositoryOf(job.url))!, config.trustDomain, new Date());
+    if (!decoded.ok) throw new Error("fixture job does not make an assignment");
+    await createDispatcher({ config }).withState((state) => state.records.offer(decoded.assignment));
+    expect(await streamState(env)).toMatchObject({ messages: 0 });
+    await gitea.jobs([job]);
+    await tick(env);
+    expect(events("recovered").map((e) => e.assignment)).toEqual(["gitea-3100-1"]);
+    expect(await view(env, "gitea-3100-1")).toMatchObject({ state: "backend_ready" });
+    await tick(env);
+    expect(events("recovered")).toHaveLength(1);
+    expect(await streamState(env)).toMatchObject({ messages: 1 });
+  });
+
   it("finds a job whose webhook never arrived, and deletes runners nobody needs", async () => {
     const { env, gitea, backend } = await setup();
     const lost = { ...clone(queuedFixture.workflow_job), id: 3001, status: "queued" };

@@ -1,0 +1,136 @@
+// The broker dies mid-burst: nats-server gets SIGKILL while webhooks arrive, and comes back on
+// the same store. Webhooks during the outage get 503 and nothing claims to be queued; after the
+// restart the sweep's Gitea job listing recovers every job whose webhook failed. Zero lost:
+// every job ends with one assignment, a runner, and an ack after its claim. RESTART_N (150) jobs.
+import { expect, inject, it } from "vitest";
+import { giteaSignature } from "../../src/gitea/signature.ts";
+import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
+import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { streamState } from "../harness/nats.ts";
+import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+
+const N = Number(globalThis.process?.env?.RESTART_N ?? 150);
+type Env = Record<string, string>;
+type Fixture = { workflow_job: { id: number } };
+
+const withJob = <T extends Fixture>(fixture: T, job: number, extra: Record<string, unknown> = {}): T => {
+  const p = structuredClone(fixture);
+  p.workflow_job.id = job;
+  Object.assign(p.workflow_job, extra);
+  return p;
+};
+
+async function deliver(env: Env, payload: unknown) {
+  const raw = JSON.stringify(payload);
+  const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
+  const res = await request(env, "/v1/gitea/webhook", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature },
+    body: raw,
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>) {
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < items.length) await fn(items[next++]!);
+  }));
+}
+
+const broker = async (what: "kill" | "start") => {
+  const res = await fetch(`${inject("restartNatsControlUrl")}/${what}`, { method: "POST" });
+  expect(res.status).toBe(200);
+  return res.json();
+};
+
+async function views(env: Env, ids: string[]) {
+  const out = new Map<string, { state: string; giteaRunnerId: number | null } | number>();
+  await inParallel(ids, 8, async (id) => {
+    const res = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+    out.set(id, res.status === 200 ? await res.json() : res.status);
+  });
+  return out;
+}
+
+it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503s during the outage, zero lost`, { timeout: 240_000 }, async () => {
+  const logs = captureLogs();
+  try {
+    const env = giteaTestEnv(inject("restartNatsWsUrl"), inject("backendUrl"), inject("giteaUrl"), {
+      CAPACITY_POD: N, RETRY_DELAY_MS: 50, BACKEND_TIMEOUT_MS: 500, RECONCILE_BUDGET_MS: 3_000, GITEA_JOB_PAGES: 10,
+      // What a crash cut off mid-pass comes back after AckWait; the pass budget stays well inside it.
+      ACK_WAIT_MS: 10_000,
+    });
+    await provisionEnv(env);
+    const gitea = giteaControl(env);
+    const backend = backendControl(env);
+    const jobs = Array.from({ length: N }, (_, i) => 900_000 + i);
+    const ids = jobs.map((j) => `gitea-${j}-1`);
+    // What Gitea itself lists as queued, whatever became of the webhooks.
+    await gitea.jobs(jobs.map((j) => ({ ...withJob(queuedFixture, j).workflow_job, status: "queued" })));
+
+    // The crash hits the deliveries in flight; new ones wait until it is over, so that the
+    // outage has a known start, and the restart a known one.
+    let sent = 0;
+    let downAt = Infinity;
+    let restartAt = Infinity;
+    let changing: Promise<unknown> | undefined;
+    const results: { status: number; body: Record<string, unknown>; start: number; end: number }[] = [];
+    await inParallel(jobs, 16, async (job) => {
+      const n = ++sent;
+      if (n === Math.floor(N / 3)) changing = broker("kill").then(() => (downAt = Date.now()));
+      if (n === Math.floor((2 * N) / 3)) {
+        restartAt = Date.now();
+        changing = broker("start");
+      }
+      await changing;
+      const start = Date.now();
+      const { status, body } = await deliver(env, withJob(queuedFixture, job));
+      results.push({ status, body, start, end: Date.now() });
+    });
+
+    expect(results.filter((r) => r.status !== 202 && r.status !== 503)).toEqual([]);
+    const refused = results.filter((r) => r.status === 503);
+    expect(refused.every((r) => /nothing was queued/.test(String(r.body.error)))).toBe(true);
+    const duringOutage = results.filter((r) => r.start > downAt && r.end < restartAt);
+    expect(duringOutage.length).toBeGreaterThan(0);
+    expect(duringOutage.every((r) => r.status === 503)).toBe(true);
+
+    // The sweep finds what the outage refused; reconciliation provisions everything.
+    const deadline = Date.now() + 120_000;
+    const provisioned = async () => (await backend.state()).runners.length === N && [...(await views(env, ids)).values()].every((v) => typeof v === "object" && v.state === "backend_ready");
+    while (!(await provisioned()) && Date.now() < deadline) {
+      await sleep(100);
+      await tick(env);
+    }
+    const byId = await views(env, ids);
+    expect([...byId.entries()].filter(([, v]) => typeof v !== "object" || v.state !== "backend_ready")).toEqual([]);
+    expect((await streamState(env)).messages).toBe(N);
+    expect((await backend.state()).created).toBe(N);
+    expect(logs.events().filter((e) => e.event === "recovered").length).toBeGreaterThanOrEqual(refused.length > 0 ? 1 : 0);
+
+    // Every runner Gitea knows is the one its record holds: orphans of passes the crash cut short are gone.
+    const stored = new Set([...byId.values()].map((v) => (v as { giteaRunnerId: number }).giteaRunnerId));
+    expect(stored.size).toBe(N);
+    await tick(env);
+    expect((await gitea.state()).runners.map((r) => r.id).toSorted()).toEqual([...stored].toSorted());
+
+    await inParallel(jobs, 16, async (job) => {
+      const id = `gitea-${job}-1`;
+      const runnerId = (byId.get(id) as { giteaRunnerId: number }).giteaRunnerId;
+      expect((await deliver(env, withJob(inProgressFixture, job, { runner_id: runnerId, runner_name: `gdr-${id}` }))).status).toBe(200);
+    });
+    const ackDeadline = Date.now() + 60_000;
+    while ((await streamState(env)).messages > 0 && Date.now() < ackDeadline) {
+      await sleep(100);
+      await tick(env);
+    }
+    expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
+    const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
+    expect(acked.toSorted()).toEqual(ids.toSorted());
+  } finally {
+    await broker("start").catch(() => undefined);
+    logs.restore();
+  }
+});
