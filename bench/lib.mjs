@@ -1,5 +1,6 @@
 // Shared by the benchmark scripts: the Worker in `wrangler dev` on a free port, and percentiles.
 import { spawn } from "node:child_process";
+import { appendFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 
@@ -23,6 +24,7 @@ export async function startWorker(vars, port) {
   const isReady = new Promise((r) => (ready = r));
   for (const s of [child.stdout, child.stderr]) {
     createInterface({ input: s }).on("line", (line) => {
+      if (process.env.BENCH_LOG) appendFileSync(process.env.BENCH_LOG, `${line}\n`);
       if (/ready on/i.test(line)) ready();
       const i = line.indexOf('{"event"');
       if (i >= 0) {

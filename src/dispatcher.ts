@@ -44,6 +44,22 @@ export interface DispatcherDeps {
   shareConnection?: boolean;
 }
 
+export interface ReconcileOptions {
+  only?: Backend[];
+  /** The first pull waits this long for a message to come due (after a claim: its nak delay). */
+  firstPullWaitMs?: number;
+  /** Keep ready runners' messages within the pass and ack each as its claim lands (cron passes). */
+  holdClaims?: boolean;
+  /**
+   * A pass right after a request: one pull of a few messages (its own is among the first due),
+   * so that a burst of requests does not become a burst of full passes competing for one batch.
+   */
+  eager?: boolean;
+}
+
+/** Messages an eager pass takes: enough for its own and a few neighbours, few enough to stay quick. */
+export const EAGER_BATCH = 4;
+
 export interface State {
   records: RecordStore;
   admission: Admission;
@@ -63,7 +79,7 @@ export interface Dispatcher {
   gitea: GiteaClient | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
-  reconcile(trigger: string, budgetMs: number, only?: Backend[], firstPullWaitMs?: number): Promise<BatchSummary[]>;
+  reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;
   /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */
   tick(trigger: string): Promise<BatchSummary[]>;
 }
@@ -123,9 +139,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           .withState((state) => sweepGitea(dispatcher, state))
           .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
       }
-      return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)));
+      return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },
-    reconcile(trigger, budgetMs, only, firstPullWaitMs) {
+    reconcile(trigger, budgetMs, { only, firstPullWaitMs, holdClaims, eager } = {}) {
       const deadline = now() + budgetMs;
       const targets = config.backends.filter((b) => !only || only.includes(b.backend));
       if (!targets.length) return Promise.resolve([]);
@@ -134,10 +150,12 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           targets.map((b) =>
             reconcileBackend(handle, processDeps(dispatcher, state, b.backend), {
               stream: config.stream,
-              batchSize: b.batchSize,
+              batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
+              ...(eager ? { maxPulls: 1 } : {}),
               deadline,
               trigger,
               ...(firstPullWaitMs ? { firstPullWaitMs } : {}),
+              holdClaims: holdClaims ?? false,
             }),
           ),
         ),

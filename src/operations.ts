@@ -101,8 +101,11 @@ export function canClaim(r: AssignmentRecord): boolean {
   return CLAIMABLE.has(r.state) || (r.runner !== undefined && !TERMINAL.has(r.state) && r.state !== "claimed");
 }
 
+/** A claim's outcome; `held` when a pass holds the message and will ack it within moments. */
+export type Claimed = AssignmentView & { held: boolean };
+
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
-export async function claimAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
+export async function claimAssignment(d: Dispatcher, id: string): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   const record = await d.withState((state) =>
@@ -111,8 +114,12 @@ export async function claimAssignment(d: Dispatcher, id: string): Promise<Assign
   if (!record) throw new HttpError(404, `no assignment ${id}`);
   if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
-  return viewOf(record);
+  // The holder's last look comes after heldUntil; a claim well before it is sure to be seen.
+  const held = record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now();
+  return { ...viewOf(record), held };
 }
+
+const HOLD_MARGIN_MS = 250;
 
 /**
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.

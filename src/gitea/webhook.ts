@@ -93,7 +93,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
       const view = await claimAssignment(d, ours).catch(ignoreRefusal);
       if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be claimed` } };
-      return { status: 200, body: { claimed: ours }, reconcile: view.backend, claimed: true };
+      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), claimed: true };
     }
     case "completed": {
       if (ours) {

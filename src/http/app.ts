@@ -74,8 +74,8 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const view = await claimAssignment(d, id);
-    reconcileSoon(c, d, "claim", view.backend);
+    const { held, ...view } = await claimAssignment(d, id);
+    if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
   });
 
@@ -131,7 +131,7 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend:
   // now rather than at the next cron tick.
   const wait = trigger === "publish" || trigger === "webhook" ? 0 : (d.config.retryDelayMs ?? DEFAULT_DELAYS.claim) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
-  inBackground(c, d, d.reconcile(trigger, budget, [backend], Math.min(wait, budget - 500)), `reconcile after ${trigger}`);
+  inBackground(c, d, d.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
 }
 
 function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {

@@ -37,6 +37,8 @@ export interface Prepared {
   assignment?: Assignment;
   known?: Versioned<AssignmentRecord>;
   reserved: boolean;
+  /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
+  heldUntil?: number;
 }
 
 const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
@@ -84,8 +86,12 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   return batch;
 }
 
-/** Finishes one prepared delivery: backend call, record write, ack/nak/term. */
-export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent: boolean): Promise<Verdict> {
+/**
+ * Finishes one prepared delivery: backend call, record write, ack/nak/term. With `holdUntil`, a
+ * delivery left waiting for its claim is not nak'd: `held` says the caller now owns it, and a
+ * runner that just became ready has the hold recorded, so that its claim need not start a pass.
+ */
+export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent: boolean, holdUntil?: number): Promise<Verdict & { held?: true }> {
   if (budgetSpent) p.facts.budgetSpent = true;
   let ref: RunnerRef | undefined;
   for (;;) {
@@ -103,7 +109,8 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       continue;
     }
     if (step.next !== "done") throw new Error(`unprepared step ${step.next} for ${idOf(p)}`);
-    const after = await applyEffects(deps, p, step.effects, ref);
+    const holding = holdUntil !== undefined && step.events.at(-1) === "claim_pending";
+    const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined);
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
       // The claim won the race with our write: the runner is there, acknowledge now.
       emit(deps, "backend_ready", idOf(p));
@@ -111,6 +118,10 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       continue;
     }
     for (const event of step.events) emit(deps, event, idOf(p), step);
+    if (holding) {
+      p.heldUntil = holdUntil;
+      return { ...step, held: true };
+    }
     if (step.action.kind === "ack") await p.msg.ackAck();
     else if (step.action.kind === "nak") p.msg.nak(step.action.delayMs);
     else p.msg.term(step.action.reason);
@@ -118,7 +129,7 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
   }
 }
 
-function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Verdict) {
+export function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Verdict) {
   const action = step?.action;
   deps.sink.event({
     event,
@@ -132,7 +143,7 @@ function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Ve
 const settled = new Set(["claimed", "completed", "terminated"]);
 
 /** All of a verdict's record changes, and a new runner identity, in one write. */
-async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined): Promise<AssignmentRecord | null> {
+async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined, holdUntil?: number): Promise<AssignmentRecord | null> {
   if (!p.assignment || !p.known) return null;
   const at = new Date(deps.now()).toISOString();
   const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
@@ -142,7 +153,9 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
       for (const effect of effects) {
         if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
         if (effect === "mark_pending" && next.state !== "backend_pending") next = { ...next, state: "backend_pending" };
-        if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at };
+        if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) {
+          next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
+        }
         if (effect === "forget_ready_and_teardown") {
           const { readyAt: _forgotten, ...rest } = next;
           next = { ...rest, state: "backend_pending" };

@@ -4,12 +4,12 @@ import { consumerName } from "../names.ts";
 import { pullNoWait } from "../nats/pull.ts";
 import { flushNats, type NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
+import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "./limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;
-const WAITING_PULL_BATCH = 4;
 /** Messages reconciled at once per backend; backend calls are limited separately. */
 const PROCESS_CONCURRENCY = 16;
 
@@ -20,6 +20,10 @@ export interface PassOptions {
   trigger: string;
   /** The first pull waits this long for a message to become available (after a claim: its nak delay). */
   firstPullWaitMs?: number;
+  /** Keep deliveries waiting for their claim and ack them as claims land (see hold.ts). */
+  holdClaims?: boolean;
+  /** Stop after this many pulls (an eager pass takes one small batch; the cron pass drains). */
+  maxPulls?: number;
 }
 
 export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, opts: PassOptions): Promise<BatchSummary> {
@@ -41,11 +45,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   // same pass goes back unprocessed, until this pass is over: spinning on it would only burn
   // deliveries (MaxDeliver) and crowd out the messages not seen yet; a claim starts a pass of its own.
   const seen = new Set<number>();
+  const held: Prepared[] = [];
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
-  while (deps.now() < opts.deadline) {
+  let pulls = 0;
+  while (deps.now() < opts.deadline && pulls++ < (opts.maxPulls ?? Infinity)) {
     const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
-    // A waiting pull takes only a few: it is after one claimed message, not everything that comes due.
-    const size = wait > 0 ? Math.min(opts.batchSize, WAITING_PULL_BATCH) : opts.batchSize;
+    const size = opts.batchSize;
     const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), size, undefined, undefined, wait);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
@@ -70,8 +75,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     }
     await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
       try {
-        const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline);
-        if (verdict.events.includes("deferred")) summary.deferred++;
+        const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
+        const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
+        if (verdict.held) held.push(p);
+        else if (verdict.events.includes("deferred")) summary.deferred++;
         else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
       } catch (err) {
         summary.errors++;
@@ -79,8 +86,20 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
         p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
       }
     });
+    // Registrations of this batch are stored in their records, failed, or never started (the
+    // budget ran out): either way the reservation has done its job, and holding it would make
+    // the next delivery wait out its lease.
+    const reserved = prepared.filter((p) => p.reserved).map((p) => p.assignment!.id);
+    if (reserved.length) {
+      await deps.admission.endRegistrations(deps.backend, reserved).catch((err) => {
+        deps.sink.error("ending registration reservations failed", { backend: deps.backend, reason: (err as Error).message });
+      });
+    }
     if (batch.length < size && wait === 0) break;
   }
+  await holdForClaims(deps, held, summary).catch((err) => {
+    deps.sink.error("holding for claims failed", { backend: deps.backend, reason: (err as Error).message });
+  });
   await flushNats(handle.nc);
   summary.durationMs = deps.now() - started;
   deps.sink.summary(summary);

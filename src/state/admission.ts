@@ -26,6 +26,8 @@ export interface Admission {
   acquireMany(backend: Backend, ids: readonly string[], reserve?: ReadonlySet<string>): Promise<AdmissionResult>;
   /** Frees the slots and registration reservations of `ids`; ids holding none are ignored. */
   release(backend: Backend, ...ids: string[]): Promise<void>;
+  /** Ends the registration reservations of `ids` (registered or given up), keeping their slots. */
+  endRegistrations(backend: Backend, ids: readonly string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
   holders(backend: Backend): Promise<string[]>;
   /** Ids whose runner registration is under way (an unexpired reservation). */
@@ -80,6 +82,14 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
           delete registering[id];
         }
         return { value: { leases, registering }, result: undefined };
+      });
+    },
+    endRegistrations(backend, ids) {
+      return casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
+        if (!current || !ids.some((id) => id in (current.value.registering ?? {}))) return { value: undefined, result: undefined };
+        const registering = live(current.value.registering, opts.now());
+        for (const id of ids) delete registering[id];
+        return { value: { leases: current.value.leases, registering }, result: undefined };
       });
     },
     async holders(backend) {

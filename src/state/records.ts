@@ -15,6 +15,8 @@ export interface AssignmentRecord {
   receivedAt: string;
   updatedAt: string;
   readyAt?: string;
+  /** A cron pass holds the message until then and acks it itself once claimed (see hold.ts). */
+  heldUntil?: string;
   claimedAt?: string;
   completedAt?: string;
   terminatedAt?: string;

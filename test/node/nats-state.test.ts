@@ -75,6 +75,22 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("reserves one registration per id, and ending it keeps the slot and frees the next reservation", async () => {
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ admission }) => {
+      const first = await admission.acquireMany("pod", ["a", "b"], new Set(["a"]));
+      expect([...first.admitted]).toEqual(["a", "b"]);
+      expect([...first.reserved]).toEqual(["a"]);
+      expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual([]);
+      expect(await admission.registering("pod")).toEqual(["a"]);
+      await admission.endRegistrations("pod", ["a", "never-reserved"]);
+      expect(await admission.registering("pod")).toEqual([]);
+      expect((await admission.holders("pod")).toSorted()).toEqual(["a", "b"]);
+      expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual(["a"]);
+    });
+  });
+
   it("reclaims a slot whose lease expired", async () => {
     let now = Date.parse("2026-11-30T10:00:00Z");
     const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 1, LEASE_TTL_MS: 60_000 }));

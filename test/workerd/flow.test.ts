@@ -4,6 +4,7 @@ import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig } from "../../src/config.ts";
 import { claimToken } from "../../src/crypto.ts";
 import { assignmentSubject } from "../../src/names.ts";
+import { HOLD_MS } from "../../src/reconcile/hold.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
@@ -206,7 +207,8 @@ describe("handoff in workerd", () => {
   it("reconciles each message once per pass, even when its nak delay ends mid-pass", async () => {
     const env = testEnv(nats, backendUrl, { CAPACITY_POD: 40, BATCH_SIZE: 8, RETRY_DELAY_MS: 20 });
     await provisionEnv(env);
-    await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 60 });
+    // Pending runners are nak'd (ready ones would be held for their claim), so they come back mid-pass.
+    await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 60, readyAfter: 100 });
     await publishRaw(env, Array.from({ length: 30 }, (_, i) => ({ data: encodeAssignment(assignment(`o-${i}`)), msgID: `o-${i}` })));
     await tick(env);
     const summary = logs.events().find((e) => e.event === "reconcile_summary")!;
@@ -215,5 +217,33 @@ describe("handoff in workerd", () => {
     const received = logs.events().filter((e) => e.event === "received").map((e) => e.assignment);
     expect(received).toHaveLength(30);
     expect(new Set(received).size).toBe(30);
+  });
+
+  it("a cron pass holds a ready runner's message and acks it as soon as the claim lands, within the same pass", { timeout: 15_000 }, async () => {
+    const env = testEnv(nats, backendUrl, { EAGER_RECONCILE: false });
+    await provisionEnv(env);
+    await post(env, { version: 1, id: "held", backend: "pod", labels: ["a"] });
+    const backend = backendControl(env);
+    const ticking = tick(env);
+    while (!(await backend.state()).runners.length) await sleep(20);
+    const claimedAt = Date.now();
+    expect((await runnerCall(env, "held", "claim", (await backend.state()).runners[0]!.claimToken)).status).toBe(200);
+    await ticking;
+    const summaries = logs.events().filter((e) => e.event === "reconcile_summary");
+    expect(summaries.find((e) => e.trigger === "cron * * * * *")).toMatchObject({ fetched: 1, acked: 1, naked: 0 });
+    expect(eventsOf("held").slice(-2)).toEqual(["runner_claimed", "acked"]);
+    expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
+    expect(Date.now() - claimedAt).toBeLessThan(1_000); // not the 2 s claim nak delay and a later pass
+
+    // The claim found the hold in the record and started no pass of its own.
+    expect(summaries.filter((e) => e.trigger === "claim")).toHaveLength(0);
+
+    // Nobody claims: the pass holds for its window, looks once more, and naks with the claim delay.
+    await post(env, { version: 1, id: "unclaimed", backend: "pod", labels: ["a"] });
+    const started = Date.now();
+    await tick(env);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(HOLD_MS);
+    expect(logs.events().filter((e) => e.event === "reconcile_summary").at(-1)).toMatchObject({ fetched: 1, acked: 0, naked: 1 });
+    expect(await streamState(env)).toMatchObject({ messages: 1 });
   });
 });

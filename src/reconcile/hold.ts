@@ -1,0 +1,52 @@
+// Within a cron pass, a runner that is ready often claims within moments. Rather than nak its
+// message and leave the ack to a later pass (after the nak delay), the pass keeps the delivery for
+// a short window and watches the records of everything it holds, one batch read per poll, acking
+// each as its claim lands. The window is written into the record when the runner becomes ready,
+// so a claim inside it starts no pass of its own. After a window ends there is one last look, then
+// a nak with the usual claim delay. AckWait (60 s) is far longer than any window.
+import type { BatchSummary } from "../events.ts";
+import { decide, DEFAULT_DELAYS } from "./decide.ts";
+import { emit, type Prepared, type ProcessDeps } from "./process.ts";
+
+const POLL_MS = 100;
+/** How long a cron pass holds a ready runner's message for its claim. */
+export const HOLD_MS = 3_000;
+
+export async function holdForClaims(deps: ProcessDeps, held: Prepared[], summary: BatchSummary): Promise<void> {
+  const waiting = new Map(held.map((p) => [p.assignment!.id, p]));
+  const delay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
+  try {
+    while (waiting.size) {
+      await new Promise((r) => setTimeout(r, POLL_MS));
+      const lookedAt = deps.now();
+      const records = await deps.records.getMany([...waiting.keys()]);
+      await Promise.all(
+        [...waiting].map(async ([id, p]) => {
+          const r = records.get(id)?.value;
+          const step = r && decide({ now: lookedAt, budgetSpent: false, decoded: true, offer: "same", state: r.state, ...(r.reason ? { reason: r.reason } : {}) }, deps.policy);
+          // Only the end of the wait is decided here: claimed or completed (ack), terminated (term).
+          if (step?.next !== "done") {
+            if (lookedAt < p.heldUntil!) return;
+            // This look came after its window: that was the last one.
+            waiting.delete(id);
+            p.msg.nak(delay);
+            summary.naked++;
+            return;
+          }
+          waiting.delete(id);
+          for (const event of step.events) emit(deps, event, id, step);
+          if (step.action.kind === "ack") {
+            await p.msg.ackAck();
+            summary.acked++;
+          } else if (step.action.kind === "term") {
+            p.msg.term(step.action.reason);
+            summary.termed++;
+          }
+        }),
+      );
+    }
+  } finally {
+    for (const p of waiting.values()) p.msg.nak(delay);
+    summary.naked += waiting.size;
+  }
+}
