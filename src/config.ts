@@ -221,6 +221,11 @@ export function loadConfig(env: Record<string, unknown>): Config {
       if (!backends.some((c) => c.backend === b)) problems.push(`RUNS_ON_ROUTES routes jobs to backend ${b}, which is disabled (CAPACITY_${b.toUpperCase()}=0)`);
     }
   }
+  if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
+    // A pass keeps deliveries (held for a claim, or in work) until its budget ends, plus one last
+    // look; were AckWait shorter, JetStream would deliver them a second time meanwhile.
+    problems.push(`ACK_WAIT_MS must be at least RECONCILE_BUDGET_MS + ${ACK_WAIT_HEADROOM_MS} (${e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS}), got ${e.ACK_WAIT_MS}`);
+  }
   if (problems.length) throw new ConfigError(problems);
   return {
     natsServers: e.NATS_URL,
@@ -244,6 +249,8 @@ export function loadConfig(env: Record<string, unknown>): Config {
     gitea,
   };
 }
+
+const ACK_WAIT_HEADROOM_MS = 10_000;
 
 function blankToUndefined(env: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(Object.entries(env).map(([k, v]) => [k, typeof v === "string" && v.trim() === "" ? undefined : v]));

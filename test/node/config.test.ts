@@ -68,6 +68,11 @@ describe("configuration", () => {
     expect(problems({ ...good, CAPACITY_VM: undefined })).toEqual([expect.stringContaining("VM_BACKEND_URL is required while CAPACITY_VM > 0 and VM_DRIVER=http")]);
   });
 
+  it("requires AckWait to outlast a pass (budget plus 10 s), so a held delivery is not redelivered", () => {
+    expect(problems({ ...good, RECONCILE_BUDGET_MS: 55_000 })).toEqual(["ACK_WAIT_MS must be at least RECONCILE_BUDGET_MS + 10000 (65000), got 60000"]);
+    expect(problems({ ...good, RECONCILE_BUDGET_MS: 50_000 })).toEqual([]);
+  });
+
   it("chooses one NATS auth method", () => {
     expect(loadConfig({ ...good, NATS_TOKEN: "abc" }).natsAuth).toEqual({ kind: "token", token: "abc" });
     expect(loadConfig({ ...good, NATS_USER: "a", NATS_PASS: "b" }).natsAuth).toEqual({ kind: "userpass", user: "a", pass: "b" });

@@ -60,7 +60,7 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
     const env = giteaTestEnv(inject("restartNatsWsUrl"), inject("backendUrl"), inject("giteaUrl"), {
       CAPACITY_POD: N, RETRY_DELAY_MS: 50, BACKEND_TIMEOUT_MS: 500, RECONCILE_BUDGET_MS: 3_000, GITEA_JOB_PAGES: 10,
       // What a crash cut off mid-pass comes back after AckWait; the pass budget stays well inside it.
-      ACK_WAIT_MS: 10_000,
+      ACK_WAIT_MS: 13_000,
     });
     await provisionEnv(env);
     const gitea = giteaControl(env);
