@@ -85,7 +85,8 @@ async function until(fn, timeoutMs) {
 }
 
 async function ingest() {
-  const vars = varsFor("ingest");
+  // BENCH_EAGER=false: the handler alone, without the pass each webhook starts (for the profile).
+  const vars = varsFor("ingest", process.env.BENCH_EAGER === "false" ? { EAGER_RECONCILE: "false" } : {});
   await provisioned(vars);
   const worker = await startWorker(vars);
   try {
@@ -110,7 +111,7 @@ async function ingest() {
 async function reconcile() {
   const vars = varsFor("reconcile", { CAPACITY_POD: String(K) });
   const config = await provisioned(vars);
-  await backendMode(vars, { autoClaimMs: 0 });
+  await backendMode(vars, { autoClaimMs: Number(process.env.BENCH_AUTOCLAIM ?? 0) });
   await withNats(config, async (h) => {
     await Promise.all(Array.from({ length: K }, (_, i) => {
       const id = `r-${i}`;

@@ -68,14 +68,19 @@ export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Ver
   return (await casUpdateRevision(kv, key, change)).result;
 }
 
-/** casUpdate that also tells the entry's revision afterwards (undefined when there is no entry). */
+/**
+ * casUpdate that also tells the entry's revision afterwards (undefined when there is no entry).
+ * `assumeAbsent`: the first attempt creates without reading, saving a round trip where the entry
+ * usually does not exist yet; if it does, the usual read-modify-write follows.
+ */
 export async function casUpdateRevision<T, R>(
   kv: KV,
   key: string,
   change: (current: Versioned<T> | null) => { value: T | undefined; result: R },
+  { assumeAbsent = false } = {},
 ): Promise<{ result: R; revision: number | undefined }> {
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
-    const current = await readJson<T>(kv, key);
+    const current = assumeAbsent && attempt === 0 ? null : await readJson<T>(kv, key);
     const { value, result } = change(current);
     if (value === undefined) return { result, revision: current?.revision };
     const bytes = new TextEncoder().encode(JSON.stringify(value));

@@ -78,7 +78,7 @@ export function createRecordStore(kv: KV, now: () => number, readMany: (keys: st
           updatedAt: at,
         };
         return { value: record, result: { result: "new", record } };
-      });
+      }, { assumeAbsent: true });
       return { ...result, revision: revision! };
     },
     async get(id) {
