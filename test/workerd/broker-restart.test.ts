@@ -3,41 +3,15 @@
 // restart the sweep's Gitea job listing recovers every job whose webhook failed. Zero lost:
 // every job ends with one assignment, a runner, and an ack after its claim. RESTART_N (150) jobs.
 import { expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
 import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { deliverJob as deliver, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.RESTART_N ?? 150);
 type Env = Record<string, string>;
-type Fixture = { workflow_job: { id: number } };
-
-const withJob = <T extends Fixture>(fixture: T, job: number, extra: Record<string, unknown> = {}): T => {
-  const p = structuredClone(fixture);
-  p.workflow_job.id = job;
-  Object.assign(p.workflow_job, extra);
-  return p;
-};
-
-async function deliver(env: Env, payload: unknown) {
-  const raw = JSON.stringify(payload);
-  const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
-  const res = await request(env, "/v1/gitea/webhook", {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature },
-    body: raw,
-  });
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-}
-
-async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < items.length) await fn(items[next++]!);
-  }));
-}
 
 const broker = async (what: "kill" | "start") => {
   const res = await fetch(`${inject("restartNatsControlUrl")}/${what}`, { method: "POST" });

@@ -1,20 +1,13 @@
 // A burst of queued webhooks, 10 % delivered twice, shuffled, 32 at once: exactly one assignment,
 // one registration and one runner per job, every one acked once after its claim. BURST_N (1000).
 import { expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.BURST_N ?? 1000);
-
-async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < items.length) await fn(items[next++]!);
-  }));
-}
 
 it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, none provisioned twice`, { timeout: 300_000 }, async () => {
   const logs = captureLogs();
@@ -28,18 +21,7 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
       [deliveries[i], deliveries[j]] = [deliveries[j]!, deliveries[i]!];
     }
     const statuses: number[] = [];
-    await inParallel(deliveries, 32, async (job) => {
-      const payload = structuredClone(queuedFixture);
-      payload.workflow_job.id = job;
-      const raw = JSON.stringify(payload);
-      const res = await request(env, "/v1/gitea/webhook", {
-        method: "POST",
-        headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) },
-        body: raw,
-      });
-      statuses.push(res.status);
-      await res.arrayBuffer();
-    });
+    await inParallel(deliveries, 32, async (job) => void statuses.push((await deliverJob(env, withJob(queuedFixture, job))).status));
     expect(statuses.every((s) => s === 202)).toBe(true);
     expect((await streamState(env)).messages).toBe(N);
 

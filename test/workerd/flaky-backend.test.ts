@@ -3,36 +3,17 @@
 // registration each, every slot is released after completion and every runner is torn down.
 // FLAKY_N (60) jobs, FLAKY_SEED (7) for the fake's PRNG.
 import { expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
 import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
 import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { admissionState, streamState } from "../harness/nats.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.FLAKY_N ?? 60);
 const SEED = Number(globalThis.process?.env?.FLAKY_SEED ?? 7);
 type Env = Record<string, string>;
-
-async function deliver(env: Env, payload: unknown) {
-  const raw = JSON.stringify(payload);
-  const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
-  const res = await request(env, "/v1/gitea/webhook", {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature },
-    body: raw,
-  });
-  await res.arrayBuffer();
-  return res.status;
-}
-
-async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < items.length) await fn(items[next++]!);
-  }));
-}
 
 async function states(env: Env, ids: string[]): Promise<string[]> {
   const out: string[] = [];
@@ -51,14 +32,6 @@ async function tickUntil(env: Env, done: () => Promise<boolean>, ms = 60_000) {
   }
 }
 
-type Fixture = { workflow_job: { id: number } };
-const withJob = <T extends Fixture>(fixture: T, job: number, extra: Record<string, unknown> = {}): T => {
-  const p = structuredClone(fixture);
-  p.workflow_job.id = job;
-  Object.assign(p.workflow_job, extra);
-  return p;
-};
-
 it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, claimed, released, torn down once`, { timeout: 240_000 }, async () => {
   const logs = captureLogs();
   try {
@@ -71,7 +44,7 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
     const ids = jobs.map((j) => `gitea-${j}-1`);
 
     const statuses: number[] = [];
-    await inParallel(jobs, 8, async (job) => void statuses.push(await deliver(env, withJob(queuedFixture, job))));
+    await inParallel(jobs, 8, async (job) => void statuses.push((await deliverJob(env, withJob(queuedFixture, job))).status));
     expect(statuses.filter((s) => s !== 202)).toEqual([]);
 
     await tickUntil(env, async () => (await states(env, ids)).every((s) => s === "backend_ready"));
@@ -88,7 +61,7 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
     const runnerOf = new Map(registered.map((r) => [r.name, r.id]));
     await inParallel(jobs, 8, async (job) => {
       const name = `gdr-gitea-${job}-1`;
-      expect(await deliver(env, withJob(inProgressFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).toBe(200);
+      expect((await deliverJob(env, withJob(inProgressFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).status).toBe(200);
     });
     await tickUntil(env, async () => (await streamState(env)).messages === 0);
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
@@ -98,7 +71,7 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
 
     await inParallel(jobs, 8, async (job) => {
       const name = `gdr-gitea-${job}-1`;
-      expect(await deliver(env, withJob(completedFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).toBe(200);
+      expect((await deliverJob(env, withJob(completedFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).status).toBe(200);
     });
     expect(await admissionState(env)).toEqual({ leases: [], registering: [] });
     expect((await states(env, ids)).every((s) => s === "completed")).toBe(true);
