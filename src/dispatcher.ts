@@ -51,14 +51,15 @@ export interface ReconcileOptions {
   /** Keep ready runners' messages within the pass and ack each as its claim lands (cron passes). */
   holdClaims?: boolean;
   /**
-   * A pass right after a request: one pull of a few messages (its own is among the first due),
-   * so that a burst of requests does not become a burst of full passes competing for one batch.
+   * A pass right after a request: small pulls until one brings a new assignment (its own, or one
+   * due before it), so that a burst of requests does not become a burst of full passes.
    */
   eager?: boolean;
 }
 
-/** Messages an eager pass takes: enough for its own and a few neighbours, few enough to stay quick. */
+/** Messages per pull of an eager pass, and how many pulls it may take to reach a new one. */
 export const EAGER_BATCH = 4;
+export const EAGER_MAX_PULLS = 8;
 
 export interface State {
   records: RecordStore;
@@ -151,7 +152,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
             reconcileBackend(handle, processDeps(dispatcher, state, b.backend), {
               stream: config.stream,
               batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
-              ...(eager ? { maxPulls: 1 } : {}),
+              ...(eager ? { untilNew: { maxPulls: EAGER_MAX_PULLS } } : {}),
               deadline,
               trigger,
               ...(firstPullWaitMs ? { firstPullWaitMs } : {}),

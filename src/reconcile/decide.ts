@@ -40,6 +40,18 @@ export interface Verdict {
 
 export type Step = { next: "decode" | "offer" | "admit" | "call_backend" } | Verdict;
 
+/**
+ * The nak delay while a ready runner has not claimed: 2 s at first, then half the time waited so
+ * far, at most 30 s. Every redelivery of a waiting runner costs a pass some work and stands in
+ * front of new assignments in the consumer; a runner that has not claimed in a minute is not
+ * going to in the next two seconds. A claim acks the message at its next delivery.
+ */
+export function claimWaitDelay(waitedMs: number): number {
+  return Math.min(MAX_CLAIM_WAIT_DELAY_MS, Math.max(DEFAULT_DELAYS.claim, Math.floor(waitedMs / 2)));
+}
+
+const MAX_CLAIM_WAIT_DELAY_MS = 30_000;
+
 const verdict = (action: Action, events: EventName[], effects: Effect[] = []): Verdict => ({ next: "done", action, events, effects });
 
 export function decide(f: Facts, p: Policy): Step {
@@ -65,6 +77,6 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
   const seen: EventName[] = f.backend === "ready" ? ["backend_ready"] : [];
   if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"], ["mark_ready"]);
-  if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"]);
+  if (f.now - f.readyAt <= p.claimTimeoutMs) return verdict(nak(claimWaitDelay(f.now - f.readyAt)), [...seen, "claim_pending"]);
   return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_timeout"], ["forget_ready_and_teardown"]);
 }

@@ -22,8 +22,12 @@ export interface PassOptions {
   firstPullWaitMs?: number;
   /** Keep deliveries waiting for their claim and ack them as claims land (see hold.ts). */
   holdClaims?: boolean;
-  /** Stop after this many pulls (an eager pass takes one small batch; the cron pass drains). */
-  maxPulls?: number;
+  /**
+   * An eager pass: stop after the first batch that held a first delivery (a new assignment), or
+   * after `maxPulls`. Redeliveries of runners waiting for their claim come first in the consumer,
+   * so a single small pull would often see only those.
+   */
+  untilNew?: { maxPulls: number };
 }
 
 export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, opts: PassOptions): Promise<BatchSummary> {
@@ -48,7 +52,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const held: Prepared[] = [];
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   let pulls = 0;
-  while (deps.now() < opts.deadline && pulls++ < (opts.maxPulls ?? Infinity)) {
+  while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
     const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
     const size = opts.batchSize;
     const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), size, undefined, undefined, wait);
@@ -96,6 +100,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       });
     }
     if (batch.length < size && wait === 0) break;
+    if (opts.untilNew && fresh.some((m) => m.deliveryCount === 1)) break;
   }
   await holdForClaims(deps, held, summary).catch((err) => {
     deps.sink.error("holding for claims failed", { backend: deps.backend, reason: (err as Error).message });

@@ -31,9 +31,11 @@ describe("decide: the reconciliation table, row by row", () => {
     ["claimed → double-ack", { ...base, decoded: true, offer: "same", state: "claimed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
     ["completed before the ack → double-ack, no backend call", { ...base, decoded: true, offer: "same", state: "completed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
     ["first ready → remember ready time, nak 2 s claim_pending", { ...upToBackend, backend: "ready" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: ["mark_ready"] }],
-    ["ready within claim timeout → nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: [] }],
+    ["ready within claim timeout → nak, backing off to 30 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["backend_ready", "claim_pending"], effects: [] }],
     ["claim timeout passed → teardown, forget, nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_timeout"], effects: ["forget_ready_and_teardown"] }],
-    ["waiting for the claim → nak 2 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_pending"], effects: [] }],
+    ["waiting for the claim a moment → nak 2 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 1_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_pending"], effects: [] }],
+    ["waiting for the claim 10 s → nak 5 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 10_000 }, { action: { kind: "nak", delayMs: 5_000 }, events: ["claim_pending"], effects: [] }],
+    ["waiting for the claim 4 min → nak 30 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["claim_pending"], effects: [] }],
     ["waited past the claim timeout → teardown, forget, nak 2 s", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_timeout"], effects: ["forget_ready_and_teardown"] }],
     ["terminated → term with its reason", { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" }, { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] }],
   ];
