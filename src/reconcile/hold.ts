@@ -1,14 +1,17 @@
 // Within a cron pass, a runner that is ready often claims within moments. Rather than nak its
 // message and leave the ack to a later pass (after the nak delay), the pass keeps the delivery for
-// a short window and watches the records of everything it holds, one batch read per poll, acking
-// each as its claim lands. The window is written into the record when the runner becomes ready,
-// so a claim inside it starts no pass of its own. After a window ends there is one last look, then
-// a nak with the usual claim delay. AckWait (60 s) is far longer than any window.
+// a short window and watches the records of everything it holds, one batch read per look (every
+// 100 ms while claims land, further apart while none do), acking each as its claim lands. The
+// window is written into the record when the runner becomes ready, so a claim inside it starts no
+// pass of its own. After a window ends there is one last look, then a nak with the usual claim
+// delay. AckWait is longer than any window (see ACK_WAIT_MS in config.ts).
 import type { BatchSummary } from "../events.ts";
 import { decide, DEFAULT_DELAYS } from "./decide.ts";
 import { emit, type Prepared, type ProcessDeps } from "./process.ts";
 
+/** The first look comes after POLL_MS; while nobody claims, the looks grow apart up to MAX_POLL_MS. */
 const POLL_MS = 100;
+const MAX_POLL_MS = 800;
 /** How long a cron pass holds a ready runner's message for its claim. */
 export const HOLD_MS = 3_000;
 
@@ -16,8 +19,12 @@ export async function holdForClaims(deps: ProcessDeps, held: Prepared[], summary
   const waiting = new Map(held.map((p) => [p.assignment!.id, p]));
   const delay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   try {
+    let interval = POLL_MS;
     while (waiting.size) {
-      await new Promise((r) => setTimeout(r, POLL_MS));
+      const nextWindowEnd = Math.min(...[...waiting.values()].map((p) => p.heldUntil!));
+      // Never sleep past the end of the next window by much: its last look is due then.
+      await new Promise((r) => setTimeout(r, Math.max(POLL_MS, Math.min(interval, nextWindowEnd - deps.now() + 10))));
+      const claimedBefore = summary.acked + summary.termed;
       const lookedAt = deps.now();
       const records = await deps.records.getMany([...waiting.keys()]);
       await Promise.all(
@@ -44,6 +51,7 @@ export async function holdForClaims(deps: ProcessDeps, held: Prepared[], summary
           }
         }),
       );
+      interval = summary.acked + summary.termed > claimedBefore ? POLL_MS : Math.min(MAX_POLL_MS, interval * 2);
     }
   } finally {
     for (const p of waiting.values()) p.msg.nak(delay);
