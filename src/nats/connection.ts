@@ -72,14 +72,8 @@ export function flushNats(nc: NatsConnection): Promise<void> {
  * mid-invocation may never report it, and a drain waiting on it would hold the invocation open.
  */
 export async function closeNats(nc: NatsConnection): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const gaveUp = new Promise<"gave_up">((resolve) => (timer = setTimeout(() => resolve("gave_up"), DRAIN_TIMEOUT_MS)));
-  try {
-    const outcome = await Promise.race([nc.drain().then(() => "drained" as const, () => "failed" as const), gaveUp]);
-    if (outcome !== "drained") void nc.close().catch(() => undefined);
-  } finally {
-    clearTimeout(timer);
-  }
+  const drained = await bounded(nc, "NATS drain", nc.drain(), DRAIN_TIMEOUT_MS).then(() => true, () => false);
+  if (!drained && !nc.isClosed()) void nc.close().catch(() => undefined);
 }
 
 /** Runs `fn` on a fresh connection and always drains it (flushing pending acks) afterwards. */

@@ -54,8 +54,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   let pulls = 0;
   while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
     const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
-    const size = opts.batchSize;
-    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), size, undefined, undefined, wait);
+    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize, undefined, undefined, wait);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
     // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
@@ -99,7 +98,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
         deps.sink.error("ending registration reservations failed", { backend: deps.backend, reason: (err as Error).message });
       });
     }
-    if (batch.length < size && wait === 0) break;
+    if (batch.length < opts.batchSize && wait === 0) break;
     if (opts.untilNew && fresh.some((m) => m.deliveryCount === 1)) break;
   }
   await holdForClaims(deps, held, summary).catch((err) => {

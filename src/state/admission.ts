@@ -44,6 +44,16 @@ export interface AdmissionOptions {
 
 export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
   const live = (entries: Record<string, number> | undefined, now: number) => Object.fromEntries(Object.entries(entries ?? {}).filter(([, until]) => until > now));
+  // Removes `ids` from the given parts of the pool (expired entries go too); no write when none is there.
+  const drop = (backend: Backend, ids: readonly string[], parts: readonly (keyof Pool)[]) =>
+    casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
+      if (!current || !ids.some((id) => parts.some((part) => id in (current.value[part] ?? {})))) return { value: undefined, result: undefined };
+      const now = opts.now();
+      const next = { leases: live(current.value.leases, now), registering: live(current.value.registering, now) };
+      for (const part of parts) for (const id of ids) delete next[part][id];
+      return { value: next, result: undefined };
+    });
+  const liveIds = async (backend: Backend, part: keyof Pool) => Object.keys(live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()));
   const admission: Admission = {
     async acquire(backend, id) {
       return (await admission.acquireMany(backend, [id])).admitted.has(id);
@@ -71,35 +81,10 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
         return { value: changed ? { leases, registering } : undefined, result };
       });
     },
-    release(backend, ...ids) {
-      return casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
-        const holds = (id: string) => id in (current?.value.leases ?? {}) || id in (current?.value.registering ?? {});
-        if (!current || !ids.some(holds)) return { value: undefined, result: undefined };
-        const leases = live(current.value.leases, opts.now());
-        const registering = live(current.value.registering, opts.now());
-        for (const id of ids) {
-          delete leases[id];
-          delete registering[id];
-        }
-        return { value: { leases, registering }, result: undefined };
-      });
-    },
-    endRegistrations(backend, ids) {
-      return casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
-        if (!current || !ids.some((id) => id in (current.value.registering ?? {}))) return { value: undefined, result: undefined };
-        const registering = live(current.value.registering, opts.now());
-        for (const id of ids) delete registering[id];
-        return { value: { leases: current.value.leases, registering }, result: undefined };
-      });
-    },
-    async holders(backend) {
-      const current = await readJson<Pool>(kv, admissionKey(backend));
-      return Object.keys(live(current?.value.leases, opts.now()));
-    },
-    async registering(backend) {
-      const current = await readJson<Pool>(kv, admissionKey(backend));
-      return Object.keys(live(current?.value.registering, opts.now()));
-    },
+    release: (backend, ...ids) => drop(backend, ids, ["leases", "registering"]),
+    endRegistrations: (backend, ids) => drop(backend, ids, ["registering"]),
+    holders: (backend) => liveIds(backend, "leases"),
+    registering: (backend) => liveIds(backend, "registering"),
   };
   return admission;
 }
