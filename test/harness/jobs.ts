@@ -1,7 +1,7 @@
 // Shared by the load and fault suites: Gitea job payloads, signed deliveries, bounded concurrency.
 import { giteaSignature } from "../../src/gitea/signature.ts";
 import { TEST_SECRETS } from "./env.ts";
-import { request } from "./worker.ts";
+import { bearer, request } from "./worker.ts";
 
 type Fixture = { workflow_job: { id: number } };
 
@@ -38,4 +38,24 @@ export async function inParallel<T>(items: T[], concurrency: number, fn: (item: 
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < items.length) await fn(items[next++]!);
   }));
+}
+
+export interface JobView {
+  state: string;
+  giteaRunnerId: number | null;
+}
+
+/** GET /v1/assignments/:id of each id, 8 at once: the view, or the status when not 200. */
+export async function assignmentViews(env: Record<string, string>, ids: string[]): Promise<Map<string, JobView | number>> {
+  const out = new Map<string, JobView | number>();
+  await inParallel(ids, 8, async (id) => {
+    const res = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+    out.set(id, res.status === 200 ? ((await res.json()) as JobView) : res.status);
+  });
+  return out;
+}
+
+/** The state of each id's assignment, or "http <status>". */
+export async function assignmentStates(env: Record<string, string>, ids: string[]): Promise<string[]> {
+  return [...(await assignmentViews(env, ids)).values()].map((v) => (typeof v === "number" ? `http ${v}` : v.state));
 }

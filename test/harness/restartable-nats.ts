@@ -12,17 +12,20 @@ export async function startRestartableNats() {
   let up = true;
   let kills = 0;
   const control = createServer(async (req, res) => {
+    const route = `${req.method} ${req.url}`;
+    if (!["POST /kill", "POST /start", "GET /state"].includes(route)) {
+      res.writeHead(404).end();
+      return;
+    }
     try {
-      if (req.method === "POST" && req.url === "/kill" && up) {
+      // Idempotent: killing a dead server or starting a running one just reports the state.
+      if (route === "POST /kill" && up) {
         up = false;
         kills++;
         await server.stop({ signal: "SIGKILL", cleanup: false });
-      } else if (req.method === "POST" && req.url === "/start" && !up) {
+      } else if (route === "POST /start" && !up) {
         server = await startNatsServer({ storeDir, ports });
         up = true;
-      } else if (req.url !== "/state" && req.method !== "POST") {
-        res.writeHead(404).end();
-        return;
       }
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ up, kills }));
     } catch (err) {

@@ -17,6 +17,15 @@ export async function tick(env: Record<string, string>): Promise<void> {
   await waitOnExecutionContext(ctx);
 }
 
+/** Cron ticks, `pauseMs` apart, until `done()` holds or `timeoutMs` passes (the caller asserts). */
+export async function tickUntil(env: Record<string, string>, done: () => Promise<boolean>, { timeoutMs = 60_000, pauseMs = 100 } = {}): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await done()) && Date.now() < deadline) {
+    await sleep(pauseMs);
+    await tick(env);
+  }
+}
+
 export function bearer(token: string, json = false): Record<string, string> {
   return { authorization: `Bearer ${token}`, ...(json ? { "content-type": "application/json" } : {}) };
 }

@@ -5,28 +5,17 @@
 import { expect, inject, it } from "vitest";
 import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { deliverJob as deliver, inParallel, withJob } from "../harness/jobs.ts";
+import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { assignmentStates, assignmentViews, deliverJob as deliver, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+import { backendControl, captureLogs, giteaControl, tick, tickUntil } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.RESTART_N ?? 150);
-type Env = Record<string, string>;
-
 const broker = async (what: "kill" | "start") => {
   const res = await fetch(`${inject("restartNatsControlUrl")}/${what}`, { method: "POST" });
   expect(res.status).toBe(200);
   return res.json();
 };
-
-async function views(env: Env, ids: string[]) {
-  const out = new Map<string, { state: string; giteaRunnerId: number | null } | number>();
-  await inParallel(ids, 8, async (id) => {
-    const res = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
-    out.set(id, res.status === 200 ? await res.json() : res.status);
-  });
-  return out;
-}
 
 it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503s during the outage, zero lost`, { timeout: 240_000 }, async () => {
   const logs = captureLogs();
@@ -72,13 +61,9 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
     expect(duringOutage.every((r) => r.status === 503)).toBe(true);
 
     // The sweep finds what the outage refused; reconciliation provisions everything.
-    const deadline = Date.now() + 120_000;
-    const provisioned = async () => (await backend.state()).runners.length === N && [...(await views(env, ids)).values()].every((v) => typeof v === "object" && v.state === "backend_ready");
-    while (!(await provisioned()) && Date.now() < deadline) {
-      await sleep(100);
-      await tick(env);
-    }
-    const byId = await views(env, ids);
+    const provisioned = async () => (await backend.state()).runners.length === N && (await assignmentStates(env, ids)).every((s) => s === "backend_ready");
+    await tickUntil(env, provisioned, { timeoutMs: 120_000 });
+    const byId = await assignmentViews(env, ids);
     expect([...byId.entries()].filter(([, v]) => typeof v !== "object" || v.state !== "backend_ready")).toEqual([]);
     expect((await streamState(env)).messages).toBe(N);
     expect((await backend.state()).created).toBe(N);
@@ -95,11 +80,7 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
       const runnerId = (byId.get(id) as { giteaRunnerId: number }).giteaRunnerId;
       expect((await deliver(env, withJob(inProgressFixture, job, { runner_id: runnerId, runner_name: `gdr-${id}` }))).status).toBe(200);
     });
-    const ackDeadline = Date.now() + 60_000;
-    while ((await streamState(env)).messages > 0 && Date.now() < ackDeadline) {
-      await sleep(100);
-      await tick(env);
-    }
+    await tickUntil(env, async () => (await streamState(env)).messages === 0);
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
     const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
     expect(acked.toSorted()).toEqual(ids.toSorted());

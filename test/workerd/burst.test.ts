@@ -5,7 +5,7 @@ import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
-import { backendControl, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+import { backendControl, captureLogs, giteaControl, request, tickUntil } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.BURST_N ?? 1000);
 
@@ -28,11 +28,7 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
     // Whatever the eager passes left is provisioned by the cron ticks (a parked message is back
     // within 5 s, a dead registration reservation within 60 s).
     const backend = backendControl(env);
-    const deadline = Date.now() + 90_000;
-    while ((await backend.state()).runners.length < N && Date.now() < deadline) {
-      await sleep(100);
-      await tick(env);
-    }
+    await tickUntil(env, async () => (await backend.state()).runners.length >= N, { timeoutMs: 90_000 });
     const runners = (await backend.state()).runners;
     expect(runners).toHaveLength(N);
     expect((await backend.state()).created).toBe(N);
@@ -42,11 +38,7 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
       const res = await request(env, `/v1/assignments/${r.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${r.claimToken}` } });
       expect(res.status).toBe(200);
     });
-    const ackDeadline = Date.now() + 90_000;
-    while ((await streamState(env)).messages > 0 && Date.now() < ackDeadline) {
-      await sleep(100);
-      await tick(env);
-    }
+    await tickUntil(env, async () => (await streamState(env)).messages === 0, { timeoutMs: 90_000 });
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
     const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
     expect(acked).toHaveLength(N);

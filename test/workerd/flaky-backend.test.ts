@@ -6,31 +6,13 @@ import { expect, inject, it } from "vitest";
 import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
 import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
 import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
+import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { assignmentStates, deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { admissionState, streamState } from "../harness/nats.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+import { backendControl, captureLogs, giteaControl, tickUntil } from "../harness/worker.ts";
 
 const N = Number(globalThis.process?.env?.FLAKY_N ?? 60);
 const SEED = Number(globalThis.process?.env?.FLAKY_SEED ?? 7);
-type Env = Record<string, string>;
-
-async function states(env: Env, ids: string[]): Promise<string[]> {
-  const out: string[] = [];
-  await inParallel(ids, 8, async (id) => {
-    const res = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
-    out.push(res.status === 200 ? ((await res.json()) as { state: string }).state : `http ${res.status}`);
-  });
-  return out;
-}
-
-async function tickUntil(env: Env, done: () => Promise<boolean>, ms = 60_000) {
-  const deadline = Date.now() + ms;
-  while (!(await done()) && Date.now() < deadline) {
-    await sleep(50);
-    await tick(env);
-  }
-}
 
 it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, claimed, released, torn down once`, { timeout: 240_000 }, async () => {
   const logs = captureLogs();
@@ -47,8 +29,8 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
     await inParallel(jobs, 8, async (job) => void statuses.push((await deliverJob(env, withJob(queuedFixture, job))).status));
     expect(statuses.filter((s) => s !== 202)).toEqual([]);
 
-    await tickUntil(env, async () => (await states(env, ids)).every((s) => s === "backend_ready"));
-    expect((await states(env, ids)).filter((s) => s !== "backend_ready")).toEqual([]);
+    await tickUntil(env, async () => (await assignmentStates(env, ids)).every((s) => s === "backend_ready"), { pauseMs: 50 });
+    expect((await assignmentStates(env, ids)).filter((s) => s !== "backend_ready")).toEqual([]);
     const afterProvisioning = await backend.state();
     expect(afterProvisioning.failed).toBeGreaterThan(0);
     expect(afterProvisioning.hung).toBeGreaterThan(0);
@@ -63,9 +45,9 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
       const name = `gdr-gitea-${job}-1`;
       expect((await deliverJob(env, withJob(inProgressFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).status).toBe(200);
     });
-    await tickUntil(env, async () => (await streamState(env)).messages === 0);
+    await tickUntil(env, async () => (await streamState(env)).messages === 0, { pauseMs: 50 });
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
-    expect((await states(env, ids)).every((s) => s === "claimed")).toBe(true);
+    expect((await assignmentStates(env, ids)).every((s) => s === "claimed")).toBe(true);
     const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
     expect(acked.toSorted()).toEqual(ids.toSorted());
 
@@ -74,10 +56,10 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
       expect((await deliverJob(env, withJob(completedFixture, job, { runner_id: runnerOf.get(name), runner_name: name }))).status).toBe(200);
     });
     expect(await admissionState(env)).toEqual({ leases: [], registering: [] });
-    expect((await states(env, ids)).every((s) => s === "completed")).toBe(true);
+    expect((await assignmentStates(env, ids)).every((s) => s === "completed")).toBe(true);
 
     // Teardowns that failed leave the Gitea runner listed; the sweep retries until both are gone.
-    await tickUntil(env, async () => (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0);
+    await tickUntil(env, async () => (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0, { pauseMs: 50 });
     const final = await backend.state();
     expect(final.runners).toHaveLength(0);
     expect((await gitea.state()).runners).toHaveLength(0);
