@@ -1,5 +1,5 @@
 // A Gitea that follows the contract the dispatcher relies on, for tests and `npm start`: the runner
-// Register RPC (Connect JSON), registration tokens, the jobs and runners lists (Gitea 1.25+),
+// Register RPC (Connect JSON), registration tokens, the jobs and runners lists and one job (Gitea 1.25+),
 // runner deletion, `Authorization: token …` on the REST API and Gitea's 401/404 bodies.
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
@@ -8,7 +8,7 @@ import { randomUUID, randomBytes } from "node:crypto";
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
 function newInstance() {
-  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
+  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
 }
 
 export function startFakeGitea() {
@@ -57,8 +57,17 @@ export function startFakeGitea() {
       const all = [...g.runners.values()].map((r) => ({ id: r.id, name: r.name, status: "idle", busy: false, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) }));
       return send(200, { total_count: all.length, runners: all.slice((page - 1) * limit, page * limit) });
     }
+    const one = /^jobs\/(\d+)$/.exec(tail);
+    if (one && req.method === "GET" && path.startsWith("/api/v1/repos/")) {
+      if (!modern) return notFound();
+      const repo = /^\/api\/v1\/(repos\/[^/]+\/[^/]+)\//.exec(path)[1];
+      // A job belongs to one repository: asked under another, Gitea finds none.
+      const job = g.jobs.find((j) => j.id === Number(one[1]) && (!j.url || j.url.includes(`/api/v1/${repo}/`)));
+      return job ? send(200, job) : notFound();
+    }
     const del = /^runners\/(\d+)$/.exec(tail);
     if (del && req.method === "DELETE") {
+      if (g.failDelete.includes(Number(del[1]))) return send(500, { message: "internal server error", url: "http://gitea.example.com/api/swagger" });
       if (!g.runners.delete(Number(del[1]))) return notFound();
       res.writeHead(204);
       return res.end();
@@ -69,6 +78,10 @@ export function startFakeGitea() {
     if (what === "jobs" && method === "POST") {
       g.jobs = JSON.parse(text);
       return send(200, { jobs: g.jobs.length });
+    }
+    if (what === "fail-delete" && method === "POST") {
+      g.failDelete = JSON.parse(text);
+      return send(200, { failDelete: g.failDelete });
     }
     if (what === "version" && method === "POST") {
       g.version = JSON.parse(text).version;

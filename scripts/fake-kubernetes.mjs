@@ -9,6 +9,31 @@ export const FAKE_K8S_TOKEN = "k8s-token-0000";
 const RESOURCE = /^\/(?:api\/v1|apis\/kubevirt\.io\/v1)\/namespaces\/([^/]+)\/(pods|secrets|virtualmachineinstances)(?:\/([^/]+))?$/;
 const KINDS = { pods: "Pod", secrets: "Secret", virtualmachineinstances: "VirtualMachineInstance" };
 
+// apimachinery's IsDNS1123Subdomain (Pod and Secret names), IsDNS1123Label (a VMI's name is its
+// hostname) and IsValidLabelValue, with the messages the real API server answers 422 with.
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const QUALIFIED_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+
+/** Field errors of an object's name and labels, as the real validation reports them. */
+function invalidFields(resource, obj) {
+  const causes = [];
+  const name = obj.metadata.name;
+  const label = resource === "virtualmachineinstances";
+  if (typeof name !== "string" || (label ? !(name.length <= 63 && DNS_LABEL.test(name)) : !(name.length <= 253 && DNS_SUBDOMAIN.test(name)))) {
+    const rule = label ? "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character" : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+    causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(name)}: ${rule}`, field: "metadata.name" });
+  }
+  for (const [key, value] of Object.entries(obj.metadata.labels ?? {})) {
+    if (!(key.length <= 317 && QUALIFIED_NAME.test(key))) causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(key)}: name part must consist of alphanumeric characters, '-', '_' or '.'`, field: "metadata.labels" });
+    if (typeof value !== "string" || !(value.length <= 63 && LABEL_VALUE.test(value))) {
+      causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(value)}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: `metadata.labels` });
+    }
+  }
+  return causes;
+}
+
 const status = (code, reason, message, details) => ({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, ...(details ? { details } : {}), code });
 
 const newCluster = () => ({ objects: new Map(), requests: [], created: { pods: 0, secrets: 0, virtualmachineinstances: 0 }, mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 }, calls: 0 });
@@ -38,6 +63,11 @@ export function startFakeKubernetes() {
       }
       const objName = obj?.metadata?.name;
       if (!objName) return send(422, status(422, "Invalid", `${KINDS[resource]} is invalid: metadata.name: Required value`));
+      const causes = invalidFields(resource, obj);
+      if (causes.length) {
+        const message = `${KINDS[resource]} ${JSON.stringify(String(objName))} is invalid: ${causes.map((c) => `${c.field}: ${c.message}`).join(", ")}`;
+        return send(422, status(422, "Invalid", message, { name: objName, kind: KINDS[resource], causes }));
+      }
       if (c.objects.has(key(objName))) return send(409, status(409, "AlreadyExists", `${resource} "${objName}" already exists`, { name: objName, kind: resource }));
       const stored = {
         ...obj,

@@ -27,6 +27,10 @@ export const EVENT_NAMES = [
   "recovered",
   "runner_deleted",
   "gitea_sweep_disabled",
+  "webhook_ignored",
+  "runner_mismatch",
+  "sweep_item_failed",
+  "stale_delivery",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -12,7 +12,7 @@ export const MAX_DELIVER = 1000;
 /** Redeliveries of one webhook, minutes apart, still publish one message. */
 const DUPLICATE_WINDOW_MS = 60 * 60 * 1000;
 /** Records outlive any assignment that could still be queued. */
-const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+export const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
 export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs"> & { backends: Pick<BackendConfig, "backend" | "capacity">[] };
 

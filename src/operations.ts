@@ -104,14 +104,35 @@ export function canClaim(r: AssignmentRecord): boolean {
 /** A claim's outcome; `held` when a pass holds the message and will ack it within moments. */
 export type Claimed = AssignmentView & { held: boolean };
 
+/** A claim or completion by a Gitea runner that is not the one registered for the assignment. */
+export class RunnerMismatch extends HttpError {
+  constructor(id: string, runnerId: number | undefined) {
+    super(409, `runner ${runnerId ?? "(none)"} is not the runner registered for assignment ${id}`);
+    this.name = "RunnerMismatch";
+  }
+}
+
+/** Who is asking: a claim token holder (no runnerId), or the Gitea runner of a webhook. */
+export interface Caller {
+  /**
+   * Webhooks: the Gitea runner id the event names (null when it names none). The change counts
+   * only if it is the runner registered for the assignment: runner names are not unique in Gitea.
+   */
+  runnerId?: number | null;
+}
+
+const isRegistered = (r: AssignmentRecord, caller: Caller) =>
+  caller.runnerId === undefined || (caller.runnerId !== null && r.runner !== undefined && r.runner.id === caller.runnerId);
+
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
-export async function claimAssignment(d: Dispatcher, id: string): Promise<Claimed> {
+export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   const record = await d.withState((state) =>
-    state.records.update(id, (r) => ((changed = canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+    state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
   );
   if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
   if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
   // The holder's last look comes after heldUntil; a claim well before it is sure to be seen.
@@ -125,17 +146,18 @@ const HOLD_MARGIN_MS = 250;
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
  * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
  */
-export async function completeAssignmentRun(d: Dispatcher, id: string, opts: { unclaimed?: boolean } = {}): Promise<AssignmentView> {
+export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<AssignmentView> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
-  const completable = (r: AssignmentRecord) => r.state === "claimed" || (opts.unclaimed === true && canClaim(r));
+  const completable = (r: AssignmentRecord) => isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r)));
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.
-    if (r?.state === "completed") await state.admission.release(r.backend, id);
+    if (r?.state === "completed" && isRegistered(r, opts)) await state.admission.release(r.backend, id);
     return r;
   });
   if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (!isRegistered(record, opts)) throw new RunnerMismatch(id, opts.runnerId ?? undefined);
   if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
   return viewOf(record);

@@ -3,8 +3,8 @@
 import type { RunnerRequest, RunnerBackend, RunnerStatus } from "./types.ts";
 import type { KubeObject } from "./kubernetes/api.ts";
 import { mergeTemplate } from "./kubernetes/merge.ts";
-import { ownedMetadata } from "./kubernetes/names.ts";
-import { requireIdentity, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
+import { ownedMetadata, type ObjectNames } from "./kubernetes/names.ts";
+import { phaseStatus, requireIdentity, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
 
 export interface VmDriverOptions extends WorkloadOptions {
   image: string;
@@ -33,11 +33,11 @@ export function cloudInit(request: RunnerRequest): string {
   ].join("\n");
 }
 
-export function vmiManifest(name: string, request: RunnerRequest, opts: Pick<VmDriverOptions, "image" | "template">): KubeObject {
+export function vmiManifest(names: ObjectNames, request: RunnerRequest, opts: Pick<VmDriverOptions, "image" | "template">): KubeObject {
   const base = {
     apiVersion: "kubevirt.io/v1",
     kind: "VirtualMachineInstance",
-    metadata: ownedMetadata(name, request.assignment.id),
+    metadata: ownedMetadata(names, request.assignment.id),
     spec: {
       terminationGracePeriodSeconds: 30,
       domain: {
@@ -52,30 +52,30 @@ export function vmiManifest(name: string, request: RunnerRequest, opts: Pick<VmD
       },
       volumes: [
         { name: "containerdisk", containerDisk: { image: opts.image } },
-        { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name } } },
+        { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name: names.name } } },
       ],
     },
   };
   return mergeTemplate(base, opts.template);
 }
 
-const VMI_PHASES: Record<string, RunnerStatus | "ended"> = {
-  Running: "ready",
-  Pending: "pending",
-  Scheduling: "pending",
-  Scheduled: "pending",
-  Succeeded: "ended",
-  Failed: "ended",
-  Unknown: "pending",
-};
+const VMI_PHASES = new Map<string, RunnerStatus | "ended">([
+  ["Running", "ready"],
+  ["Pending", "pending"],
+  ["Scheduling", "pending"],
+  ["Scheduled", "pending"],
+  ["Succeeded", "ended"],
+  ["Failed", "ended"],
+  ["Unknown", "pending"],
+]);
 
 export function createVmDriver(opts: VmDriverOptions): RunnerBackend {
   const ns = encodeURIComponent(opts.namespace);
   return workloadDriver(opts, {
     collection: `/apis/kubevirt.io/v1/namespaces/${ns}/virtualmachineinstances`,
     secrets: `/api/v1/namespaces/${ns}/secrets`,
-    manifest: (name, request) => vmiManifest(name, request, opts),
-    secret: (name, request) => runnerSecret(name, request, { userdata: cloudInit(request) }),
-    phase: (vmi) => VMI_PHASES[vmi.status?.phase ?? "Pending"] ?? "pending",
+    manifest: (names, request) => vmiManifest(names, request, opts),
+    secret: (names, request) => runnerSecret(names, request, { userdata: cloudInit(request) }),
+    phase: (vmi) => phaseStatus(VMI_PHASES, vmi.status?.phase),
   });
 }

@@ -48,6 +48,8 @@ export interface GiteaClient {
   register(req: { name: string; labels: string[]; version: string }): Promise<RegisteredRunner>;
   listQueuedJobs(page: number, limit: number): Promise<{ total: number; jobs: ApiJob[] }>;
   listRunners(page: number, limit: number): Promise<{ total: number; runners: { id: number; name: string }[] }>;
+  /** One job of a repository (Gitea 1.25+: GET /repos/{owner}/{repo}/actions/jobs/{job_id}); null when Gitea has none. */
+  getJob(repository: string, id: number): Promise<ApiJob | null>;
   deleteRunner(id: number): Promise<void>;
 }
 
@@ -114,10 +116,22 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
       const body = await json("list runners", res, runnersPage);
       return { total: body.total_count, runners: body.runners ?? [] };
     },
+    async getJob(repository, id) {
+      const [owner = "", repo = ""] = repository.split("/");
+      const res = await call("get job", `/api/v1/repos/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}/actions/jobs/${id}`, { method: "GET" });
+      if (res.status === 404) return drain(res, null);
+      if (!res.ok) return fail("get job", res);
+      return json("get job", res, apiJobSchema);
+    },
     async deleteRunner(id) {
       const res = await call("delete runner", `${scoped}/runners/${id}`, { method: "DELETE" });
       await res.body?.cancel();
       if (res.status !== 204 && res.status !== 200 && res.status !== 404) await fail("delete runner", res);
     },
   };
+}
+
+async function drain<T>(res: Response, value: T): Promise<T> {
+  await res.body?.cancel();
+  return value;
 }

@@ -2,7 +2,7 @@
 // the backend only the resulting identity (act_runner's `.runner` file). The registration token
 // never leaves the Worker; the identity is kept sealed in the assignment's record so that every
 // retry reuses it, and a reservation in the admission pool makes one assignment register once.
-import type { Assignment } from "../assignment.ts";
+import { assignmentIdSchema, type Assignment } from "../assignment.ts";
 import type { GiteaConfig } from "../config.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
 import type { GiteaClient } from "./client.ts";
@@ -25,9 +25,15 @@ export function runnerName(prefix: string, assignmentId: string): string {
   return `${prefix}-${assignmentId}`;
 }
 
-/** The assignment id of one of our runners, or undefined for anybody else's runner. */
+/**
+ * The assignment id a runner's name points at, or undefined when the name is not of our form
+ * (anybody's runner, or a name whose tail is no valid assignment id). A name is only a claim:
+ * who the runner is, is its Gitea id, checked against the assignment's record.
+ */
 export function assignmentOfRunner(prefix: string, name: string | undefined): string | undefined {
-  return name?.startsWith(`${prefix}-`) ? name.slice(prefix.length + 1) || undefined : undefined;
+  if (!name?.startsWith(`${prefix}-`)) return undefined;
+  const id = assignmentIdSchema.safeParse(name.slice(prefix.length + 1));
+  return id.success ? id.data : undefined;
 }
 
 const b64 = (bytes: Uint8Array) => btoa(String.fromCharCode(...bytes));

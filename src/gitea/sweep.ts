@@ -9,6 +9,7 @@ import { releaseRunner } from "../operations.ts";
 import { GiteaFeatureMissing } from "./client.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
+import { isNatsUnavailable } from "../nats/connection.ts";
 
 const PAGE_LIMIT = 50;
 const FINISHED = new Set(["completed", "terminated"]);
@@ -56,20 +57,35 @@ export async function sweepGitea(d: Dispatcher, { records, admission }: State): 
   return summary;
 }
 
+/**
+ * Runs `fn` on one listed item. One bad item (a name we cannot key, a runner Gitea will not
+ * delete) is an event, and the sweep goes on; NATS being unreachable ends the sweep instead.
+ */
+async function eachItem(d: Dispatcher, what: string, fn: () => Promise<void>): Promise<void> {
+  try {
+    await fn();
+  } catch (err) {
+    if (isNatsUnavailable(err)) throw err;
+    d.sink.event({ event: "sweep_item_failed", assignment: "-", backend: undefined, reason: `${what}: ${(err as Error).message}` });
+  }
+}
+
 async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSummary) {
   for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
     const { jobs } = await d.gitea!.listQueuedJobs(page, PAGE_LIMIT);
     for (const job of jobs) {
       if (job.status !== "queued") continue;
-      // A record still "received" may be one whose publish failed and whose cleanup failed too
-      // (NATS died in between): publish again. The stream drops the copy if the first one held.
-      const known = await records.get(jobAssignmentId(job.id, job.run_attempt));
-      if (known && known.state !== "received") continue;
-      const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
-      if (published && (!known || published.stored)) {
-        summary.recovered++;
-        d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
-      }
+      await eachItem(d, `job ${job.id}`, async () => {
+        // A record still "received" may be one whose publish failed and whose cleanup failed too
+        // (NATS died in between): publish again. The stream drops the copy if the first one held.
+        const known = await records.get(jobAssignmentId(job.id, job.run_attempt));
+        if (known && known.state !== "received") return;
+        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
+        if (published && (!known || published.stored)) {
+          summary.recovered++;
+          d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
+        }
+      });
     }
     if (jobs.length < PAGE_LIMIT) break;
   }
@@ -77,8 +93,7 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
 
 async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admission, summary: SweepSummary) {
   const gitea = d.config.gitea!;
-  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: gitea.cleanupGraceMs };
-  const reservations = new Map<string, Promise<Set<string>>>();
+  const reservations = new Map<Backend, Promise<Set<string>>>();
   const registering = (backend: Backend) => {
     if (!reservations.has(backend)) reservations.set(backend, admission.registering(backend).then((ids) => new Set(ids)));
     return reservations.get(backend)!;
@@ -86,33 +101,46 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admi
   for (let page = 1; page <= gitea.jobPages; page++) {
     const { runners } = await d.gitea!.listRunners(page, PAGE_LIMIT);
     for (const runner of runners) {
+      // Names are anybody's to choose: what does not name a valid assignment id is not ours.
       const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
-      if (!id) continue;
-      const record = await records.get(id);
-      const reserved = record && !record.runner ? (await registering(record.backend)).has(id) : false;
-      const verdict = cleanupVerdict(record, runner.id, d.now(), limits, reserved);
-      if (verdict === "keep") continue;
-      if (verdict === "delete_and_forget") {
-        // Forget the identity first, so the next delivery registers afresh instead of reusing it.
-        await records.update(id, (r) => {
-          if (r.runner?.id !== runner.id) return undefined;
-          const { runner: _gone, readyAt: _stale, ...rest } = r;
-          return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
-        });
-      }
-      if (record && verdict === "delete_and_forget") {
-        // Its slot and any registration reservation go too: the next delivery starts from scratch.
-        await admission.release(record.backend, id);
-        if (!(await releaseRunner(d, id, record.backend, runner.id))) continue;
-      } else if (record && FINISHED.has(record.state)) {
-        // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
-        if (!(await releaseRunner(d, id, record.backend, runner.id))) continue;
-      } else await d.gitea!.deleteRunner(runner.id);
-      summary.runnersDeleted++;
-      d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
+      if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner({ d, records, admission, registering, summary }, runner.id, id));
     }
     if (runners.length < PAGE_LIMIT) break;
   }
+}
+
+interface CleanContext {
+  d: Dispatcher;
+  records: RecordStore;
+  admission: Admission;
+  registering: (backend: Backend) => Promise<Set<string>>;
+  summary: SweepSummary;
+}
+
+async function cleanRunner({ d, records, admission, registering, summary }: CleanContext, runnerId: number, id: string) {
+  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: d.config.gitea!.cleanupGraceMs };
+  const record = await records.get(id);
+  const reserved = record && !record.runner ? (await registering(record.backend)).has(id) : false;
+  const verdict = cleanupVerdict(record, runnerId, d.now(), limits, reserved);
+  if (verdict === "keep") return;
+  if (verdict === "delete_and_forget") {
+    // Forget the identity first, so the next delivery registers afresh instead of reusing it.
+    await records.update(id, (r) => {
+      if (r.runner?.id !== runnerId) return undefined;
+      const { runner: _gone, readyAt: _stale, ...rest } = r;
+      return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
+    });
+  }
+  if (record && verdict === "delete_and_forget") {
+    // Its slot and any registration reservation go too: the next delivery starts from scratch.
+    await admission.release(record.backend, id);
+    if (!(await releaseRunner(d, id, record.backend, runnerId))) return;
+  } else if (record && FINISHED.has(record.state)) {
+    // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
+    if (!(await releaseRunner(d, id, record.backend, runnerId))) return;
+  } else await d.gitea!.deleteRunner(runnerId);
+  summary.runnersDeleted++;
+  d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
 }
 
 /** "owner/name" from a job's API or HTML URL. */

@@ -2,12 +2,13 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher.ts";
 import type { Backend } from "../names.ts";
-import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, type Published } from "../operations.ts";
+import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, RunnerMismatch, type Published } from "../operations.ts";
 import { HttpError } from "../http/errors.ts";
 import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "../config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
+import { RECORD_TTL_MS } from "../layout.ts";
 
 const id = z.number().int().nonnegative();
 export const workflowJobPayload = z.looseObject({
@@ -81,30 +82,39 @@ export async function publishJob(d: Dispatcher, job: ListedJob, repository: stri
 export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload): Promise<WebhookOutcome> {
   const gitea = d.config.gitea!;
   const job = payload.workflow_job;
-  const ours = assignmentOfRunner(gitea.runnerNamePrefix, job.runner_name ?? undefined);
+  const named = job.runner_name ?? undefined;
+  const ours = assignmentOfRunner(gitea.runnerNamePrefix, named);
+  // The runner must be the one we registered: a name is not proof, any admin can pick it.
+  const runner = { runnerId: job.runner_id ?? null };
   switch (payload.action) {
     case "queued": {
+      const stale = await staleReplay(d, job, payload.repository.full_name);
+      if (stale) {
+        d.sink.event({ event: "stale_delivery", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined, reason: stale });
+        return { status: 200, body: { ignored: stale } };
+      }
       const published = await publishJob(d, job, payload.repository.full_name);
       if (!published) return { status: 202, body: { ignored: "no_route" } };
       return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend };
     }
     case "in_progress": {
-      if (!ours) return { status: 200, body: { ignored: "runner is not ours" } };
+      if (!ours) return ignore(d, named ? "runner is not ours" : "no runner");
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
-      const view = await claimAssignment(d, ours).catch(ignoreRefusal);
-      if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be claimed` } };
+      const view = await claimAssignment(d, ours, runner).catch(refusal(d, ours));
+      if (typeof view === "string") return ignore(d, view === MISMATCH ? `runner is not the one registered for ${ours}` : view, ours);
       return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), claimed: true };
     }
     case "completed": {
       if (ours) {
-        const view = await completeAssignmentRun(d, ours, { unclaimed: true }).catch(ignoreRefusal);
-        if (!view) return { status: 200, body: { ignored: `assignment ${ours} cannot be completed` } };
-        return { status: 200, body: { completed: ours }, background: releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined) };
+        const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
+        if (typeof view !== "string") return { status: 200, body: { completed: ours }, background: releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined) };
+        if (view !== MISMATCH) return ignore(d, view, ours);
       }
-      // No runner took it: cancelled or skipped before pickup. Its own assignment goes.
+      // No runner of ours ran it (cancelled or skipped before pickup, or another runner did):
+      // its own assignment goes, unless its runner was claimed by another job meanwhile.
       const own = jobAssignmentId(job.id, job.run_attempt);
       const record = await cancelAssignment(d, own, "cancelled");
-      if (!record) return { status: 200, body: { ignored: `nothing to cancel for ${own}` } };
+      if (!record) return ignore(d, `nothing to cancel for ${own}`);
       return { status: 200, body: { cancelled: own }, background: releaseRunner(d, own, record.backend, record.runner?.id) };
     }
     default:
@@ -113,7 +123,44 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
   }
 }
 
-function ignoreRefusal(err: unknown): undefined {
-  if (err instanceof HttpError && (err.status === 404 || err.status === 409)) return undefined;
-  throw err;
+/**
+ * Why a queued delivery is not to be trusted, or undefined. A job older than its record's TTL may
+ * be a captured delivery replayed after the record that deduplicates it expired: only Gitea can
+ * say whether it is still queued (the sweep does the same for jobs whose webhook was lost).
+ */
+async function staleReplay(d: Dispatcher, job: WorkflowJobPayload["workflow_job"], repository: string): Promise<string | undefined> {
+  const created = Date.parse(job.created_at ?? "");
+  if (!(d.now() - created > STALE_AFTER_MS)) return undefined;
+  if (!d.gitea || !d.config.gitea?.apiToken) return "job older than the record TTL, and without GITEA_API_TOKEN Gitea cannot confirm it is queued";
+  let current;
+  try {
+    current = await d.gitea.getJob(repository, job.id);
+  } catch (err) {
+    throw new HttpError(503, `Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`);
+  }
+  if (current?.status === "queued" && (current.run_attempt ?? 1) === (job.run_attempt ?? 1)) return undefined;
+  return `job older than the record TTL and no longer queued in Gitea (${current?.status ?? "not found"})`;
+}
+
+/** A day short of the records' TTL: a delivery this old may have outlived the record that deduplicates it. */
+const STALE_AFTER_MS = RECORD_TTL_MS - 24 * 60 * 60 * 1000;
+
+/** Gitea does not retry a delivery, so what we do not act on is answered 200 and logged. */
+function ignore(d: Dispatcher, reason: string, assignment = "-"): WebhookOutcome {
+  d.sink.event({ event: "webhook_ignored", assignment, backend: undefined, reason });
+  return { status: 200, body: { ignored: reason } };
+}
+
+const MISMATCH = "runner mismatch";
+
+/** A refused claim or completion becomes the reason it is ignored; anything else propagates. */
+function refusal(d: Dispatcher, id: string) {
+  return (err: unknown): string => {
+    if (err instanceof RunnerMismatch) {
+      d.sink.event({ event: "runner_mismatch", assignment: id, backend: undefined, reason: err.message });
+      return MISMATCH;
+    }
+    if (err instanceof HttpError && (err.status === 404 || err.status === 409)) return err.message;
+    throw err;
+  };
 }

@@ -45,15 +45,19 @@ export function createApp(deps: AppDeps) {
     }
   });
 
+  // Anyone may ask whether it is healthy, and what is wrong; the counts need the dispatch token.
   app.get("/healthz", async (c) => {
     const d = c.var.d;
+    const detailed = c.req.header("authorization") !== undefined;
+    if (detailed) await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     let report;
     try {
       report = await withNats(d.config, (handle) => inspect(handle, d.config));
     } catch (err) {
-      return c.json({ ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${hosts(d.config.natsServers)}: ${(err as Error).name}`] }, 503);
+      return c.json({ ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(d.config.natsServers)}: ${(err as Error).name}`] }, 503);
     }
-    return c.json({ ...report, nats: { ok: true } }, report.ok ? 200 : 503);
+    const { ok, problems } = report;
+    return c.json(detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems }, ok ? 200 : 503);
   });
 
   app.post("/v1/assignments", async (c) => {
@@ -115,7 +119,9 @@ export function createApp(deps: AppDeps) {
     if (err instanceof HttpError) return c.json({ error: err.message, ...(err.fields ? { fields: err.fields } : {}) }, err.status);
     if (err instanceof ConfigError) {
       console.error(JSON.stringify({ event: "config_error", problems: err.problems }));
-      return c.json({ error: "dispatcher is misconfigured", problems: err.problems }, c.req.path === "/healthz" ? 503 : 500);
+      // What is wrong is the operator's to see, on /healthz; any other caller learns only that it is.
+      if (c.req.path === "/healthz") return c.json({ ok: false, error: "dispatcher is misconfigured", problems: err.problems }, 503);
+      return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
     console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
     const nats = /nats|connection|timeout|jetstream/i.test(`${(err as Error).name} ${(err as Error).message}`);
@@ -138,6 +144,16 @@ function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, wh
   c.var.background.push(work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message })));
 }
 
-function hosts(urls: string[]): string {
-  return urls.map((u) => u.replace(/\/\/[^@/]*@/, "//")).join(",");
+/** Scheme, host and port of each URL: never its user, password, path or query (a token may be there). */
+export function natsHosts(urls: string[]): string {
+  return urls
+    .map((u) => {
+      try {
+        const url = new URL(u);
+        return `${url.protocol}//${url.host}`;
+      } catch {
+        return "(unparseable URL)";
+      }
+    })
+    .join(",");
 }

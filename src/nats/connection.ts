@@ -1,6 +1,6 @@
 // Opens one NATS connection per invocation. A connection kept across requests hangs silently
 // at the edge, so every caller goes through withNats, which drains in `finally`.
-import { credsAuthenticator, wsconnect, type NatsConnection } from "@nats-io/nats-core";
+import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import type { Config, NatsAuth } from "../config.ts";
 
@@ -43,6 +43,26 @@ function authOptions(auth: NatsAuth) {
 
 const DRAIN_TIMEOUT_MS = 2_000;
 
+/** NATS could not be reached or did not answer in time; nothing about the data is known. */
+export class NatsUnavailable extends Error {
+  override readonly name = "NatsUnavailable";
+}
+
+const UNAVAILABLE = [
+  errors.ClosedConnectionError,
+  errors.ConnectionError,
+  errors.DrainingConnectionError,
+  errors.NoRespondersError,
+  errors.RequestError,
+  errors.TimeoutError,
+  NatsUnavailable,
+];
+
+/** True for errors that say NATS is unreachable or slow, as opposed to refusing a request. By type. */
+export function isNatsUnavailable(err: unknown): boolean {
+  return UNAVAILABLE.some((type) => err instanceof type);
+}
+
 /**
  * Settles with `work`, or rejects once `ms` pass or the connection closes. For the few nats.js
  * calls that carry no timeout of their own and never settle when the broker dies under them:
@@ -50,8 +70,8 @@ const DRAIN_TIMEOUT_MS = 2_000;
  */
 export async function bounded<T>(nc: NatsConnection, what: string, work: Promise<T>, ms = REQUEST_TIMEOUT_MS, onGiveUp?: () => void): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DOMException(`${what} timed out after ${ms} ms`, "TimeoutError")), ms)));
-  const closed = nc.closed().then(() => Promise.reject(new Error(`${what}: NATS connection closed`)));
+  const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(`${what} timed out after ${ms} ms`)), ms)));
+  const closed = nc.closed().then(() => Promise.reject(new NatsUnavailable(`${what}: NATS connection closed`)));
   try {
     return await Promise.race([work, timedOut, closed]);
   } catch (err) {

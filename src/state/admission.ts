@@ -43,17 +43,24 @@ export interface AdmissionOptions {
 }
 
 export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
-  const live = (entries: Record<string, number> | undefined, now: number) => Object.fromEntries(Object.entries(entries ?? {}).filter(([, until]) => until > now));
+  // Pools are keyed by assignment ids, which are input: Maps, never plain objects, so that an id
+  // like `constructor` or `toString` is an id like any other and not an inherited property.
+  const live = (entries: Record<string, number> | undefined, now: number) =>
+    new Map(Object.entries(entries ?? {}).filter(([, until]) => typeof until === "number" && until > now));
+  const stored = (leases: Map<string, number>, registering: Map<string, number>): Pool => ({
+    leases: Object.fromEntries(leases),
+    registering: Object.fromEntries(registering),
+  });
   // Removes `ids` from the given parts of the pool (expired entries go too); no write when none is there.
   const drop = (backend: Backend, ids: readonly string[], parts: readonly (keyof Pool)[]) =>
     casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
-      if (!current || !ids.some((id) => parts.some((part) => id in (current.value[part] ?? {})))) return { value: undefined, result: undefined };
       const now = opts.now();
-      const next = { leases: live(current.value.leases, now), registering: live(current.value.registering, now) };
-      for (const part of parts) for (const id of ids) delete next[part][id];
-      return { value: next, result: undefined };
+      const pool = { leases: live(current?.value.leases, now), registering: live(current?.value.registering, now) };
+      if (!current || !ids.some((id) => parts.some((part) => pool[part].has(id)))) return { value: undefined, result: undefined };
+      for (const part of parts) for (const id of ids) pool[part].delete(id);
+      return { value: stored(pool.leases, pool.registering), result: undefined };
     });
-  const liveIds = async (backend: Backend, part: keyof Pool) => Object.keys(live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()));
+  const liveIds = async (backend: Backend, part: keyof Pool) => [...live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()).keys()];
   const admission: Admission = {
     async acquire(backend, id) {
       return (await admission.acquireMany(backend, [id])).admitted.has(id);
@@ -64,21 +71,21 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
         const leases = live(current?.value.leases, now);
         const registering = live(current?.value.registering, now);
         const result: AdmissionResult = { admitted: new Set(), reserved: new Set() };
-        let changed = Object.keys(leases).length !== Object.keys(current?.value.leases ?? {}).length;
+        let changed = leases.size !== Object.keys(current?.value.leases ?? {}).length;
         for (const id of ids) {
-          if (!(id in leases)) {
-            if (Object.keys(leases).length >= opts.capacity[backend]) continue;
-            leases[id] = now + opts.leaseTtlMs;
+          if (!leases.has(id)) {
+            if (leases.size >= opts.capacity[backend]) continue;
+            leases.set(id, now + opts.leaseTtlMs);
             changed = true;
           }
           result.admitted.add(id);
-          if (reserve.has(id) && !(id in registering)) {
-            registering[id] = now + opts.registrationLeaseMs;
+          if (reserve.has(id) && !registering.has(id)) {
+            registering.set(id, now + opts.registrationLeaseMs);
             result.reserved.add(id);
             changed = true;
           }
         }
-        return { value: changed ? { leases, registering } : undefined, result };
+        return { value: changed ? stored(leases, registering) : undefined, result };
       });
     },
     release: (backend, ...ids) => drop(backend, ids, ["leases", "registering"]),

@@ -95,6 +95,8 @@ export function giteaControl(env: Record<string, string>) {
     jobs: (jobs: unknown[]) => post("jobs", jobs),
     version: (version: string) => post("version", { version }),
     runners: (runners: { id: number; name: string }[]) => post("runners", runners),
+    /** Gitea answers 500 to deleting these runners. */
+    failDelete: (ids: number[]) => post("fail-delete", ids),
     async state(): Promise<{
       runners: { id: number; name: string; token: string; uuid: string; labels: string[]; ephemeral: boolean }[];
       registrations: number;

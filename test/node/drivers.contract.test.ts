@@ -127,6 +127,18 @@ describe.each([
     expect(await h.created()).toBe(2);
   });
 
+  it("takes every id the id rule admits, and keeps ids apart whose names once collided", async () => {
+    const h = await makeHarness();
+    // Trailing '-', '.', '_' and upper case are no valid Kubernetes names or label values as they are.
+    for (const id of ["job-", "build.", "x_", "A"]) expect(await h.driver.accept(request(id), within(2_000))).toBe("pending");
+    // "A" once became gdr-a-559aead0, the name of this id: tearing one down took the other with it.
+    expect(await h.driver.accept(request("a-559aead0"), within(2_000))).toBe("pending");
+    expect(await h.created()).toBe(5);
+    await h.driver.teardown("A", within(2_000));
+    await h.driver.accept(request("a-559aead0"), within(2_000));
+    expect(await h.created()).toBe(5);
+  });
+
   it("tears down idempotently, also what never existed", async () => {
     const h = await makeHarness();
     await h.driver.accept(request("c-3"), within(2_000));

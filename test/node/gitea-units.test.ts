@@ -101,6 +101,11 @@ describe("runner identity", () => {
     expect(await openIdentity(key, "a", sealed)).toEqual(file);
     await expect(openIdentity(key, "b", sealed)).rejects.toThrow();
     await expect(openIdentity(key.map((b) => b ^ 1), "a", sealed)).rejects.toThrow();
+    // A fresh IV each time: the same file sealed twice never gives the same ciphertext (GCM with a
+    // repeated IV under one key leaks the XOR of plaintexts and the authentication key).
+    const again = await sealIdentity(key, "a", file);
+    expect(again).not.toBe(sealed);
+    expect(atob(again).slice(0, 12)).not.toBe(atob(sealed).slice(0, 12));
   });
 
   it("is registered once, even by concurrent deliveries on separate connections", async () => {
@@ -116,6 +121,7 @@ describe("runner identity", () => {
       },
       listQueuedJobs: async () => ({ total: 0, jobs: [] }),
       listRunners: async () => ({ total: 0, runners: [] }),
+      getJob: async () => null,
       deleteRunner: async () => undefined,
     };
     const a = assignment("gitea-5-1");

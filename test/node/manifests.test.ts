@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { mergeTemplate } from "../../src/backends/kubernetes/merge.ts";
-import { assignmentLabel, objectName } from "../../src/backends/kubernetes/names.ts";
+import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
 import type { RunnerRequest } from "../../src/backends/types.ts";
 import { assignment } from "../harness/env.ts";
@@ -17,32 +17,33 @@ const request: RunnerRequest = {
 };
 const template = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
 
+const NAMES = { name: "gdr-gitea-1187-1", label: "gitea-1187-1" };
+
 describe("object names", () => {
-  it("derive from the runner name and stay valid DNS labels", async () => {
-    expect(await objectName("gdr", "gitea-1187-1")).toBe("gdr-gitea-1187-1");
-    const odd = await objectName("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(100));
-    expect(odd).toMatch(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/);
-    expect(odd).not.toBe(await objectName("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(99)));
-    expect(assignmentLabel("a".repeat(70))).toHaveLength(63);
+  it("are the runner name for the usual ids, and stay valid DNS labels for odd ones", async () => {
+    expect(await objectNames("gdr", "gitea-1187-1")).toEqual(NAMES);
+    const odd = await objectNames("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(100));
+    expect(odd.name).toMatch(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/);
+    expect(odd.name).not.toBe((await objectNames("gdr", "Job_With.Dots_And_Caps-" + "x".repeat(99))).name);
   });
 });
 
 describe("pod manifest", () => {
   it("mounts the identity from the Secret and carries none of it in its spec", () => {
-    const pod = podManifest("gdr-gitea-1187-1", request, { image: DEFAULT_RUNNER_IMAGE, template: undefined });
+    const pod = podManifest(NAMES, request, { image: DEFAULT_RUNNER_IMAGE, template: undefined });
     const text = JSON.stringify(pod);
     for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
     expect(pod).toMatchObject({
       metadata: { name: "gdr-gitea-1187-1", labels: { "app.kubernetes.io/managed-by": "gitea-edge-dispatcher", "gitea-edge-dispatcher/assignment": "gitea-1187-1" } },
       spec: { restartPolicy: "Never", automountServiceAccountToken: false, volumes: [{ name: "runner-identity", secret: { secretName: "gdr-gitea-1187-1" } }] },
     });
-    const secret = runnerSecret("gdr-gitea-1187-1", request) as { stringData: Record<string, string> };
+    const secret = runnerSecret(NAMES, request) as { stringData: Record<string, string> };
     expect(JSON.parse(secret.stringData[".runner"]!)).toEqual(request.runner);
     expect(secret.stringData["claim-token"]).toBe("claim-token-secret");
   });
 
   it("merges the README's docker-in-docker template: sidecar, env by name, resources, scheduling", () => {
-    const pod = podManifest("p", request, { image: "img", template }) as { spec: Record<string, any> };
+    const pod = podManifest({ name: "p", label: "p" }, request, { image: "img", template }) as { spec: Record<string, any> };
     const runner = pod.spec.containers.find((c: { name: string }) => c.name === "runner");
     expect(pod.spec.containers).toHaveLength(1);
     expect(runner.image).toBe("img");
@@ -64,7 +65,7 @@ describe("pod manifest", () => {
 
 describe("kubevirt manifest", () => {
   it("boots the containerDisk with cloud-init from the Secret; the identity only in the Secret's user data", () => {
-    const vmi = vmiManifest("gdr-gitea-1187-1", request, { image: "registry.example.org/runner-vm:1", template: { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } } });
+    const vmi = vmiManifest(NAMES, request, { image: "registry.example.org/runner-vm:1", template: { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } } });
     const text = JSON.stringify(vmi);
     for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
     expect(vmi).toMatchObject({

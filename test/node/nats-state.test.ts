@@ -1,7 +1,9 @@
 // Against the real nats-server: publish dedup, offers, admission under concurrency, provisioning.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { encodeAssignment } from "../../src/assignment.ts";
+import fc from "fast-check";
+import { assignmentIdSchema, encodeAssignment } from "../../src/assignment.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { inspect, provision } from "../../src/layout.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
@@ -88,6 +90,49 @@ describe("JetStream handoff against nats-server", () => {
       expect(await admission.registering("pod")).toEqual([]);
       expect((await admission.holders("pod")).toSorted()).toEqual(["a", "b"]);
       expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual(["a"]);
+    });
+  });
+
+  it("counts ids named after Object.prototype properties like any other id", async () => {
+    const names = ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "__defineGetter__"];
+    const ids = fc.uniqueArray(fc.oneof(fc.constantFrom(...names.filter((n) => assignmentIdSchema.safeParse(n).success)), fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/)), { minLength: 1, maxLength: 12 });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 0, max: 4 }), ids, ids, async (capacity, first, second) => {
+        const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: capacity }));
+        const d = createDispatcher({ config, sink: silent });
+        await d.withState(async ({ admission }) => {
+          const a = await admission.acquireMany("pod", first, new Set(first));
+          expect(a.admitted.size).toBe(Math.min(capacity, first.length));
+          expect(a.reserved).toEqual(a.admitted);
+          const b = await admission.acquireMany("pod", second, new Set(second));
+          const holders = await admission.holders("pod");
+          expect(holders.length).toBeLessThanOrEqual(capacity);
+          // Admitted now: exactly those that hold a slot, held before or newly granted.
+          for (const id of second) expect(b.admitted.has(id)).toBe(holders.includes(id));
+          for (const id of second) expect(b.reserved.has(id)).toBe(b.admitted.has(id) && !a.reserved.has(id));
+          await admission.release("pod", ...holders);
+          expect(await admission.holders("pod")).toEqual([]);
+        });
+      }),
+      { numRuns: 15, seed: Number(process.env.FC_SEED ?? 20261201) },
+    );
+    // The case that was: two ordinary ids and two prototype names against capacity 2.
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
+    const admitted = await createDispatcher({ config, sink: silent }).withState(({ admission }) => admission.acquireMany("pod", ["a-1", "a-2", "constructor", "toString"]));
+    expect([...admitted.admitted]).toEqual(["a-1", "a-2"]);
+  });
+
+  it("a write from a stale read loses to the claim that came between", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ records }) => {
+      await records.offer(assignment("s-1"));
+      const stale = (await records.getMany(["s-1"])).get("s-1")!;
+      await records.update("s-1", (r) => ({ ...r, state: "claimed" }));
+      // mark_ready as the reconciler applies it: never over a claim it can see.
+      const markReady = (r: AssignmentRecord) => (r.state === "claimed" ? undefined : { ...r, state: "backend_ready" as const });
+      expect((await records.updateFrom(stale, markReady))?.state).toBe("claimed");
+      expect((await records.get("s-1"))?.state).toBe("claimed");
     });
   });
 

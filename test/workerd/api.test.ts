@@ -99,12 +99,28 @@ describe("runner endpoints", () => {
 });
 
 describe("GET /healthz", () => {
-  it("200 with stream and consumer status once provisioned", async () => {
+  it("200 once provisioned; stream and consumer counts only with the dispatch token", async () => {
     const env = testEnv(nats, backendUrl);
     await provisionEnv(env);
-    const res = await app.request("/healthz", {}, env);
+    const anonymous = await app.request("/healthz", {}, env);
+    expect(anonymous.status).toBe(200);
+    expect(await anonymous.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
+    const res = await app.request("/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ ok: true, nats: { ok: true }, stream: { name: env.ASSIGNMENT_STREAM, messages: 0 }, consumers: { pod: { pending: 0 } } });
+    const wrong = await app.request("/healthz", { headers: bearer(`${TEST_SECRETS.DISPATCH_TOKEN}x`) }, env);
+    expect(wrong.status).toBe(401);
+    expect(await wrong.text()).not.toContain("consumers");
+  });
+
+  it("names an unreachable NATS by scheme, host and port only: no user, password, path or query", async () => {
+    const env = testEnv(nats, backendUrl);
+    const urls = "ws://gdr:p@ss-w0rd@127.0.0.1:9/path?auth_token=tok-secret-1,wss://u:pw2@127.0.0.2:9?token=tok-secret-2";
+    const res = await app.request("/healthz", {}, { ...env, NATS_URL: urls });
+    expect(res.status).toBe(503);
+    const text = await res.text();
+    for (const secret of ["gdr", "p@ss", "ss-w0rd", "tok-secret-1", "tok-secret-2", "pw2", "/path", "auth_token"]) expect(text).not.toContain(secret);
+    expect(JSON.parse(text).problems[0]).toMatch(/^NATS unreachable at ws:\/\/127\.0\.0\.1:9,wss:\/\/127\.0\.0\.2:9: /);
   });
 
   it("503 naming exactly what is missing", async () => {
@@ -131,5 +147,11 @@ describe("GET /healthz", () => {
     expect(text).toContain("TRUST_DOMAIN is required");
     expect(text).not.toContain(TEST_SECRETS.CLAIM_SIGNING_KEY);
     expect(loadConfig(env).stream).toBe(env.ASSIGNMENT_STREAM);
+    // Elsewhere the problems are not told: a plain 500.
+    for (const path of ["/v1/assignments/x", "/v1/gitea/webhook", "/nope"]) {
+      const res = await app.request(path, {}, { ...env, DISPATCH_TOKEN: "short", TRUST_DOMAIN: "" });
+      expect(res.status).toBe(500);
+      expect(await res.json()).toEqual({ error: "dispatcher is misconfigured" });
+    }
   });
 });

@@ -2,10 +2,10 @@
 import { describe, expect, inject, it } from "vitest";
 import { claimToken } from "../../src/crypto.ts";
 import { giteaSignature } from "../../src/gitea/signature.ts";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { streamState } from "../harness/nats.ts";
 import { bearer, captureLogs, request } from "../harness/worker.ts";
+import { queuedFixture } from "../harness/fixtures.ts";
 
 describe("authz", () => {
   it("refuses wrong, missing and borrowed credentials; state is unchanged", async () => {
@@ -42,6 +42,13 @@ describe("authz", () => {
       expect((await claim(await claimToken("another-signing-key-0000000000000000", "gitea-1187-1"))).status).toBe(403);
       expect((await claim(TEST_SECRETS.DISPATCH_TOKEN)).status).toBe(403);
       expect((await complete(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "gitea-9999-1"))).status).toBe(403);
+      // The right token one character off, or with more after it: compared whole, not on a prefix.
+      const right = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "gitea-1187-1");
+      const lastChanged = right.slice(0, -1) + (right.endsWith("A") ? "B" : "A");
+      for (const near of [lastChanged, `${right}A`, `${right}${right}`, right.slice(0, -1)]) {
+        expect((await claim(near)).status).toBe(403);
+        expect((await complete(near)).status).toBe(403);
+      }
 
       const after = await view();
       expect({ ...after, updatedAt: 0 }).toEqual({ ...before, updatedAt: 0 });

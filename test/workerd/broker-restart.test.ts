@@ -3,12 +3,11 @@
 // restart the sweep's Gitea job listing recovers every job whose webhook failed. Zero lost:
 // every job ends with one assignment, a runner, and an ack after its claim. RESTART_N (150) jobs.
 import { expect, inject, it } from "vitest";
-import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { assignmentStates, assignmentViews, deliverJob as deliver, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, tick, tickUntil } from "../harness/worker.ts";
+import { inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 
 const N = Number(globalThis.process?.env?.RESTART_N ?? 150);
 const broker = async (what: "kill" | "start") => {

@@ -1,11 +1,11 @@
 // A burst of queued webhooks, 10 % delivered twice, shuffled, 32 at once: exactly one assignment,
 // one registration and one runner per job, every one acked once after its claim. BURST_N (1000).
 import { expect, inject, it } from "vitest";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, request, tickUntil } from "../harness/worker.ts";
+import { queuedFixture } from "../harness/fixtures.ts";
 
 const N = Number(globalThis.process?.env?.BURST_N ?? 1000);
 

@@ -2,12 +2,11 @@
 // (or VMI) → in_progress → acked → completed → everything deleted.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaSignature } from "../../src/gitea/signature.ts";
-import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
-import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
 import { streamState } from "../harness/nats.ts";
 import { bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
+import { withJob } from "../harness/jobs.ts";
 
 const nats = inject("natsWsUrl");
 let logs: Captured;
@@ -53,7 +52,8 @@ describe.each([
     const created = await objects();
     expect(created.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual([`${kind}/gdr-gitea-1187-1`, "Secret/gdr-gitea-1187-1"].sort());
     for (const o of created) expect(o.metadata.labels["gitea-edge-dispatcher/assignment"]).toBe("gitea-1187-1");
-    const runnerToken = (await giteaControl(env).state()).runners[0]!.token;
+    const registered = (await giteaControl(env).state()).runners[0]!;
+    const runnerToken = registered.token;
     const workload = created.find((o) => o.kind === kind)!;
     expect(JSON.stringify(workload)).not.toContain(runnerToken);
     expect(JSON.stringify(created.find((o) => o.kind === "Secret"))).toContain(runnerToken);
@@ -65,11 +65,12 @@ describe.each([
     await tick(env);
     expect(await state()).toBe("backend_ready");
 
-    expect((await deliver(env, inProgressFixture)).body).toEqual({ claimed: "gitea-1187-1" });
+    const ours = { runner_id: registered.id, runner_name: "gdr-gitea-1187-1" };
+    expect((await deliver(env, withJob(inProgressFixture, 1187, ours))).body).toEqual({ claimed: "gitea-1187-1" });
     expect(logs.events().filter((e) => e.event === "acked").map((e) => e.assignment)).toEqual(["gitea-1187-1"]);
     expect(await streamState({ ...env })).toMatchObject({ messages: 0 });
 
-    expect((await deliver(env, completedFixture)).body).toEqual({ completed: "gitea-1187-1" });
+    expect((await deliver(env, withJob(completedFixture, 1187, ours))).body).toEqual({ completed: "gitea-1187-1" });
     expect(await objects()).toEqual([]);
     expect((await giteaControl(env).state()).runners).toEqual([]);
     for (const line of logs.lines) expect(line).not.toContain(runnerToken);

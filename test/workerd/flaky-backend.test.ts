@@ -3,13 +3,11 @@
 // registration each, every slot is released after completion and every runner is torn down.
 // FLAKY_N (60) jobs, FLAKY_SEED (7) for the fake's PRNG.
 import { expect, inject, it } from "vitest";
-import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
-import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { assignmentStates, deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { admissionState, streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, tickUntil } from "../harness/worker.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 
 const N = Number(globalThis.process?.env?.FLAKY_N ?? 60);
 const SEED = Number(globalThis.process?.env?.FLAKY_SEED ?? 7);

@@ -7,12 +7,10 @@ import { createDispatcher } from "../../src/dispatcher.ts";
 import { giteaSignature } from "../../src/gitea/signature.ts";
 import { repositoryOf } from "../../src/gitea/sweep.ts";
 import { jobAssignment } from "../../src/gitea/webhook.ts";
-import completedFixture from "../fixtures/gitea/workflow_job.completed.json";
-import inProgressFixture from "../fixtures/gitea/workflow_job.in_progress.json";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -166,22 +164,36 @@ describe("runner lifecycle from Gitea's events", () => {
     expect(await view(env, "gitea-1188-1")).toMatchObject({ state: "backend_ready" });
   });
 
-  it("counts claims by runner: the runner of one job may take another", async () => {
-    const { env } = await setup();
+  it("counts claims by runner: the runner of one job may take another; a cancel spares a claimed runner", async () => {
+    const { env, gitea, backend } = await setup();
     const a = clone(queuedFixture);
     const b = clone(queuedFixture);
     b.workflow_job.id = 2000;
     await deliver(env, a);
     await deliver(env, b);
+    const runnerOfA = (await gitea.state()).runners.find((r) => r.name === "gdr-gitea-1187-1")!;
     const bTakenByA = clone(inProgressFixture);
     bTakenByA.workflow_job.id = 2000;
     bTakenByA.workflow_job.runner_name = "gdr-gitea-1187-1";
+    bTakenByA.workflow_job.runner_id = runnerOfA.id;
     expect(await (await deliver(env, bTakenByA)).json()).toEqual({ claimed: "gitea-1187-1" });
     expect(await view(env, "gitea-1187-1")).toMatchObject({ state: "claimed" });
     expect(await view(env, "gitea-2000-1")).toMatchObject({ state: "backend_ready" });
     const foreign = clone(inProgressFixture);
     foreign.workflow_job.runner_name = "someone-elses-runner";
     expect(await (await deliver(env, foreign)).json()).toEqual({ ignored: "runner is not ours" });
+
+    // Job 1187 goes away before any runner took it: its assignment's runner is busy with job
+    // 2000, so the assignment stays claimed and the runner stays up.
+    const cancelled = clone(completedFixture);
+    cancelled.workflow_job.conclusion = "cancelled";
+    cancelled.workflow_job.runner_id = 0;
+    cancelled.workflow_job.runner_name = "";
+    expect(await (await deliver(env, cancelled)).json()).toEqual({ ignored: "nothing to cancel for gitea-1187-1" });
+    await sleep(50);
+    expect(await view(env, "gitea-1187-1")).toMatchObject({ state: "claimed" });
+    expect((await backend.state()).runners.map((r) => r.id)).toContain("gitea-1187-1");
+    expect((await gitea.state()).runners.map((r) => r.id)).toContain(runnerOfA.id);
   });
 
   it("a job cancelled before pickup is termed and its runner removed from the backend and Gitea", async () => {
@@ -269,7 +281,9 @@ it("never lets the registration token reach NATS, a log line or a backend", asyn
   await deliver(env, queuedFixture);
   const queuedTexts = await storedTexts(env); // the message, the record, the admission leases
   expect(queuedTexts.length).toBeGreaterThanOrEqual(3);
-  await deliver(env, clone(inProgressFixture));
+  const started = clone(inProgressFixture);
+  started.workflow_job.runner_id = (await gitea.state()).runners[0]!.id;
+  expect(await (await deliver(env, started)).json()).toEqual({ claimed: "gitea-1187-1" });
   const needles = [REGISTRATION_TOKEN, TEST_SECRETS.WEBHOOK_SECRET, TEST_SECRETS.RUNNER_IDENTITY_KEY];
   const runnerToken = (await gitea.state()).runners[0]!.token;
   const texts = [...queuedTexts, ...(await storedTexts(env))];

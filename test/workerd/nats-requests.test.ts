@@ -4,9 +4,9 @@ import { expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../../src/gitea/webhook.ts";
-import queuedFixture from "../fixtures/gitea/workflow_job.queued.json";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
 import { captureLogs, sleep } from "../harness/worker.ts";
+import { queuedFixture } from "../harness/fixtures.ts";
 
 const proxy = inject("natsProxyUrl");
 const counts = async (tag: string) => (await (await fetch(`${proxy.replace("ws://", "http://")}/_counts/${tag}`)).json()) as { pub: number; request: number };

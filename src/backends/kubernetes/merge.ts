@@ -14,9 +14,11 @@ export function mergeTemplate<T>(base: T, template: Json): T {
 function merge(base: Json, over: Json): Json {
   if (over === undefined) return base;
   if (isObject(base) && isObject(over)) {
-    const out: Record<string, Json> = { ...base };
-    for (const [k, v] of Object.entries(over)) out[k] = merge(base[k], v);
-    return out;
+    // Keys come from the operator's JSON: own keys only, and built with fromEntries, so that a
+    // key like `__proto__` or `constructor` is a field like any other.
+    const out = new Map(Object.entries(base));
+    for (const [k, v] of Object.entries(over)) out.set(k, merge(Object.hasOwn(base, k) ? base[k] : undefined, v));
+    return Object.fromEntries(out);
   }
   if (isNamedList(base) && isNamedList(over)) {
     const out = base.map((item) => {

@@ -4,7 +4,7 @@ import type { RunnerFile } from "../../gitea/identity.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../types.ts";
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
-import { objectName, ownedMetadata } from "./names.ts";
+import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
 
 export const DEFAULT_RUNNER_IMAGE = "docker.io/gitea/act_runner:latest";
 
@@ -21,13 +21,13 @@ export interface PodDriverOptions extends WorkloadOptions {
 }
 
 /** The Secret both drivers create: `.runner` and the claim token, never in the workload's spec. */
-export function runnerSecret(name: string, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
+export function runnerSecret(names: ObjectNames, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
   const runner = requireIdentity(request);
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
-    metadata: ownedMetadata(name, request.assignment.id),
+    metadata: ownedMetadata(names, request.assignment.id),
     stringData: { ".runner": JSON.stringify(runner), "claim-token": request.claimToken, ...extra },
   };
 }
@@ -48,11 +48,11 @@ const RUN_SCRIPT = [
   "exit $rc",
 ].join("\n");
 
-export function podManifest(name: string, request: RunnerRequest, opts: Pick<PodDriverOptions, "image" | "template">): KubeObject {
+export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pick<PodDriverOptions, "image" | "template">): KubeObject {
   const base = {
     apiVersion: "v1",
     kind: "Pod",
-    metadata: ownedMetadata(name, request.assignment.id),
+    metadata: ownedMetadata(names, request.assignment.id),
     spec: {
       restartPolicy: "Never",
       automountServiceAccountToken: false,
@@ -70,21 +70,32 @@ export function podManifest(name: string, request: RunnerRequest, opts: Pick<Pod
           volumeMounts: [{ name: "runner-identity", mountPath: "/etc/gitea-runner", readOnly: true }],
         },
       ],
-      volumes: [{ name: "runner-identity", secret: { secretName: name, defaultMode: 0o400 } }],
+      volumes: [{ name: "runner-identity", secret: { secretName: names.name, defaultMode: 0o400 } }],
     },
   };
   return mergeTemplate(base, opts.template);
 }
 
-const POD_PHASES: Record<string, RunnerStatus | "ended"> = { Running: "ready", Pending: "pending", Succeeded: "ended", Failed: "ended", Unknown: "pending" };
+const POD_PHASES = new Map<string, RunnerStatus | "ended">([
+  ["Running", "ready"],
+  ["Pending", "pending"],
+  ["Succeeded", "ended"],
+  ["Failed", "ended"],
+  ["Unknown", "pending"],
+]);
+
+/** What a workload's phase means to us; a phase we do not know (or none yet) is pending. */
+export function phaseStatus(phases: ReadonlyMap<string, RunnerStatus | "ended">, phase: unknown): RunnerStatus | "ended" {
+  return (typeof phase === "string" && phases.get(phase)) || "pending";
+}
 
 export function createPodDriver(opts: PodDriverOptions): RunnerBackend {
   const ns = `/api/v1/namespaces/${encodeURIComponent(opts.namespace)}`;
   return workloadDriver(opts, {
     collection: `${ns}/pods`,
-    manifest: (name, request) => podManifest(name, request, opts),
-    secret: (name, request) => runnerSecret(name, request),
-    phase: (pod) => POD_PHASES[pod.status?.phase ?? "Pending"] ?? "pending",
+    manifest: (names, request) => podManifest(names, request, opts),
+    secret: (names, request) => runnerSecret(names, request),
+    phase: (pod) => phaseStatus(POD_PHASES, pod.status?.phase),
     secrets: `${ns}/secrets`,
   });
 }
@@ -92,8 +103,8 @@ export function createPodDriver(opts: PodDriverOptions): RunnerBackend {
 export interface WorkloadKind {
   collection: string;
   secrets: string;
-  manifest(name: string, request: RunnerRequest): KubeObject;
-  secret(name: string, request: RunnerRequest): KubeObject;
+  manifest(names: ObjectNames, request: RunnerRequest): KubeObject;
+  secret(names: ObjectNames, request: RunnerRequest): KubeObject;
   phase(object: KubeObject): RunnerStatus | "ended";
 }
 
@@ -101,7 +112,8 @@ export interface WorkloadKind {
 export function workloadDriver(opts: WorkloadOptions, kind: WorkloadKind): RunnerBackend {
   return {
     async accept(request, signal) {
-      const name = await objectName(opts.prefix, request.assignment.id);
+      const names = await objectNames(opts.prefix, request.assignment.id);
+      const { name } = names;
       const existing = await opts.api.get(`${kind.collection}/${name}`, signal);
       if (existing) {
         const phase = kind.phase(existing);
@@ -110,13 +122,13 @@ export function workloadDriver(opts: WorkloadOptions, kind: WorkloadKind): Runne
         await opts.api.remove(`${kind.collection}/${name}`, signal);
         throw new BackendError(`workload ended (${existing.status?.phase}) before the claim; recreating`);
       }
-      const secret = kind.secret(name, request);
+      const secret = kind.secret(names, request);
       if (!(await opts.api.create(kind.secrets, secret, signal))) await opts.api.replace(`${kind.secrets}/${name}`, secret, signal);
-      await opts.api.create(kind.collection, kind.manifest(name, request), signal);
+      await opts.api.create(kind.collection, kind.manifest(names, request), signal);
       return "pending";
     },
     async teardown(id, signal) {
-      const name = await objectName(opts.prefix, id);
+      const { name } = await objectNames(opts.prefix, id);
       await opts.api.remove(`${kind.collection}/${name}`, signal);
       await opts.api.remove(`${kind.secrets}/${name}`, signal);
     },
