@@ -16,6 +16,8 @@ declare module "vitest" {
     kubernetesUrl: string;
     /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
     natsProxyUrl: string;
+    /** The same proxy with 100 ms on every frame each way: what was sent is not yet there. */
+    natsSlowProxyUrl: string;
     /** A nats-server of its own for the broker-restart suite, and its kill/start control URL. */
     restartNatsWsUrl: string;
     restartNatsControlUrl: string;
@@ -33,12 +35,15 @@ export default async function setup(project: TestProject) {
   project.provide("kubernetesUrl", kubernetes.url);
   const proxy = await startWsProxy({ upstream: server.wsUrl });
   project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
+  const slowProxy = await startWsProxy({ upstream: server.wsUrl, delayMs: 100 });
+  project.provide("natsSlowProxyUrl", slowProxy.url("slow"));
   const restartable = await startRestartableNats();
   project.provide("restartNatsWsUrl", restartable.wsUrl);
   project.provide("restartNatsControlUrl", restartable.controlUrl);
   return async () => {
     await restartable.close();
     await proxy.close();
+    await slowProxy.close();
     await kubernetes.close();
     await gitea.close();
     await backend.close();

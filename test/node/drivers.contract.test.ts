@@ -24,6 +24,8 @@ interface Harness {
   /** Everything the backend received, and, for Kubernetes, the non-Secret objects it holds. */
   received(): Promise<string>;
   workloadObjects(): Promise<string>;
+  /** Kubernetes only: sets the workload's status.phase. */
+  setPhase(phase: string): Promise<void>;
 }
 
 async function httpHarness(): Promise<Harness> {
@@ -46,6 +48,9 @@ async function httpHarness(): Promise<Harness> {
     live: async () => (await state()).runners.length,
     received: async () => JSON.stringify((await state()).requests),
     workloadObjects: async () => "",
+    setPhase: async () => {
+      throw new Error("the http backend has no phases");
+    },
   };
 }
 
@@ -80,6 +85,7 @@ function kubeHarness(driverName: "kubernetes" | "kubevirt") {
       live: async () => (await state()).objects.length,
       received: async () => JSON.stringify((await state()).requests),
       workloadObjects: async () => JSON.stringify(await workloads()),
+      setPhase,
     };
   };
 }
@@ -183,5 +189,24 @@ describe.each([
       expect(objects).not.toContain("claim-token-of-c-5");
       expect(received).toContain(identity.token); // …which did arrive, in the Secret
     }
+  });
+});
+
+describe.each([
+  ["kubernetes", kubeHarness("kubernetes"), ["Pending", "Unknown", "", "NotAPhase", "constructor"]],
+  ["kubevirt", kubeHarness("kubevirt"), ["Pending", "Scheduling", "Scheduled", "Unknown", "", "constructor"]],
+] as const)("%s driver: a workload's phase", (_name, makeHarness, waiting) => {
+  it("is pending, asked again and again, until it runs; then ready", async () => {
+    const h = await makeHarness();
+    expect(await h.driver.accept(request("p-1"), within(2_000))).toBe("pending");
+    // Asked again before it runs (the fake creates it Pending): still pending, whatever it says.
+    expect(await h.driver.accept(request("p-1"), within(2_000))).toBe("pending");
+    for (const phase of waiting) {
+      await h.setPhase(phase);
+      expect(await h.driver.accept(request("p-1"), within(2_000)), phase).toBe("pending");
+    }
+    await h.setPhase("Running");
+    expect(await h.driver.accept(request("p-1"), within(2_000))).toBe("ready");
+    expect(await h.created()).toBe(1);
   });
 });

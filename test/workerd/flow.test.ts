@@ -2,6 +2,7 @@
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig } from "../../src/config.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
 import { claimToken } from "../../src/crypto.ts";
 import { assignmentSubject } from "../../src/names.ts";
 import { HOLD_MS } from "../../src/reconcile/hold.ts";
@@ -34,6 +35,37 @@ async function publishRaw(env: Record<string, string>, items: { data: Uint8Array
 }
 
 describe("handoff in workerd", () => {
+  it("a pass's verdicts have reached the server when the pass returns, before the connection is drained", async () => {
+    const env = testEnv(nats, backendUrl);
+    await provisionEnv(env);
+    await publishRaw(env, [{ data: new TextEncoder().encode("not an assignment"), msgID: "garbage-1" }]);
+    // 100 ms each way: a term the pass did not flush is still on its way when the pass returns.
+    const far = createDispatcher({ config: loadConfig({ ...env, NATS_URL: inject("natsSlowProxyUrl") }), shareConnection: true });
+    try {
+      expect((await far.reconcile("test", 10_000))[0]).toMatchObject({ fetched: 1, termed: 1 });
+      expect(await streamState(env)).toEqual({ pending: 0, ackPending: 0, messages: 0 });
+    } finally {
+      await far.close();
+    }
+  });
+
+  it("a failed backend call gives its slot back: capacity 1 admits the next assignment", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 1, RETRY_DELAY_MS: 60_000 });
+    const config = await provisionEnv(env);
+    const backend = backendControl(env);
+    await backend.mode({ failFirst: 1 });
+    expect((await post(env, { version: 1, id: "slot-1", backend: "pod", labels: ["x"] })).status).toBe(202);
+    expect(eventsOf("slot-1").filter((e) => e !== "error")).toEqual(["published", "received", "capacity_acquired", "backend_retry"]);
+    expect(await state(env, "slot-1")).toMatchObject({ state: "backend_pending" });
+    // The consumer delivers no more than capacity at once (MaxAckPending), so the next assignment
+    // asks admission as its pass would, while slot-1 waits out its retry delay.
+    await createDispatcher({ config }).withState(async ({ admission }) => {
+      expect(await admission.holders("pod")).toEqual([]);
+      expect(await admission.acquire("pod", "slot-2")).toBe(true);
+      expect(await admission.acquire("pod", "slot-1")).toBe(false);
+    });
+  });
+
   it("takes an assignment from POST to acked, then completes it, with no token in any log line", async () => {
     const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 50 });
     await provisionEnv(env);
