@@ -30,18 +30,19 @@ export function natsServerVersion(bin = findNatsServer()) {
 /**
  * Starts nats-server and resolves once both listeners are up.
  * `storeDir` reuses a store (a restart); `ports` pins the ports of a restart.
- * @param {{ storeDir?: string, ports?: { nats: number, websocket: number }, extraConfig?: string }} [options]
+ * `name` pins the server name (a cluster member keeps its identity across restarts).
+ * `jetstream: false` starts a server without JetStream (every JetStream request has no responders).
+ * @param {{ storeDir?: string, ports?: { nats: number, websocket: number }, extraConfig?: string, name?: string, jetstream?: boolean }} [options]
  */
-export async function startNatsServer({ storeDir, ports, extraConfig = "" } = {}) {
+export async function startNatsServer({ storeDir, ports, extraConfig = "", name = `gdr-${randomUUID().slice(0, 8)}`, jetstream = true } = {}) {
   const bin = findNatsServer();
   const dir = mkdtempSync(join(tmpdir(), "gdr-nats-"));
   const store = storeDir ?? join(dir, "store");
-  const name = `gdr-${randomUUID().slice(0, 8)}`;
   const config = `
 server_name: ${name}
 listen: "127.0.0.1:${ports?.nats ?? -1}"
 ports_file_dir: "${dir}"
-jetstream { store_dir: "${store}" }
+${jetstream ? `jetstream { store_dir: "${store}" }` : ""}
 websocket { listen: "127.0.0.1:${ports?.websocket ?? -1}", no_tls: true }
 ${extraConfig}
 `;
@@ -52,13 +53,13 @@ ${extraConfig}
     log = (log + chunk).slice(-8000);
   });
   const exited = new Promise((resolve) => child.once("exit", resolve));
-  const deadline = Date.now() + 15_000;
+  const deadline = Date.now() + 30_000;
   let found;
   while (!found) {
     if (child.exitCode !== null) throw new Error(`nats-server exited: ${log}`);
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
-      throw new Error(`nats-server did not start in 15s: ${log}`);
+      throw new Error(`nats-server did not start in 30s: ${log}`);
     }
     const file = readdirSync(dir).find((f) => f.endsWith(".ports"));
     if (file) {

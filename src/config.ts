@@ -47,6 +47,10 @@ const envSchema = z.object({
   RETRY_DELAY_MS: intFrom(1, 3_600_000).optional(),
   CLAIM_TIMEOUT_MS: intFrom(1_000, 86_400_000).default(240_000),
   ACK_WAIT_MS: intFrom(1_000, 3_600_000).default(60_000),
+  JETSTREAM_REPLICAS: z
+    .preprocess((v) => (typeof v === "number" ? String(v) : typeof v === "string" ? v.trim() : v), z.enum(["1", "3", "5"], { message: "must be 1, 3 or 5" }))
+    .default("1")
+    .transform(Number),
   BATCH_SIZE: intFrom(1, 1_000).optional(),
   RECONCILE_BUDGET_MS: intFrom(100, 900_000).default(20_000),
   LEASE_TTL_MS: intFrom(60_000, 7 * 86_400_000).default(21_600_000),
@@ -107,6 +111,8 @@ export interface Config {
   retryDelayMs: number | undefined;
   claimTimeoutMs: number;
   ackWaitMs: number;
+  /** JETSTREAM_REPLICAS: what /healthz expects of the stream, consumers and buckets. */
+  replicas: number;
   reconcileBudgetMs: number;
   leaseTtlMs: number;
   dispatchToken: string;
@@ -151,6 +157,7 @@ const layoutSchema = envSchema.pick({
   CAPACITY_POD: true,
   CAPACITY_VM: true,
   ACK_WAIT_MS: true,
+  JETSTREAM_REPLICAS: true,
 });
 
 /** What `npm run provision` needs: NATS and the layout, no Worker secrets. */
@@ -160,6 +167,8 @@ export interface ProvisionConfig {
   stream: string;
   subjectBase: string;
   ackWaitMs: number;
+  /** JETSTREAM_REPLICAS: replicas of the stream, its consumers and the KV buckets. */
+  replicas: number;
   backends: { backend: Backend; capacity: number }[];
 }
 
@@ -175,6 +184,7 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
     stream: e.ASSIGNMENT_STREAM,
     subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
     ackWaitMs: e.ACK_WAIT_MS,
+    replicas: e.JETSTREAM_REPLICAS,
     backends: BACKENDS.map((backend) => ({ backend, capacity: backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM })).filter((b) => b.capacity > 0),
   };
 }
@@ -240,6 +250,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     retryDelayMs: e.RETRY_DELAY_MS,
     claimTimeoutMs: e.CLAIM_TIMEOUT_MS,
     ackWaitMs: e.ACK_WAIT_MS,
+    replicas: e.JETSTREAM_REPLICAS,
     reconcileBudgetMs: e.RECONCILE_BUDGET_MS,
     leaseTtlMs: e.LEASE_TTL_MS,
     dispatchToken: e.DISPATCH_TOKEN,

@@ -1,6 +1,6 @@
 // The JetStream layout the dispatcher needs: created or updated by `npm run provision`,
 // inspected (never created) by the Worker's /healthz.
-import { AckPolicy, DeliverPolicy, RetentionPolicy, StorageType, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, JetStreamApiError, RetentionPolicy, StorageType, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
@@ -14,7 +14,7 @@ const DUPLICATE_WINDOW_MS = 60 * 60 * 1000;
 /** Records outlive any assignment that could still be queued. */
 export const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
-export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs"> & { backends: Pick<BackendConfig, "backend" | "capacity">[] };
+export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" | "replicas"> & { backends: Pick<BackendConfig, "backend" | "capacity">[] };
 
 export function desiredConsumer(cfg: LayoutConfig, backend: Backend, capacity: number) {
   return {
@@ -26,17 +26,32 @@ export function desiredConsumer(cfg: LayoutConfig, backend: Backend, capacity: n
     ack_wait: nanos(cfg.ackWaitMs),
     max_ack_pending: capacity,
     max_deliver: MAX_DELIVER,
+    // As many as the stream: a consumer follows its stream when that changes its replicas, while
+    // an explicit count above the stream's is refused until the stream has scaled up.
+    num_replicas: 0,
   };
 }
 
-function bucketNames(cfg: LayoutConfig) {
+export function bucketNames(cfg: Pick<LayoutConfig, "stream" | "subjectBase">) {
   const names = { stream: cfg.stream, subjectBase: cfg.subjectBase };
   return { records: recordsBucket(names), admission: admissionBucket(names) };
 }
 
-/** Creates or updates the stream, one consumer per enabled backend and the KV buckets. Idempotent. */
+/** JetStream cannot keep the asked-for replicas (a single server, or too few JetStream servers). */
+export class ReplicasUnavailable extends Error {
+  override readonly name = "ReplicasUnavailable";
+}
+
+/**
+ * Creates or updates the stream, one consumer per enabled backend and the KV buckets, each with
+ * `replicas` replicas; an existing layout changes its replica count in place, keeping its data.
+ * Idempotent. Replicas the servers cannot give are refused before anything is touched.
+ */
 export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<string[]> {
-  const jsm = await jetstreamManager(handle.nc);
+  // Replica changes go through the cluster's meta leader and the stream's new peers: slower than
+  // the 5 s a request is given elsewhere.
+  const jsm = await jetstreamManager(handle.nc, { timeout: PROVISION_TIMEOUT_MS });
+  if (cfg.replicas > 1) await probeReplicas(jsm, cfg.replicas);
   const done: string[] = [];
   const stream = {
     name: cfg.stream,
@@ -45,14 +60,16 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
     storage: StorageType.File,
     duplicate_window: nanos(DUPLICATE_WINDOW_MS),
     max_msg_size: MAX_ASSIGNMENT_BYTES * 2,
+    num_replicas: cfg.replicas,
   };
-  if (await exists(() => jsm.streams.info(cfg.stream))) {
+  const existing = await maybe(() => jsm.streams.info(cfg.stream));
+  if (existing) {
     const { retention: _fixed, storage: _fixedToo, ...updatable } = stream;
     await jsm.streams.update(cfg.stream, updatable);
-    done.push(`stream ${cfg.stream}: updated`);
+    done.push(`stream ${cfg.stream}: updated${replicaChange(existing.config.num_replicas, cfg.replicas)}`);
   } else {
     await jsm.streams.add(stream);
-    done.push(`stream ${cfg.stream}: created`);
+    done.push(`stream ${cfg.stream}: created (R${cfg.replicas})`);
   }
   for (const b of cfg.backends) {
     const want = desiredConsumer(cfg, b.backend, b.capacity);
@@ -67,48 +84,38 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
   }
   const kvm = new Kvm(handle.js);
   const buckets = bucketNames(cfg);
-  await kvm.create(buckets.records, { history: 1, ttl: RECORD_TTL_MS, storage: StorageType.File, allow_direct: true });
-  await kvm.create(buckets.admission, { history: 1, storage: StorageType.File, allow_direct: true });
-  done.push(`buckets ${buckets.records}, ${buckets.admission}: ready`);
+  const kvOptions = { history: 1, storage: StorageType.File, allow_direct: true, replicas: cfg.replicas };
+  for (const [bucket, ttl] of [[buckets.records, RECORD_TTL_MS], [buckets.admission, 0]] as const) {
+    const info = await maybe(() => jsm.streams.info(`KV_${bucket}`));
+    if (info && info.config.num_replicas !== cfg.replicas) {
+      await jsm.streams.update(`KV_${bucket}`, { ...info.config, num_replicas: cfg.replicas });
+      done.push(`bucket ${bucket}: updated${replicaChange(info.config.num_replicas, cfg.replicas)}`);
+    } else if (!info) {
+      await kvm.create(bucket, { ...kvOptions, ...(ttl ? { ttl } : {}) });
+      done.push(`bucket ${bucket}: created (R${cfg.replicas})`);
+    } else done.push(`bucket ${bucket}: ready`);
+  }
   return done;
 }
 
-export interface LayoutReport {
-  ok: boolean;
-  problems: string[];
-  stream?: { name: string; messages: number };
-  consumers: Record<string, { pending: number; ackPending: number; redelivered: number }>;
-}
+const PROVISION_TIMEOUT_MS = 30_000;
 
-/** Inspects the layout and names precisely what is missing or differs from the configuration. */
-export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<LayoutReport> {
-  const jsm: JetStreamManager = await jetstreamManager(handle.nc, { checkAPI: false });
-  const problems: string[] = [];
-  const report: LayoutReport = { ok: false, problems, consumers: {} };
-  const fix = "run `npm run provision`";
-  const stream = await maybe(() => jsm.streams.info(cfg.stream));
-  if (!stream) problems.push(`stream ${cfg.stream} is missing (${fix})`);
-  else {
-    report.stream = { name: cfg.stream, messages: stream.state.messages };
-    if (stream.config.retention !== RetentionPolicy.Workqueue) problems.push(`stream ${cfg.stream} must use work-queue retention`);
-    for (const b of cfg.backends) {
-      const want = desiredConsumer(cfg, b.backend, b.capacity);
-      const info = await maybe(() => jsm.consumers.info(cfg.stream, want.name));
-      if (!info) {
-        problems.push(`consumer ${want.name} on stream ${cfg.stream} is missing (${fix})`);
-        continue;
-      }
-      report.consumers[want.name] = { pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered };
-      for (const key of ["filter_subject", "max_ack_pending", "ack_wait", "max_deliver"] as const) {
-        if (info.config[key] !== want[key]) problems.push(`consumer ${want.name}: ${key} is ${info.config[key]}, configuration wants ${want[key]} (${fix})`);
-      }
-    }
+const replicaChange = (from: number, to: number) => (from === to ? "" : ` (R${from} → R${to})`);
+
+/** Asks JetStream for a throwaway memory stream with `replicas` replicas: the one way to know it can. */
+async function probeReplicas(jsm: JetStreamManager, replicas: number): Promise<void> {
+  const name = `GDR_PROBE_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
+  try {
+    await jsm.streams.add({ name, subjects: [`_gdr_probe.${name}`], storage: StorageType.Memory, num_replicas: replicas, max_msgs: 1 });
+  } catch (err) {
+    if (!(err instanceof JetStreamApiError)) throw err;
+    const said = err.apiError().description ?? err.message;
+    throw new ReplicasUnavailable(
+      `JETSTREAM_REPLICAS=${replicas} needs a NATS cluster with at least ${replicas} JetStream servers, and the server refused (${said}). ` +
+        "Nothing was created or changed. Use JETSTREAM_REPLICAS=1 on a single server, or list every cluster node in NATS_URL.",
+    );
   }
-  for (const bucket of Object.values(bucketNames(cfg))) {
-    if (!(await maybe(() => jsm.streams.info(`KV_${bucket}`)))) problems.push(`KV bucket ${bucket} is missing (${fix})`);
-  }
-  report.ok = problems.length === 0;
-  return report;
+  await jsm.streams.delete(name).catch(() => undefined);
 }
 
 async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
@@ -125,6 +132,5 @@ async function exists(fn: () => Promise<unknown>): Promise<boolean> {
 }
 
 function isNotFound(err: unknown): boolean {
-  const e = err as { code?: number; api_error?: { code?: number }; message?: string; name?: string };
-  return e?.api_error?.code === 404 || /not found/i.test(e?.message ?? "");
+  return err instanceof JetStreamApiError && err.status === 404;
 }

@@ -3,9 +3,9 @@ import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher.ts";
-import { inspect } from "../layout.ts";
+import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
-import { withNats } from "../nats/connection.ts";
+import { isNatsError, withNats } from "../nats/connection.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
 import { requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { readJsonBody, readLimited } from "./body.ts";
@@ -124,8 +124,8 @@ export function createApp(deps: AppDeps) {
       return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
     console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
-    const nats = /nats|connection|timeout|jetstream/i.test(`${(err as Error).name} ${(err as Error).message}`);
-    return c.json({ error: nats ? "NATS is unavailable; nothing was changed" : "internal error" }, nats ? 503 : 500);
+    if (isNatsError(err)) return c.json({ error: "NATS is unavailable; retrying the same request is safe" }, 503);
+    return c.json({ error: "internal error" }, 500);
   });
 
   return app;

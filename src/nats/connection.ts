@@ -1,7 +1,7 @@
 // Opens one NATS connection per invocation. A connection kept across requests hangs silently
 // at the edge, so every caller goes through withNats, which drains in `finally`.
 import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { jetstream, JetStreamApiError, JetStreamError, type JetStreamClient } from "@nats-io/jetstream";
 import type { Config, NatsAuth } from "../config.ts";
 
 export interface NatsHandle {
@@ -14,18 +14,55 @@ export type NatsSettings = Pick<Config, "natsServers" | "natsAuth">;
 const CONNECT_TIMEOUT_MS = 5_000;
 export const REQUEST_TIMEOUT_MS = 5_000;
 
+/**
+ * Connects to one of `natsServers`, trying each in turn (from a random one, to spread
+ * invocations over a cluster) until one answers, within CONNECT_TIMEOUT_MS in all. nats.js with
+ * reconnect off gives up after the first server that refuses, so the failover is ours.
+ */
 export async function openNats(settings: NatsSettings, name = "gitea-edge-dispatcher"): Promise<NatsHandle> {
-  const nc = await wsconnect({
-    servers: settings.natsServers,
-    name,
-    timeout: CONNECT_TIMEOUT_MS,
-    // One invocation is short-lived: a broken connection is an error for this invocation, not a
-    // reason to wait around for the server.
-    reconnect: false,
-    maxReconnectAttempts: 0,
-    ...authOptions(settings.natsAuth),
-  });
-  return { nc, js: jetstream(nc, { timeout: REQUEST_TIMEOUT_MS, checkAPI: false }) };
+  const urls = settings.natsServers;
+  const deadline = Date.now() + CONNECT_TIMEOUT_MS;
+  const perServer = Math.max(MIN_CONNECT_ATTEMPT_MS, Math.floor(CONNECT_TIMEOUT_MS / urls.length));
+  const first = Math.floor(Math.random() * urls.length);
+  const failures: string[] = [];
+  for (let i = 0; i < urls.length; i++) {
+    const left = deadline - Date.now();
+    if (left <= 0) break;
+    const attempt = wsconnect({
+      servers: [urls[(first + i) % urls.length]!],
+      name,
+      timeout: Math.min(perServer, left),
+      // One invocation is short-lived: a broken connection is an error for this invocation, not a
+      // reason to wait around for the server.
+      reconnect: false,
+      maxReconnectAttempts: 0,
+      ...authOptions(settings.natsAuth),
+    });
+    try {
+      // nats.js's timeout does not cover a WebSocket upgrade that is never answered.
+      const nc = await deadlineFor(attempt, Math.min(perServer, left));
+      return { nc, js: jetstream(nc, { timeout: REQUEST_TIMEOUT_MS, checkAPI: false }) };
+    } catch (err) {
+      void attempt.then((late) => late.close(), () => undefined);
+      // Auth refusals are the same on every server of a cluster: no point in trying the others.
+      if (err instanceof errors.AuthorizationError || err instanceof errors.UserAuthenticationExpiredError) throw err;
+      failures.push((err as Error).name);
+    }
+  }
+  // Names only: a URL may carry credentials.
+  throw new NatsUnavailable(`no NATS server answered (${failures.length} of ${urls.length} tried: ${failures.join(", ") || "out of time"})`);
+}
+
+const MIN_CONNECT_ATTEMPT_MS = 1_000;
+
+async function deadlineFor<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(`no answer in ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function authOptions(auth: NatsAuth) {
@@ -61,6 +98,15 @@ const UNAVAILABLE = [
 /** True for errors that say NATS is unreachable or slow, as opposed to refusing a request. By type. */
 export function isNatsUnavailable(err: unknown): boolean {
   return UNAVAILABLE.some((type) => err instanceof type);
+}
+
+/**
+ * Any error of the NATS client or of JetStream (no responders, no leader during an election, a
+ * timeout, a closed connection): by type, never by message. The domain handles the refusals it
+ * expects (a lost compare-and-set, a missing key); what reaches the HTTP layer is NATS trouble.
+ */
+export function isNatsError(err: unknown): boolean {
+  return isNatsUnavailable(err) || err instanceof JetStreamError || err instanceof JetStreamApiError || Object.values(errors).some((type) => err instanceof type);
 }
 
 /**

@@ -7,6 +7,7 @@ import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
 import { startWsProxy } from "../../scripts/ws-proxy.mjs";
 import { startRestartableNats } from "./restartable-nats.ts";
+import { startClusterControl } from "./cluster-control.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -20,6 +21,11 @@ declare module "vitest" {
     natsSlowProxyUrl: string;
     /** A nats-server of its own for the broker-restart suite, and its kill/start control URL. */
     restartNatsWsUrl: string;
+    /** A nats-server without JetStream: every KV or stream request has no responders. */
+    natsNoJetStreamWsUrl: string;
+    /** A 3-node cluster (NATS_URL lists every node) and its kill/start control URL. */
+    clusterNatsUrl: string;
+    clusterControlUrl: string;
     restartNatsControlUrl: string;
   }
 }
@@ -37,11 +43,19 @@ export default async function setup(project: TestProject) {
   project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
   const slowProxy = await startWsProxy({ upstream: server.wsUrl, delayMs: 100 });
   project.provide("natsSlowProxyUrl", slowProxy.url("slow"));
+  const noJetStream = await startNatsServer({ jetstream: false });
+  project.provide("natsNoJetStreamWsUrl", noJetStream.wsUrl);
   const restartable = await startRestartableNats();
+  // Only the workerd project runs the cluster suites.
+  const cluster = project.name === "workerd" ? await startClusterControl(3) : undefined;
+  project.provide("clusterNatsUrl", cluster?.natsUrl ?? "");
+  project.provide("clusterControlUrl", cluster?.controlUrl ?? "");
   project.provide("restartNatsWsUrl", restartable.wsUrl);
   project.provide("restartNatsControlUrl", restartable.controlUrl);
   return async () => {
+    await cluster?.close();
     await restartable.close();
+    await noJetStream.stop();
     await proxy.close();
     await slowProxy.close();
     await kubernetes.close();

@@ -5,7 +5,8 @@ import fc from "fast-check";
 import { assignmentIdSchema, encodeAssignment } from "../../src/assignment.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { inspect, provision } from "../../src/layout.ts";
+import { provision, ReplicasUnavailable } from "../../src/layout.ts";
+import { inspect } from "../../src/layout-inspect.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { publishAssignment } from "../../src/operations.ts";
@@ -148,6 +149,26 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("refuses JETSTREAM_REPLICAS=3 on a single server with one clear message, creating nothing", async () => {
+    const config = loadConfig(testEnv(nats, backend, { JETSTREAM_REPLICAS: "3" }));
+    await withNats(config, async (h) => {
+      const jsm = await jetstreamManager(h.nc);
+      const before = (await jsm.streams.names().next()).length;
+      const err = await provision(h, config).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ReplicasUnavailable);
+      expect((err as Error).message).toMatch(/^JETSTREAM_REPLICAS=3 needs a NATS cluster with at least 3 JetStream servers, and the server refused \(.+\)\. Nothing was created or changed\./);
+      expect((await jsm.streams.names().next()).length).toBe(before);
+      expect((await inspect(h, config)).problems).toEqual([
+        expect.stringMatching(`stream ${config.stream} is missing`),
+        expect.stringMatching(`KV bucket ${config.stream}_records is missing`),
+        expect.stringMatching(`KV bucket ${config.stream}_admission is missing`),
+      ]);
+    });
+    for (const bad of ["2", "0", "-1", "three", "3.0", "33"]) {
+      expect(() => loadConfig(testEnv(nats, backend, { JETSTREAM_REPLICAS: bad }))).toThrow(/JETSTREAM_REPLICAS must be 1, 3 or 5/);
+    }
+  });
+
   it("provisioning twice is idempotent and follows a configuration change", async () => {
     const env = testEnv(nats, backend, { CAPACITY_POD: 3 });
     const config = loadConfig(env);
@@ -157,7 +178,7 @@ describe("JetStream handoff against nats-server", () => {
         expect.stringMatching(`KV bucket ${config.stream}_records is missing`),
         expect.stringMatching(`KV bucket ${config.stream}_admission is missing`),
       ]);
-      expect(await provision(h, config)).toContain(`stream ${config.stream}: created`);
+      expect(await provision(h, config)).toContain(`stream ${config.stream}: created (R1)`);
       expect(await provision(h, config)).toContain(`stream ${config.stream}: updated`);
       expect(await inspect(h, config)).toMatchObject({ ok: true, problems: [] });
       const jsm = await jetstreamManager(h.nc);

@@ -98,6 +98,25 @@ describe("runner endpoints", () => {
   });
 });
 
+describe("NATS trouble", () => {
+  it("is 503 on every route when JetStream has no responders, never 500", async () => {
+    const env = { ...testEnv(nats, backendUrl), NATS_URL: inject("natsNoJetStreamWsUrl") };
+    const id = "nr-1";
+    const token = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, id);
+    const calls: [string, RequestInit][] = [
+      ["/v1/assignments", { method: "POST", headers: json(), body: body(id) }],
+      [`/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }],
+      [`/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(token) }],
+      [`/v1/assignments/${id}/complete`, { method: "POST", headers: bearer(token) }],
+    ];
+    for (const [path, init] of calls) {
+      const res = await app.request(path, init, env);
+      expect(res.status, path).toBe(503);
+      expect(((await res.json()) as { error: string }).error, path).toMatch(/NATS/);
+    }
+  });
+});
+
 describe("GET /healthz", () => {
   it("200 once provisioned; stream and consumer counts only with the dispatch token", async () => {
     const env = testEnv(nats, backendUrl);

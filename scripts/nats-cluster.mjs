@@ -1,0 +1,95 @@
+// Starts a throwaway nats-server cluster on loopback: every node with routes to the others,
+// JetStream (temp store) and websocket. Ports are picked free up front, because each node's
+// route list must name the others'. Nodes can be killed and restarted on their store and ports.
+import { createServer } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { randomUUID } from "node:crypto";
+import { wsconnect } from "@nats-io/nats-core";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { startNatsServer } from "./nats-server.mjs";
+
+async function freePort() {
+  const server = createServer();
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address();
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/**
+ * @param {{ size?: number }} [options]
+ * @returns a cluster: `wsUrls` (one per node), `natsUrl` (comma-separated ws URLs, as NATS_URL),
+ * `nodes` ({ name, wsUrl, up }), kill(i), start(i), nodeOf(serverName), stop().
+ */
+export async function startNatsCluster({ size = 3 } = {}) {
+  const id = randomUUID().slice(0, 6);
+  const root = mkdtempSync(join(tmpdir(), "gdr-cluster-"));
+  const specs = [];
+  for (let i = 0; i < size; i++) {
+    specs.push({ name: `gdr-${id}-n${i + 1}`, store: join(root, `n${i + 1}`), ports: { nats: await freePort(), websocket: await freePort() }, route: await freePort() });
+  }
+  const configOf = (spec) => `
+cluster {
+  name: gdr-${id}
+  listen: "127.0.0.1:${spec.route}"
+  routes: [${specs.filter((s) => s !== spec).map((s) => `"nats-route://127.0.0.1:${s.route}"`).join(", ")}]
+}`;
+  const start = (spec) => startNatsServer({ name: spec.name, storeDir: spec.store, ports: spec.ports, extraConfig: configOf(spec) });
+  const servers = await Promise.all(specs.map(start));
+  const wsUrls = servers.map((s) => s.wsUrl);
+  const cluster = {
+    wsUrls,
+    natsUrl: wsUrls.join(","),
+    nodes: specs.map((spec, i) => ({ name: spec.name, wsUrl: wsUrls[i], up: true })),
+    /** SIGKILL node i (its store stays). */
+    async kill(i) {
+      if (!cluster.nodes[i].up) return;
+      cluster.nodes[i].up = false;
+      await servers[i].stop({ signal: "SIGKILL", cleanup: false });
+    },
+    /** SIGTERM node i, as an upgrade's orderly shutdown does (its store stays). */
+    async shutdown(i) {
+      if (!cluster.nodes[i].up) return;
+      cluster.nodes[i].up = false;
+      await servers[i].stop({ signal: "SIGTERM", cleanup: false });
+    },
+    /** Restarts node i on its own store and ports. */
+    async start(i) {
+      if (cluster.nodes[i].up) return;
+      servers[i] = await start(specs[i]);
+      cluster.nodes[i].up = true;
+    },
+    /** Index of the node a server name belongs to (a stream leader, say), or -1. */
+    nodeOf: (serverName) => specs.findIndex((s) => s.name === serverName),
+    async stop() {
+      await Promise.all(servers.map((s, i) => (cluster.nodes[i].up ? s.stop({ cleanup: false }) : undefined)));
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+  await waitForJetStream(wsUrls);
+  return cluster;
+}
+
+/** Resolves once JetStream answers through every node (routes up, a meta leader elected). */
+export async function waitForJetStream(urls, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (const url of urls) {
+    for (;;) {
+      try {
+        const nc = await wsconnect({ servers: [url], timeout: 2_000 });
+        try {
+          const jsm = await jetstreamManager(nc, { timeout: 2_000 });
+          await jsm.getAccountInfo();
+          break;
+        } finally {
+          await nc.close();
+        }
+      } catch (err) {
+        if (Date.now() > deadline) throw new Error(`JetStream on ${url} did not come up in ${timeoutMs} ms: ${err.message}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+}

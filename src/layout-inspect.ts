@@ -1,0 +1,76 @@
+// What /healthz reports of the JetStream layout: what is missing, what drifted from the
+// configuration, and, on a cluster, replicas without a leader or falling behind. Each problem
+// says how to fix it. Never creates anything.
+import { JetStreamApiError, RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
+import { bucketNames, desiredConsumer, type LayoutConfig } from "./layout.ts";
+import type { NatsHandle } from "./nats/connection.ts";
+
+export interface LayoutReport {
+  ok: boolean;
+  problems: string[];
+  stream?: { name: string; messages: number; replicas: number; leader?: string };
+  consumers: Record<string, { pending: number; ackPending: number; redelivered: number }>;
+}
+
+const PROVISION = "run `npm run provision`";
+/** A replica this many messages behind its leader is lagging, not just busy. */
+export const LAG_LIMIT = 1_000;
+
+export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<LayoutReport> {
+  const jsm: JetStreamManager = await jetstreamManager(handle.nc, { checkAPI: false });
+  const problems: string[] = [];
+  const report: LayoutReport = { ok: false, problems, consumers: {} };
+  const stream = await maybe(() => jsm.streams.info(cfg.stream));
+  if (!stream) problems.push(`stream ${cfg.stream} is missing (${PROVISION})`);
+  else {
+    report.stream = { name: cfg.stream, messages: stream.state.messages, replicas: stream.config.num_replicas, ...(stream.cluster?.leader ? { leader: stream.cluster.leader } : {}) };
+    if (stream.config.retention !== RetentionPolicy.Workqueue) problems.push(`stream ${cfg.stream} must use work-queue retention`);
+    problems.push(...replicaProblems(`stream ${cfg.stream}`, stream.config.num_replicas, stream.cluster, cfg.replicas));
+    for (const b of cfg.backends) {
+      const want = desiredConsumer(cfg, b.backend, b.capacity);
+      const info = await maybe(() => jsm.consumers.info(cfg.stream, want.name));
+      if (!info) {
+        problems.push(`consumer ${want.name} on stream ${cfg.stream} is missing (${PROVISION})`);
+        continue;
+      }
+      report.consumers[want.name] = { pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered };
+      for (const key of ["filter_subject", "max_ack_pending", "ack_wait", "max_deliver"] as const) {
+        if (info.config[key] !== want[key]) problems.push(`consumer ${want.name}: ${key} is ${info.config[key]}, configuration wants ${want[key]} (${PROVISION})`);
+      }
+      // A consumer's 0 replicas means "as many as its stream".
+      problems.push(...replicaProblems(`consumer ${want.name}`, info.config.num_replicas || stream.config.num_replicas, info.cluster, cfg.replicas));
+    }
+  }
+  for (const bucket of Object.values(bucketNames(cfg))) {
+    const info = await maybe(() => jsm.streams.info(`KV_${bucket}`));
+    if (!info) problems.push(`KV bucket ${bucket} is missing (${PROVISION})`);
+    else problems.push(...replicaProblems(`KV bucket ${bucket}`, info.config.num_replicas, info.cluster, cfg.replicas));
+  }
+  report.ok = problems.length === 0;
+  return report;
+}
+
+/** Replica count against the configuration, a missing leader, and replicas offline or behind. */
+export function replicaProblems(what: string, replicas: number, cluster: ClusterInfo | undefined, wanted: number): string[] {
+  const problems: string[] = [];
+  if (replicas !== wanted) problems.push(`${what} has ${replicas} replicas, JETSTREAM_REPLICAS wants ${wanted} (${PROVISION})`);
+  if (replicas > 1 && cluster && !cluster.leader) {
+    problems.push(`${what} has no leader: fewer than a majority of its ${replicas} replicas are up (bring the stopped NATS servers back)`);
+  }
+  for (const peer of cluster?.replicas ?? []) {
+    if (peer.offline) problems.push(`${what}: replica on ${peer.name} is offline (bring that NATS server back)`);
+    else if (!peer.current || (peer.lag ?? 0) > LAG_LIMIT) {
+      problems.push(`${what}: replica on ${peer.name} lags ${peer.lag ?? "?"} operations behind its leader (it catches up by itself; if it does not, check that server's disk and network)`);
+    }
+  }
+  return problems;
+}
+
+async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof JetStreamApiError && err.status === 404) return undefined;
+    throw err;
+  }
+}
