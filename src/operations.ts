@@ -32,19 +32,26 @@ export async function publishAssignment(d: Dispatcher, body: unknown): Promise<P
   }
 }
 
+/**
+ * Publishes, then records. In this order a record always has its message: the sweep can trust
+ * that a known job was queued, and never needs to publish it again. A publish that fails leaves
+ * nothing; a record write that fails after the publish leaves a message without a record, which
+ * its first delivery creates (the reconciler offers what it is delivered).
+ */
 async function offerAndPublish(d: Dispatcher, a: Assignment): Promise<Published> {
   return d.withState(async (state, handle) => {
-    const offered = await state.records.offer(a);
-    if (offered.result === "conflict") throw new HttpError(409, `assignment ${a.id} already exists with different content`);
+    let ack;
     try {
-      const ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
-      d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
-      return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered.result === "same", stored: !ack.duplicate };
+      ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
     } catch {
-      // Leave nothing half-written: the record goes unless an earlier publish owns it.
-      if (offered.result === "new") await state.records.remove(a.id).catch(() => undefined);
       throw new HttpError(503, "NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
     }
+    const offered = await state.records.offer(a).catch(() => undefined);
+    // Within the duplicate window the stream dropped a conflicting copy; past it, the stored copy
+    // is termed as conflicting at its first delivery.
+    if (offered?.result === "conflict") throw new HttpError(409, `assignment ${a.id} already exists with different content`);
+    if (!ack.duplicate) d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
+    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered?.result === "same", stored: !ack.duplicate };
   });
 }
 

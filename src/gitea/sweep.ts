@@ -76,12 +76,11 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
     for (const job of jobs) {
       if (job.status !== "queued") continue;
       await eachItem(d, `job ${job.id}`, async () => {
-        // A record still "received" may be one whose publish failed and whose cleanup failed too
-        // (NATS died in between): publish again. The stream drops the copy if the first one held.
-        const known = await records.get(jobAssignmentId(job.id, job.run_attempt));
-        if (known && known.state !== "received") return;
+        // A record is written only once its message is stored (see publishAssignment): a known
+        // job is queued, even if it still waits behind MaxAckPending, and is not published again.
+        if (await records.get(jobAssignmentId(job.id, job.run_attempt))) return;
         const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
-        if (published && (!known || published.stored)) {
+        if (published?.stored) {
           summary.recovered++;
           d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
         }

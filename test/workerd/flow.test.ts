@@ -178,7 +178,7 @@ describe("handoff in workerd", () => {
     await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 250 });
     await publishRaw(env, Array.from({ length: 24 }, (_, i) => ({ data: encodeAssignment(assignment(`b-${i}`)), msgID: `b-${i}` })));
     await tick(env);
-    const first = logs.events().find((e) => e.event === "reconcile_summary")! as { fetched: number; deferred: number; naked: number };
+    const first = logs.events().find((e) => e.event === "reconcile_summary")! as unknown as { fetched: number; deferred: number; naked: number };
     // With 250 ms backend calls, 4 at a time, a 100 ms budget finishes at most one round of them
     // (how many exactly depends on the machine's speed); the rest is deferred.
     expect(first.fetched).toBe(24);
@@ -188,7 +188,7 @@ describe("handoff in workerd", () => {
     // The deferred ones are available again right away, not after AckWait (60 s); the others
     // were naked with a 2 s delay and stay out of this tick.
     await tick(env);
-    const second = logs.events().filter((e) => e.event === "reconcile_summary")[1]! as { fetched: number };
+    const second = logs.events().filter((e) => e.event === "reconcile_summary")[1]! as unknown as { fetched: number };
     expect(second.fetched).toBe(first.deferred);
   });
 
