@@ -153,40 +153,45 @@ const HOLD_MARGIN_MS = 250;
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
  * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
  */
-export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<AssignmentView> {
+export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Released<AssignmentView>> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
+  let contended = false;
   const completable = (r: AssignmentRecord) => isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r)));
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.
-    if (r?.state === "completed" && isRegistered(r, opts)) await state.admission.release(r.backend, id);
+    if (r?.state === "completed" && isRegistered(r, opts)) contended = await state.admission.release(r.backend, id);
     return r;
   });
   if (!record) throw new HttpError(404, `no assignment ${id}`);
   if (!isRegistered(record, opts)) throw new RunnerMismatch(id, opts.runnerId ?? undefined);
   if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
-  return viewOf(record);
+  return { ...viewOf(record), contended };
 }
+
+/** `contended`: the freed slot was one of a full pool, so an assignment may be waiting for it. */
+export type Released<T> = T & { contended: boolean };
 
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed
  * at its next delivery) and its slot released. Returns the record when this call terminated it.
  */
-export async function cancelAssignment(d: Dispatcher, id: string, reason: string): Promise<AssignmentRecord | null> {
+export async function cancelAssignment(d: Dispatcher, id: string, reason: string): Promise<Released<{ record: AssignmentRecord }> | null> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
+  let contended = false;
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) =>
       (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
     );
-    if (r && changed) await state.admission.release(r.backend, id);
+    if (r && changed) contended = await state.admission.release(r.backend, id);
     return r;
   });
   if (!record || !changed) return null;
   d.sink.event({ event: "cancelled", assignment: id, backend: record.backend, reason });
-  return record;
+  return { record, contended };
 }
 
 /**

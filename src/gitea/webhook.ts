@@ -36,8 +36,8 @@ export interface WebhookOutcome {
   body: Record<string, unknown>;
   /** A backend to reconcile right after answering. */
   reconcile?: Backend;
-  /** The reconcile follows a claim. */
-  claimed?: boolean;
+  /** What the reconcile follows: a claim (its message is acked), or a freed slot (one waiting takes it). */
+  after?: "claim" | "release";
   /** Work to finish after answering (teardown). */
   background?: Promise<unknown>;
 }
@@ -102,20 +102,24 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
       const view = await claimAssignment(d, ours, runner).catch(refusal(d, ours));
       if (typeof view === "string") return ignore(d, view === MISMATCH ? `runner is not the one registered for ${ours}` : view, ours);
-      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), claimed: true };
+      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim" };
     }
     case "completed": {
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
-        if (typeof view !== "string") return { status: 200, body: { completed: ours }, background: releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined) };
+        if (typeof view !== "string") {
+          const background = releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined);
+          return { status: 200, body: { completed: ours }, background, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
+        }
         if (view !== MISMATCH) return ignore(d, view, ours);
       }
       // No runner of ours ran it (cancelled or skipped before pickup, or another runner did):
       // its own assignment goes, unless its runner was claimed by another job meanwhile.
       const own = jobAssignmentId(job.id, job.run_attempt);
-      const record = await cancelAssignment(d, own, "cancelled");
-      if (!record) return ignore(d, `nothing to cancel for ${own}`);
-      return { status: 200, body: { cancelled: own }, background: releaseRunner(d, own, record.backend, record.runner?.id) };
+      const cancelled = await cancelAssignment(d, own, "cancelled");
+      if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
+      const { record, contended } = cancelled;
+      return { status: 200, body: { cancelled: own }, background: releaseRunner(d, own, record.backend, record.runner?.id), ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
     }
     default:
       // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.

@@ -87,8 +87,9 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const view = await completeAssignmentRun(d, id);
+    const { contended, ...view } = await completeAssignmentRun(d, id);
     inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
+    if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
   });
 
@@ -108,7 +109,7 @@ export function createApp(deps: AppDeps) {
       throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
     }
     const outcome = await handleWorkflowJob(d, parseWorkflowJob(value));
-    if (outcome.reconcile) reconcileSoon(c, d, outcome.claimed ? "claim" : "webhook", outcome.reconcile);
+    if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     if (outcome.background) inBackground(c, d, outcome.background, "runner teardown");
     return c.json(outcome.body, outcome.status);
   });
@@ -131,11 +132,13 @@ export function createApp(deps: AppDeps) {
   return app;
 }
 
-function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: string, backend: Backend) {
+function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;
-  // After a claim, the runner's message is out on a nak delay: wait for it, so that it is acked
-  // now rather than at the next cron tick.
-  const wait = trigger === "publish" || trigger === "webhook" ? 0 : (d.config.retryDelayMs ?? DEFAULT_DELAYS.claim) + 250;
+  // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
+  // waiting for capacity. Wait for them, so that the ack, or the freed slot, is taken now rather
+  // than at the next cron tick.
+  const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? DEFAULT_DELAYS.capacity : undefined;
+  const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
   inBackground(c, d, d.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
 }

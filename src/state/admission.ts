@@ -24,8 +24,11 @@ export interface Admission {
   acquire(backend: Backend, id: string): Promise<boolean>;
   /** Admits what capacity allows, in order, and reserves runner registration for admitted `reserve` ids. */
   acquireMany(backend: Backend, ids: readonly string[], reserve?: ReadonlySet<string>): Promise<AdmissionResult>;
-  /** Frees the slots and registration reservations of `ids`; ids holding none are ignored. */
-  release(backend: Backend, ...ids: string[]): Promise<void>;
+  /**
+   * Frees the slots and registration reservations of `ids`; ids holding none are ignored.
+   * Resolves true when a slot was freed in a full pool: someone may be waiting for it.
+   */
+  release(backend: Backend, ...ids: string[]): Promise<boolean>;
   /** Ends the registration reservations of `ids` (registered or given up), keeping their slots. */
   endRegistrations(backend: Backend, ids: readonly string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
@@ -53,12 +56,13 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
   });
   // Removes `ids` from the given parts of the pool (expired entries go too); no write when none is there.
   const drop = (backend: Backend, ids: readonly string[], parts: readonly (keyof Pool)[]) =>
-    casUpdate<Pool, void>(kv, admissionKey(backend), (current) => {
+    casUpdate<Pool, boolean>(kv, admissionKey(backend), (current) => {
       const now = opts.now();
       const pool = { leases: live(current?.value.leases, now), registering: live(current?.value.registering, now) };
-      if (!current || !ids.some((id) => parts.some((part) => pool[part].has(id)))) return { value: undefined, result: undefined };
+      if (!current || !ids.some((id) => parts.some((part) => pool[part].has(id)))) return { value: undefined, result: false };
+      const full = pool.leases.size >= opts.capacity[backend];
       for (const part of parts) for (const id of ids) pool[part].delete(id);
-      return { value: stored(pool.leases, pool.registering), result: undefined };
+      return { value: stored(pool.leases, pool.registering), result: full && pool.leases.size < opts.capacity[backend] };
     });
   const liveIds = async (backend: Backend, part: keyof Pool) => [...live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()).keys()];
   const admission: Admission = {
@@ -89,7 +93,7 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
       });
     },
     release: (backend, ...ids) => drop(backend, ids, ["leases", "registering"]),
-    endRegistrations: (backend, ids) => drop(backend, ids, ["registering"]),
+    endRegistrations: async (backend, ids) => void (await drop(backend, ids, ["registering"])),
     holders: (backend) => liveIds(backend, "leases"),
     registering: (backend) => liveIds(backend, "registering"),
   };

@@ -137,6 +137,17 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("a release says whether it freed a slot of a full pool (someone may be waiting for it)", async () => {
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
+    await createDispatcher({ config, sink: silent }).withState(async ({ admission }) => {
+      await admission.acquireMany("pod", ["a", "b"]);
+      expect(await admission.release("pod", "nobody")).toBe(false);
+      expect(await admission.release("pod", "a")).toBe(true);
+      expect(await admission.release("pod", "b")).toBe(false);
+      expect(await admission.release("pod", "b")).toBe(false);
+    });
+  });
+
   it("reclaims a slot whose lease expired", async () => {
     let now = Date.parse("2026-11-30T10:00:00Z");
     const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 1, LEASE_TTL_MS: 60_000 }));

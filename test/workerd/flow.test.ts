@@ -153,6 +153,23 @@ describe("handoff in workerd", () => {
     expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["second"]);
   });
 
+  it("a freed slot is taken at once by the assignment waiting for it, without a cron tick", async () => {
+    // Default delays: a capacity wait is a 2 s nak.
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 1 });
+    await provisionEnv(env);
+    await post(env, { version: 1, id: "holder", backend: "pod", labels: ["a"] });
+    await runnerCall(env, "holder", "claim");
+    expect(await state(env, "holder")).toMatchObject({ state: "claimed" });
+    await post(env, { version: 1, id: "waiter", backend: "pod", labels: ["a"] });
+    expect(await state(env, "waiter")).toMatchObject({ state: "capacity_wait" });
+    const started = Date.now();
+    // request() returns once the invocation's waitUntil work is done: the pass the release started.
+    expect((await runnerCall(env, "holder", "complete")).status).toBe(200);
+    expect(await state(env, "waiter")).toMatchObject({ state: "backend_ready" });
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(logs.events().filter((e) => e.event === "reconcile_summary" && e.trigger === "release")).toHaveLength(1);
+  });
+
   it("retries a failing and a hung backend, releasing the slot, until it succeeds", async () => {
     const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CAPACITY_POD: 1, BACKEND_TIMEOUT_MS: 300 });
     await provisionEnv(env);

@@ -1,12 +1,10 @@
 // Gitea integration inside workerd: signed webhooks, JIT ephemeral runners, the sweep for missed
 // deliveries and stale runners. Against the real nats-server, a fake Gitea and the fake backend.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { completeAssignment } from "../../src/assignment.ts";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
 import { giteaSignature } from "../../src/gitea/signature.ts";
-import { repositoryOf } from "../../src/gitea/sweep.ts";
-import { jobAssignment } from "../../src/gitea/webhook.ts";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { loadConfig } from "../../src/config.ts";
+import { withNats } from "../../src/nats/connection.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
@@ -216,21 +214,28 @@ describe("runner lifecycle from Gitea's events", () => {
 });
 
 describe("sweep", () => {
-  it("publishes again a job whose record outlived a failed publish (the broker died in between), once", async () => {
-    const { env, gitea } = await setup();
-    const job = { ...clone(queuedFixture.workflow_job), id: 3100, status: "queued" };
-    const config = loadConfig(env);
-    const decoded = completeAssignment(jobAssignment(config.gitea!, job, repositoryOf(job.url))!, config.trustDomain, new Date());
-    if (!decoded.ok) throw new Error("fixture job does not make an assignment");
-    await createDispatcher({ config }).withState((state) => state.records.offer(decoded.assignment));
-    expect(await streamState(env)).toMatchObject({ messages: 0 });
-    await gitea.jobs([job]);
-    await tick(env);
-    expect(events("recovered").map((e) => e.assignment)).toEqual(["gitea-3100-1"]);
-    expect(await view(env, "gitea-3100-1")).toMatchObject({ state: "backend_ready" });
-    await tick(env);
-    expect(events("recovered")).toHaveLength(1);
-    expect(await streamState(env)).toMatchObject({ messages: 1 });
+  it("does not publish again a job it knows, even one whose message waits behind MaxAckPending", async () => {
+    const { env, gitea } = await setup({ CAPACITY_POD: 1 });
+    // A duplicate window of 200 ms stands for the hour after which a second publish is stored.
+    await withNats(loadConfig(env), async (h) => {
+      const jsm = await jetstreamManager(h.nc);
+      const { config } = await jsm.streams.info(env.ASSIGNMENT_STREAM!);
+      await jsm.streams.update(env.ASSIGNMENT_STREAM!, { ...config, duplicate_window: 200_000_000 });
+    });
+    const a = { ...clone(queuedFixture.workflow_job), id: 3100, status: "queued" };
+    const b = { ...clone(queuedFixture.workflow_job), id: 3101, status: "queued" };
+    await deliver(env, { ...clone(queuedFixture), workflow_job: a });
+    await deliver(env, { ...clone(queuedFixture), workflow_job: b });
+    // Capacity 1 is MaxAckPending 1: b's message is not delivered while a's runner waits.
+    expect(await view(env, "gitea-3101-1")).toMatchObject({ state: "received" });
+    await gitea.jobs([a, b]);
+    for (let i = 0; i < 3; i++) {
+      await sleep(250);
+      await tick(env);
+    }
+    expect(events("published").map((e) => e.assignment)).toEqual(["gitea-3100-1", "gitea-3101-1"]);
+    expect(events("recovered")).toEqual([]);
+    expect(await streamState(env)).toMatchObject({ messages: 2 });
   });
 
   it("finds a job whose webhook never arrived, and deletes runners nobody needs", async () => {
