@@ -42,6 +42,8 @@ export interface DispatcherDeps {
    * opened on first use and drained by close(). Off: a connection per withState call.
    */
   shareConnection?: boolean;
+  /** Wraps the state stores of each connection: tests inject faults here. */
+  decorateState?: (state: State) => State;
 }
 
 export interface ReconcileOptions {
@@ -97,10 +99,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
     const [recordsKv, admissionKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, admissionBucket(names))]);
-    return {
+    const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys)),
       admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), now }),
     };
+    return deps.decorateState ? deps.decorateState(state) : state;
   };
 
   let shared: Promise<{ handle: NatsHandle; state: State }> | undefined;

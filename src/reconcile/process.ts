@@ -5,6 +5,7 @@ import { decodeAssignment, type Assignment } from "../assignment.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../backends/types.ts";
 import type { EventName, EventSink } from "../events.ts";
 import type { Backend } from "../names.ts";
+import { isNatsError } from "../nats/connection.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission } from "../state/admission.ts";
 import type { Versioned } from "../state/kv.ts";
@@ -37,6 +38,11 @@ export interface Prepared {
   assignment?: Assignment;
   known?: Versioned<AssignmentRecord>;
   reserved: boolean;
+  /**
+   * A runner was registered, and maybe handed to the backend, but its record write failed: the
+   * registration reservation must stay (until its lease ends), or the next pass registers again.
+   */
+  unstoredRegistration?: true;
   /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
   heldUntil?: number;
 }
@@ -164,7 +170,15 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
     }
     return next === r ? undefined : next;
   };
-  const after = await deps.records.updateFrom(p.known, change);
+  let after: AssignmentRecord | null;
+  try {
+    // A new registration must reach the record: while the records bucket elects a leader, reads
+    // still answer but writes fail for seconds, so keep trying rather than register twice.
+    after = ref ? await retryUnavailable(() => deps.records.updateFrom(p.known!, change), deps.now, REF_WRITE_RETRY_MS) : await deps.records.updateFrom(p.known, change);
+  } catch (err) {
+    if (ref) p.unstoredRegistration = true;
+    throw err;
+  }
   if (effects.includes("release_slot")) await deps.admission.release(deps.backend, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone.
   if (effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt) {
@@ -174,4 +188,19 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
     });
   }
   return after;
+}
+
+/** How long a pass keeps trying to store a new runner registration (a JetStream leader election). */
+export const REF_WRITE_RETRY_MS = 10_000;
+
+async function retryUnavailable<T>(fn: () => Promise<T>, now: () => number, withinMs: number): Promise<T> {
+  const until = now() + withinMs;
+  for (let pause = 250; ; pause = Math.min(pause * 2, 2_000)) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isNatsError(err) || now() + pause > until) throw err;
+      await new Promise((r) => setTimeout(r, pause));
+    }
+  }
 }

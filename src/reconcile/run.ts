@@ -91,8 +91,9 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     });
     // Registrations of this batch are stored in their records, failed, or never started (the
     // budget ran out): either way the reservation has done its job, and holding it would make
-    // the next delivery wait out its lease.
-    const reserved = prepared.filter((p) => p.reserved).map((p) => p.assignment!.id);
+    // the next delivery wait out its lease. Not so for one registered but not stored: another
+    // registration now would be a second runner for the same assignment.
+    const reserved = prepared.filter((p) => p.reserved && !p.unstoredRegistration).map((p) => p.assignment!.id);
     if (reserved.length) {
       await deps.admission.endRegistrations(deps.backend, reserved).catch((err) => {
         deps.sink.error("ending registration reservations failed", { backend: deps.backend, reason: (err as Error).message });

@@ -1,0 +1,82 @@
+// One assignment, one Gitea registration, even when the record write that stores it fails (the
+// records bucket electing a leader: reads answer, writes do not). Against the real nats-server,
+// with the write failures injected into the record store.
+import { describe, expect, inject, it } from "vitest";
+import { encodeAssignment } from "../../src/assignment.ts";
+import { loadConfig, type Config } from "../../src/config.ts";
+import { createDispatcher, type State } from "../../src/dispatcher.ts";
+import type { GiteaClient } from "../../src/gitea/client.ts";
+import { assignmentSubject } from "../../src/names.ts";
+import { NatsUnavailable, withNats } from "../../src/nats/connection.ts";
+import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
+
+const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
+
+function countingGitea() {
+  const gitea = { registrations: 0 } as GiteaClient & { registrations: number };
+  Object.assign(gitea, {
+    registrationToken: async () => "reg",
+    register: async (req: { name: string; labels: string[] }) => {
+      gitea.registrations++;
+      return { id: gitea.registrations, uuid: `u${gitea.registrations}`, token: `t${gitea.registrations}`, name: req.name, labels: req.labels };
+    },
+    listQueuedJobs: async () => ({ total: 0, jobs: [] }),
+    listRunners: async () => ({ total: 0, runners: [] }),
+    getJob: async () => null,
+    deleteRunner: async () => undefined,
+  });
+  return gitea;
+}
+
+/** Record writes fail with a NATS error while `failing()` holds; reads keep working. */
+const failingWrites = (failing: () => boolean) => (state: State): State => {
+  const refuse = () => Promise.reject(new NatsUnavailable("records bucket: no leader"));
+  return {
+    ...state,
+    records: {
+      ...state.records,
+      update: (id, change) => (failing() ? refuse() : state.records.update(id, change)),
+      updateFrom: (known, change) => (failing() ? refuse() : state.records.updateFrom(known, change)),
+    },
+  };
+};
+
+async function setup(): Promise<{ config: Config; id: string }> {
+  const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { RETRY_DELAY_MS: 30 });
+  const config = await provisionEnv(env);
+  const id = "gitea-77-1";
+  await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment(id)), { msgID: id }));
+  return { config: loadConfig(env), id };
+}
+
+describe("a registration whose record write fails", () => {
+  it("is stored once the writes come back within the retry window: one registration", async () => {
+    const { config, id } = await setup();
+    const gitea = countingGitea();
+    const failUntil = Date.now() + 1_500;
+    const d = createDispatcher({ config, gitea, sink: silent, decorateState: failingWrites(() => Date.now() < failUntil) });
+    await d.reconcile("test", 10_000);
+    expect(gitea.registrations).toBe(1);
+    const record = await createDispatcher({ config }).withState(({ records }) => records.get(id));
+    expect(record?.runner?.id).toBe(1);
+    await new Promise((r) => setTimeout(r, 50));
+    await createDispatcher({ config, gitea, sink: silent }).reconcile("test", 5_000);
+    expect(gitea.registrations).toBe(1);
+  });
+
+  it("keeps its reservation when the writes stay down, so the next pass does not register again", async () => {
+    const { config, id } = await setup();
+    const gitea = countingGitea();
+    let down = true;
+    const d = createDispatcher({ config, gitea, sink: silent, decorateState: failingWrites(() => down) });
+    const [summary] = await d.reconcile("test", 15_000);
+    expect(summary).toMatchObject({ fetched: 1, errors: 1 });
+    expect(gitea.registrations).toBe(1);
+    down = false;
+    const registering = await createDispatcher({ config }).withState(({ admission }) => admission.registering("pod"));
+    expect(registering).toEqual([id]);
+    await new Promise((r) => setTimeout(r, 50));
+    await createDispatcher({ config, gitea, sink: silent }).reconcile("test", 5_000);
+    expect(gitea.registrations).toBe(1);
+  });
+});
