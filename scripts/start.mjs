@@ -16,6 +16,7 @@ import { startFakeBackend } from "./fake-backend.mjs";
 import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
 import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
+import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
 import { simulateCluster } from "./simulate-cluster.mjs";
 import { loadProvisionConfig } from "../src/config.ts";
@@ -35,16 +36,24 @@ try {
 }
 
 const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
-const PASS = ["TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
+const PASS = ["JETSTREAM_REPLICAS", "TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
   "POD_DRIVER", "VM_DRIVER", "K8S_API_URL", "K8S_TOKEN", "K8S_NAMESPACE", "RUNNER_IMAGE", "RUNNER_VM_IMAGE", "POD_TEMPLATE", "VM_TEMPLATE",
   "GITEA_URL", "GITEA_WEBHOOK_SECRET", "GITEA_API_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_SCOPE", "RUNS_ON_ROUTES", "RUNNER_IDENTITY_KEY", "RUNNER_NAME_PREFIX"];
 const chosen = pick(user, PASS);
 const drivers = [chosen.POD_DRIVER ?? "http", chosen.VM_DRIVER ?? "http"];
 const needsCluster = drivers.some((d) => d !== "http");
 
+// NATS_CLUSTER=3 (or 5): a cluster of that many nodes on loopback, NATS_URL listing every node,
+// and the layout replicated (JETSTREAM_REPLICAS 3 unless set).
+const clusterSize = Number(process.env.NATS_CLUSTER ?? user.NATS_CLUSTER ?? 1);
+if (![1, 3, 5].includes(clusterSize)) {
+  console.error(`NATS_CLUSTER must be 1, 3 or 5, got ${process.env.NATS_CLUSTER ?? user.NATS_CLUSTER}`);
+  process.exit(1);
+}
 const stops = [];
-const nats = await startNatsServer();
+const nats = clusterSize > 1 ? await startNatsCluster({ size: clusterSize }) : await startNatsServer();
 stops.push(() => nats.stop());
+const natsUrl = clusterSize > 1 ? nats.natsUrl : nats.wsUrl;
 const backend = await startFakeBackend({ mode: { token: "local-backend-token", readyAfterMs: 1_500, autoClaimMs: 1_000, autoCompleteMs: 3_000 } });
 stops.push(() => backend.close());
 
@@ -57,8 +66,9 @@ const vars = {
   POD_BACKEND_TOKEN: "local-backend-token",
   VM_BACKEND_URL: `${backend.url}/vm`,
   VM_BACKEND_TOKEN: "local-backend-token",
+  ...(clusterSize > 1 ? { JETSTREAM_REPLICAS: String(Math.min(clusterSize, 3)) } : {}),
   ...chosen,
-  NATS_URL: nats.wsUrl,
+  NATS_URL: natsUrl,
   PUBLIC_URL: base,
 };
 
@@ -126,7 +136,7 @@ async function announce() {
   announced = true;
   ticker = setInterval(() => fetch(`${base}/__scheduled?cron=*+*+*+*+*`).catch(() => undefined), TICK_MS);
   console.log(`
-gitea-edge-dispatcher on ${base}   (nats-server ${nats.wsUrl}, cron tick every ${TICK_MS / 1000}s)
+gitea-edge-dispatcher on ${base}   (${clusterSize > 1 ? `${clusterSize}-node NATS cluster` : "nats-server"} ${natsUrl}, cron tick every ${TICK_MS / 1000}s)
 drivers: pod=${drivers[0]} vm=${drivers[1]}${cluster ? ` (embedded fake Kubernetes API at ${vars.K8S_API_URL})` : ""}
 Try:
   curl -s -X POST ${base}/v1/assignments -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}' \\

@@ -12,7 +12,7 @@ import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
-import type { PreparedRequest, ProcessDeps } from "./reconcile/process.ts";
+import { REF_WRITE_RETRY_MS, type PreparedRequest, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { createAdmission, type Admission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
@@ -21,10 +21,11 @@ import { createRecordStore, type AssignmentRecord, type RecordStore } from "./st
 /**
  * No live pass can still be registering after this: it stops starting work at its budget, and the
  * work under way is a token fetch, a registration and a backend call (each bounded by
- * BACKEND_TIMEOUT_MS), then one NATS write. A dead pass's reservation frees itself no later.
+ * BACKEND_TIMEOUT_MS), then one NATS write, retried through a leader election for up to
+ * REF_WRITE_RETRY_MS. A dead pass's reservation frees itself no later.
  */
 export function registrationLeaseMs(config: Pick<Config, "reconcileBudgetMs" | "backendTimeoutMs">): number {
-  return config.reconcileBudgetMs + 3 * config.backendTimeoutMs + REQUEST_TIMEOUT_MS;
+  return config.reconcileBudgetMs + 3 * config.backendTimeoutMs + REQUEST_TIMEOUT_MS + REF_WRITE_RETRY_MS;
 }
 
 /** Workers allow six open connections per invocation: one is NATS, four are backend calls. */
@@ -75,6 +76,8 @@ export interface Dispatcher {
   runnersFor(backend: Backend): RunnerBackend;
   /** Runs `fn` on this invocation's connection (or a fresh one, drained afterwards). */
   withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
+  /** Runs `fn` on a connection of its own, opened now (to any server of NATS_URL) and drained after. */
+  withFreshState<T>(fn: (state: State) => Promise<T>): Promise<T>;
   /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
   close(): Promise<void>;
   runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
@@ -98,10 +101,15 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
-    const [recordsKv, admissionKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, admissionBucket(names))]);
+    const [recordsKv, leaderKv, admissionKv, admissionLeader] = await Promise.all([
+      bindBucket(handle, recordsBucket(names)),
+      bindBucket(handle, recordsBucket(names), false),
+      bindBucket(handle, admissionBucket(names)),
+      bindBucket(handle, admissionBucket(names), false),
+    ]);
     const state: State = {
-      records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys)),
-      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), now }),
+      records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
+      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), now }, admissionLeader),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };
@@ -122,6 +130,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const { handle, state } = await shared;
       return fn(state, handle);
     },
+    withFreshState: (fn) => withNats(config, async (handle) => fn(await openState(handle))),
     async close() {
       const session = await shared?.catch(() => undefined);
       shared = undefined;
@@ -178,6 +187,8 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     admission: state.admission,
     runners: d.runnersFor(backend),
     needsIdentity: d.config.gitea !== undefined,
+    replicated: d.config.replicas > 1,
+    withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
     sink: d.sink,

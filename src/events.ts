@@ -31,6 +31,7 @@ export const EVENT_NAMES = [
   "runner_mismatch",
   "sweep_item_failed",
   "stale_delivery",
+  "runner_registered",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

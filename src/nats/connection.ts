@@ -2,6 +2,7 @@
 // at the edge, so every caller goes through withNats, which drains in `finally`.
 import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
 import { jetstream, JetStreamApiError, JetStreamError, type JetStreamClient } from "@nats-io/jetstream";
+import { jserrors } from "@nats-io/jetstream/internal";
 import type { Config, NatsAuth } from "../config.ts";
 
 export interface NatsHandle {
@@ -86,6 +87,7 @@ export class NatsUnavailable extends Error {
 }
 
 const UNAVAILABLE = [
+  jserrors.JetStreamNotEnabled,
   errors.ClosedConnectionError,
   errors.ConnectionError,
   errors.DrainingConnectionError,
@@ -106,7 +108,14 @@ export function isNatsUnavailable(err: unknown): boolean {
  * expects (a lost compare-and-set, a missing key); what reaches the HTTP layer is NATS trouble.
  */
 export function isNatsError(err: unknown): boolean {
-  return isNatsUnavailable(err) || err instanceof JetStreamError || err instanceof JetStreamApiError || Object.values(errors).some((type) => err instanceof type);
+  return (
+    isNatsUnavailable(err) ||
+    err instanceof JetStreamError ||
+    err instanceof JetStreamApiError ||
+    // What JetStream requests answer when nobody responds (a stream without a leader, say).
+    err instanceof jserrors.JetStreamNotEnabled ||
+    Object.values(errors).some((type) => err instanceof type)
+  );
 }
 
 /**

@@ -8,7 +8,7 @@ import type { Backend } from "../names.ts";
 import { isNatsError } from "../nats/connection.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission } from "../state/admission.ts";
-import type { Versioned } from "../state/kv.ts";
+import { CasGaveUp, type Versioned } from "../state/kv.ts";
 import { contentHash, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { decide, type Effect, type Facts, type Policy, type Verdict } from "./decide.ts";
 
@@ -23,6 +23,10 @@ export interface ProcessDeps {
   runners: RunnerBackend;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
+  /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
+  replicated: boolean;
+  /** Runs `fn` on a new connection: the pass's own may have died with its server. */
+  withFreshRecords<T>(fn: (records: RecordStore) => Promise<T>): Promise<T>;
   /** What the backend receives (claim token, URLs, runner identity); "busy" while another invocation registers it. */
   runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
   /** Runs a backend call within the invocation's connection limit and timeout. */
@@ -39,10 +43,12 @@ export interface Prepared {
   known?: Versioned<AssignmentRecord>;
   reserved: boolean;
   /**
-   * A runner was registered, and maybe handed to the backend, but its record write failed: the
-   * registration reservation must stay (until its lease ends), or the next pass registers again.
+   * This pass registered a runner. Its reservation stays until its lease ends: the record write
+   * may have failed, and even once written, a replica that lags (direct gets are answered by any
+   * replica) may show the record without it for a moment; a pass that read that and held no
+   * reservation would register a second runner.
    */
-  unstoredRegistration?: true;
+  registered?: true;
   /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
   heldUntil?: number;
 }
@@ -104,8 +110,17 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     const step = decide(p.facts, deps.policy);
     if (step.next === "call_backend") {
       try {
+        if (deps.replicated && p.reserved && !p.known!.value.runner) {
+          // About to register: only the leader's copy can say that no runner is stored yet.
+          const latest = await deps.records.getFromLeader(p.assignment!.id);
+          if (latest?.value.runner) p.known = latest;
+        }
         const prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved);
         if (prepared !== "busy") ref = prepared.ref;
+        if (ref) {
+          p.registered = true;
+          emit(deps, "runner_registered", idOf(p));
+        }
         p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(prepared.request, signal));
       } catch (err) {
         const status = err instanceof BackendError ? err.status : undefined;
@@ -170,15 +185,16 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
     }
     return next === r ? undefined : next;
   };
-  let after: AssignmentRecord | null;
-  try {
-    // A new registration must reach the record: while the records bucket elects a leader, reads
-    // still answer but writes fail for seconds, so keep trying rather than register twice.
-    after = ref ? await retryUnavailable(() => deps.records.updateFrom(p.known!, change), deps.now, REF_WRITE_RETRY_MS) : await deps.records.updateFrom(p.known, change);
-  } catch (err) {
-    if (ref) p.unstoredRegistration = true;
-    throw err;
-  }
+  // A new registration must reach the record: while the records bucket elects a leader, reads
+  // still answer but writes fail for seconds, and the pass's connection may have died with its
+  // server. Keep trying, on a new connection, rather than register twice.
+  const write = (records: RecordStore) => records.updateFrom(p.known!, change);
+  const after = ref
+    ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {
+        deps.sink.error("storing a runner registration failed", { assignment: p.assignment!.id, backend: deps.backend, reason: (err as Error).message });
+        throw err;
+      })
+    : await write(deps.records);
   if (effects.includes("release_slot")) await deps.admission.release(deps.backend, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone.
   if (effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt) {
@@ -191,15 +207,15 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
 }
 
 /** How long a pass keeps trying to store a new runner registration (a JetStream leader election). */
-export const REF_WRITE_RETRY_MS = 10_000;
+export const REF_WRITE_RETRY_MS = 20_000;
 
-async function retryUnavailable<T>(fn: () => Promise<T>, now: () => number, withinMs: number): Promise<T> {
+async function retryUnavailable<T>(fn: (attempt: number) => Promise<T>, now: () => number, withinMs: number): Promise<T> {
   const until = now() + withinMs;
-  for (let pause = 250; ; pause = Math.min(pause * 2, 2_000)) {
+  for (let attempt = 0, pause = 250; ; attempt++, pause = Math.min(pause * 2, 2_000)) {
     try {
-      return await fn();
+      return await fn(attempt);
     } catch (err) {
-      if (!isNatsError(err) || now() + pause > until) throw err;
+      if (!(isNatsError(err) || err instanceof CasGaveUp) || now() + pause > until) throw err;
       await new Promise((r) => setTimeout(r, pause));
     }
   }

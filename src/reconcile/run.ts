@@ -18,7 +18,7 @@ export interface PassOptions {
   batchSize: number;
   deadline: number;
   trigger: string;
-  /** The first pull waits this long for a message to become available (after a claim: its nak delay). */
+  /** Pulls wait up to this long from the start for messages to become available (after a claim: its nak delay). */
   firstPullWaitMs?: number;
   /** Keep deliveries waiting for their claim and ack them as claims land (see hold.ts). */
   holdClaims?: boolean;
@@ -52,9 +52,13 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const held: Prepared[] = [];
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   let pulls = 0;
+  const waitUntil = Math.min(started + (opts.firstPullWaitMs ?? 0), opts.deadline);
   while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
-    const wait = summary.fetched + summary.revisited === 0 ? Math.min(opts.firstPullWaitMs ?? 0, Math.max(0, opts.deadline - deps.now())) : 0;
-    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), opts.batchSize, undefined, undefined, wait);
+    const wait = Math.max(0, waitUntil - deps.now());
+    // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
+    // at the first message, which may be a new assignment that must not wait for the rest of the
+    // window (passes after a claim wait for its runner's message; new ones arrive meanwhile).
+    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
     const fresh = batch.filter((m) => !seen.has(m.seq));
     // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
     // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
@@ -89,11 +93,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
         p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
       }
     });
-    // Registrations of this batch are stored in their records, failed, or never started (the
-    // budget ran out): either way the reservation has done its job, and holding it would make
-    // the next delivery wait out its lease. Not so for one registered but not stored: another
-    // registration now would be a second runner for the same assignment.
-    const reserved = prepared.filter((p) => p.reserved && !p.unstoredRegistration).map((p) => p.assignment!.id);
+    // Registrations of this batch that failed or never started (the budget ran out) end their
+    // reservation: holding it would make the next delivery wait out its lease. One that did
+    // register keeps it until the lease ends (see Prepared.registered).
+    const reserved = prepared.filter((p) => p.reserved && !p.registered).map((p) => p.assignment!.id);
     if (reserved.length) {
       await deps.admission.endRegistrations(deps.backend, reserved).catch((err) => {
         deps.sink.error("ending registration reservations failed", { backend: deps.backend, reason: (err as Error).message });

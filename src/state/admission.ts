@@ -45,7 +45,8 @@ export interface AdmissionOptions {
   now: () => number;
 }
 
-export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
+/** `leader`: the bucket bound without direct gets, for reads after a lost compare-and-set. */
+export function createAdmission(kv: KV, opts: AdmissionOptions, leader?: KV): Admission {
   // Pools are keyed by assignment ids, which are input: Maps, never plain objects, so that an id
   // like `constructor` or `toString` is an id like any other and not an inherited property.
   const live = (entries: Record<string, number> | undefined, now: number) =>
@@ -63,7 +64,7 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
       const full = pool.leases.size >= opts.capacity[backend];
       for (const part of parts) for (const id of ids) pool[part].delete(id);
       return { value: stored(pool.leases, pool.registering), result: full && pool.leases.size < opts.capacity[backend] };
-    });
+    }, leader);
   const liveIds = async (backend: Backend, part: keyof Pool) => [...live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()).keys()];
   const admission: Admission = {
     async acquire(backend, id) {
@@ -90,7 +91,7 @@ export function createAdmission(kv: KV, opts: AdmissionOptions): Admission {
           }
         }
         return { value: changed ? stored(leases, registering) : undefined, result };
-      });
+      }, leader);
     },
     release: (backend, ...ids) => drop(backend, ids, ["leases", "registering"]),
     endRegistrations: async (backend, ids) => void (await drop(backend, ids, ["registering"])),

@@ -8,9 +8,12 @@ export interface Versioned<T> {
   revision: number;
 }
 
-/** Binds to an existing bucket without a round trip; the Worker never creates buckets. */
-export function bindBucket(handle: NatsHandle, bucket: string): Promise<KV> {
-  return new Kvm(handle.js).open(bucket, { allow_direct: true });
+/**
+ * Binds to an existing bucket without a round trip; the Worker never creates buckets. With
+ * `direct` (the default) any replica answers reads; without, the bucket's leader does.
+ */
+export function bindBucket(handle: NatsHandle, bucket: string, direct = true): Promise<KV> {
+  return new Kvm(handle.js).open(bucket, { allow_direct: direct });
 }
 
 export async function readJson<T>(kv: KV, key: string): Promise<Versioned<T> | null> {
@@ -64,23 +67,30 @@ const MAX_CAS_ATTEMPTS = 30;
  * Applies `change` to the current value with compare-and-set, retrying on a concurrent writer.
  * `change` returns the new value, or undefined to leave the entry as it is.
  */
-export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Versioned<T> | null) => { value: T | undefined; result: R }): Promise<R> {
-  return (await casUpdateRevision(kv, key, change)).result;
+export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Versioned<T> | null) => { value: T | undefined; result: R }, leader?: KV): Promise<R> {
+  return (await casUpdateRevision(kv, key, change, { leader })).result;
+}
+
+/** A compare-and-set that lost to other writers every time: contention, retried like NATS trouble. */
+export class CasGaveUp extends Error {
+  override readonly name = "CasGaveUp";
 }
 
 /**
  * casUpdate that also tells the entry's revision afterwards (undefined when there is no entry).
  * `assumeAbsent`: the first attempt creates without reading, saving a round trip where the entry
- * usually does not exist yet; if it does, the usual read-modify-write follows.
+ * usually does not exist yet; if it does, the usual read-modify-write follows. `leader`: the
+ * bucket bound without direct gets; after a lost write, reads go there, since a replica that
+ * lags would keep answering with the revision that just lost.
  */
 export async function casUpdateRevision<T, R>(
   kv: KV,
   key: string,
   change: (current: Versioned<T> | null) => { value: T | undefined; result: R },
-  { assumeAbsent = false } = {},
+  { assumeAbsent = false, leader }: { assumeAbsent?: boolean; leader?: KV | undefined } = {},
 ): Promise<{ result: R; revision: number | undefined }> {
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
-    const current = assumeAbsent && attempt === 0 ? null : await readJson<T>(kv, key);
+    const current = assumeAbsent && attempt === 0 ? null : await readJson<T>(attempt > 0 && leader ? leader : kv, key);
     const { value, result } = change(current);
     if (value === undefined) return { result, revision: current?.revision };
     const bytes = new TextEncoder().encode(JSON.stringify(value));
@@ -93,5 +103,5 @@ export async function casUpdateRevision<T, R>(
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
     }
   }
-  throw new Error(`KV ${key}: gave up after ${MAX_CAS_ATTEMPTS} concurrent updates`);
+  throw new CasGaveUp(`KV ${key}: gave up after ${MAX_CAS_ATTEMPTS} concurrent updates`);
 }

@@ -47,6 +47,12 @@ export interface RecordStore {
   get(id: string): Promise<AssignmentRecord | null>;
   /** Applies `change` atomically; returns the record after it, or null when there is none. */
   update(id: string, change: Transition): Promise<AssignmentRecord | null>;
+  /**
+   * The record as the bucket's leader has it. Other reads may be answered by any replica, and one
+   * that lags (a node just restarted) shows an older record: fine for most decisions, not for
+   * the one to register a runner.
+   */
+  getFromLeader(id: string): Promise<Versioned<AssignmentRecord> | null>;
   /** Records of many assignments in one request. */
   getMany(ids: readonly string[]): Promise<Map<string, Versioned<AssignmentRecord>>>;
   /** Like update, but first tries one write at the revision the caller already read. */
@@ -60,7 +66,13 @@ export async function contentHash(assignment: Assignment): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-export function createRecordStore(kv: KV, now: () => number, readMany: (keys: string[]) => Promise<Map<string, Versioned<AssignmentRecord>>>): RecordStore {
+export function createRecordStore(
+  kv: KV,
+  now: () => number,
+  readMany: (keys: string[]) => Promise<Map<string, Versioned<AssignmentRecord>>>,
+  /** The same bucket bound without direct gets: reads go to its leader. */
+  leaderKv: KV = kv,
+): RecordStore {
   const iso = () => new Date(now()).toISOString();
   const store: RecordStore = {
     async offer(assignment) {
@@ -78,12 +90,13 @@ export function createRecordStore(kv: KV, now: () => number, readMany: (keys: st
           updatedAt: at,
         };
         return { value: record, result: { result: "new", record } };
-      }, { assumeAbsent: true });
+      }, { assumeAbsent: true, leader: leaderKv });
       return { ...result, revision: revision! };
     },
     async get(id) {
       return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
     },
+    getFromLeader: (id) => readJson<AssignmentRecord>(leaderKv, recordKey(id)),
     update(id, change) {
       return casUpdate<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current: Versioned<AssignmentRecord> | null) => {
         if (!current) return { value: undefined, result: null };
@@ -91,7 +104,7 @@ export function createRecordStore(kv: KV, now: () => number, readMany: (keys: st
         if (!next) return { value: undefined, result: current.value };
         const stamped = { ...next, updatedAt: iso() };
         return { value: stamped, result: stamped };
-      });
+      }, leaderKv);
     },
     async remove(id) {
       await kv.purge(recordKey(id));

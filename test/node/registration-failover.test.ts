@@ -46,7 +46,9 @@ async function setup(): Promise<{ config: Config; id: string }> {
   const config = await provisionEnv(env);
   const id = "gitea-77-1";
   await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment(id)), { msgID: id }));
-  return { config: loadConfig(env), id };
+  // Replicated as far as the dispatcher knows (one server cannot be): it reads from the leader
+  // before registering, which on one server is the same copy.
+  return { config: loadConfig({ ...env, JETSTREAM_REPLICAS: "3" }), id };
 }
 
 describe("a registration whose record write fails", () => {
@@ -64,12 +66,12 @@ describe("a registration whose record write fails", () => {
     expect(gitea.registrations).toBe(1);
   });
 
-  it("keeps its reservation when the writes stay down, so the next pass does not register again", async () => {
+  it("keeps its reservation when the writes stay down, so the next pass does not register again", { timeout: 60_000 }, async () => {
     const { config, id } = await setup();
     const gitea = countingGitea();
     let down = true;
     const d = createDispatcher({ config, gitea, sink: silent, decorateState: failingWrites(() => down) });
-    const [summary] = await d.reconcile("test", 15_000);
+    const [summary] = await d.reconcile("test", 25_000);
     expect(summary).toMatchObject({ fetched: 1, errors: 1 });
     expect(gitea.registrations).toBe(1);
     down = false;
@@ -78,5 +80,29 @@ describe("a registration whose record write fails", () => {
     await new Promise((r) => setTimeout(r, 50));
     await createDispatcher({ config, gitea, sink: silent }).reconcile("test", 5_000);
     expect(gitea.registrations).toBe(1);
+  });
+
+  it("is not made again on a lagging replica's read: registering asks the leader first", async () => {
+    const { config, id } = await setup();
+    const gitea = countingGitea();
+    await createDispatcher({ config, gitea, sink: silent }).reconcile("test", 5_000);
+    expect(gitea.registrations).toBe(1);
+    // The reservation's lease is over, and a replica that lags answers the batch read with the
+    // record as it was before the runner was stored.
+    await createDispatcher({ config }).withState(({ admission }) => admission.endRegistrations("pod", [id]));
+    const lagging = (state: State): State => ({
+      ...state,
+      records: {
+        ...state.records,
+        getMany: async (ids) => {
+          const fresh = await state.records.getMany(ids);
+          return new Map([...fresh].map(([k, v]) => [k, { ...v, value: { ...v.value, runner: undefined, state: "backend_pending" as const } }]));
+        },
+      },
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    await createDispatcher({ config, gitea, sink: silent, decorateState: lagging }).reconcile("test", 5_000);
+    expect(gitea.registrations).toBe(1);
+    expect((await createDispatcher({ config }).withState(({ records }) => records.get(id)))?.runner?.id).toBe(1);
   });
 });

@@ -9,6 +9,8 @@ import { HOLD_MS } from "../../src/reconcile/hold.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
+import worker from "../../src/index.ts";
 import { backendControl, bearer, captureLogs, request, sleep, tick, type Captured } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
@@ -151,6 +153,33 @@ describe("handoff in workerd", () => {
     await tick(env);
     expect(await state(env, "second")).toMatchObject({ state: "backend_ready" });
     expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["second"]);
+  });
+
+  it("a new assignment is provisioned at once while a claim's pass waits for its runner's message", async () => {
+    // Default delays: the claim's pass waits up to 2.25 s for the claimed runner's message.
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 10 });
+    await provisionEnv(env);
+    await post(env, { version: 1, id: "c-first", backend: "pod", labels: ["a"] });
+    expect(await state(env, "c-first")).toMatchObject({ state: "backend_ready" });
+    const ctx = createExecutionContext();
+    const claim = new Request("https://dispatch.example.org/v1/assignments/c-first/claim", { method: "POST", headers: bearer(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "c-first")) });
+    expect((await worker.fetch(claim as Request<unknown, IncomingRequestCfProperties>, env, ctx)).status).toBe(200);
+    await sleep(100);
+    // Straight into the stream, without a pass of its own: only the claim's pass can take it.
+    const started = Date.now();
+    await publishRaw(env, [{ data: encodeAssignment(assignment("c-second")), msgID: "c-second" }]);
+    let readyAfter = Infinity;
+    while (Date.now() - started < 3_000) {
+      const res = await request(env, "/v1/assignments/c-second", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+      if (res.status === 200 && ((await res.json()) as { state: string }).state === "backend_ready") {
+        readyAfter = Date.now() - started;
+        break;
+      }
+      await sleep(20);
+    }
+    await waitOnExecutionContext(ctx);
+    expect(readyAfter).toBeLessThan(1_000);
+    expect(eventsOf("c-first")).toContain("acked");
   });
 
   it("a freed slot is taken at once by the assignment waiting for it, without a cron tick", async () => {

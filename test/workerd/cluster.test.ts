@@ -1,0 +1,202 @@
+// On a real 3-node cluster (one file, so that no two tests kill nodes at once): the layout goes
+// R1 → R3 in place with messages and records kept; /healthz names replica counts that differ from
+// JETSTREAM_REPLICAS and replicas that are offline; and the fault suite: a burst of signed queued
+// webhooks whose runners claim and complete, while the stream's leader is killed, or the records
+// bucket's leader, or every node is restarted in turn. CLUSTER_N (40) jobs per scenario.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { describe, expect, inject, it } from "vitest";
+import { loadConfig } from "../../src/config.ts";
+import { provision } from "../../src/layout.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { giteaTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
+import { assignmentViews, deliverJob, inParallel, withJob } from "../harness/jobs.ts";
+import { streamState } from "../harness/nats.ts";
+import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick } from "../harness/worker.ts";
+
+const clusterUrl = inject("clusterNatsUrl");
+const control = inject("clusterControlUrl");
+const backendUrl = inject("backendUrl");
+type Health = { ok: boolean; problems: string[]; stream?: { replicas: number; messages: number } };
+const health = async (env: Record<string, string>) => (await (await request(env, "/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Health;
+const node = async (verb: "kill" | "shutdown" | "start", i: number) => {
+  const res = await fetch(`${control}/${verb}/${i}`, { method: "POST" });
+  if (!res.ok) throw new Error(`${verb} ${i}: ${res.status} ${await res.text()}`);
+  return res.json();
+};
+
+async function until<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (ok(v)) return v;
+    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(v)}`);
+    await sleep(250);
+  }
+}
+
+describe.sequential("a replicated layout on a 3-node cluster", () => {
+  it("goes from R1 to R3 in place, keeping messages and records; /healthz names the difference until then", async () => {
+    const env = testEnv(clusterUrl, backendUrl, { EAGER_RECONCILE: "false", JETSTREAM_REPLICAS: "1" });
+    await provisionEnv(env);
+    for (let i = 0; i < 5; i++) {
+      const res = await request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id: `r-${i}`, backend: "pod", labels: ["x"] }) });
+      expect(res.status).toBe(202);
+    }
+    const r3 = { ...env, JETSTREAM_REPLICAS: "3" };
+    const before = await health(r3);
+    expect(before.ok).toBe(false);
+    const stream = env.ASSIGNMENT_STREAM!;
+    expect(before.problems).toEqual([
+      `stream ${stream} has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `consumer pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `KV bucket ${stream}_records has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `KV bucket ${stream}_admission has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+    ]);
+
+    const config = loadConfig(r3);
+    const done = await withNats(config, (h) => provision(h, config));
+    expect(done).toEqual(expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`, `bucket ${stream}_admission: updated (R1 → R3)`]));
+    const after = await until("R3 layout healthy", () => health(r3), (h) => h.ok);
+    expect(after.stream).toMatchObject({ replicas: 3, messages: 5 });
+    expect(await streamState(r3)).toMatchObject({ messages: 5, pending: 5 });
+    for (let i = 0; i < 5; i++) {
+      const view = await request(r3, `/v1/assignments/r-${i}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+      expect(await view.json()).toMatchObject({ id: `r-${i}`, state: "received" });
+    }
+    // Provisioning again changes nothing.
+    expect(await withNats(config, (h) => provision(h, config))).toContain(`stream ${stream}: updated`);
+  });
+
+  it("/healthz names a replica whose server is down, and is healthy again once it is back", async () => {
+    const env = testEnv(clusterUrl, backendUrl, { EAGER_RECONCILE: "false", JETSTREAM_REPLICAS: "3" });
+    await provisionEnv(env);
+    await until("healthy", () => health(env), (h) => h.ok);
+    await node("kill", 2);
+    try {
+      const down = await until("a replica reported offline", () => health(env), (h) => h.problems.some((p) => /replica on \S+-n3 (is offline|lags)/.test(p)));
+      expect(down.ok).toBe(false);
+      for (const p of down.problems) expect(p).toMatch(/\((bring that NATS server back|it catches up by itself.*)\)$/);
+    } finally {
+      await node("start", 2);
+    }
+    await until("healthy again", () => health(env), (h) => h.ok, 45_000);
+  });
+});
+
+const N = Number(globalThis.process?.env?.CLUSTER_N ?? 40);
+
+/** The node that leads `stream` now (JetStream names it; our nodes end in -n1, -n2, -n3). */
+async function leaderOf(env: Record<string, string>, stream: string): Promise<number> {
+  const leader = await withNats(loadConfig(env), async (h) => (await (await jetstreamManager(h.nc)).streams.info(stream)).cluster?.leader);
+  const m = /-n(\d+)$/.exec(leader ?? "");
+  if (!m) throw new Error(`no leader for ${stream}: ${leader}`);
+  return Number(m[1]) - 1;
+}
+
+type Fault = (env: Record<string, string>) => Promise<string>;
+const killLeader = (stream: (env: Record<string, string>) => string): Fault => async (env) => {
+  const i = await leaderOf(env, stream(env));
+  await node("kill", i);
+  await sleep(10_000);
+  await node("start", i);
+  return `node ${i + 1} killed, back 10 s later`;
+};
+const rolling: Fault = async (env) => {
+  for (let i = 0; i < 3; i++) {
+    await node("shutdown", i);
+    await node("start", i);
+    // As an upgrade does: the next node goes once this one has caught up.
+    await until(`node ${i + 1} caught up`, () => health(env), (h) => h.ok, 60_000);
+  }
+  return "rolling restart of 3 nodes";
+};
+
+describe.sequential.each([
+  ["the ASSIGNMENTS stream's leader is killed", killLeader((env) => env.ASSIGNMENT_STREAM!)],
+  ["the records bucket's leader is killed", killLeader((env) => `KV_${env.ASSIGNMENT_STREAM}_records`)],
+  ["every node is restarted in turn", rolling],
+] as const)("cluster faults (R3): %s", (_name, fault) => {
+  it(`${N} jobs: one assignment, registration and runner each, claimed and completed; no 500; nothing left`, { timeout: 300_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const env = giteaTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), {
+        JETSTREAM_REPLICAS: 3, CAPACITY_POD: N, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, GITEA_JOB_PAGES: 10, ACK_WAIT_MS: 14_000,
+      });
+      await provisionEnv(env);
+      await until("R3 layout healthy", () => health(env), (h) => h.ok);
+      const gitea = giteaControl(env);
+      const backend = backendControl(env);
+      const jobs = Array.from({ length: N }, (_, i) => 700_000 + i);
+      const ids = jobs.map((j) => `gitea-${j}-1`);
+      await gitea.jobs(jobs.map((j) => ({ ...withJob(queuedFixture, j).workflow_job, status: "queued" })));
+
+      const answers: { kind: string; status: number; body: Record<string, unknown> }[] = [];
+      let faultDone: Promise<string> | undefined;
+      let sent = 0;
+      const claimed = new Set<string>();
+      const completed = new Set<string>();
+      // Runners: once their assignment is ready, each claims (in_progress) and then completes.
+      // Gitea sends each event once; one answered 503 is sent again, as an operator redelivers it.
+      const runners = async () => {
+        const views = await assignmentViews(env, ids);
+        await inParallel([...views.entries()], 8, async ([id, v]) => {
+          if (typeof v !== "object" || !v.giteaRunnerId || completed.has(id)) return;
+          const job = Number(id.split("-")[1]);
+          const who = { runner_id: v.giteaRunnerId, runner_name: `gdr-${id}` };
+          for (const [kind, fixture, done] of [["in_progress", inProgressFixture, claimed], ["completed", completedFixture, completed]] as const) {
+            if (done.has(id) || (kind === "in_progress" && v.state !== "backend_ready" && v.state !== "claimed")) continue;
+            const { status, body } = await deliverJob(env, withJob(fixture, job, who));
+            answers.push({ kind, status, body });
+            if (status !== 200) return;
+            done.add(id);
+          }
+        });
+      };
+      await inParallel(jobs, 8, async (job) => {
+        if (++sent === Math.floor(N / 3)) faultDone = fault(env);
+        const { status, body } = await deliverJob(env, withJob(queuedFixture, job));
+        answers.push({ kind: "queued", status, body });
+        if (sent % 8 === 0) await runners();
+      });
+      const what = await faultDone;
+      // Cron ticks (the sweep finds what was refused) and runners, until every job is done.
+      const deadline = Date.now() + 150_000;
+      while (completed.size < N && Date.now() < deadline) {
+        await tick(env);
+        await runners();
+        await sleep(200);
+      }
+      const drained = async () => (await streamState(env)).messages === 0 && (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0;
+      while (!(await drained()) && Date.now() < deadline) {
+        await tick(env);
+        await sleep(200);
+      }
+
+      const internal = answers.filter((a) => a.status >= 500 && a.status !== 503);
+      if (internal.length) console.info(JSON.stringify({ internal: internal.length, names: [...new Set(logs.lines.filter((l) => l.includes('"path"')))].slice(0, 10) }));
+      expect(internal, what).toEqual([]);
+      for (const a of answers.filter((r) => r.kind === "queued" && r.status === 503)) expect(String(a.body.error)).toMatch(/nothing was queued/);
+      expect(answers.filter((a) => a.status !== 200 && a.status !== 202 && a.status !== 503)).toEqual([]);
+      const views = await assignmentViews(env, ids);
+      expect([...views.entries()].filter(([, v]) => typeof v !== "object" || v.state !== "completed")).toEqual([]);
+      expect(new Set([...views.values()].map((v) => (v as { giteaRunnerId: number }).giteaRunnerId)).size).toBe(N);
+      const g = await gitea.state();
+      const names = g.requests.filter((r) => r.path.endsWith("/Register")).map((r) => JSON.parse(r.body).name as string);
+      const twice = names.filter((n, i) => names.indexOf(n) !== i);
+      const about = (name: string) => logs.lines.filter((l) => l.includes(name.replace(/^gdr-/, "")) && !l.includes("reconcile_summary")).map((l) => l.replace(/"backend":"pod",?/, "").replace(/"assignment":"[^"]*",?/, "")).filter((l, i, all) => i === 0 || l !== all[i - 1]).slice(0, 40);
+      const errors = [...new Set(logs.lines.filter((l) => l.includes('"event":"error"')).map((l) => l.replace(/"(assignment|seq)":"?[^,"]*"?,?/g, "")))].slice(0, 20);
+      if (g.registrations !== N || answers.some((a) => a.status === 500)) console.info(JSON.stringify({ errors }));
+      expect(g.registrations, `Gitea registrations; twice: ${JSON.stringify(twice.map((n) => [n, about(n)]))}`).toBe(N);
+      expect(g.runners).toEqual([]);
+      const b = await backend.state();
+      expect(b.created, "backend runners created").toBe(N);
+      expect(b.runners).toEqual([]);
+      expect(await streamState(env)).toEqual({ messages: 0, ackPending: 0, pending: 0 });
+      console.info(JSON.stringify({ scenario: what, n: N, webhook503: answers.filter((a) => a.status === 503).length, recovered: logs.events().filter((e) => e.event === "recovered").length }));
+    } finally {
+      logs.restore();
+      for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
+    }
+  });
+});
