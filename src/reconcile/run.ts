@@ -103,7 +103,8 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       });
     }
     if (batch.length < opts.batchSize && wait === 0) break;
-    if (opts.untilNew && fresh.some((m) => m.deliveryCount === 1)) break;
+    // Within a waiting window (after a claim) the pass stays for the message it waits for.
+    if (opts.untilNew && wait === 0 && fresh.some((m) => m.deliveryCount === 1)) break;
   }
   await holdForClaims(deps, held, summary).catch((err) => {
     deps.sink.error("holding for claims failed", { backend: deps.backend, reason: (err as Error).message });
