@@ -31,7 +31,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
     const [, kind, id] = path.split("/").map(decodeURIComponent);
     if (kind === "_control") return control(s, id, req.method, text, send);
     if (kind !== "runners" || !id) return send(404, { error: "not found" });
-    s.requests.push({ method: req.method, path: url.pathname, headers: req.headers, body: text });
+    s.requests.push({ method: req.method, path: url.pathname, headers: req.headers, body: text, at: Date.now() });
     if (req.headers.authorization !== `Bearer ${s.mode.token}`) return send(401, { error: "unauthorized" });
     const roll = s.mode.failRate || s.mode.hangRate ? (s.rng ??= prng(s.mode.seed))() : 1;
     if (roll < s.mode.failRate) {
