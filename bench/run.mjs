@@ -17,6 +17,7 @@ import { giteaSignature } from "../src/gitea/signature.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { load, startWorker } from "./lib.mjs";
+import { measureAdmission } from "./admission.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const K = Number(process.env.BENCH_K ?? 1000);
@@ -248,6 +249,19 @@ async function timeToRunnerUnderLoad() {
   }
 }
 
+/** Admission ops at c=32, capacity 1000, on loopback and at 50 ms RTT (the far proxy). */
+async function admission() {
+  const out = {};
+  for (const [name, url] of [["rtt0", nats.wsUrl], ["rtt50", farProxy.url("adm")]]) {
+    const vars = varsFor(`adm${name}`, { CAPACITY_POD: "1000" });
+    const config = await provisioned(vars);
+    log(`admission (${name}): 32 invocations, capacity 1000, ${ADMISSION_S} s`);
+    out[name] = await measureAdmission({ natsUrl: url, config, capacity: 1000, concurrency: 32, seconds: ADMISSION_S });
+  }
+  return out;
+}
+const ADMISSION_S = Number(process.env.BENCH_ADMISSION_S ?? 10);
+
 try {
   const results = {
     at: new Date().toISOString(),
@@ -255,6 +269,7 @@ try {
     reconcile: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "reconcile" ? {} : await reconcile(),
     natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
     timeToRunner: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr" ? { loopback: {}, rtt50: {}, underLoad: {} } : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
+    admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
   };
   mkdirSync("bench/results", { recursive: true });
@@ -276,6 +291,8 @@ try {
 | time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |
 | time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
 | time to runner, loopback, 16 webhooks in flight, runners claiming | p50 ${r(t.underLoad.p50Ms)} ms, p99 ${r(t.underLoad.p99Ms)} ms | | | p50 ≤ 100 ms |
+| admission, c=32, capacity 1000, 0 ms RTT | ${r(results.admission.rtt0.admissionsPerSec)} admissions/s (${r(results.admission.rtt0.opsPerSec)} ops/s), ${r(results.admission.rtt0.retriesPerOp, 2)} retries/op, ${results.admission.rtt0.gaveUp} give-ups | | | no give-ups |
+| admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
 
 machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}`);
 } catch (err) {
