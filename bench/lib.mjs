@@ -16,7 +16,8 @@ export function freePort() {
 /** Starts the Worker with `vars`; resolves once it serves. Collects its JSON log lines. */
 export async function startWorker(vars, port) {
   port ??= await freePort();
-  const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(port), "--test-scheduled", "--show-interactive-dev-session=false"];
+  // Its own inspector port, so that several Workers can run side by side (the default is fixed).
+  const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(await freePort()), "--test-scheduled", "--show-interactive-dev-session=false"];
   for (const [k, v] of Object.entries({ ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` })) args.push("--var", `${k}:${v}`);
   const child = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
   const events = [];

@@ -44,6 +44,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
     const late = (status, body) => (hang ? setTimeout(() => send(status, body), s.mode.hangMs) : send(status, body));
     if (req.method === "DELETE") {
       const existed = s.runners.delete(id);
+      s.live?.delete(id);
       if (existed) s.deleted = (s.deleted ?? 0) + 1;
       return late(existed ? 200 : 404, existed ? { status: "deleted" } : { error: "not found" });
     }
@@ -69,6 +70,9 @@ export async function startFakeBackend({ mode = {} } = {}) {
       runner = { id, puts: 0, created: Date.now(), claimUrl: body.claimUrl, claimToken: body.claimToken, completeUrl: body.completeUrl };
       s.runners.set(id, runner);
       s.created = (s.created ?? 0) + 1;
+      // Live from creation until its runner completes or it is deleted: what capacity bounds.
+      (s.live ??= new Set()).add(id);
+      s.maxLive = Math.max(s.maxLive ?? 0, s.live.size);
     }
     runner.puts++;
     const ready = runner.puts > s.mode.readyAfter && Date.now() - runner.created >= s.mode.readyAfterMs;
@@ -82,7 +86,10 @@ export async function startFakeBackend({ mode = {} } = {}) {
             if (r.ok && s.mode.autoCompleteMs >= 0) {
               setTimeout(() => {
                 fetch(runner.completeUrl, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })
-                  .then((c) => { for (const l of listeners) l({ ns, id, event: "complete", status: c.status }); })
+                  .then((c) => {
+                    if (c.ok) s.live?.delete(id);
+                    for (const l of listeners) l({ ns, id, event: "complete", status: c.status });
+                  })
                   .catch(() => undefined);
               }, s.mode.autoCompleteMs);
             }
@@ -112,6 +119,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
         requests: s.requests,
         calls: s.calls,
         maxInFlight: s.maxInFlight ?? 0,
+        maxLive: s.maxLive ?? 0,
         failed: s.failed ?? 0,
         hung: s.hung ?? 0,
         deleted: s.deleted ?? 0,

@@ -67,6 +67,8 @@ export interface FakeBackendState {
   created: number;
   calls: number;
   maxInFlight: number;
+  /** Most runners alive at once: created, and neither completed nor deleted. */
+  maxLive: number;
   /** Calls the flaky mode failed with 503, answered too late, and runners deleted. */
   failed: number;
   hung: number;
