@@ -18,6 +18,8 @@ import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { load, startWorker } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
+import { measureFailoverGap } from "./cluster.mjs";
+import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const K = Number(process.env.BENCH_K ?? 1000);
@@ -192,9 +194,9 @@ async function natsRequests() {
   }
 }
 
-async function timeToRunner(name, natsUrl) {
-  const vars = varsFor(name);
-  await provisioned(vars);
+async function timeToRunner(name, natsUrl, given) {
+  const vars = given ?? varsFor(name);
+  if (!given) await provisioned(vars);
   const worker = await startWorker({ ...vars, NATS_URL: natsUrl });
   try {
     log(`timeToRunner (${name}): ${JOBS} jobs, webhook sent → backend asked for a runner`);
@@ -262,6 +264,23 @@ async function admission() {
 }
 const ADMISSION_S = Number(process.env.BENCH_ADMISSION_S ?? 10);
 
+/** On a 3-node R3 cluster: time to runner (against loopback's), and the failover gap. */
+async function clusterFigures() {
+  const cluster = await startNatsCluster({ size: 3 });
+  try {
+    const vars = varsFor("cluster", { NATS_URL: cluster.natsUrl, JETSTREAM_REPLICAS: "3" });
+    await provisioned(vars);
+    const ttr = await timeToRunner("cluster", cluster.natsUrl, vars);
+    const gapVars = varsFor("gap", { NATS_URL: cluster.natsUrl, JETSTREAM_REPLICAS: "3" });
+    const config = await provisioned(gapVars);
+    log("failover gap: a publish every 10 ms, each on its own connection; SIGKILL of the stream leader");
+    const gap = await measureFailoverGap({ cluster, config });
+    return { timeToRunner: ttr, failover: gap };
+  } finally {
+    await cluster.stop();
+  }
+}
+
 try {
   const results = {
     at: new Date().toISOString(),
@@ -270,6 +289,7 @@ try {
     natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
     timeToRunner: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr" ? { loopback: {}, rtt50: {}, underLoad: {} } : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
     admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
+    cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
   };
   mkdirSync("bench/results", { recursive: true });
@@ -291,6 +311,8 @@ try {
 | time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |
 | time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
 | time to runner, loopback, 16 webhooks in flight, runners claiming | p50 ${r(t.underLoad.p50Ms)} ms, p99 ${r(t.underLoad.p99Ms)} ms | | | p50 ≤ 100 ms |
+| time to runner, 3-node R3 cluster, loopback | p50 ${r(results.cluster.timeToRunner.p50Ms)} ms, p99 ${r(results.cluster.timeToRunner.p99Ms)} ms | p50 ${r(t.loopback.p50Ms)} ms on one server | | |
+| failover gap: stream leader SIGKILLed → publishes succeed again | ${r(results.cluster.failover.gapMs)} ms (${results.cluster.failover.failed} publishes failed meanwhile) | | | |
 | admission, c=32, capacity 1000, 0 ms RTT | ${r(results.admission.rtt0.admissionsPerSec)} admissions/s (${r(results.admission.rtt0.opsPerSec)} ops/s), ${r(results.admission.rtt0.retriesPerOp, 2)} retries/op, ${results.admission.rtt0.gaveUp} give-ups | | | no give-ups |
 | admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
 
