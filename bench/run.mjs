@@ -16,7 +16,7 @@ import { loadConfig } from "../src/config.ts";
 import { giteaSignature } from "../src/gitea/signature.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { load, startWorker } from "./lib.mjs";
+import { load, percentile, startWorker } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap } from "./cluster.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
@@ -209,8 +209,7 @@ async function timeToRunner(name, natsUrl, given) {
     }
     await until(async () => (await backendState(vars)).runners.length >= JOBS, 30_000);
     const latencies = (await backendState(vars)).runners.map((r) => r.created - sent.get(r.id)).sort((a, b) => a - b);
-    const pick = (p) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
-    return { p50Ms: pick(50), p99Ms: pick(99), n: latencies.length };
+    return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length };
   } finally {
     worker.stop();
   }
@@ -244,8 +243,7 @@ async function timeToRunnerUnderLoad() {
       if (!first.has(id)) first.set(id, r.at);
     }
     const latencies = [...first].map(([id, at]) => at - sent.get(id)).filter(Number.isFinite).sort((a, b) => a - b);
-    const pick = (p) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
-    return { p50Ms: pick(50), p99Ms: pick(99), n: latencies.length };
+    return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length };
   } finally {
     worker.stop();
   }

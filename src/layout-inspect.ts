@@ -1,8 +1,8 @@
 // What /healthz reports of the JetStream layout: what is missing, what drifted from the
 // configuration, and, on a cluster, replicas without a leader or falling behind. Each problem
 // says how to fix it. Never creates anything.
-import { JetStreamApiError, RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
-import { bucketNames, desiredConsumer, type LayoutConfig } from "./layout.ts";
+import { RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
+import { bucketNames, desiredConsumer, maybe, type LayoutConfig } from "./layout.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
 export interface LayoutReport {
@@ -64,13 +64,4 @@ export function replicaProblems(what: string, replicas: number, cluster: Cluster
     }
   }
   return problems;
-}
-
-async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (err instanceof JetStreamApiError && err.status === 404) return undefined;
-    throw err;
-  }
 }

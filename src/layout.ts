@@ -118,7 +118,8 @@ async function probeReplicas(jsm: JetStreamManager, replicas: number): Promise<v
   await jsm.streams.delete(name).catch(() => undefined);
 }
 
-async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
+/** `fn`'s result, or undefined when JetStream answers that the stream or consumer does not exist. */
+export async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
   try {
     return await fn();
   } catch (err) {

@@ -5,8 +5,8 @@ import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher.ts";
 import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
-import { isNatsError, withNats } from "../nats/connection.ts";
-import { CasGaveUp } from "../state/kv.ts";
+import { withNats } from "../nats/connection.ts";
+import { isRetryable } from "../state/kv.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
 import { requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { readJsonBody, readLimited } from "./body.ts";
@@ -126,7 +126,7 @@ export function createApp(deps: AppDeps) {
       return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
     console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
-    if (isNatsError(err) || err instanceof CasGaveUp) return c.json({ error: "NATS is unavailable; retrying the same request is safe" }, 503);
+    if (isRetryable(err)) return c.json({ error: "NATS is unavailable; retrying the same request is safe" }, 503);
     return c.json({ error: "internal error" }, 500);
   });
 

@@ -56,9 +56,10 @@ export async function openNats(settings: NatsSettings, name = "gitea-edge-dispat
 
 const MIN_CONNECT_ATTEMPT_MS = 1_000;
 
-async function deadlineFor<T>(work: Promise<T>, ms: number): Promise<T> {
+/** Settles with `work`, or rejects with NatsUnavailable(`message`) once `ms` pass. */
+async function deadlineFor<T>(work: Promise<T>, ms: number, message = `no answer in ${ms} ms`): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(`no answer in ${ms} ms`)), ms)));
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(message)), ms)));
   try {
     return await Promise.race([work, late]);
   } finally {
@@ -87,6 +88,7 @@ export class NatsUnavailable extends Error {
 }
 
 const UNAVAILABLE = [
+  // What JetStream requests answer when nobody responds (a stream without a leader, say).
   jserrors.JetStreamNotEnabled,
   errors.ClosedConnectionError,
   errors.ConnectionError,
@@ -112,8 +114,6 @@ export function isNatsError(err: unknown): boolean {
     isNatsUnavailable(err) ||
     err instanceof JetStreamError ||
     err instanceof JetStreamApiError ||
-    // What JetStream requests answer when nobody responds (a stream without a leader, say).
-    err instanceof jserrors.JetStreamNotEnabled ||
     Object.values(errors).some((type) => err instanceof type)
   );
 }
@@ -124,16 +124,12 @@ export function isNatsError(err: unknown): boolean {
  * flush (waits for a PONG) and batch direct get (waits for its end-of-batch).
  */
 export async function bounded<T>(nc: NatsConnection, what: string, work: Promise<T>, ms = REQUEST_TIMEOUT_MS, onGiveUp?: () => void): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(`${what} timed out after ${ms} ms`)), ms)));
   const closed = nc.closed().then(() => Promise.reject(new NatsUnavailable(`${what}: NATS connection closed`)));
   try {
-    return await Promise.race([work, timedOut, closed]);
+    return await deadlineFor(Promise.race([work, closed]), ms, `${what} timed out after ${ms} ms`);
   } catch (err) {
     onGiveUp?.();
     throw err;
-  } finally {
-    clearTimeout(timer);
   }
 }
 

@@ -5,10 +5,9 @@ import { decodeAssignment, type Assignment } from "../assignment.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../backends/types.ts";
 import type { EventName, EventSink } from "../events.ts";
 import type { Backend } from "../names.ts";
-import { isNatsError } from "../nats/connection.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission } from "../state/admission.ts";
-import { CasGaveUp, type Versioned } from "../state/kv.ts";
+import { isRetryable, type Versioned } from "../state/kv.ts";
 import { contentHash, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { decide, type Effect, type Facts, type Policy, type Verdict } from "./decide.ts";
 
@@ -215,7 +214,7 @@ async function retryUnavailable<T>(fn: (attempt: number) => Promise<T>, now: () 
     try {
       return await fn(attempt);
     } catch (err) {
-      if (!(isNatsError(err) || err instanceof CasGaveUp) || now() + pause > until) throw err;
+      if (!isRetryable(err) || now() + pause > until) throw err;
       await new Promise((r) => setTimeout(r, pause));
     }
   }

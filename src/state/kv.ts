@@ -1,7 +1,7 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { bounded, type NatsHandle } from "../nats/connection.ts";
+import { bounded, isNatsError, type NatsHandle } from "../nats/connection.ts";
 
 export interface Versioned<T> {
   value: T;
@@ -74,6 +74,11 @@ export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Ver
 /** A compare-and-set that lost to other writers every time: contention, retried like NATS trouble. */
 export class CasGaveUp extends Error {
   override readonly name = "CasGaveUp";
+}
+
+/** NATS trouble or contention: nothing is known to have changed, and trying again is safe. */
+export function isRetryable(err: unknown): boolean {
+  return isNatsError(err) || err instanceof CasGaveUp;
 }
 
 /**

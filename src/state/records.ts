@@ -57,8 +57,6 @@ export interface RecordStore {
   getMany(ids: readonly string[]): Promise<Map<string, Versioned<AssignmentRecord>>>;
   /** Like update, but first tries one write at the revision the caller already read. */
   updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<AssignmentRecord | null>;
-  /** Removes a record this caller created but could not publish. */
-  remove(id: string): Promise<void>;
 }
 
 export async function contentHash(assignment: Assignment): Promise<string> {
@@ -105,9 +103,6 @@ export function createRecordStore(
         const stamped = { ...next, updatedAt: iso() };
         return { value: stamped, result: stamped };
       }, leaderKv);
-    },
-    async remove(id) {
-      await kv.purge(recordKey(id));
     },
     async getMany(ids) {
       const byKey = await readMany(ids.map(recordKey));
