@@ -6,7 +6,7 @@ import type { RunnerBackend, RunnerRequest } from "./backends/types.ts";
 import type { Config } from "./config.ts";
 import { claimToken } from "./crypto.ts";
 import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
-import { admissionBucket, recordsBucket, type Backend } from "./names.ts";
+import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
@@ -101,15 +101,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
-    const [recordsKv, leaderKv, admissionKv, admissionLeader] = await Promise.all([
-      bindBucket(handle, recordsBucket(names)),
-      bindBucket(handle, recordsBucket(names), false),
-      bindBucket(handle, admissionBucket(names)),
-      bindBucket(handle, admissionBucket(names), false),
-    ]);
+    const [recordsKv, leaderKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, recordsBucket(names), false)]);
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
-      admission: createAdmission(admissionKv, { capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), now }, admissionLeader),
+      admission: createAdmission(handle, { names, capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };

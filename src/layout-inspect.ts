@@ -2,7 +2,7 @@
 // configuration, and, on a cluster, replicas without a leader or falling behind. Each problem
 // says how to fix it. Never creates anything.
 import { RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
-import { bucketNames, desiredConsumer, maybe, type LayoutConfig } from "./layout.ts";
+import { admissionStreams, bucketNames, desiredConsumer, maybe, type LayoutConfig } from "./layout.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
 export interface LayoutReport {
@@ -39,6 +39,16 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
       }
       // A consumer's 0 replicas means "as many as its stream".
       problems.push(...replicaProblems(`consumer ${want.name}`, info.config.num_replicas || stream.config.num_replicas, info.cluster, cfg.replicas));
+    }
+  }
+  for (const want of admissionStreams(cfg)) {
+    const info = await maybe(() => jsm.streams.info(want.name));
+    if (!info) problems.push(`stream ${want.name} is missing (${PROVISION})`);
+    else {
+      // A slots stream's message limit is the backend's capacity: the one place it is enforced.
+      if (info.config.max_msgs !== want.max_msgs) problems.push(`stream ${want.name} admits ${info.config.max_msgs} runners, configuration wants ${want.max_msgs} (${PROVISION})`);
+      if (!info.config.allow_msg_ttl) problems.push(`stream ${want.name} does not allow message TTLs, so leases would never expire (${PROVISION})`);
+      problems.push(...replicaProblems(`stream ${want.name}`, info.config.num_replicas, info.cluster, cfg.replicas));
     }
   }
   for (const bucket of Object.values(bucketNames(cfg))) {

@@ -1,11 +1,11 @@
 // The JetStream layout the dispatcher needs: created or updated by `npm run provision`,
 // inspected (never created) by the Worker's /healthz.
-import { AckPolicy, DeliverPolicy, JetStreamApiError, RetentionPolicy, StorageType, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, DiscardPolicy, JetStreamApiError, RetentionPolicy, StorageType, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
 import type { BackendConfig, Config } from "./config.ts";
-import { admissionBucket, assignmentSubject, consumerName, recordsBucket, streamSubjects, type Backend } from "./names.ts";
+import { assignmentSubject, consumerName, legacyAdmissionBucket, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, type Backend } from "./names.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
 export const MAX_DELIVER = 1000;
@@ -33,8 +33,22 @@ export function desiredConsumer(cfg: LayoutConfig, backend: Backend, capacity: n
 }
 
 export function bucketNames(cfg: Pick<LayoutConfig, "stream" | "subjectBase">) {
+  return { records: recordsBucket({ stream: cfg.stream, subjectBase: cfg.subjectBase }) };
+}
+
+/**
+ * The admission streams (see state/admission.ts): per enabled backend, one holding at most
+ * `capacity` slot leases, refusing the one past it; one for the registrations under way. Leases
+ * expire by their own message TTL, which needs nats-server 2.11 or later.
+ */
+export function admissionStreams(cfg: LayoutConfig): (Partial<StreamConfig> & { name: string; max_msgs: number })[] {
   const names = { stream: cfg.stream, subjectBase: cfg.subjectBase };
-  return { records: recordsBucket(names), admission: admissionBucket(names) };
+  const leases = { retention: RetentionPolicy.Limits, storage: StorageType.File, discard: DiscardPolicy.New, allow_msg_ttl: true, allow_direct: true, num_replicas: cfg.replicas };
+  return [
+    ...cfg.backends.map((b) => ({ ...leases, name: slotsStream(names, b.backend), subjects: [`${slotPrefix(names, b.backend)}.*`], max_msgs: b.capacity })),
+    // One word per id: a new one replaces the last.
+    { ...leases, name: registrationsStream(names), subjects: registrationSubjects(names), max_msgs: -1, max_msgs_per_subject: 1 },
+  ];
 }
 
 /** JetStream cannot keep the asked-for replicas (a single server, or too few JetStream servers). */
@@ -82,10 +96,22 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
       done.push(`consumer ${want.name}: created`);
     }
   }
+  for (const want of admissionStreams(cfg)) {
+    const info = await maybe(() => jsm.streams.info(want.name));
+    if (info) {
+      await jsm.streams.update(want.name, { ...info.config, ...want });
+      done.push(`stream ${want.name}: updated${replicaChange(info.config.num_replicas, cfg.replicas)}`);
+    } else {
+      await jsm.streams.add(want);
+      done.push(`stream ${want.name}: created (R${cfg.replicas})`);
+    }
+  }
+  const legacy = legacyAdmissionBucket({ stream: cfg.stream, subjectBase: cfg.subjectBase });
+  if (await exists(() => jsm.streams.info(`KV_${legacy}`))) done.push(`bucket ${legacy}: no longer used (admission is in streams now); delete it once no older Worker runs`);
   const kvm = new Kvm(handle.js);
   const buckets = bucketNames(cfg);
   const kvOptions = { history: 1, storage: StorageType.File, allow_direct: true, replicas: cfg.replicas };
-  for (const [bucket, ttl] of [[buckets.records, RECORD_TTL_MS], [buckets.admission, 0]] as const) {
+  for (const [bucket, ttl] of [[buckets.records, RECORD_TTL_MS]] as const) {
     const info = await maybe(() => jsm.streams.info(`KV_${bucket}`));
     if (info && info.config.num_replicas !== cfg.replicas) {
       await jsm.streams.update(`KV_${bucket}`, { ...info.config, num_replicas: cfg.replicas });

@@ -37,15 +37,44 @@ export function recordsBucket(names: NatsNames): string {
   return `${names.stream}_records`;
 }
 
-export function admissionBucket(names: NatsNames): string {
+/** The admission bucket of releases before 0.9; provision points it out as unused. */
+export function legacyAdmissionBucket(names: NatsNames): string {
   return `${names.stream}_admission`;
 }
 
-/** Assignment ids may hold dots that a KV key cannot end with or repeat; '=' is never in an id. */
-export function recordKey(id: string): string {
-  return `a.${id.replaceAll(".", "=")}`;
+/** One stream per backend holds its slot leases: one message per admitted assignment. */
+export function slotsStream(names: NatsNames, backend: Backend): string {
+  return `${names.stream}_slots_${backend}`;
 }
 
-export function admissionKey(backend: Backend): string {
-  return `slots.${backend}`;
+/** Subjects of a backend's slot leases: `<prefix>.<id token>`. */
+export function slotPrefix(names: NatsNames, backend: Backend): string {
+  return `${names.subjectBase}.slots.${backend}`;
+}
+
+/** One stream holds the runner registrations under way, of every backend. */
+export function registrationsStream(names: NatsNames): string {
+  return `${names.stream}_registering`;
+}
+
+export function registrationPrefix(names: NatsNames, backend: Backend): string {
+  return `${names.subjectBase}.registering.${backend}`;
+}
+
+export function registrationSubjects(names: NatsNames): string[] {
+  return [`${names.subjectBase}.registering.*.*`];
+}
+
+/** Assignment ids may hold dots, which separate subject tokens; '=' is never in an id. */
+export function subjectToken(id: string): string {
+  return id.replaceAll(".", "=");
+}
+
+export function idOfToken(token: string): string {
+  return token.replaceAll("=", ".");
+}
+
+/** Assignment ids may hold dots that a KV key cannot end with or repeat. */
+export function recordKey(id: string): string {
+  return `a.${subjectToken(id)}`;
 }

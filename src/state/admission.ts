@@ -1,16 +1,19 @@
-// Capacity admission: one KV entry per backend holds the leases of the runners it admitted, and
-// the runner registrations under way. Leases are idempotent per assignment id and expire after
-// the lease TTL, so a slot that was never released comes back by itself. A batch of messages is
-// admitted with one read and one compare-and-set.
-import type { KV } from "@nats-io/kv";
-import { admissionKey, type Backend } from "../names.ts";
-import { casUpdate, readJson } from "./kv.ts";
-
-interface Pool {
-  leases: Record<string, number>;
-  /** Assignment id → when its runner registration started; a second one must wait. */
-  registering?: Record<string, number>;
-}
+// Capacity admission on JetStream's own limits, with no compare-and-set loop and no hot key.
+// Each backend has a stream holding one message per admitted assignment (its slot lease), with
+// max_msgs = capacity and discard-new: the stream leader refuses the message past capacity, so
+// capacity is exact across every invocation and taking a slot is one request. Publishing with
+// "no earlier message on this subject" makes a lease idempotent per assignment id; the message's
+// own TTL is the lease expiry; a release purges the subject.
+//
+// Registration reservations ride on the slot: whoever takes a slot asking to register holds the
+// reservation, written into the slot message, so the usual pass pays nothing for it. Only when
+// that reservation ends early, or a later caller asks again, does the registrations stream
+// (one message per id: "open", or "mine" until a time) say who may register.
+import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
+import { bounded, type NatsHandle } from "../nats/connection.ts";
+import { idOfToken, registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../names.ts";
+import { maybe } from "../layout.ts";
+import { isWrongLastSequence } from "./kv.ts";
 
 export interface AdmissionResult {
   admitted: Set<string>;
@@ -38,65 +41,119 @@ export interface Admission {
 }
 
 export interface AdmissionOptions {
+  names: NatsNames;
   capacity: Record<Backend, number>;
   leaseTtlMs: number;
   /** A registration that started longer ago than this and stored nothing is presumed dead. */
   registrationLeaseMs: number;
-  now: () => number;
+  now?: () => number;
 }
 
-/** `leader`: the bucket bound without direct gets, for reads after a lost compare-and-set. */
-export function createAdmission(kv: KV, opts: AdmissionOptions, leader?: KV): Admission {
-  // Pools are keyed by assignment ids, which are input: Maps, never plain objects, so that an id
-  // like `constructor` or `toString` is an id like any other and not an inherited property.
-  const live = (entries: Record<string, number> | undefined, now: number) =>
-    new Map(Object.entries(entries ?? {}).filter(([, until]) => typeof until === "number" && until > now));
-  const stored = (leases: Map<string, number>, registering: Map<string, number>): Pool => ({
-    leases: Object.fromEntries(leases),
-    registering: Object.fromEntries(registering),
-  });
-  // Removes `ids` from the given parts of the pool (expired entries go too); no write when none is there.
-  const drop = (backend: Backend, ids: readonly string[], parts: readonly (keyof Pool)[]) =>
-    casUpdate<Pool, boolean>(kv, admissionKey(backend), (current) => {
-      const now = opts.now();
-      const pool = { leases: live(current?.value.leases, now), registering: live(current?.value.registering, now) };
-      if (!current || !ids.some((id) => parts.some((part) => pool[part].has(id)))) return { value: undefined, result: false };
-      const full = pool.leases.size >= opts.capacity[backend];
-      for (const part of parts) for (const id of ids) pool[part].delete(id);
-      return { value: stored(pool.leases, pool.registering), result: full && pool.leases.size < opts.capacity[backend] };
-    }, leader);
-  const liveIds = async (backend: Backend, part: keyof Pool) => [...live((await readJson<Pool>(kv, admissionKey(backend)))?.value[part], opts.now()).keys()];
+/** The slot message: when its taker's registration reservation ends (absent: it asked for none). */
+interface Slot {
+  registeringUntil?: number;
+}
+/** The registrations stream's word on an id, for the slot message `slot` (older slots' words are void). */
+type Registration = { slot: number } & ({ state: "open" } | { state: "mine"; until: number });
+
+/** JetStream's "maximum messages exceeded": the slots stream is full. */
+const POOL_FULL = 10077;
+
+export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Admission {
+  const now = opts.now ?? Date.now;
+  let manager: Promise<JetStreamManager> | undefined;
+  const jsm = () => (manager ??= jetstreamManager(handle.nc, { checkAPI: false }));
+  const slots = (backend: Backend) => slotsStream(opts.names, backend);
+  const registrations = registrationsStream(opts.names);
+  const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
+  const regSubject = (backend: Backend, id: string) => `${registrationPrefix(opts.names, backend)}.${subjectToken(id)}`;
+
+  /** Publishes `value` if the subject's last message is `expected` (0: none): "taken", already "held", or the pool is "full". */
+  const put = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<"taken" | "held" | "full"> => {
+    try {
+      await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: `${Math.ceil(ttlMs / 1_000)}s` });
+      return "taken";
+    } catch (err) {
+      if (isWrongLastSequence(err)) return "held";
+      if ((err as { code?: unknown }).code === POOL_FULL) return "full";
+      throw err;
+    }
+  };
+  const last = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).direct.getMessage(stream, { last_by_subj: subject }))) ?? null;
+  const purge = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).streams.purge(stream, { filter: subject })))?.purged ?? 0;
+  /** Last message of every subject under `prefix`, by id; none when the stream is missing. */
+  const lastOfAll = async (stream: string, prefix: string): Promise<Map<string, StoredMsg>> => {
+    const found = new Map<string, StoredMsg>();
+    const messages = await maybe(async () => (await jsm()).direct.getLastMessagesFor(stream, { multi_last: [`${prefix}.>`] }));
+    if (!messages) return found;
+    const read = async () => {
+      for await (const m of messages) found.set(idOfToken(m.subject.slice(prefix.length + 1)), m);
+    };
+    await bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
+    return found;
+  };
+  /** Whether a reservation is live, from the slot message and the registrations stream's word on it. */
+  const registeringNow = (slot: StoredMsg, reg: StoredMsg | null | undefined) => {
+    const word = reg?.json<Registration>();
+    if (word && word.slot === slot.seq) return word.state === "mine" && word.until > now();
+    return (slot.json<Slot>().registeringUntil ?? 0) > now();
+  };
+  /** A later caller's reservation: granted when none is live, against the registrations stream's last word. */
+  const reserveAgain = async (backend: Backend, id: string): Promise<boolean> => {
+    const [slot, reg] = await Promise.all([last(slots(backend), slotSubject(backend, id)), last(registrations, regSubject(backend, id))]);
+    if (!slot || registeringNow(slot, reg)) return false;
+    const mine: Registration = { slot: slot.seq, state: "mine", until: now() + opts.registrationLeaseMs };
+    return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, reg?.seq ?? 0)) === "taken";
+  };
+
   const admission: Admission = {
     async acquire(backend, id) {
       return (await admission.acquireMany(backend, [id])).admitted.has(id);
     },
-    acquireMany(backend, ids, reserve = new Set()) {
-      return casUpdate<Pool, AdmissionResult>(kv, admissionKey(backend), (current) => {
-        const now = opts.now();
-        const leases = live(current?.value.leases, now);
-        const registering = live(current?.value.registering, now);
-        const result: AdmissionResult = { admitted: new Set(), reserved: new Set() };
-        let changed = leases.size !== Object.keys(current?.value.leases ?? {}).length;
-        for (const id of ids) {
-          if (!leases.has(id)) {
-            if (leases.size >= opts.capacity[backend]) continue;
-            leases.set(id, now + opts.leaseTtlMs);
-            changed = true;
-          }
+    async acquireMany(backend, ids, reserve = new Set()) {
+      const result: AdmissionResult = { admitted: new Set(), reserved: new Set() };
+      if (opts.capacity[backend] <= 0) return result;
+      // Sent together on one connection: the stream leader takes them in order.
+      const outcomes = await Promise.all(
+        ids.map((id) => put(slotSubject(backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs)),
+      );
+      await Promise.all(
+        ids.map(async (id, i) => {
+          if (outcomes[i] === "full") return;
           result.admitted.add(id);
-          if (reserve.has(id) && !registering.has(id)) {
-            registering.set(id, now + opts.registrationLeaseMs);
-            result.reserved.add(id);
-            changed = true;
-          }
-        }
-        return { value: changed ? stored(leases, registering) : undefined, result };
-      }, leader);
+          if (reserve.has(id) && (outcomes[i] === "taken" || (await reserveAgain(backend, id)))) result.reserved.add(id);
+        }),
+      );
+      // Sets keep insertion order: admitted in the order asked.
+      return { admitted: new Set(ids.filter((id) => result.admitted.has(id))), reserved: new Set(ids.filter((id) => result.reserved.has(id))) };
     },
-    release: (backend, ...ids) => drop(backend, ids, ["leases", "registering"]),
-    endRegistrations: async (backend, ids) => void (await drop(backend, ids, ["registering"])),
-    holders: (backend) => liveIds(backend, "leases"),
-    registering: (backend) => liveIds(backend, "registering"),
+    async release(backend, ...ids) {
+      // The count is asked alongside the purges, not after them: one round trip instead of two.
+      const [freed, info] = await Promise.all([
+        Promise.all(ids.map(async (id) => (await Promise.all([purge(slots(backend), slotSubject(backend, id)), purge(registrations, regSubject(backend, id))]))[0])),
+        maybe(async () => (await jsm()).streams.info(slots(backend))),
+      ]);
+      const count = freed.reduce((a, b) => a + b, 0);
+      // A hint for an eager pass. Read before the purge, the count makes a pool `count` short of
+      // full look full: an extra pass at worst; a full pool is never missed.
+      return count > 0 && (info?.state.messages ?? 0) + count >= opts.capacity[backend];
+    },
+    async endRegistrations(backend, ids) {
+      await Promise.all(
+        ids.map(async (id) => {
+          const slot = await last(slots(backend), slotSubject(backend, id));
+          if (slot) await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), { ttl: `${Math.ceil(opts.leaseTtlMs / 1_000)}s` });
+        }),
+      );
+    },
+    async holders(backend) {
+      const info = await maybe(async () => (await jsm()).streams.info(slots(backend), { subjects_filter: `${slotPrefix(opts.names, backend)}.>` }));
+      return Object.keys(info?.state.subjects ?? {}).map((s) => idOfToken(s.slice(slotPrefix(opts.names, backend).length + 1)));
+    },
+    async registering(backend) {
+      const [taken, words] = await Promise.all([lastOfAll(slots(backend), slotPrefix(opts.names, backend)), lastOfAll(registrations, registrationPrefix(opts.names, backend))]);
+      return [...taken].filter(([id, slot]) => registeringNow(slot, words.get(id))).map(([id]) => id);
+    },
   };
   return admission;
 }

@@ -56,9 +56,12 @@ export async function casWrite<T>(kv: KV, key: string, value: T, revision: numbe
   }
 }
 
+/** JetStream's "wrong last sequence": 10071 from a single server, 10164 from a clustered stream's leader. */
+const WRONG_LAST_SEQUENCE = new Set([10071, 10164]);
+
 export function isWrongLastSequence(err: unknown): boolean {
   const e = err as { code?: number; api_error?: { err_code?: number }; message?: string };
-  return e?.api_error?.err_code === 10071 || /wrong last sequence/i.test(e?.message ?? "");
+  return WRONG_LAST_SEQUENCE.has(e?.api_error?.err_code ?? -1) || /wrong last sequence/i.test(e?.message ?? "");
 }
 
 const MAX_CAS_ATTEMPTS = 30;

@@ -6,6 +6,7 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
 import { provision } from "../../src/layout.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { giteaTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
@@ -43,6 +44,8 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
       const res = await request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id: `r-${i}`, backend: "pod", labels: ["x"] }) });
       expect(res.status).toBe(202);
     }
+    const holders = (e: Record<string, string>) => createDispatcher({ config: loadConfig(e) }).withState(({ admission }) => admission.holders("pod"));
+    await createDispatcher({ config: loadConfig(env) }).withState(({ admission }) => admission.acquireMany("pod", ["r-0", "r-1"]));
     const r3 = { ...env, JETSTREAM_REPLICAS: "3" };
     const before = await health(r3);
     expect(before.ok).toBe(false);
@@ -50,22 +53,41 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
     expect(before.problems).toEqual([
       `stream ${stream} has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
       `consumer pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `stream ${stream}_slots_pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `stream ${stream}_registering has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
       `KV bucket ${stream}_records has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `KV bucket ${stream}_admission has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
     ]);
 
     const config = loadConfig(r3);
     const done = await withNats(config, (h) => provision(h, config));
-    expect(done).toEqual(expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`, `bucket ${stream}_admission: updated (R1 → R3)`]));
+    expect(done).toEqual(
+      expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `stream ${stream}_slots_pod: updated (R1 → R3)`, `stream ${stream}_registering: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`]),
+    );
     const after = await until("R3 layout healthy", () => health(r3), (h) => h.ok);
     expect(after.stream).toMatchObject({ replicas: 3, messages: 5 });
     expect(await streamState(r3)).toMatchObject({ messages: 5, pending: 5 });
+    expect((await holders(r3)).toSorted()).toEqual(["r-0", "r-1"]);
     for (let i = 0; i < 5; i++) {
       const view = await request(r3, `/v1/assignments/r-${i}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
       expect(await view.json()).toMatchObject({ id: `r-${i}`, state: "received" });
     }
     // Provisioning again changes nothing.
     expect(await withNats(config, (h) => provision(h, config))).toContain(`stream ${stream}: updated`);
+  });
+
+  it("admits exactly capacity on R3 from 20 connections at once, a holder staying admitted in the full pool", async () => {
+    const env = testEnv(clusterUrl, backendUrl, { EAGER_RECONCILE: "false", JETSTREAM_REPLICAS: "3", CAPACITY_POD: 5 });
+    const config = await provisionEnv(env);
+    const acquire = (id: string) => createDispatcher({ config }).withState(({ admission }) => admission.acquire("pod", id));
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => acquire(`c-${i}`)));
+    const admitted = results.flatMap((ok, i) => (ok ? [`c-${i}`] : []));
+    expect(admitted).toHaveLength(5);
+    await createDispatcher({ config }).withState(async ({ admission }) => {
+      expect((await admission.holders("pod")).toSorted()).toEqual(admitted.toSorted());
+      expect([...(await admission.acquireMany("pod", ["late", admitted[0]!])).admitted]).toEqual([admitted[0]]);
+      expect(await admission.release("pod", admitted[0]!)).toBe(true);
+      expect(await admission.acquire("pod", "late")).toBe(true);
+    });
   });
 
   it("/healthz names a replica whose server is down, and is healthy again once it is back", async () => {
