@@ -151,6 +151,7 @@ describe("GET /healthz", () => {
     expect(((await res.json()) as { problems: string[] }).problems).toEqual([
       `consumer pod on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
       `consumer vm on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
+      `stream ${env.ASSIGNMENT_STREAM}_slots_vm is missing (run \`npm run provision\`)`,
     ]);
   });
 
