@@ -19,6 +19,7 @@ import { withNats } from "../src/nats/connection.ts";
 import { load, percentile, startWorker } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap } from "./cluster.mjs";
+import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2000);
@@ -262,6 +263,20 @@ async function admission() {
 }
 const ADMISSION_S = Number(process.env.BENCH_ADMISSION_S ?? 10);
 
+/** Jobs/s of 4 isolates against 1, capacity 5, runners of 4 s: how near the pool's ceiling each gets. */
+async function isolates() {
+  const out = {};
+  for (const [name, count, firstJob] of [["one", 1, 700_000], ["four", 4, 710_000]]) {
+    const vars = varsFor(`iso${count}`, { CAPACITY_POD: "5" });
+    await provisioned(vars);
+    log(`isolates (${count}): ${ISOLATE_JOBS} jobs, capacity 5, runners claim after 100 ms and run 4 s`);
+    out[name] = await measureIsolates({ vars, backend, backendMode, send: sendWebhook, isolates: count, jobs: ISOLATE_JOBS, capacity: 5, claimMs: 100, runMs: 4_000, firstJob });
+  }
+  out.ratio = Number((out.four.jobsPerSec / out.one.jobsPerSec).toFixed(2));
+  return out;
+}
+const ISOLATE_JOBS = Number(process.env.BENCH_ISOLATE_JOBS ?? 40);
+
 /** On a 3-node R3 cluster: time to runner (against loopback's), and the failover gap. */
 async function clusterFigures() {
   const cluster = await startNatsCluster({ size: 3 });
@@ -288,6 +303,7 @@ try {
     timeToRunner: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr" ? { loopback: {}, rtt50: {}, underLoad: {} } : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
     admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
     cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
+    isolates: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "isolates" ? { one: {}, four: {} } : await isolates(),
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
   };
   mkdirSync("bench/results", { recursive: true });
@@ -311,6 +327,7 @@ try {
 | time to runner, loopback, 16 webhooks in flight, runners claiming | p50 ${r(t.underLoad.p50Ms)} ms, p99 ${r(t.underLoad.p99Ms)} ms | | | p50 ≤ 100 ms |
 | time to runner, 3-node R3 cluster, loopback | p50 ${r(results.cluster.timeToRunner.p50Ms)} ms, p99 ${r(results.cluster.timeToRunner.p99Ms)} ms | p50 ${r(t.loopback.p50Ms)} ms on one server | | |
 | failover gap: stream leader SIGKILLed → publishes succeed again | ${r(results.cluster.failover.gapMs)} ms (${results.cluster.failover.failed} publishes failed meanwhile) | | | |
+| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(results.isolates.four.jobsPerSec, 2)} (${r(results.isolates.four.ofCeiling, 2)} of the ceiling ${r(results.isolates.four.ceiling, 2)}) | ${r(results.isolates.one.jobsPerSec, 2)} with 1 isolate (${r(results.isolates.one.ofCeiling, 2)} of the ceiling) | ${r(results.isolates.ratio, 2)} | ≥ 0.8 of the ceiling |
 | admission, c=32, capacity 1000, 0 ms RTT | ${r(results.admission.rtt0.admissionsPerSec)} admissions/s (${r(results.admission.rtt0.opsPerSec)} ops/s), ${r(results.admission.rtt0.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt0.retriesPerOp, 2)} retries/op, ${results.admission.rtt0.gaveUp} give-ups | | | no give-ups |
 | admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
 

@@ -18,6 +18,8 @@ export interface Facts {
   admitted?: boolean;
   /** "auth_error": the backend refused our credentials (401/403), retried like any error but loud. */
   backend?: "error" | "auth_error" | "pending" | "ready";
+  /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
+  jitter?: number;
 }
 
 export interface Policy {
@@ -52,6 +54,16 @@ export function claimWaitDelay(waitedMs: number): number {
 
 const MAX_CLAIM_WAIT_DELAY_MS = 30_000;
 
+/**
+ * The nak delay of an assignment waiting for capacity: 1 to 3 s, 2 s on average. A burst of
+ * assignments is refused together; with one delay for all, they would come back together, and
+ * a slot freed just after they did would sit idle until the next round. Spread out, one of them
+ * comes back within a fraction of a second of any freed slot.
+ */
+export function capacityWaitDelay(jitter = 0.5): number {
+  return Math.round(DEFAULT_DELAYS.capacity * (0.5 + Math.min(Math.max(jitter, 0), 1)));
+}
+
 const verdict = (action: Action, events: EventName[], effects: Effect[] = []): Verdict => ({ next: "done", action, events, effects });
 
 export function decide(f: Facts, p: Policy): Step {
@@ -66,7 +78,7 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.state === "claimed" || f.state === "completed") return verdict({ kind: "ack" }, ["runner_claimed", "acked"]);
   if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"]);
   if (f.admitted === undefined) return { next: "admit" };
-  if (!f.admitted) return verdict(nak(DEFAULT_DELAYS.capacity), ["capacity_wait"], ["mark_waiting"]);
+  if (!f.admitted) return verdict(nak(capacityWaitDelay(f.jitter)), ["capacity_wait"], ["mark_waiting"]);
   // A runner the backend reported ready is left alone until its claim timeout, as the reference's
   // WaitClaimed does: asking again would cost a backend call per delivery, and one failed call
   // would give away a running runner's slot.

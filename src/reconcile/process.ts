@@ -56,7 +56,7 @@ const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
 
 /** Decodes, offers and admits a whole batch: one read of all records, one admission update. */
 export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number): Promise<Prepared[]> {
-  const batch: Prepared[] = msgs.map((msg) => ({ msg, facts: { now: deps.now(), budgetSpent: deps.now() >= deadline }, reserved: false }));
+  const batch: Prepared[] = msgs.map((msg) => ({ msg, facts: { now: deps.now(), budgetSpent: deps.now() >= deadline, jitter: Math.random() }, reserved: false }));
   for (const p of batch) {
     if (decide(p.facts, deps.policy).next !== "decode") continue;
     const decoded = decodeAssignment(p.msg.data, deps.trustDomain);
