@@ -300,7 +300,12 @@ try {
     ingest: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ingest" ? {} : await ingest(),
     reconcile: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "reconcile" ? {} : await reconcile(),
     natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
-    timeToRunner: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr" ? { loopback: {}, rtt50: {}, underLoad: {} } : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
+    timeToRunner:
+      process.env.BENCH_ONLY === "ttrload"
+        ? { loopback: {}, rtt50: {}, underLoad: await timeToRunnerUnderLoad() }
+        : process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr"
+          ? { loopback: {}, rtt50: {}, underLoad: {} }
+          : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
     admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
     cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
     isolates: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "isolates" ? { one: {}, four: {} } : await isolates(),
