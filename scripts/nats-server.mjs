@@ -1,20 +1,39 @@
 // Starts a throwaway nats-server (JetStream + websocket on loopback, ephemeral ports, temp store).
 // Shared by the test harness, `npm start` and the benchmark; plain JS so Node runs it as is.
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { accessSync, constants, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join, delimiter } from "node:path";
 import { randomUUID } from "node:crypto";
 
-/** Finds nats-server: NATS_SERVER_BIN, then PATH, then where `.ci/env.sh` puts it. Throws with install advice when missing. */
-export function findNatsServer() {
-  const fromEnv = process.env.NATS_SERVER_BIN;
-  if (fromEnv && existsSync(fromEnv)) return fromEnv;
-  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+/**
+ * Finds nats-server: NATS_SERVER_BIN, then PATH, then where `.ci/env.sh` puts it. Throws with
+ * install advice when missing. A NATS_SERVER_BIN that is set must be a nats-server: a wrong one is
+ * an error, never a silent fallback to another binary.
+ */
+export function findNatsServer(env = process.env) {
+  const fromEnv = env.NATS_SERVER_BIN;
+  if (fromEnv) {
+    const fix = "fix or unset it (unset, nats-server is taken from PATH or ~/.cache/gdr)";
+    try {
+      accessSync(fromEnv, constants.X_OK);
+    } catch {
+      throw new Error(`NATS_SERVER_BIN=${fromEnv} is not an executable file: ${fix}`);
+    }
+    let version = "";
+    try {
+      version = natsServerVersion(fromEnv);
+    } catch {
+      // handled below
+    }
+    if (!/^nats-server: v\d/.test(version)) throw new Error(`NATS_SERVER_BIN=${fromEnv} is not a nats-server (\`--version\` did not say so): ${fix}`);
+    return fromEnv;
+  }
+  for (const dir of (env.PATH ?? "").split(delimiter)) {
     const candidate = join(dir, "nats-server");
     if (dir && existsSync(candidate)) return candidate;
   }
-  const cached = join(process.env.GDR_CACHE ?? join(homedir(), ".cache", "gdr"), "nats", "usr", "sbin", "nats-server");
+  const cached = join(env.GDR_CACHE ?? join(homedir(), ".cache", "gdr"), "nats", "usr", "sbin", "nats-server");
   if (existsSync(cached)) return cached;
   throw new Error(
     "nats-server not found: set NATS_SERVER_BIN or put it on PATH. " +
@@ -24,7 +43,7 @@ export function findNatsServer() {
 }
 
 export function natsServerVersion(bin = findNatsServer()) {
-  return execFileSync(bin, ["--version"], { encoding: "utf8" }).trim();
+  return execFileSync(bin, ["--version"], { encoding: "utf8", timeout: 10_000, stdio: ["ignore", "pipe", "ignore"] }).trim();
 }
 
 /**

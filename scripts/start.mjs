@@ -8,7 +8,7 @@
 // GITEA_URL an embedded fake Gitea is started and a signed webhook is printed to try.
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { writeFileSync, mkdtempSync } from "node:fs";
+import { writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -94,10 +94,17 @@ if (needsCluster && !vars.GITEA_URL) {
 }
 await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfig(vars)));
 
-const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(PORT), "--test-scheduled", "--show-interactive-dev-session=false"];
-for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
-const wrangler = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
-stops.unshift(async () => void wrangler.kill("SIGTERM"));
+// The variables, secrets among them, go to wrangler in a file only this user can read: on a
+// command line, `ps` would show them to everyone on the machine.
+const varsDir = mkdtempSync(join(tmpdir(), "gdr-start-"));
+const envFile = join(varsDir, "worker.env");
+writeFileSync(envFile, Object.entries(vars).map(([k, v]) => `${k}=${dotenvQuote(v)}`).join("\n") + "\n", { mode: 0o600 });
+stops.push(() => rmSync(varsDir, { recursive: true, force: true }));
+const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(PORT), "--test-scheduled", "--show-interactive-dev-session=false", "--env-file", envFile];
+// Its own process group: npx, wrangler and workerd all go with one signal, and none is left
+// holding the port.
+const wrangler = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
+stops.unshift(() => stopGroup(wrangler));
 if (cluster) stops.unshift(simulateCluster(vars.K8S_API_URL, { namespace: vars.K8S_NAMESPACE, log: (line) => console.log(line) }));
 
 const STEPS = { published: "published", capacity_acquired: "admitted", backend_ready: "ready", claimed: "claimed", acked: "acked", completed: "completed" };
@@ -167,6 +174,37 @@ async function stop(code = 0) {
 wrangler.on("exit", (code) => stop(code ?? 1));
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
+// Whatever started us (npm, a shell) went away without passing a signal on: stop too, rather than
+// keep the port and a nats-server with nobody to stop them.
+const parent = process.ppid;
+setInterval(() => process.ppid !== parent && stop(0), 500).unref();
+
+/** SIGTERM to the child's process group, SIGKILL if it is still there after 5 s; resolves once it exited. */
+async function stopGroup(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return signalGroup(child, "SIGKILL");
+  const exited = new Promise((r) => child.once("exit", r));
+  signalGroup(child, "SIGTERM");
+  const timer = setTimeout(() => signalGroup(child, "SIGKILL"), 5_000);
+  await exited;
+  clearTimeout(timer);
+  // What the group's leader left behind (workerd outliving wrangler) goes too.
+  signalGroup(child, "SIGKILL");
+}
+
+function signalGroup(child, signal) {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // the group is gone
+  }
+}
+
+/** A value for a dotenv file, in a quote it does not contain (single quotes take it literally). */
+function dotenvQuote(value) {
+  const v = String(value);
+  for (const q of ["'", "`", '"']) if (!v.includes(q)) return `${q}${v}${q}`;
+  throw new Error("a variable holds every kind of quote; it cannot go into a dotenv file");
+}
 
 function pick(obj, keys) {
   return Object.fromEntries(keys.filter((k) => obj[k] !== undefined && obj[k] !== "").map((k) => [k, obj[k]]));

@@ -14,7 +14,11 @@ const TRUST_DOMAIN = /^[a-z0-9._-]{1,255}$/;
 const intFrom = (min: number, max: number) =>
   z.preprocess(
     (v) => (typeof v === "string" && v.trim() !== "" ? Number(v) : v),
-    z.number({ message: "must be an integer" }).int({ message: "must be an integer" }).min(min).max(max),
+    z
+      .number({ error: "must be an integer" })
+      .int({ message: "must be an integer" })
+      .min(min, { message: min === 0 ? "must be non-negative (0 or more)" : `must be at least ${min}` })
+      .max(max, { message: `must be at most ${max}` }),
   );
 const optionalString = z.string().trim().min(1).optional().catch(undefined);
 const secret = (minLength: number) =>

@@ -5,7 +5,7 @@ import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher.ts";
 import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
-import { withNats } from "../nats/connection.ts";
+import { natsHosts, withNats } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
 import { requireClaimToken, requireDispatchToken } from "./auth.ts";
@@ -146,18 +146,4 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
 
 function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {
   c.var.background.push(work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message })));
-}
-
-/** Scheme, host and port of each URL: never its user, password, path or query (a token may be there). */
-export function natsHosts(urls: string[]): string {
-  return urls
-    .map((u) => {
-      try {
-        const url = new URL(u);
-        return `${url.protocol}//${url.host}`;
-      } catch {
-        return "(unparseable URL)";
-      }
-    })
-    .join(",");
 }

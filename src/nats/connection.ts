@@ -156,3 +156,17 @@ export async function withNats<T>(settings: NatsSettings, fn: (h: NatsHandle) =>
     await closeNats(handle.nc);
   }
 }
+
+/** Scheme, host and port of each URL: never its user, password, path or query (a token may be there). */
+export function natsHosts(urls: string[]): string {
+  return urls
+    .map((u) => {
+      try {
+        const url = new URL(u);
+        return `${url.protocol}//${url.host}`;
+      } catch {
+        return "(unparseable URL)";
+      }
+    })
+    .join(",");
+}

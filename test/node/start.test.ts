@@ -1,0 +1,80 @@
+// `npm start` as a new user runs it: it must pass no secret on a command line, and a SIGTERM to
+// npm or to start.mjs must stop everything it started (wrangler, workerd, nats-server, the fakes)
+// and free the port, so that the next `npm start` can bind it.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { createConnection } from "node:net";
+import { describe, expect, it } from "vitest";
+import { freePort } from "../../bench/lib.mjs";
+
+const TOKEN = `start-test-${Math.random().toString(36).slice(2)}-dispatch`;
+
+/** Every live descendant of `pid`, from /proc. */
+function descendants(pid: number): number[] {
+  const parentOf = new Map<number, number>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      parentOf.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const found: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, parent] of parentOf) if (parent === p) (found.push(child), walk(child));
+  };
+  walk(pid);
+  return found;
+}
+
+const cmdline = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+  } catch {
+    return "";
+  }
+};
+const alive = (pid: number) => existsSync(`/proc/${pid}`) && !/^\S+ \(\S+\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+const portOpen = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const s = createConnection({ host: "127.0.0.1", port }, () => (s.destroy(), resolve(true)));
+    s.on("error", () => resolve(false));
+  });
+
+async function startNpm(port: number): Promise<{ npm: ChildProcess; output: () => string }> {
+  const npm = spawn("npm", ["start"], { env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent" }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  npm.stdout!.on("data", (d) => (out += d));
+  npm.stderr!.on("data", (d) => (out += d));
+  const deadline = Date.now() + 90_000;
+  while (!out.includes(`gitea-edge-dispatcher on http://127.0.0.1:${port}`)) {
+    if (Date.now() > deadline || npm.exitCode !== null) throw new Error(`npm start did not come up:\n${out.slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { npm, output: () => out };
+}
+
+describe("npm start", () => {
+  for (const target of ["npm", "start.mjs"] as const) {
+    it(`stops everything it started and frees the port on SIGTERM to ${target}; no secret on a command line`, { timeout: 150_000 }, async () => {
+      const port = await freePort();
+      const { npm, output } = await startNpm(port);
+      const tree = descendants(npm.pid!);
+      expect(tree.some((p) => cmdline(p).includes("workerd"))).toBe(true);
+      expect(tree.some((p) => cmdline(p).includes("nats-server"))).toBe(true);
+      // The token is printed for the user to copy, but no process shows it to `ps`.
+      expect(output()).toContain(TOKEN);
+      expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(TOKEN))).toEqual([]);
+      expect(await portOpen(port)).toBe(true);
+
+      const victim = target === "npm" ? npm.pid! : tree.find((p) => cmdline(p).includes("scripts/start.mjs"))!;
+      process.kill(victim, "SIGTERM");
+      const deadline = Date.now() + 30_000;
+      while ([npm.pid!, ...tree].some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+      expect([npm.pid!, ...tree].filter(alive).map((p) => `${p} ${cmdline(p).slice(0, 80)}`)).toEqual([]);
+      expect(await portOpen(port)).toBe(false);
+    });
+  }
+});
