@@ -19,7 +19,7 @@ describe("first run", () => {
     const system = "/usr/bin/node";
     if (!existsSync(system) || !tooOld(execFileSync(system, ["--version"], { encoding: "utf8" }).trim())) return;
     for (const script of ["start", "test", "provision"]) {
-      const run = spawnSync(system, ["/usr/lib/node_modules/npm/bin/npm-cli.js", "run", script], { encoding: "utf8", env: { PATH: "/usr/bin:/bin" } });
+      const run = spawnSync(system, ["/usr/lib/node_modules/npm/bin/npm-cli.js", "run", script], { encoding: "utf8", env: { PATH: "/usr/bin:/bin" } as unknown as NodeJS.ProcessEnv });
       expect(run.status, script).not.toBe(0);
       const ours = run.stderr.split("\n").filter((l) => l.includes("gitea-edge-dispatcher needs"));
       expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: run `\. \.ci\/env\.sh`/)]);
