@@ -1,8 +1,8 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
-// workerd reports a WebSocket that failed to connect or lost its peer (a refused port, a node the
-// fault suites killed) as an "uncaught" error from inside the runtime, with its native stack,
+// workerd reports a WebSocket or fetch that failed to connect or lost its peer (a refused port, a
+// node or fake the fault suites killed) as an "uncaught" error from inside the runtime, with its native stack,
 // although nats.js caught the failure and the test saw it as a ConnectionError. workerd logs it
 // itself; it is never raised in JS (an unhandledrejection listener does not see it), and the
 // Workers plugin prints every runtime line it does not already ignore. Each such failure is
@@ -10,7 +10,7 @@ import { defineConfig } from "vitest/config";
 // a reporter's) are dropped here; every other line passes.
 const EXPECTED_DISCONNECT = [
   /^uncaught exception; (source = Uncaught \(in promise\); stack = Error|exception = workerd\/jsg\/value\.h:\d+: disconnected: jsg\.Error): Network connection lost\./,
-  /^exception = rust\/worker\/ffi\.rs:\d+: disconnected: Connection refused \(os error 111\)/,
+  /^exception = rust\/[\w/-]+\/ffi\.rs:\d+: disconnected: (Connection refused \(os error 111\)|Broken pipe \(os error 32\)|Connection reset by peer \(os error 104\)|client error \(SendRequest\))$/,
   /^stack: (\S*\/workerd@[0-9a-f]+ ?)+$/,
 ];
 for (const stream of [process.stdout, process.stderr]) {
