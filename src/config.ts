@@ -60,6 +60,7 @@ const envSchema = z.object({
   LEASE_TTL_MS: intFrom(60_000, 7 * 86_400_000).default(21_600_000),
   DISPATCH_TOKEN: secret(16),
   CLAIM_SIGNING_KEY: secret(32),
+  METRICS_TOKEN: secret(16).optional(),
   POD_BACKEND_URL: httpUrl.optional(),
   POD_BACKEND_TOKEN: optionalString,
   VM_BACKEND_URL: httpUrl.optional(),
@@ -120,6 +121,8 @@ export interface Config {
   reconcileBudgetMs: number;
   leaseTtlMs: number;
   dispatchToken: string;
+  /** Bearer token of GET /metrics; the endpoint does not exist without it. */
+  metricsToken: string | undefined;
   claimSigningKey: string;
   backendTimeoutMs: number;
   /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
@@ -258,6 +261,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     reconcileBudgetMs: e.RECONCILE_BUDGET_MS,
     leaseTtlMs: e.LEASE_TTL_MS,
     dispatchToken: e.DISPATCH_TOKEN,
+    metricsToken: e.METRICS_TOKEN,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",

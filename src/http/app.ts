@@ -8,7 +8,9 @@ import type { Backend } from "../names.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
-import { requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
+import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited } from "./body.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
@@ -113,6 +115,14 @@ export function createApp(deps: AppDeps) {
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     if (outcome.background) inBackground(c, d, outcome.background, "runner teardown");
     return c.json(outcome.body, outcome.status);
+  });
+
+  // Prometheus scrapes with METRICS_TOKEN; without that secret there is no such endpoint.
+  app.get("/metrics", async (c) => {
+    const d = c.var.d;
+    if (!d.config.metricsToken) throw new HttpError(404, "not found");
+    await requireBearer(c.req.raw, d.config.metricsToken, "METRICS_TOKEN");
+    return c.body(formatMetrics(await takeSnapshot(d)), 200, { "content-type": METRICS_CONTENT_TYPE });
   });
 
   app.notFound((c) => c.json({ error: "not found" }, 404));

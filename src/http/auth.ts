@@ -9,8 +9,13 @@ function bearer(req: Request): string | undefined {
 }
 
 export async function requireDispatchToken(req: Request, expected: string): Promise<void> {
+  await requireBearer(req, expected, "DISPATCH_TOKEN");
+}
+
+/** A bearer token that must equal `expected`; `name` says which secret in the 401's message. */
+export async function requireBearer(req: Request, expected: string, name: string): Promise<void> {
   const token = bearer(req);
-  if (!token || !(await timingSafeEqual(token, expected))) throw new HttpError(401, "a valid Bearer DISPATCH_TOKEN is required");
+  if (!token || !(await timingSafeEqual(token, expected))) throw new HttpError(401, `a valid Bearer ${name} is required`);
 }
 
 export async function requireClaimToken(req: Request, signingKey: string, id: string): Promise<void> {

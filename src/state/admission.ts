@@ -38,6 +38,8 @@ export interface Admission {
   holders(backend: Backend): Promise<string[]>;
   /** Ids whose runner registration is under way (an unexpired reservation). */
   registering(backend: Backend): Promise<string[]>;
+  /** Holders and registrations together, in two requests whatever the pool's size (up to 1024 slots each). */
+  snapshot(backend: Backend): Promise<{ holders: string[]; registering: string[] }>;
 }
 
 export interface AdmissionOptions {
@@ -151,8 +153,11 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return Object.keys(info?.state.subjects ?? {}).map((s) => idOfToken(s.slice(slotPrefix(opts.names, backend).length + 1)));
     },
     async registering(backend) {
+      return (await admission.snapshot(backend)).registering;
+    },
+    async snapshot(backend) {
       const [taken, words] = await Promise.all([lastOfAll(slots(backend), slotPrefix(opts.names, backend)), lastOfAll(registrations, registrationPrefix(opts.names, backend))]);
-      return [...taken].filter(([id, slot]) => registeringNow(slot, words.get(id))).map(([id]) => id);
+      return { holders: [...taken.keys()], registering: [...taken].filter(([id, slot]) => registeringNow(slot, words.get(id))).map(([id]) => id) };
     },
   };
   return admission;

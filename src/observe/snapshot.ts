@@ -1,0 +1,67 @@
+// What the dispatcher is doing right now, per backend, at a fixed cost: the stream, each
+// consumer, each backend's slots and registrations, and the records of the slot holders. Never a
+// read of every record: the requests depend on the number of backends and on capacity (1024 slot
+// holders per batch read), not on the number of assignments. Feeds /metrics and /status.
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { Dispatcher } from "../dispatcher.ts";
+import { consumerName, type Backend } from "../names.ts";
+
+/** One backend's figures; the states come from the records of the slot holders. */
+export interface BackendSnapshot {
+  backend: Backend;
+  capacity: number;
+  slotsInUse: number;
+  registering: number;
+  /** Never delivered yet: state `received`. */
+  queued: number;
+  ackPending: number;
+  redelivered: number;
+  /** Delivered and not acknowledged, without a slot: waiting for capacity (or being looked at right now). */
+  waitingForCapacity: number;
+  pendingAtBackend: number;
+  readyForClaim: number;
+  running: number;
+  /** Deliveries so far, redeliveries included (JetStream's own count). */
+  delivered: number;
+}
+
+export interface Snapshot {
+  stream: { messages: number; published: number; acked: number };
+  backends: BackendSnapshot[];
+}
+
+export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
+  return d.withState(async (state, handle) => {
+    const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+    const [stream, backends] = await Promise.all([
+      jsm.streams.info(d.config.stream),
+      Promise.all(
+        d.config.backends.map(async ({ backend, capacity }): Promise<BackendSnapshot> => {
+          const [consumer, slots] = await Promise.all([jsm.consumers.info(d.config.stream, consumerName(backend)), state.admission.snapshot(backend)]);
+          const records = await state.records.getMany(slots.holders);
+          const inState = (s: string) => [...records.values()].filter((r) => r.value.state === s).length;
+          const pendingAtBackend = inState("backend_pending") + inState("capacity_wait") + inState("received");
+          const readyForClaim = inState("backend_ready");
+          return {
+            backend,
+            capacity,
+            slotsInUse: slots.holders.length,
+            registering: slots.registering.length,
+            queued: consumer.num_pending,
+            ackPending: consumer.num_ack_pending,
+            redelivered: consumer.num_redelivered,
+            // A slot holder not yet claimed still has its message out; every other one out is waiting.
+            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim),
+            pendingAtBackend,
+            readyForClaim,
+            running: inState("claimed"),
+            delivered: consumer.delivered.consumer_seq,
+          };
+        }),
+      ),
+    ]);
+    const { messages, last_seq } = stream.state;
+    // A work queue removes a message once it is acknowledged (or termed).
+    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends };
+  });
+}

@@ -1,0 +1,45 @@
+// The shipped Prometheus rules and Grafana dashboard: every query parses as PromQL (Prometheus's
+// own grammar), and every gdr_ metric it names is one /metrics exports.
+import { readFileSync } from "node:fs";
+import { parser } from "@prometheus-io/lezer-promql";
+import { parse as parseYaml } from "yaml";
+import { describe, expect, it } from "vitest";
+import { formatMetrics } from "../../src/observe/metrics.ts";
+import type { BackendSnapshot } from "../../src/observe/snapshot.ts";
+
+const pod: BackendSnapshot = { backend: "pod", capacity: 5, slotsInUse: 2, registering: 0, queued: 3, ackPending: 0, redelivered: 0, waitingForCapacity: 0, pendingAtBackend: 0, readyForClaim: 0, running: 2, delivered: 4 };
+const exported = new Set([...formatMetrics({ stream: { messages: 3, published: 5, acked: 2 }, backends: [pod] }).matchAll(/^# TYPE (\S+)/gm)].map((m) => m[1]!));
+
+function checkQuery(expr: string): string[] {
+  const problems: string[] = [];
+  const tree = parser.parse(expr);
+  tree.iterate({ enter: (node) => void (node.type.isError && problems.push(`syntax error at ${node.from} in: ${expr}`)) });
+  for (const [name] of expr.matchAll(/\bgdr_[a-z_]+\b/g)) if (!exported.has(name)) problems.push(`${name} is not exported by /metrics`);
+  return problems;
+}
+
+describe("examples", () => {
+  it("the grammar check itself catches a broken query and an unknown metric", () => {
+    expect(checkQuery("gdr_slots_in_use >= ")).not.toEqual([]);
+    expect(checkQuery("gdr_slots_in_uses > 1")).toEqual(["gdr_slots_in_uses is not exported by /metrics"]);
+    expect(checkQuery('sum by (backend) (gdr_assignments{state="claimed"})')).toEqual([]);
+  });
+
+  it("prometheus-rules.yaml: every alert's expression parses and names exported metrics; the three alerts asked for are there", () => {
+    const doc = parseYaml(readFileSync("examples/prometheus-rules.yaml", "utf8")) as { groups: { rules: { alert: string; expr: string; for?: string }[] }[] };
+    const rules = doc.groups.flatMap((g) => g.rules);
+    expect(rules.flatMap((r) => checkQuery(r.expr))).toEqual([]);
+    const byName = new Map(rules.map((r) => [r.alert, r]));
+    expect(byName.get("GdrCapacityExhausted")).toMatchObject({ for: "10m" });
+    expect(byName.get("GdrUnhealthy")?.expr).toContain("probe_success");
+    expect(byName.get("GdrQueueNotDraining")?.expr).toContain("gdr_consumer_pending_messages");
+  });
+
+  it("grafana-dashboard.json: importable JSON whose panels query exported metrics (queue, slots, states, redeliveries)", () => {
+    const dash = JSON.parse(readFileSync("examples/grafana-dashboard.json", "utf8")) as { title: string; panels: { title: string; targets: { expr: string }[] }[] };
+    const exprs = dash.panels.flatMap((p) => p.targets.map((t) => t.expr.replaceAll("$backend", ".*")));
+    expect(exprs.flatMap(checkQuery)).toEqual([]);
+    const used = exprs.join(" ");
+    for (const name of ["gdr_consumer_pending_messages", "gdr_slots_in_use", "gdr_capacity", "gdr_assignments", "gdr_consumer_redelivered_messages"]) expect(used).toContain(name);
+  });
+});
