@@ -10,7 +10,7 @@ import { defineConfig } from "vitest/config";
 // a reporter's) are dropped here; every other line passes.
 const EXPECTED_DISCONNECT = [
   /^uncaught exception; (source = Uncaught \(in promise\); stack = Error|exception = workerd\/jsg\/value\.h:\d+: disconnected: jsg\.Error): Network connection lost\./,
-  /^exception = rust\/[\w/-]+\/ffi\.rs:\d+: disconnected: (Connection refused \(os error 111\)|Broken pipe \(os error 32\)|Connection reset by peer \(os error 104\)|client error \(SendRequest\))$/,
+  /^exception = rust\/[\w/-]+\/ffi\.rs:\d+: disconnected: (Connection refused \(os error 111\)|Broken pipe \(os error 32\)|Connection reset by peer \(os error 104\)|client error \((SendRequest|Canceled)\))$/,
   /^stack: (\S*\/workerd@[0-9a-f]+ ?)+$/,
 ];
 for (const stream of [process.stdout, process.stderr]) {

@@ -22,3 +22,31 @@ if [ -z "${NATS_SERVER_BIN:-}" ] && [ ! -x "$GDR_CACHE/nats/usr/sbin/nats-server
   dpkg -x "$apt_dir"/nats-server_*.deb "$GDR_CACHE/nats"
 fi
 export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$GDR_CACHE/nats/usr/sbin/nats-server}"
+
+# Debian's chromium for the status page's browser test: the package and the libraries it needs
+# that the system lacks, unpacked into the cache (the system's own packages stay as they are),
+# behind a wrapper that points the loader at them. A chromium on the system is used as it is.
+if [ -z "${GDR_CHROMIUM:-}" ] && [ -x /usr/bin/chromium ]; then
+  export GDR_CHROMIUM=/usr/bin/chromium
+elif [ -z "${GDR_CHROMIUM:-}" ]; then
+  chr="$GDR_CACHE/chromium"
+  if [ ! -x "$chr/chromium" ]; then
+    echo "provisioning Debian's chromium into $chr" >&2
+    chr_apt="$GDR_CACHE/apt-system"
+    mkdir -p "$chr_apt/lists/partial" "$chr_apt/archives/partial" "$chr/root"
+    chr_opts=(-o "Dir::State::Lists=$chr_apt/lists" -o "Dir::Cache::archives=$chr_apt/archives" -o APT::Sandbox::User=root)
+    apt-get -qq "${chr_opts[@]}" update >&2
+    # What installing it would add to this system, without recommends: exactly what is missing.
+    pkgs=$(apt-get "${chr_opts[@]}" -s install -y --no-install-recommends chromium | awk '/^Inst /{print $2}')
+    (cd "$chr_apt/archives" && rm -f ./*.deb && apt-get -qq "${chr_opts[@]}" download $pkgs >&2)
+    for deb in "$chr_apt"/archives/*.deb; do dpkg -x "$deb" "$chr/root"; done
+    cat > "$chr/chromium" <<WRAP
+#!/bin/sh
+r="$chr/root"
+export LD_LIBRARY_PATH="\$r/usr/lib/x86_64-linux-gnu:\$r/lib/x86_64-linux-gnu:\$r/usr/lib/x86_64-linux-gnu/pulseaudio\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "\$r/usr/lib/chromium/chromium" "\$@"
+WRAP
+    chmod +x "$chr/chromium"
+  fi
+  export GDR_CHROMIUM="$chr/chromium"
+fi

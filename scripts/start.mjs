@@ -36,7 +36,7 @@ try {
 }
 
 const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
-const PASS = ["JETSTREAM_REPLICAS", "TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
+const PASS = ["JETSTREAM_REPLICAS", "TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "STATUS_TOKEN", "METRICS_TOKEN", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
   "POD_DRIVER", "VM_DRIVER", "K8S_API_URL", "K8S_TOKEN", "K8S_NAMESPACE", "RUNNER_IMAGE", "RUNNER_VM_IMAGE", "POD_TEMPLATE", "VM_TEMPLATE",
   "GITEA_URL", "GITEA_WEBHOOK_SECRET", "GITEA_API_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_SCOPE", "RUNS_ON_ROUTES", "RUNNER_IDENTITY_KEY", "RUNNER_NAME_PREFIX"];
 const chosen = pick(user, PASS);
@@ -61,6 +61,8 @@ const vars = {
   TRUST_DOMAIN: "local.gitea-edge-dispatcher",
   DISPATCH_TOKEN: randomBytes(18).toString("base64url"),
   CLAIM_SIGNING_KEY: randomBytes(32).toString("base64url"),
+  STATUS_TOKEN: randomBytes(12).toString("base64url"),
+  METRICS_TOKEN: randomBytes(18).toString("base64url"),
   RETRY_DELAY_MS: "1000",
   POD_BACKEND_URL: `${backend.url}/pod`,
   POD_BACKEND_TOKEN: "local-backend-token",
@@ -149,7 +151,9 @@ Try:
   curl -s -X POST ${base}/v1/assignments -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}' \\
     -H 'content-type: application/json' -d '{"version":1,"id":"demo-1","backend":"pod","labels":["ubuntu-latest"]}'
   curl -s ${base}/v1/assignments/demo-1 -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}'
-  curl -s ${base}/healthz`);
+  curl -s ${base}/healthz
+  curl -s ${base}/metrics -H 'authorization: Bearer ${vars.METRICS_TOKEN}'
+Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
   if (vars.GITEA_WEBHOOK_SECRET) {
     const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
     const file = join(dir, "queued.json");

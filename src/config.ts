@@ -61,6 +61,7 @@ const envSchema = z.object({
   DISPATCH_TOKEN: secret(16),
   CLAIM_SIGNING_KEY: secret(32),
   METRICS_TOKEN: secret(16).optional(),
+  STATUS_TOKEN: secret(16).optional(),
   POD_BACKEND_URL: httpUrl.optional(),
   POD_BACKEND_TOKEN: optionalString,
   VM_BACKEND_URL: httpUrl.optional(),
@@ -123,6 +124,8 @@ export interface Config {
   dispatchToken: string;
   /** Bearer token of GET /metrics; the endpoint does not exist without it. */
   metricsToken: string | undefined;
+  /** Password of the status page (HTTP Basic, any user name); the page does not exist without it. */
+  statusToken: string | undefined;
   claimSigningKey: string;
   backendTimeoutMs: number;
   /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
@@ -262,6 +265,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     leaseTtlMs: e.LEASE_TTL_MS,
     dispatchToken: e.DISPATCH_TOKEN,
     metricsToken: e.METRICS_TOKEN,
+    statusToken: e.STATUS_TOKEN,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",

@@ -8,7 +8,9 @@ import type { Backend } from "../names.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
-import { requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
+import { readStatus } from "../observe/status.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited } from "./body.ts";
@@ -123,6 +125,29 @@ export function createApp(deps: AppDeps) {
     if (!d.config.metricsToken) throw new HttpError(404, "not found");
     await requireBearer(c.req.raw, d.config.metricsToken, "METRICS_TOKEN");
     return c.body(formatMetrics(await takeSnapshot(d)), 200, { "content-type": METRICS_CONTENT_TYPE });
+  });
+
+  // The status page, for a person with a browser: HTTP Basic, any user name, STATUS_TOKEN as the
+  // password. Without that secret there is no such page.
+  app.get("/status", async (c) => {
+    const d = c.var.d;
+    if (!d.config.statusToken) throw new HttpError(404, "not found");
+    if (!(await basicPasswordMatches(c.req.raw, d.config.statusToken))) {
+      return c.text("the status page needs its password (STATUS_TOKEN; any user name)", 401, { "www-authenticate": 'Basic realm="gitea-edge-dispatcher status", charset="UTF-8"' });
+    }
+    const page = await renderStatusPage(await readStatus(d));
+    return c.html(page, 200, {
+      "content-security-policy": contentSecurityPolicy(await styleHash()),
+      "cache-control": "no-store",
+      "x-content-type-options": "nosniff",
+      "referrer-policy": "no-referrer",
+    });
+  });
+
+  app.get("/v1/status", async (c) => {
+    const d = c.var.d;
+    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
+    return c.json(await readStatus(d), 200, { "cache-control": "no-store" });
   });
 
   app.notFound((c) => c.json({ error: "not found" }, 404));

@@ -23,3 +23,20 @@ export async function requireClaimToken(req: Request, signingKey: string, id: st
   if (!token) throw new HttpError(401, "the assignment's Bearer claim token is required");
   if (!(await timingSafeEqual(token, await claimToken(signingKey, id)))) throw new HttpError(403, "claim token does not match this assignment");
 }
+
+/**
+ * HTTP Basic with `expected` as the password and any user name, so that a browser asks for it.
+ * False when the credentials are missing or wrong; the caller answers 401 with WWW-Authenticate.
+ */
+export async function basicPasswordMatches(req: Request, expected: string): Promise<boolean> {
+  const match = /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+  if (!match) return false;
+  let decoded: string;
+  try {
+    decoded = new TextDecoder().decode(Uint8Array.from(atob(match[1]!), (c) => c.charCodeAt(0)));
+  } catch {
+    return false;
+  }
+  const colon = decoded.indexOf(":");
+  return colon >= 0 && (await timingSafeEqual(decoded.slice(colon + 1), expected));
+}

@@ -21,6 +21,8 @@ export interface AssignmentRecord {
   completedAt?: string;
   terminatedAt?: string;
   reason?: string;
+  /** Where the job comes from, for people looking at the status page (never a secret). */
+  job?: { repository: string; name?: string };
   /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
   runner?: RunnerRef;
 }
@@ -86,6 +88,7 @@ export function createRecordStore(
           createdAt: assignment.createdAt,
           receivedAt: at,
           updatedAt: at,
+          ...(assignment.job ? { job: { repository: assignment.job.repository, ...(assignment.job.name !== undefined ? { name: assignment.job.name } : {}) } } : {}),
         };
         return { value: record, result: { result: "new", record } };
       }, { assumeAbsent: true, leader: leaderKv });

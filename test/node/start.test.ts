@@ -68,6 +68,13 @@ describe("npm start", () => {
       expect(output()).toContain(TOKEN);
       expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(TOKEN))).toEqual([]);
       expect(await portOpen(port)).toBe(true);
+      // It prints the status page's URL and password, and they open the page.
+      const printed = /Status page: (http:\S+\/status) +\(any user name, password: (\S+)\)/.exec(output());
+      expect(printed?.[1]).toBe(`http://127.0.0.1:${port}/status`);
+      expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(printed![2]!))).toEqual([]);
+      const page = await fetch(printed![1]!, { headers: { authorization: `Basic ${btoa(`me:${printed![2]}`)}` } });
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain("slots used");
 
       const victim = target === "npm" ? npm.pid! : tree.find((p) => cmdline(p).includes("scripts/start.mjs"))!;
       process.kill(victim, "SIGTERM");

@@ -1,0 +1,71 @@
+// GET /status: the status page, rendered on the server with hono's html helper (every value
+// escaped), no script, no external asset. It refreshes itself with a meta refresh, which a strict
+// Content-Security-Policy allows; the one stylesheet is allowed by its hash.
+import { html, raw } from "hono/html";
+import type { Status } from "../observe/status.ts";
+
+export const REFRESH_SECONDS = 5;
+
+export const STYLE = `
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24;background:#fff}
+h1{font-size:1.3rem;margin:0 0 .2rem}h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
+.muted{color:#57606a}.problem{color:#a40e26}.ok{color:#1a7f37}
+table{border-collapse:collapse;margin:.3rem 0}td,th{padding:.2rem .7rem;border-bottom:1px solid #d0d7de;text-align:left}
+th{font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+meter{width:16rem;height:1.1rem;vertical-align:middle}
+`;
+
+/** 'sha256-…' of STYLE, for the Content-Security-Policy. */
+export async function styleHash(): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(STYLE));
+  return `'sha256-${btoa(String.fromCharCode(...new Uint8Array(digest)))}'`;
+}
+
+export function contentSecurityPolicy(hash: string): string {
+  return `default-src 'none'; style-src ${hash}; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`;
+}
+
+export function age(seconds: number): string {
+  if (seconds < 120) return `${seconds} s`;
+  if (seconds < 7_200) return `${Math.floor(seconds / 60)} min`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3_600)} h`;
+  return `${Math.floor(seconds / 86_400)} d`;
+}
+
+export function renderStatusPage(s: Status) {
+  const backends = s.backends.map((b) => {
+    const free = Math.max(0, b.capacity - b.slotsInUse);
+    const rows: [string, number][] = [
+      ["Queued", b.queued],
+      ["Waiting for capacity", b.waitingForCapacity],
+      ["Pending at the backend", b.pendingAtBackend],
+      ["Ready, waiting for the claim", b.readyForClaim],
+      ["Running", b.running],
+      ["Registrations under way", b.registering],
+    ];
+    return html`<section aria-label="backend ${b.backend}">
+<h2>Backend ${b.backend}</h2>
+<p><meter min="0" max="${b.capacity}" value="${b.slotsInUse}" aria-label="capacity used"></meter>
+ ${b.slotsInUse} of ${b.capacity} slots used, ${free} free</p>
+<table>${rows.map(([label, n]) => html`<tr><th scope="row">${label}</th><td class="n">${n}</td></tr>`)}</table>
+</section>`;
+  });
+  const problems = s.problems.length
+    ? html`<ul>${s.problems.map((p) => html`<li class="problem">${p}</li>`)}</ul>`
+    : html`<p class="ok">Healthy: /healthz names no problem.</p>`;
+  const recent = s.recent.length
+    ? html`<table><thead><tr><th>Assignment</th><th>Repository</th><th>Job</th><th>State</th><th>Age</th><th>Runner</th></tr></thead><tbody>
+${s.recent.map((r) => html`<tr><td>${r.id}</td><td>${r.repository ?? "–"}</td><td>${r.job ?? "–"}</td><td>${r.state}</td><td class="n">${age(r.ageSeconds)}</td><td>${r.runner ?? "–"}</td></tr>`)}
+</tbody></table>`
+    : html`<p class="muted">No assignments yet.</p>`;
+  return html`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<meta http-equiv="refresh" content="${REFRESH_SECONDS}">
+<title>gitea-edge-dispatcher status</title><style>${raw(STYLE)}</style></head>
+<body><h1>gitea-edge-dispatcher</h1>
+<p class="muted">As of ${s.at}; this page refreshes every ${REFRESH_SECONDS} s. Stream: ${s.stream.messages} messages, ${s.stream.published} published so far.</p>
+<h2>Health</h2>${problems}
+${backends}
+<h2>Most recent assignments</h2>${recent}
+</body></html>`;
+}

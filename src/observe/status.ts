@@ -1,0 +1,54 @@
+// What the status page and GET /v1/status show: the snapshot per backend, the most recent
+// assignments, and the problems /healthz would name. A fixed number of NATS requests.
+import type { Dispatcher } from "../dispatcher.ts";
+import { inspect } from "../layout-inspect.ts";
+import { recordsBucket } from "../names.ts";
+import type { AssignmentRecord } from "../state/records.ts";
+import { recentRecords } from "./recent.ts";
+import { takeSnapshot, type Snapshot } from "./snapshot.ts";
+
+export const RECENT_LIMIT = 50;
+
+/** An assignment as the status page shows it: no sealed identity, no token. */
+export interface RecentAssignment {
+  id: string;
+  backend: string;
+  state: string;
+  repository: string | null;
+  job: string | null;
+  createdAt: string;
+  updatedAt: string;
+  ageSeconds: number;
+  runner: string | null;
+}
+
+export interface Status extends Snapshot {
+  at: string;
+  problems: string[];
+  recent: RecentAssignment[];
+}
+
+export async function readStatus(d: Dispatcher): Promise<Status> {
+  const [snapshot, { problems, recent }] = await Promise.all([
+    takeSnapshot(d),
+    d.withState(async (_state, handle) => {
+      const [report, records] = await Promise.all([inspect(handle, d.config), recentRecords(handle, recordsBucket(d.config), RECENT_LIMIT)]);
+      return { problems: report.problems, recent: records.map((r) => viewOf(r, d.now())) };
+    }),
+  ]);
+  return { at: new Date(d.now()).toISOString(), ...snapshot, problems, recent };
+}
+
+function viewOf(r: AssignmentRecord, now: number): RecentAssignment {
+  return {
+    id: r.id,
+    backend: r.backend,
+    state: r.state,
+    repository: r.job?.repository ?? null,
+    job: r.job?.name ?? null,
+    createdAt: r.createdAt,
+    updatedAt: r.updatedAt,
+    ageSeconds: Math.max(0, Math.round((now - Date.parse(r.createdAt)) / 1_000)),
+    runner: r.runner?.name ?? null,
+  };
+}

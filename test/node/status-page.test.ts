@@ -1,0 +1,94 @@
+// The status page as a person sees it: headless Chromium (Debian's, from .ci/env.sh) opens it on a
+// running `wrangler dev` with a known state, passing the password the way a browser does after
+// its Basic prompt. The test reads the visible text and keeps a screenshot in test-results/.
+import { mkdirSync } from "node:fs";
+import { chromium, type Browser } from "playwright-core";
+import { afterAll, beforeAll, expect, inject, it } from "vitest";
+import { startWorker } from "../../bench/lib.mjs";
+import { claimToken } from "../../src/crypto.ts";
+import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+
+const STATUS_TOKEN = "status-page-token-0123456789";
+const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 2, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 100, STATUS_TOKEN });
+// The Worker's own URL: claims go there.
+delete (env as Record<string, string | undefined>).PUBLIC_URL;
+let worker: Awaited<ReturnType<typeof startWorker>>;
+let browser: Browser;
+
+beforeAll(async () => {
+  const executablePath = process.env.GDR_CHROMIUM;
+  if (!executablePath) throw new Error("GDR_CHROMIUM is not set: source .ci/env.sh, which provisions Debian's chromium");
+  await provisionEnv({ ...env, PUBLIC_URL: "http://127.0.0.1:1" });
+  [worker, browser] = await Promise.all([
+    startWorker(env),
+    // As root in a closed network: no sandbox, and none of Chromium's own background connections.
+    chromium.launch({ executablePath, args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"] }),
+  ]);
+}, 120_000);
+afterAll(async () => {
+  await browser?.close();
+  worker?.stop();
+});
+
+const post = (id: string, name: string) =>
+  fetch(`${worker.url}/v1/assignments`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"], job: { id: 1, runId: 1, attempt: 1, repository: "acme/widgets", name } }),
+  });
+
+it("shows the numbers per backend and the recent assignments, in a real browser", { timeout: 120_000 }, async () => {
+  for (const [id, name] of [["sp-1", "build"], ["sp-2", "test"], ["sp-3", "lint"], ["sp-4", "docs"]]) expect((await post(id!, name!)).status).toBe(202);
+  // A cron pass hands out two (MaxAckPending = capacity 2) and provisions both; sp-1 claims; the
+  // next pass acks it and hands out sp-3, which finds no slot (and is parked for the rest of the
+  // pass while sp-2 is held for its claim). sp-4 stays queued.
+  await worker.tick();
+  const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, { method: "POST", headers: { authorization: `Bearer ${await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "sp-1")}` } });
+  expect(claim.status).toBe(200);
+  await worker.tick();
+
+  const context = await browser.newContext({ httpCredentials: { username: "ops", password: STATUS_TOKEN }, viewport: { width: 1100, height: 900 } });
+  const page = await context.newPage();
+  const response = await page.goto(`${worker.url}/status`);
+  expect(response?.status()).toBe(200);
+  const text = await page.locator("body").innerText();
+  const backend = await page.getByRole("region", { name: "backend pod" }).innerText();
+  mkdirSync("test-results", { recursive: true });
+  await page.screenshot({ path: "test-results/status-page.png", fullPage: true });
+
+  expect(backend).toContain("2 of 2 slots used, 0 free");
+  const counts = Object.fromEntries(backend.split("\n").map((l) => /^(.+?)\t(\d+)$/.exec(l)).filter((m) => m).map((m) => [m![1], Number(m![2])]));
+  expect(counts).toEqual({
+    Queued: 1,
+    "Waiting for capacity": 1,
+    "Pending at the backend": 0,
+    "Ready, waiting for the claim": 1,
+    Running: 1,
+    "Registrations under way": 0,
+  });
+  expect(text).toContain("Healthy: /healthz names no problem.");
+  const rows = await page.locator("tbody tr").allInnerTexts();
+  expect(rows.find((r) => r.startsWith("sp-1"))).toMatch(/^sp-1\tacme\/widgets\tbuild\tclaimed\t\d+ s\t–$/);
+  expect(rows.find((r) => r.startsWith("sp-4"))).toMatch(/^sp-4\tacme\/widgets\tdocs\treceived\t\d+ s\t–$/);
+  // The page asks for nothing from anywhere else, and the browser blocked nothing.
+  const blocked: string[] = [];
+  page.on("console", (m) => m.type() === "error" && blocked.push(m.text()));
+  await page.reload();
+  expect(blocked).toEqual([]);
+  await context.close();
+});
+
+it("a browser without the password, or with a wrong one, is challenged for Basic and shown nothing", async () => {
+  for (const httpCredentials of [undefined, { username: "ops", password: `${STATUS_TOKEN.slice(0, -1)}x` }]) {
+    const context = await browser.newContext(httpCredentials ? { httpCredentials } : {});
+    const challenge = await context.request.get(`${worker.url}/status`);
+    expect(challenge.status()).toBe(401);
+    expect(challenge.headers()["www-authenticate"]).toBe('Basic realm="gitea-edge-dispatcher status", charset="UTF-8"');
+    // Headless, Chromium cannot prompt: it fails the navigation, or shows the 401 it got.
+    const page = await context.newPage();
+    const shown = await page.goto(`${worker.url}/status`).then((r) => r?.status(), (err: Error) => err.message);
+    expect(String(shown)).toMatch(/^401$|ERR_INVALID_AUTH_CREDENTIALS/);
+    expect(await page.content()).not.toContain("slots used");
+    await context.close();
+  }
+});
