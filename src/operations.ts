@@ -1,7 +1,7 @@
 // What the HTTP API does, apart from HTTP: publish, look up, claim and complete assignments.
 import { type Assignment, assignmentIdSchema, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher.ts";
-import { HttpError } from "./http/errors.ts";
+import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "./domain-errors.ts";
 import { assignmentSubject, type AssignmentState, type Backend } from "./names.ts";
 import type { AssignmentRecord } from "./state/records.ts";
 
@@ -17,18 +17,18 @@ export interface Published {
 
 export async function publishAssignment(d: Dispatcher, body: unknown): Promise<Published> {
   const request = assignmentRequestSchema.safeParse(body);
-  if (!request.success) throw new HttpError(400, "invalid assignment", toFieldIssues(request.error));
+  if (!request.success) throw new InvalidInput("invalid assignment", toFieldIssues(request.error));
   const completed = completeAssignment(request.data, d.config.trustDomain, new Date(d.now()));
-  if (!completed.ok) throw new HttpError(400, "invalid assignment", completed.issues);
+  if (!completed.ok) throw new InvalidInput("invalid assignment", completed.issues);
   const a = completed.assignment;
   if (!d.config.backends.some((b) => b.backend === a.backend)) {
-    throw new HttpError(400, "invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
+    throw new InvalidInput("invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
   }
   try {
     return await offerAndPublish(d, a);
   } catch (err) {
-    if (err instanceof HttpError) throw err;
-    throw new HttpError(503, "NATS is unavailable; nothing was queued. Retrying with the same id is safe.");
+    if (err instanceof Conflict || err instanceof Unavailable) throw err;
+    throw new Unavailable("NATS is unavailable; nothing was queued. Retrying with the same id is safe.");
   }
 }
 
@@ -44,12 +44,12 @@ async function offerAndPublish(d: Dispatcher, a: Assignment): Promise<Published>
     try {
       ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
     } catch {
-      throw new HttpError(503, "NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
+      throw new Unavailable("NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
     }
     const offered = await state.records.offer(a).catch(() => undefined);
     // Within the duplicate window the stream dropped a conflicting copy; past it, the stored copy
     // is termed as conflicting at its first delivery.
-    if (offered?.result === "conflict") throw new HttpError(409, `assignment ${a.id} already exists with different content`);
+    if (offered?.result === "conflict") throw new Conflict(`assignment ${a.id} already exists with different content`);
     if (!ack.duplicate) d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
     return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered?.result === "same", stored: !ack.duplicate };
   });
@@ -90,13 +90,13 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
 
 export function parseId(raw: string): string {
   const id = assignmentIdSchema.safeParse(raw);
-  if (!id.success) throw new HttpError(404, "no such assignment");
+  if (!id.success) throw new NotFound("no such assignment");
   return id.data;
 }
 
 export async function getAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
   const record = await d.withState((state) => state.records.get(id));
-  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (!record) throw new NotFound(`no assignment ${id}`);
   return viewOf(record);
 }
 
@@ -112,10 +112,9 @@ export function canClaim(r: AssignmentRecord): boolean {
 export type Claimed = AssignmentView & { held: boolean };
 
 /** A claim or completion by a Gitea runner that is not the one registered for the assignment. */
-export class RunnerMismatch extends HttpError {
+export class RunnerMismatch extends Refused {
   constructor(id: string, runnerId: number | undefined) {
-    super(409, `runner ${runnerId ?? "(none)"} is not the runner registered for assignment ${id}`);
-    this.name = "RunnerMismatch";
+    super(`runner ${runnerId ?? "(none)"} is not the runner registered for assignment ${id}`);
   }
 }
 
@@ -138,9 +137,9 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
   const record = await d.withState((state) =>
     state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
   );
-  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (!record) throw new NotFound(`no assignment ${id}`);
   if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
-  if (record.state !== "claimed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be claimed`);
+  if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
   // The holder's last look comes after heldUntil; a claim well before it is sure to be seen.
   const held = record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now();
@@ -164,9 +163,9 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
     if (r?.state === "completed" && isRegistered(r, opts)) contended = await state.admission.release(r.backend, id);
     return r;
   });
-  if (!record) throw new HttpError(404, `no assignment ${id}`);
+  if (!record) throw new NotFound(`no assignment ${id}`);
   if (!isRegistered(record, opts)) throw new RunnerMismatch(id, opts.runnerId ?? undefined);
-  if (record.state !== "completed") throw new HttpError(409, `assignment ${id} is ${record.state} and cannot be completed`);
+  if (record.state !== "completed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
   return { ...viewOf(record), contended };
 }

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { Dispatcher } from "../dispatcher.ts";
 import type { Backend } from "../names.ts";
 import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, RunnerMismatch, type Published } from "../operations.ts";
-import { HttpError } from "../http/errors.ts";
+import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
 import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "../config.ts";
 import { assignmentOfRunner } from "./identity.ts";
@@ -48,7 +48,7 @@ export function jobAssignmentId(jobId: number, attempt: number | undefined): str
 
 export function parseWorkflowJob(value: unknown): WorkflowJobPayload {
   const parsed = workflowJobPayload.safeParse(value);
-  if (!parsed.success) throw new HttpError(400, "invalid workflow_job payload", toFieldIssues(parsed.error));
+  if (!parsed.success) throw new InvalidInput("invalid workflow_job payload", toFieldIssues(parsed.error));
   return parsed.data;
 }
 
@@ -140,7 +140,7 @@ async function staleReplay(d: Dispatcher, job: WorkflowJobPayload["workflow_job"
   try {
     current = await d.gitea.getJob(repository, job.id);
   } catch (err) {
-    throw new HttpError(503, `Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`);
+    throw new Unavailable(`Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`);
   }
   if (current?.status === "queued" && (current.run_attempt ?? 1) === (job.run_attempt ?? 1)) return undefined;
   return `job older than the record TTL and no longer queued in Gitea (${current?.status ?? "not found"})`;
@@ -164,7 +164,7 @@ function refusal(d: Dispatcher, id: string) {
       d.sink.event({ event: "runner_mismatch", assignment: id, backend: undefined, reason: err.message });
       return MISMATCH;
     }
-    if (err instanceof HttpError && (err.status === 404 || err.status === 409)) return err.message;
+    if (err instanceof NotFound || err instanceof Conflict) return err.message;
     throw err;
   };
 }

@@ -6,7 +6,6 @@ import type { Dispatcher } from "../dispatcher.ts";
 import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
-import { isRetryable } from "../state/kv.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publishAssignment, releaseRunner } from "../operations.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
@@ -16,7 +15,7 @@ import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited } from "./body.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
-import { HttpError } from "./errors.ts";
+import { answerFor, HttpError } from "./errors.ts";
 import { DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
 /** A publish or a claim reconciles its backend at once, within this budget, after responding. */
@@ -153,7 +152,8 @@ export function createApp(deps: AppDeps) {
   app.notFound((c) => c.json({ error: "not found" }, 404));
 
   app.onError((err, c) => {
-    if (err instanceof HttpError) return c.json({ error: err.message, ...(err.fields ? { fields: err.fields } : {}) }, err.status);
+    const answer = answerFor(err);
+    if (answer && answer.status !== 503) return c.json({ error: answer.message, ...(answer.fields ? { fields: answer.fields } : {}) }, answer.status);
     if (err instanceof ConfigError) {
       console.error(JSON.stringify({ event: "config_error", problems: err.problems }));
       // What is wrong is the operator's to see, on /healthz; any other caller learns only that it is.
@@ -161,7 +161,7 @@ export function createApp(deps: AppDeps) {
       return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
     console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
-    if (isRetryable(err)) return c.json({ error: "NATS is unavailable; retrying the same request is safe" }, 503);
+    if (answer) return c.json({ error: answer.message }, answer.status);
     return c.json({ error: "internal error" }, 500);
   });
 

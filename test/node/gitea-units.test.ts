@@ -1,3 +1,4 @@
+import { InvalidInput } from "../../src/domain-errors.ts";
 import { describe, expect, inject, it } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
@@ -46,7 +47,7 @@ describe("webhook payloads", () => {
     expect(parseWorkflowJob({ ...userRepo, pull_request: { id: 1 } }).action).toBe("queued");
   });
   it("names the failing fields", () => {
-    expect(() => parseWorkflowJob({ action: "queued", workflow_job: { id: "x" } })).toThrow(expect.objectContaining({ status: 400 }));
+    expect(() => parseWorkflowJob({ action: "queued", workflow_job: { id: "x" } })).toThrow(InvalidInput);
   });
   it("maps runner names to assignments and job URLs to repositories", () => {
     expect(assignmentOfRunner("gdr", "gdr-gitea-1187-1")).toBe("gitea-1187-1");

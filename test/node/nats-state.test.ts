@@ -6,6 +6,7 @@ import { assignmentIdSchema, encodeAssignment } from "../../src/assignment.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { createAdmission } from "../../src/state/admission.ts";
+import { Conflict } from "../../src/domain-errors.ts";
 import { provision, ReplicasUnavailable } from "../../src/layout.ts";
 import { inspect } from "../../src/layout-inspect.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
@@ -54,7 +55,7 @@ describe("JetStream handoff against nats-server", () => {
     const config = await provisionEnv(testEnv(nats, backend));
     const d = createDispatcher({ config, sink: silent });
     await publishAssignment(d, { version: 1, id: "c-1", backend: "pod", labels: ["a"] });
-    await expect(publishAssignment(d, { version: 1, id: "c-1", backend: "pod", labels: ["b"] })).rejects.toMatchObject({ status: 409 });
+    await expect(publishAssignment(d, { version: 1, id: "c-1", backend: "pod", labels: ["b"] })).rejects.toBeInstanceOf(Conflict);
     await withNats(config, async (h) => expect((await (await jetstreamManager(h.nc)).streams.info(config.stream)).state.messages).toBe(1));
   });
 
