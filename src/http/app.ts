@@ -10,6 +10,7 @@ import { claimAssignment, completeAssignmentRun, getAssignment, parseId, publish
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
 import { readStatus } from "../observe/status.ts";
+import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited } from "./body.ts";
@@ -148,6 +149,8 @@ export function createApp(deps: AppDeps) {
     await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     return c.json(await readStatus(d), 200, { "cache-control": "no-store" });
   });
+
+  app.get("/openapi.json", (c) => c.json(openApiDocument()));
 
   app.notFound((c) => c.json({ error: "not found" }, 404));
 

@@ -3,11 +3,13 @@
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from "cloudflare:test";
 import { vi } from "vitest";
 import worker from "../../src/index.ts";
+import { checkAgainstOpenApi } from "./openapi-check.ts";
 
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
   const ctx = createExecutionContext();
   const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, env, ctx);
   await waitOnExecutionContext(ctx);
+  await checkAgainstOpenApi(init.method ?? "GET", path, res);
   return res;
 }
 

@@ -1,0 +1,91 @@
+// The answers of the HTTP API as zod schemas: the OpenAPI document is generated from these and
+// from the request schemas the handlers parse with (assignment.ts, gitea/webhook.ts).
+import { z } from "zod";
+import { ASSIGNMENT_STATES, BACKENDS } from "../names.ts";
+
+export const errorBody = z
+  .object({
+    error: z.string(),
+    fields: z.array(z.object({ field: z.string(), message: z.string() })).optional(),
+  })
+  .meta({ id: "Error", description: "What went wrong; `fields` names the failing input fields." });
+
+export const publishedBody = z.object({ id: z.string(), stream: z.string(), seq: z.number().int(), duplicate: z.boolean() }).meta({ id: "Published" });
+
+const timestamp = z.string().meta({ format: "date-time" });
+export const assignmentView = z
+  .object({
+    id: z.string(),
+    backend: z.enum(BACKENDS),
+    state: z.enum(ASSIGNMENT_STATES),
+    createdAt: timestamp,
+    receivedAt: timestamp,
+    updatedAt: timestamp,
+    readyAt: timestamp.nullable(),
+    claimedAt: timestamp.nullable(),
+    completedAt: timestamp.nullable(),
+    terminatedAt: timestamp.nullable(),
+    reason: z.string().nullable(),
+    giteaRunnerId: z.number().int().nullable(),
+  })
+  .meta({ id: "Assignment" });
+
+export const healthBody = z
+  .object({
+    ok: z.boolean(),
+    nats: z.object({ ok: z.boolean() }).optional(),
+    problems: z.array(z.string()),
+    error: z.string().optional(),
+    stream: z.object({ name: z.string(), messages: z.number().int(), replicas: z.number().int(), leader: z.string().optional() }).optional(),
+    consumers: z.record(z.string(), z.object({ pending: z.number().int(), ackPending: z.number().int(), redelivered: z.number().int() })).optional(),
+  })
+  .meta({ id: "Health" });
+
+const count = z.number().int().nonnegative();
+export const statusBody = z
+  .object({
+    at: timestamp,
+    stream: z.object({ messages: count, published: count, acked: count }),
+    backends: z.array(
+      z.object({
+        backend: z.enum(BACKENDS),
+        capacity: count,
+        slotsInUse: count,
+        registering: count,
+        queued: count,
+        ackPending: count,
+        redelivered: count,
+        waitingForCapacity: count,
+        pendingAtBackend: count,
+        readyForClaim: count,
+        running: count,
+        delivered: count,
+      }),
+    ),
+    problems: z.array(z.string()),
+    recent: z.array(
+      z.object({
+        id: z.string(),
+        backend: z.string(),
+        state: z.enum(ASSIGNMENT_STATES),
+        repository: z.string().nullable(),
+        job: z.string().nullable(),
+        createdAt: timestamp,
+        updatedAt: timestamp,
+        ageSeconds: count,
+        runner: z.string().nullable(),
+      }),
+    ),
+  })
+  .meta({ id: "Status" });
+
+/** What a webhook delivery did: queued an assignment, claimed, completed or cancelled one, or nothing and why. */
+export const webhookBody = z
+  .union([
+    z.object({ assignment: z.string(), duplicate: z.boolean() }),
+    z.object({ claimed: z.string() }),
+    z.object({ completed: z.string() }),
+    z.object({ cancelled: z.string() }),
+    z.object({ ignored: z.string() }),
+  ])
+  .meta({ id: "WebhookOutcome" });

@@ -1,0 +1,83 @@
+// GET /openapi.json: OpenAPI 3.1, generated from the zod schemas the handlers parse with and the
+// answer schemas (api-schemas.ts). Each route lists the errors its handler and the domain can give.
+import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-openapi";
+import { z } from "zod";
+import { assignmentRequestSchema, assignmentIdSchema } from "../assignment.ts";
+import { workflowJobPayload } from "../gitea/webhook.ts";
+import { assignmentView, errorBody, healthBody, publishedBody, statusBody, webhookBody } from "./api-schemas.ts";
+
+const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });
+const error = (description: string) => json(errorBody, description);
+const ERRORS = {
+  400: error("Invalid input; `fields` names what is wrong."),
+  401: error("Missing or wrong credentials."),
+  403: error("The claim token belongs to another assignment."),
+  404: error("No such assignment (or the endpoint is not configured)."),
+  409: error("Conflicts with what is stored: other content under the same id, or a state that does not allow it."),
+  413: error("Body too large."),
+  415: error("Body is not application/json."),
+  500: error("The dispatcher is misconfigured (see /healthz)."),
+  503: error("NATS (or Gitea) did not answer or confirm; nothing changed, retrying is safe."),
+} as const;
+const pick = <K extends keyof typeof ERRORS>(...codes: K[]) => Object.fromEntries(codes.map((c) => [c, ERRORS[c]])) as Pick<typeof ERRORS, K>;
+const idParam = z.object({ id: assignmentIdSchema });
+
+function build() {
+  const r = new OpenAPIRegistry();
+  const dispatch = r.registerComponent("securitySchemes", "dispatchToken", { type: "http", scheme: "bearer", description: "DISPATCH_TOKEN: the operator API." });
+  const claim = r.registerComponent("securitySchemes", "claimToken", { type: "http", scheme: "bearer", description: "The assignment's claim token, base64url(HMAC-SHA256(CLAIM_SIGNING_KEY, 'claim:' + id)), handed to its runner." });
+  const signature = r.registerComponent("securitySchemes", "giteaSignature", { type: "apiKey", in: "header", name: "X-Gitea-Signature", description: "HMAC-SHA256 of the raw body with GITEA_WEBHOOK_SECRET, hex (or X-Hub-Signature-256: sha256=<hex>)." });
+  const metrics = r.registerComponent("securitySchemes", "metricsToken", { type: "http", scheme: "bearer", description: "METRICS_TOKEN." });
+  const status = r.registerComponent("securitySchemes", "statusPassword", { type: "http", scheme: "basic", description: "Any user name, STATUS_TOKEN as the password." });
+  const sec = (s: { name: string }) => [{ [s.name]: [] }];
+
+  r.registerPath({
+    method: "get", path: "/healthz", summary: "Health: NATS, the JetStream layout, replicas",
+    description: "Anyone may ask; with the dispatch token also the stream's and consumers' counts.",
+    security: [{}, ...sec(dispatch)],
+    responses: { 200: json(healthBody, "Healthy."), 401: ERRORS[401], 503: json(healthBody, "Unhealthy: `problems` says what and how to fix it.") },
+  });
+  r.registerPath({
+    method: "post", path: "/v1/assignments", summary: "Queue an assignment", security: sec(dispatch),
+    request: { body: { required: true, content: { "application/json": { schema: assignmentRequestSchema } } } },
+    responses: { 202: json(publishedBody, "Queued (or already queued: `duplicate`)."), ...pick(400, 401, 409, 413, 415, 500, 503) },
+  });
+  r.registerPath({
+    method: "get", path: "/v1/assignments/{id}", summary: "An assignment's state", security: sec(dispatch), request: { params: idParam },
+    responses: { 200: json(assignmentView, "The assignment."), ...pick(401, 404, 500, 503) },
+  });
+  for (const [verb, summary] of [["claim", "The runner took the assignment"], ["complete", "The runner finished; its slot is released and the runner torn down"]] as const) {
+    r.registerPath({
+      method: "post", path: `/v1/assignments/{id}/${verb}`, summary, security: sec(claim), request: { params: idParam },
+      responses: { 200: json(assignmentView, "Done (idempotent)."), ...pick(401, 403, 404, 409, 500, 503) },
+    });
+  }
+  r.registerPath({
+    method: "post", path: "/v1/gitea/webhook", summary: "Gitea's workflow_job deliveries", security: sec(signature),
+    request: { body: { required: true, content: { "application/json": { schema: workflowJobPayload } } } },
+    responses: { 200: json(webhookBody, "Handled, or ignored with the reason."), 202: json(webhookBody, "Queued, or ignored with the reason."), ...pick(400, 401, 404, 413, 500, 503) },
+  });
+  r.registerPath({
+    method: "get", path: "/metrics", summary: "Prometheus text exposition", security: sec(metrics),
+    responses: { 200: { description: "Metrics (text/plain; version=0.0.4).", content: { "text/plain": { schema: z.string() } } }, ...pick(401, 404, 500, 503) },
+  });
+  r.registerPath({
+    method: "get", path: "/status", summary: "The status page (HTML)", security: sec(status),
+    responses: { 200: { description: "The page.", content: { "text/html": { schema: z.string() } } }, 401: { description: "Asks for the password (WWW-Authenticate: Basic).", content: { "text/plain": { schema: z.string() } } }, ...pick(404, 500, 503) },
+  });
+  r.registerPath({
+    method: "get", path: "/v1/status", summary: "The status page's data", security: sec(dispatch),
+    responses: { 200: json(statusBody, "Per backend, the most recent assignments, health problems."), ...pick(401, 500, 503) },
+  });
+  r.registerPath({ method: "get", path: "/openapi.json", summary: "This document", responses: { 200: { description: "OpenAPI 3.1.", content: { "application/json": { schema: z.object({}).loose() } } } } });
+
+  return new OpenApiGeneratorV31(r.definitions).generateDocument({
+    openapi: "3.1.0",
+    info: { title: "gitea-edge-dispatcher", version: "1", description: "Turns Gitea Actions jobs into assignments in NATS JetStream and reconciles each with a runner backend." },
+  });
+}
+
+let document: ReturnType<typeof build> | undefined;
+export function openApiDocument() {
+  return (document ??= build());
+}
