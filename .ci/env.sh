@@ -14,8 +14,16 @@ if [ -z "${NATS_SERVER_BIN:-}" ] && [ ! -x "$GDR_CACHE/nats/usr/sbin/nats-server
   echo "provisioning nats-server from Debian sid into $GDR_CACHE/nats" >&2
   apt_dir="$GDR_CACHE/apt"
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial"
-  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null)
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian} sid main" > "$apt_dir/sources.list"
+  # The machine's own Debian mirror, from its apt sources (deb822 or one-line format); never a
+  # host of our choosing.
+  apt_etc="${GDR_APT_ETC:-/etc/apt}"
+  mirror=$(awk '/^URIs:/ {print $2; exit}' "$apt_etc"/sources.list.d/*.sources 2>/dev/null)
+  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' "$apt_etc"/sources.list "$apt_etc"/sources.list.d/*.list 2>/dev/null | head -n 1)
+  if [ -z "$mirror" ]; then
+    echo "cannot provision nats-server: this machine's apt sources name no Debian mirror (looked in $apt_etc/sources.list.d/*.sources, $apt_etc/sources.list and *.list); set NATS_SERVER_BIN to a nats-server >= 2.11 instead" >&2
+    return 1 2>/dev/null || exit 1
+  fi
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main" > "$apt_dir/sources.list"
   apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache::archives=$apt_dir/archives" -o APT::Sandbox::User=root)
   apt-get -qq "${apt_opts[@]}" update >&2
   (cd "$apt_dir" && rm -f nats-server_*.deb && apt-get -qq "${apt_opts[@]}" download nats-server >&2)

@@ -1,10 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { z } from "zod";
-import { DRIVERS, parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
-import { DEFAULT_RUNNER_IMAGE } from "./backends/kubernetes/pod.ts";
-import { parseGiteaSecrets, parseScope } from "./gitea/config.ts";
-import type { Route } from "./gitea/routes.ts";
+import { DEFAULT_RUNNER_IMAGE, DRIVERS, parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
+import { parseGiteaSecrets, parseScope, type GiteaConfig } from "./gitea/config.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -100,6 +98,7 @@ export type NatsAuth =
   | { kind: "creds"; creds: string };
 
 export type { BackendConfig, KubernetesConfig };
+export type { GiteaConfig, GiteaScope } from "./gitea/config.ts";
 
 /** Validated configuration. Secrets live here and nowhere else; never log this object. */
 export interface Config {
@@ -132,23 +131,6 @@ export interface Config {
   eagerReconcile: boolean;
   /** Gitea integration; undefined when GITEA_URL is unset. */
   gitea: GiteaConfig | undefined;
-}
-
-export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
-
-export interface GiteaConfig {
-  url: string;
-  webhookSecret: string;
-  registrationToken: string | undefined;
-  apiToken: string | undefined;
-  scope: GiteaScope;
-  runnerNamePrefix: string;
-  routes: Route[];
-  /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
-  identityKey: Uint8Array;
-  webhookMaxBytes: number;
-  jobPages: number;
-  cleanupGraceMs: number;
 }
 
 export class ConfigError extends Error {

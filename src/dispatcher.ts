@@ -1,22 +1,22 @@
 // Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
 // invocation and call its verbs; nothing here outlives the invocation.
-import type { Assignment } from "./assignment.ts";
 import { createRunnerBackend } from "./backends/select.ts";
 import type { RunnerBackend, RunnerRequest } from "./backends/types.ts";
 import type { Config } from "./config.ts";
 import { claimToken } from "./crypto.ts";
-import { consoleSink, type BatchSummary, type EventSink } from "./events.ts";
+import { consoleSink, type EventSink } from "./events.ts";
 import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
-import { REF_WRITE_RETRY_MS, type PreparedRequest, type ProcessDeps } from "./reconcile/process.ts";
+import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
-import { createAdmission, type Admission } from "./state/admission.ts";
+import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
-import { createRecordStore, type AssignmentRecord, type RecordStore } from "./state/records.ts";
+import { createRecordStore } from "./state/records.ts";
+import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
  * No live pass can still be registering after this: it stops starting work at its budget, and the
@@ -47,48 +47,12 @@ export interface DispatcherDeps {
   decorateState?: (state: State) => State;
 }
 
-export interface ReconcileOptions {
-  only?: Backend[];
-  /** The first pull waits this long for a message to come due (after a claim: its nak delay). */
-  firstPullWaitMs?: number;
-  /** Keep ready runners' messages within the pass and ack each as its claim lands (cron passes). */
-  holdClaims?: boolean;
-  /**
-   * A pass right after a request: small pulls until one brings a new assignment (its own, or one
-   * due before it), so that a burst of requests does not become a burst of full passes.
-   */
-  eager?: boolean;
-}
 
 /** Messages per pull of an eager pass, and how many pulls it may take to reach a new one. */
 export const EAGER_BATCH = 4;
 export const EAGER_MAX_PULLS = 8;
 
-export interface State {
-  records: RecordStore;
-  admission: Admission;
-}
-
-export interface Dispatcher {
-  config: Config;
-  sink: EventSink;
-  now(): number;
-  runnersFor(backend: Backend): RunnerBackend;
-  /** Runs `fn` on this invocation's connection (or a fresh one, drained afterwards). */
-  withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
-  /** Runs `fn` on a connection of its own, opened now (to any server of NATS_URL) and drained after. */
-  withFreshState<T>(fn: (state: State) => Promise<T>): Promise<T>;
-  /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
-  close(): Promise<void>;
-  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
-  /** The Gitea client, when the integration is configured. */
-  gitea: GiteaClient | undefined;
-  callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
-  /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
-  reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;
-  /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */
-  tick(trigger: string): Promise<BatchSummary[]>;
-}
+export type { Dispatcher, ReconcileOptions, State } from "./dispatcher-types.ts";
 
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { config } = deps;

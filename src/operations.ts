@@ -1,6 +1,6 @@
 // What the HTTP API does, apart from HTTP: publish, look up, claim and complete assignments.
 import { type Assignment, assignmentIdSchema, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
-import type { Dispatcher } from "./dispatcher.ts";
+import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "./domain-errors.ts";
 import { assignmentSubject, type AssignmentState, type Backend } from "./names.ts";
 import type { AssignmentRecord } from "./state/records.ts";

@@ -2,6 +2,9 @@
 // driver rules live next to the drivers.
 import type { Backend } from "../names.ts";
 
+/** The runner image of the kubernetes driver (RUNNER_IMAGE); a short name, resolved by the cluster. */
+export const DEFAULT_RUNNER_IMAGE = "gitea/act_runner:latest";
+
 export const DRIVERS = ["http", "kubernetes", "kubevirt"] as const;
 export type DriverName = (typeof DRIVERS)[number];
 

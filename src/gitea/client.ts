@@ -1,7 +1,7 @@
 // Gitea's HTTP surface that the dispatcher uses: the runner Register RPC (Connect JSON, as
 // act_runner calls it) and the REST API (`Authorization: token …`), scoped per GITEA_SCOPE.
 import { z } from "zod";
-import type { GiteaConfig, GiteaScope } from "../config.ts";
+import type { GiteaConfig, GiteaScope } from "./config.ts";
 import { withTimeout } from "../reconcile/limit.ts";
 import { UpstreamError } from "../status-error.ts";
 

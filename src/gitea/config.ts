@@ -1,7 +1,24 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
-import type { GiteaConfig, GiteaScope } from "../config.ts";
 import { routesSchema, type Route } from "./routes.ts";
+
+export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
+
+/** The Gitea integration's settings, validated with the rest of the configuration (config.ts). */
+export interface GiteaConfig {
+  url: string;
+  webhookSecret: string;
+  registrationToken: string | undefined;
+  apiToken: string | undefined;
+  scope: GiteaScope;
+  runnerNamePrefix: string;
+  routes: Route[];
+  /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
+  identityKey: Uint8Array;
+  webhookMaxBytes: number;
+  jobPages: number;
+  cleanupGraceMs: number;
+}
 
 type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey" | "routes">;
 

@@ -1,11 +1,11 @@
 // Gitea `workflow_job` deliveries, after the signature was checked on the raw bytes.
 import { z } from "zod";
-import type { Dispatcher } from "../dispatcher.ts";
+import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, RunnerMismatch, type Published } from "../operations.ts";
 import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
 import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
-import type { GiteaConfig } from "../config.ts";
+import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
 import { RECORD_TTL_MS } from "../layout.ts";

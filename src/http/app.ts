@@ -2,7 +2,7 @@
 import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
-import type { Dispatcher } from "../dispatcher.ts";
+import type { Dispatcher } from "../dispatcher-types.ts";
 import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";

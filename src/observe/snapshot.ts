@@ -3,7 +3,7 @@
 // read of every record: the requests depend on the number of backends and on capacity (1024 slot
 // holders per batch read), not on the number of assignments. Feeds /metrics and /status.
 import { jetstreamManager } from "@nats-io/jetstream";
-import type { Dispatcher } from "../dispatcher.ts";
+import type { Dispatcher } from "../dispatcher-types.ts";
 import { consumerName, type Backend } from "../names.ts";
 
 /** One backend's figures; the states come from the records of the slot holders. */

@@ -1,6 +1,6 @@
 // What the status page and GET /v1/status show: the snapshot per backend, the most recent
 // assignments, and the problems /healthz would name. A fixed number of NATS requests.
-import type { Dispatcher } from "../dispatcher.ts";
+import type { Dispatcher } from "../dispatcher-types.ts";
 import { inspect } from "../layout-inspect.ts";
 import { recordsBucket } from "../names.ts";
 import type { AssignmentRecord } from "../state/records.ts";

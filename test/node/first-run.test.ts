@@ -1,7 +1,9 @@
 // What a new user runs into first: an old Node, a wrong NATS_SERVER_BIN, a NATS_URL nobody
 // answers at, a negative capacity. Each must say plainly what is wrong.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { join } from "node:path";
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { freePort } from "../../bench/lib.mjs";
@@ -24,6 +26,25 @@ describe("first run", () => {
       const ours = run.stderr.split("\n").filter((l) => l.includes("gitea-edge-dispatcher needs"));
       expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: run `\. \.ci\/env\.sh`/)]);
       expect(run.stderr + run.stdout).not.toContain("ERR_UNKNOWN_FILE_EXTENSION");
+    }
+  });
+
+  it(".ci/env.sh takes the Debian mirror only from the machine's apt sources, and says so clearly when there is none", () => {
+    const cache = mkdtempSync(join(tmpdir(), "gdr-env-"));
+    const emptyEtc = mkdtempSync(join(tmpdir(), "gdr-apt-"));
+    try {
+      // Node is there already; nats-server is not, and apt names no mirror.
+      symlinkSync(join(process.env.GDR_CACHE ?? join(homedir(), ".cache", "gdr"), "node22"), join(cache, "node22"));
+      const run = spawnSync("bash", ["-c", ". .ci/env.sh"], {
+        encoding: "utf8",
+        env: { ...process.env, GDR_CACHE: cache, GDR_APT_ETC: emptyEtc, NATS_SERVER_BIN: "", GDR_CHROMIUM: "/bin/true" },
+      });
+      expect(run.status).not.toBe(0);
+      expect(run.stderr).toContain("cannot provision nats-server: this machine's apt sources name no Debian mirror");
+      expect(existsSync(join(cache, "nats"))).toBe(false);
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+      rmSync(emptyEtc, { recursive: true, force: true });
     }
   });
 

@@ -5,8 +5,8 @@ import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
 import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
+export { DEFAULT_RUNNER_IMAGE } from "../config.ts";
 
-export const DEFAULT_RUNNER_IMAGE = "docker.io/gitea/act_runner:latest";
 
 export interface WorkloadOptions {
   api: KubeApi;
