@@ -17,7 +17,7 @@ import { readJsonBody, readLimited } from "./body.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { answerFor, HttpError } from "./errors.ts";
-import { DEFAULT_DELAYS } from "../reconcile/decide.ts";
+import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
 /** A publish or a claim reconciles its backend at once, within this budget, after responding. */
 export const EAGER_BUDGET_MS = 5_000;
@@ -176,7 +176,8 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
   // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
   // waiting for capacity. Wait for them, so that the ack, or the freed slot, is taken now rather
   // than at the next cron tick.
-  const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? DEFAULT_DELAYS.capacity : undefined;
+  // A capacity wait comes back after 1 to 3 s (spread at random): wait for the longest.
+  const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? capacityWaitDelay(1) : undefined;
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
   inBackground(c, d, d.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);

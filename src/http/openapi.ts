@@ -9,15 +9,15 @@ import { assignmentView, errorBody, healthBody, publishedBody, statusBody, webho
 const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });
 const error = (description: string) => json(errorBody, description);
 const ERRORS = {
-  400: error("Invalid input; `fields` names what is wrong."),
+  400: error("InvalidInput: the body or a parameter breaks a rule; `fields` names what is wrong."),
   401: error("Missing or wrong credentials."),
-  403: error("The claim token belongs to another assignment."),
-  404: error("No such assignment (or the endpoint is not configured)."),
-  409: error("Conflicts with what is stored: other content under the same id, or a state that does not allow it."),
+  403: error("Refused: the claim token belongs to another assignment, or the runner is not the one registered."),
+  404: error("NotFound: no such assignment (or the endpoint is not configured)."),
+  409: error("Conflict: other content under the same id, or a state that does not allow it."),
   413: error("Body too large."),
   415: error("Body is not application/json."),
   500: error("The dispatcher is misconfigured (see /healthz)."),
-  503: error("NATS (or Gitea) did not answer or confirm; nothing changed, retrying is safe."),
+  503: error("Unavailable: NATS (or Gitea) did not answer or confirm; nothing changed, retrying is safe."),
 } as const;
 const pick = <K extends keyof typeof ERRORS>(...codes: K[]) => Object.fromEntries(codes.map((c) => [c, ERRORS[c]])) as Pick<typeof ERRORS, K>;
 const idParam = z.object({ id: assignmentIdSchema });
