@@ -2,7 +2,8 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { cancelAssignment, completeAssignmentRun, claimAssignment, publishAssignment, releaseRunner, RunnerMismatch, type Published } from "../operations.ts";
+import { cancelAssignment, completeAssignmentRun, claimAssignment, releaseRunner, RunnerMismatch } from "../operations.ts";
+import { publishAssignment, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
 import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "./config.ts";

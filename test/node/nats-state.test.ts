@@ -11,7 +11,7 @@ import { provision, ReplicasUnavailable } from "../../src/layout.ts";
 import { inspect } from "../../src/layout-inspect.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { publishAssignment } from "../../src/operations.ts";
+import { publishAssignment } from "../../src/publish.ts";
 import { loadConfig } from "../../src/config.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 

@@ -6,7 +6,7 @@ import { claimToken } from "../../src/crypto.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { app } from "../../src/index.ts";
-import { publishAssignment } from "../../src/operations.ts";
+import { publishAssignment } from "../../src/publish.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { bearer } from "../harness/worker.ts";
 
