@@ -175,9 +175,8 @@ export function createApp(deps: AppDeps) {
 function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;
   // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
-  // waiting for capacity. Wait for them, so that the ack, or the freed slot, is taken now rather
-  // than at the next cron tick.
-  // A capacity wait comes back after 1 to 3 s (spread at random): wait for the longest.
+  // waiting for capacity (1 to 3 s, spread at random: wait for the longest). Wait for them, so that
+  // the ack, or the freed slot, is taken now rather than at the next cron tick.
   const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? capacityWaitDelay(1) : undefined;
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);

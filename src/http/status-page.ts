@@ -15,10 +15,11 @@ th{font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 meter{width:16rem;height:1.1rem;vertical-align:middle}
 `;
 
-/** 'sha256-…' of STYLE, for the Content-Security-Policy. */
-export async function styleHash(): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(STYLE));
-  return `'sha256-${btoa(String.fromCharCode(...new Uint8Array(digest)))}'`;
+let hash: Promise<string> | undefined;
+/** 'sha256-…' of STYLE, for the Content-Security-Policy: computed once per isolate. */
+export function styleHash(): Promise<string> {
+  hash ??= crypto.subtle.digest("SHA-256", new TextEncoder().encode(STYLE)).then((digest) => `'sha256-${btoa(String.fromCharCode(...new Uint8Array(digest)))}'`);
+  return hash;
 }
 
 export function contentSecurityPolicy(hash: string): string {

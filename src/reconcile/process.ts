@@ -54,7 +54,7 @@ export interface Prepared {
 
 const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
 
-/** Decodes, offers and admits a whole batch: one read of all records, one admission update. */
+/** Decodes, offers and admits a whole batch: one read of all records, the slot requests sent together. */
 export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number): Promise<Prepared[]> {
   const batch: Prepared[] = msgs.map((msg) => ({ msg, facts: { now: deps.now(), budgetSpent: deps.now() >= deadline, jitter: Math.random() }, reserved: false }));
   for (const p of batch) {

@@ -10,10 +10,10 @@
 // that reservation ends early, or a later caller asks again, does the registrations stream
 // (one message per id: "open", or "mine" until a time) say who may register.
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
-import { bounded, type NatsHandle } from "../nats/connection.ts";
+import type { NatsHandle } from "../nats/connection.ts";
 import { idOfToken, registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../names.ts";
 import { maybe } from "../layout.ts";
-import { isWrongLastSequence } from "./kv.ts";
+import { isWrongLastSequence, readBatch } from "./kv.ts";
 
 export interface AdmissionResult {
   admitted: Set<string>;
@@ -69,11 +69,13 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   const registrations = registrationsStream(opts.names);
   const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
   const regSubject = (backend: Backend, id: string) => `${registrationPrefix(opts.names, backend)}.${subjectToken(id)}`;
+  /** A message TTL as JetStream takes it: whole seconds, rounded up. */
+  const ttl = (ms: number) => `${Math.ceil(ms / 1_000)}s`;
 
   /** Publishes `value` if the subject's last message is `expected` (0: none): "taken", already "held", or the pool is "full". */
   const put = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<"taken" | "held" | "full"> => {
     try {
-      await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: `${Math.ceil(ttlMs / 1_000)}s` });
+      await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: ttl(ttlMs) });
       return "taken";
     } catch (err) {
       if (isWrongLastSequence(err)) return "held";
@@ -85,14 +87,8 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   const purge = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).streams.purge(stream, { filter: subject })))?.purged ?? 0;
   /** Last message of every subject under `prefix`, by id; none when the stream is missing. */
   const lastOfAll = async (stream: string, prefix: string): Promise<Map<string, StoredMsg>> => {
-    const found = new Map<string, StoredMsg>();
-    const messages = await maybe(async () => (await jsm()).direct.getLastMessagesFor(stream, { multi_last: [`${prefix}.>`] }));
-    if (!messages) return found;
-    const read = async () => {
-      for await (const m of messages) found.set(idOfToken(m.subject.slice(prefix.length + 1)), m);
-    };
-    await bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
-    return found;
+    const messages = (await maybe(async () => readBatch(handle, (await jsm()).direct.getLastMessagesFor(stream, { multi_last: [`${prefix}.>`] })))) ?? [];
+    return new Map(messages.map((m) => [idOfToken(m.subject.slice(prefix.length + 1)), m]));
   };
   /** Whether a reservation is live, from the slot message and the registrations stream's word on it. */
   const registeringNow = (slot: StoredMsg, reg: StoredMsg | null | undefined) => {
@@ -144,7 +140,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       await Promise.all(
         ids.map(async (id) => {
           const slot = await last(slots(backend), slotSubject(backend, id));
-          if (slot) await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), { ttl: `${Math.ceil(opts.leaseTtlMs / 1_000)}s` });
+          if (slot) await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), { ttl: ttl(opts.leaseTtlMs) });
         }),
       );
     },

@@ -1,5 +1,6 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
+import type { QueuedIterator } from "@nats-io/nats-core";
 import { Kvm, type KV } from "@nats-io/kv";
 import { bounded, isNatsError, type NatsHandle } from "../nats/connection.ts";
 
@@ -30,17 +31,31 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
   const prefix = `$KV.${bucket}.`;
   for (let i = 0; i < keys.length; i += MULTI_LAST_LIMIT) {
     const subjects = keys.slice(i, i + MULTI_LAST_LIMIT).map((k) => prefix + k);
-    const messages = await jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects });
-    const read = async () => {
-      for await (const m of messages) {
-        const op = m.header?.get("KV-Operation");
-        if (op === "DEL" || op === "PURGE" || m.data.length === 0) continue;
-        found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
-      }
-    };
-    await bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
+    for (const m of await readBatch(handle, jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects }))) {
+      if (isKvValue(m)) found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
+    }
   }
   return found;
+}
+
+/**
+ * Every message of a batch direct get, read to the end of the batch. Bounded: nats.js waits for
+ * the end-of-batch forever when the broker dies under it.
+ */
+export async function readBatch(handle: NatsHandle, batch: Promise<QueuedIterator<StoredMsg>>): Promise<StoredMsg[]> {
+  const messages = await batch;
+  const read = async () => {
+    const all: StoredMsg[] = [];
+    for await (const m of messages) all.push(m);
+    return all;
+  };
+  return bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
+}
+
+/** A KV entry's message that holds a value, not a delete or purge marker. */
+export function isKvValue(m: StoredMsg): boolean {
+  const op = m.header?.get("KV-Operation");
+  return op !== "DEL" && op !== "PURGE" && m.data.length > 0;
 }
 
 const MULTI_LAST_LIMIT = 1024;

@@ -36,8 +36,8 @@ export async function storedTexts(env: Record<string, string>): Promise<string[]
 
 /** The admission state of a backend: live slot leases and registration reservations. */
 export async function admissionState(env: Record<string, string>, backend: Backend = "pod") {
-  return createDispatcher({ config: loadConfig(env) }).withState(async ({ admission }) => ({
-    leases: await admission.holders(backend),
-    registering: await admission.registering(backend),
-  }));
+  return createDispatcher({ config: loadConfig(env) }).withState(async ({ admission }) => {
+    const { holders, registering } = await admission.snapshot(backend);
+    return { leases: holders, registering };
+  });
 }
