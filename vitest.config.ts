@@ -12,6 +12,8 @@ const EXPECTED_DISCONNECT = [
   /^uncaught exception; (source = Uncaught \(in promise\); stack = Error|exception = workerd\/jsg\/value\.h:\d+: disconnected: jsg\.Error): Network connection lost\./,
   /^exception = rust\/[\w/-]+\/ffi\.rs:\d+: disconnected: (Connection refused \(os error 111\)|Broken pipe \(os error 32\)|Connection reset by peer \(os error 104\)|client error \((SendRequest|Canceled)\))$/,
   /^stack: (\S*\/workerd@[0-9a-f]+ ?)+$/,
+  // The gateway suite resets its Durable Object on purpose (state.abort("test: reset")).
+  /^uncaught exception; exception = workerd\/api\/actor-state\.c\+\+:\d+: failed: broken\.outputGateBroken; jsg\.Error: test: reset$/,
 ];
 for (const stream of [process.stdout, process.stderr]) {
   const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;

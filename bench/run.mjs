@@ -21,6 +21,7 @@ import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
+import { measureDistance } from "./distance.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const K = Number(process.env.BENCH_K ?? 1000);
@@ -33,7 +34,8 @@ const gitea = await startFakeGitea();
 const backend = await startFakeBackend({ mode: { token: "bench-backend" } });
 const proxy = await startWsProxy({ upstream: nats.wsUrl });
 const farProxy = await startWsProxy({ upstream: nats.wsUrl, delayMs: 25 });
-const cleanup = [() => farProxy.close(), () => proxy.close(), () => backend.close(), () => gitea.close(), () => nats.stop()];
+const nearProxy = await startWsProxy({ upstream: nats.wsUrl, delayMs: 5 });
+const cleanup = [() => nearProxy.close(), () => farProxy.close(), () => proxy.close(), () => backend.close(), () => gitea.close(), () => nats.stop()];
 const webhookSecret = randomBytes(16).toString("hex");
 let stream = 0;
 
@@ -276,6 +278,7 @@ async function isolates() {
   return out;
 }
 const ISOLATE_JOBS = Number(process.env.BENCH_ISOLATE_JOBS ?? 40);
+const DIST_N = Number(process.env.BENCH_DIST_N ?? 100);
 
 /** On a 3-node R3 cluster: time to runner (against loopback's), and the failover gap. */
 async function clusterFigures() {
@@ -309,6 +312,10 @@ try {
     admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
     cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
     isolates: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "isolates" ? { one: {}, four: {} } : await isolates(),
+    distance:
+      process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "distance"
+        ? { webhook: {}, throughput: {}, timeToRunner: {}, raw: {}, connectionsPer1000: {} }
+        : await measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
   };
   mkdirSync("bench/results", { recursive: true });
@@ -335,6 +342,7 @@ try {
 | jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(results.isolates.four.jobsPerSec, 2)} (${r(results.isolates.four.ofCeiling, 2)} of the ceiling ${r(results.isolates.four.ceiling, 2)}) | ${r(results.isolates.one.jobsPerSec, 2)} with 1 isolate (${r(results.isolates.one.ofCeiling, 2)} of the ceiling) | ${r(results.isolates.ratio, 2)} | ≥ 0.8 of the ceiling |
 | admission, c=32, capacity 1000, 0 ms RTT | ${r(results.admission.rtt0.admissionsPerSec)} admissions/s (${r(results.admission.rtt0.opsPerSec)} ops/s), ${r(results.admission.rtt0.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt0.retriesPerOp, 2)} retries/op, ${results.admission.rtt0.gaveUp} give-ups | | | no give-ups |
 | admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
+${distanceRows(results.distance, r)}
 
 machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}`);
 } catch (err) {
@@ -343,4 +351,21 @@ machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${resu
 } finally {
   for (const c of cleanup) await c();
   process.exit(process.exitCode ?? 0);
+}
+
+/** The `distance` rows: gateway on against off at each RTT, with the raw Node clients as baselines. */
+function distanceRows(x, r) {
+  const w = (rtt, mode) => x.webhook?.[rtt]?.[mode] ?? {};
+  const raw = (rtt) => x.raw?.[rtt] ?? {};
+  const rows = ["0", "10", "50"].map((rtt) => {
+    const k = `rtt${rtt}`;
+    const goal = rtt === "50" ? "p50 ≤ 75 ms (1.5 RTT)" : "";
+    return `| webhook answer, ${rtt} ms RTT, gateway on / off | on: p50 ${r(w(k, "on").p50Ms)} ms, p99 ${r(w(k, "on").p99Ms)} ms; off: p50 ${r(w(k, "off").p50Ms)} ms, p99 ${r(w(k, "off").p99Ms)} ms | Node publish, held connection: p50 ${r(raw(k).held?.p50Ms)} ms; connecting per request: p50 ${r(raw(k).connectPerRequest?.p50Ms)} ms | ${r(w(k, "off").p50Ms / w(k, "on").p50Ms, 1)}× | ${goal} |`;
+  });
+  const t = x.throughput ?? {};
+  const c = x.connectionsPer1000 ?? {};
+  rows.push(`| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s; off: ${r(t.off?.rps)} req/s | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`);
+  rows.push(`| time to runner, 50 ms RTT, gateway on / off | on: p50 ${r(x.timeToRunner?.on?.p50Ms)} ms, p99 ${r(x.timeToRunner?.on?.p99Ms)} ms; off: p50 ${r(x.timeToRunner?.off?.p50Ms)} ms | | | p50 ≤ 300 ms (6 RTT) |`);
+  rows.push(`| NATS connections per 1000 webhooks (eager passes included), gateway on / off | ${["0", "10", "50"].map((rtt) => `${rtt} ms: ${c[`rtt${rtt}`]?.on ?? "?"} / ${c[`rtt${rtt}`]?.off ?? "?"}`).join("; ")} | | | a handful |`);
+  return rows.join("\n");
 }

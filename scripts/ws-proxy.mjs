@@ -1,6 +1,9 @@
 // A WebSocket proxy between NATS clients and nats-server that counts, per path tag, the client
 // operations that publish (PUB/HPUB: publishes, requests, acks) and can delay every frame (an edge
 // far from its NATS region). Clients connect to ws://127.0.0.1:<port>/<tag>; GET /_counts/<tag>.
+// Faults per tag: POST /_reset/<tag> drops its connections at once (TCP reset); POST /_hang/<tag>
+// silences them (open, but no frame passes either way; ?new=1 silences later ones too);
+// POST /_resume/<tag> lets later connections through again.
 import { createServer } from "node:http";
 import { WebSocketServer, WebSocket } from "ws";
 
@@ -48,18 +51,36 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     return tags.get(name);
   };
   const later = (fn) => (delayMs > 0 ? setTimeout(fn, delayMs) : fn());
+  /** Live connections per tag, and the tags whose new connections are silenced too. */
+  const live = new Map();
+  const hangNew = new Set();
+  const liveOf = (name) => live.get(name) ?? live.set(name, new Set()).get(name);
+  const faults = {
+    reset: (name) => liveOf(name).forEach((c) => c.reset()),
+    hang: (name, newToo = false) => {
+      liveOf(name).forEach((c) => (c.hung = true));
+      if (newToo) hangNew.add(name);
+    },
+    resume: (name) => void hangNew.delete(name),
+  };
   const http = createServer((req, res) => {
-    const m = /^\/_counts\/(.*)$/.exec(req.url ?? "");
+    const url = new URL(req.url ?? "/", "http://x");
+    const m = /^\/_(counts|reset|hang|resume)\/(.*)$/.exec(url.pathname);
     if (!m) {
       res.writeHead(404).end();
       return;
     }
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(tagOf(decodeURIComponent(m[1]))));
+    const name = decodeURIComponent(m[2]);
+    if (m[1] !== "counts") faults[m[1]](name, url.searchParams.get("new") === "1");
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(tagOf(name)));
   });
   const wss = new WebSocketServer({ server: http });
   wss.on("connection", (client, req) => {
-    const tag = tagOf(decodeURIComponent((req.url ?? "/").slice(1)));
+    const name = decodeURIComponent((req.url ?? "/").slice(1));
+    const tag = tagOf(name);
     tag.connections++;
+    const conn = { hung: hangNew.has(name), reset: () => {} };
+    liveOf(name).add(conn);
     const counter = createOpCounter();
     const before = { ...counter.counts };
     const mine = { pub: 0, pulls: 0 };
@@ -73,10 +94,16 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
       Object.assign(before, counter.counts);
       mine.pub = counter.counts.pub;
       mine.pulls = counter.counts.pulls;
+      if (conn.hung) return;
       later(() => (server.readyState === WebSocket.OPEN ? server.send(data) : pending.push(data)));
     });
-    server.on("message", (data) => later(() => client.readyState === WebSocket.OPEN && client.send(data)));
+    server.on("message", (data) => !conn.hung && later(() => client.readyState === WebSocket.OPEN && client.send(data)));
+    conn.reset = () => {
+      client.terminate();
+      server.terminate();
+    };
     const close = () => {
+      liveOf(name).delete(conn);
       client.close();
       server.close();
     };
@@ -90,6 +117,7 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
   return {
     url: (tag) => `ws://127.0.0.1:${port}/${encodeURIComponent(tag)}`,
     counts: (tag) => structuredClone(tagOf(tag)),
+    ...faults,
     reset: (tag) => tags.delete(tag),
     close: () =>
       new Promise((r) => {

@@ -3,6 +3,10 @@
 import { z } from "zod";
 import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
 
+/** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
+export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
+export type LocationHint = (typeof LOCATION_HINTS)[number];
+
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const SUBJECT_BASE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const TRUST_DOMAIN = /^[a-z0-9._-]{1,255}$/;
@@ -64,6 +68,9 @@ export const envSchema = z.object({
   VM_BACKEND_TOKEN: optionalString,
   BACKEND_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
   EAGER_RECONCILE: z.enum(["true", "false"], { message: "must be true or false" }).default("true"),
+  NATS_GATEWAY: z.enum(["on", "off"], { message: "must be on or off" }).default("on"),
+  NATS_GATEWAY_SHARDS: intFrom(1, 64).default(1),
+  NATS_GATEWAY_LOCATION: z.enum(LOCATION_HINTS, { message: `must be one of ${LOCATION_HINTS.join(", ")}` }).optional(),
   GITEA_URL: httpUrl.optional(),
   GITEA_WEBHOOK_SECRET: optionalString,
   GITEA_RUNNER_REGISTRATION_TOKEN: optionalString,

@@ -1,7 +1,7 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
-import { envSchema } from "./config-schema.ts";
+import { envSchema, type LocationHint } from "./config-schema.ts";
 import { parseGiteaSecrets, parseScope, type GiteaConfig } from "./gitea/config.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 
@@ -46,6 +46,14 @@ export interface Config {
   eagerReconcile: boolean;
   /** Gitea integration; undefined when GITEA_URL is unset. */
   gitea: GiteaConfig | undefined;
+  /** NATS_GATEWAY*: the request path's warm connection (src/gateway/). */
+  gateway: GatewaySettings;
+}
+
+export interface GatewaySettings {
+  enabled: boolean;
+  shards: number;
+  location: LocationHint | undefined;
 }
 
 export class ConfigError extends Error {
@@ -167,6 +175,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",
     gitea,
+    gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
   };
 }
 

@@ -32,3 +32,8 @@ export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
   for (let i = 0; i < va.length; i++) diff |= va[i]! ^ vb[i]!;
   return diff === 0;
 }
+
+/** base64url(SHA-256(text)): a key that stands for a value without holding it. */
+export async function sha256Key(text: string): Promise<string> {
+  return base64url(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
+}

@@ -43,6 +43,8 @@ export interface DispatcherDeps {
    * opened on first use and drained by close(). Off: a connection per withState call.
    */
   shareConnection?: boolean;
+  /** A connection kept by someone else (the gateway): used by withState, never closed here. */
+  borrowed?: NatsHandle;
   /** Wraps the state stores of each connection: tests inject faults here. */
   decorateState?: (state: State) => State;
 }
@@ -84,6 +86,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       return r;
     },
     async withState(fn) {
+      if (deps.borrowed) {
+        const handle = deps.borrowed;
+        shared ??= openState(handle).then((state) => ({ handle, state }));
+        return fn((await shared).state, handle);
+      }
       if (!deps.shareConnection) return withNats(config, async (handle) => fn(await openState(handle), handle));
       shared ??= openNats(config).then(async (handle) => ({ handle, state: await openState(handle) }));
       const { handle, state } = await shared;
@@ -93,7 +100,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     async close() {
       const session = await shared?.catch(() => undefined);
       shared = undefined;
-      if (session) await closeNats(session.handle.nc);
+      if (session && !deps.borrowed) await closeNats(session.handle.nc);
     },
     gitea,
     async runnerRequest(assignment, record, reserved) {

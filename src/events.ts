@@ -32,6 +32,7 @@ export const EVENT_NAMES = [
   "sweep_item_failed",
   "stale_delivery",
   "runner_registered",
+  "gateway_fallback",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

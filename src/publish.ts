@@ -3,6 +3,7 @@ import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAss
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, InvalidInput, Unavailable } from "./domain-errors.ts";
 import { assignmentSubject, type Backend } from "./names.ts";
+import { contentHash } from "./state/records.ts";
 
 export interface Published {
   id: string;
@@ -12,9 +13,19 @@ export interface Published {
   duplicate: boolean;
   /** The stream stored a new message (false when its duplicate window dropped this one). */
   stored: boolean;
+  /** With `recordLater`: the assignment whose record the caller writes once it has answered (recordAssignment). */
+  pending?: Assignment;
 }
 
-export async function publishAssignment(d: Dispatcher, body: unknown): Promise<Published> {
+export interface PublishOptions {
+  /**
+   * Answer once the message is stored (one round trip), and leave the record to the caller
+   * (`pending`). The record is read alongside the publish, so that a conflict is still refused.
+   */
+  recordLater?: boolean;
+}
+
+export async function publishAssignment(d: Dispatcher, body: unknown, opts: PublishOptions = {}): Promise<Published> {
   const request = assignmentRequestSchema.safeParse(body);
   if (!request.success) throw new InvalidInput("invalid assignment", toFieldIssues(request.error));
   const completed = completeAssignment(request.data, d.config.trustDomain, new Date(d.now()));
@@ -24,7 +35,7 @@ export async function publishAssignment(d: Dispatcher, body: unknown): Promise<P
     throw new InvalidInput("invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
   }
   try {
-    return await offerAndPublish(d, a);
+    return await offerAndPublish(d, a, opts.recordLater ?? false);
   } catch (err) {
     if (err instanceof Conflict || err instanceof Unavailable) throw err;
     throw new Unavailable("NATS is unavailable; nothing was queued. Retrying with the same id is safe.");
@@ -34,22 +45,38 @@ export async function publishAssignment(d: Dispatcher, body: unknown): Promise<P
 /**
  * Publishes, then records. In this order a record always has its message: the sweep can trust
  * that a known job was queued, and never needs to publish it again. A publish that fails leaves
- * nothing; a record write that fails after the publish leaves a message without a record, which
- * its first delivery creates (the reconciler offers what it is delivered).
+ * nothing; a record write that fails after the publish (or one left for later that never comes)
+ * leaves a message without a record, which its first delivery creates (the reconciler offers
+ * what it is delivered).
  */
-async function offerAndPublish(d: Dispatcher, a: Assignment): Promise<Published> {
+async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolean): Promise<Published> {
   return d.withState(async (state, handle) => {
+    // Read alongside the publish: a record can only be older than this message, never newer.
+    const known = recordLater ? state.records.get(a.id).catch(() => null) : undefined;
     let ack;
     try {
       ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
     } catch {
       throw new Unavailable("NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
     }
-    const offered = await state.records.offer(a).catch(() => undefined);
+    let result: "new" | "same" | "conflict" | undefined;
+    if (known) {
+      const record = await known;
+      result = record ? (record.contentHash === (await contentHash(a)) ? "same" : "conflict") : undefined;
+    } else {
+      result = (await state.records.offer(a).catch(() => undefined))?.result;
+    }
     // Within the duplicate window the stream dropped a conflicting copy; past it, the stored copy
     // is termed as conflicting at its first delivery.
-    if (offered?.result === "conflict") throw new Conflict(`assignment ${a.id} already exists with different content`);
+    if (result === "conflict") throw new Conflict(`assignment ${a.id} already exists with different content`);
     if (!ack.duplicate) d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
-    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || offered?.result === "same", stored: !ack.duplicate };
+    const pending = recordLater && result === undefined ? { pending: a } : {};
+    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || result === "same", stored: !ack.duplicate, ...pending };
   });
+}
+
+/** Writes the record of an assignment published with `recordLater`. A conflict found now is logged: its message is termed at delivery. */
+export async function recordAssignment(d: Dispatcher, a: Assignment): Promise<void> {
+  const offered = await d.withState((state) => state.records.offer(a));
+  if (offered.result === "conflict") d.sink.event({ event: "conflict", assignment: a.id, backend: a.backend, reason: "published with other content than its record" });
 }

@@ -2,10 +2,10 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { cancelAssignment, completeAssignmentRun, claimAssignment, releaseRunner, RunnerMismatch } from "../operations.ts";
-import { publishAssignment, type Published } from "../publish.ts";
+import { cancelAssignment, completeAssignmentRun, claimAssignment, RunnerMismatch } from "../operations.ts";
+import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
-import { toFieldIssues, type AssignmentRequest } from "../assignment.ts";
+import { toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
@@ -39,8 +39,16 @@ export interface WebhookOutcome {
   reconcile?: Backend;
   /** What the reconcile follows: a claim (its message is acked), or a freed slot (one waiting takes it). */
   after?: "claim" | "release";
-  /** Work to finish after answering (teardown). */
-  background?: Promise<unknown>;
+  /** A runner to tear down after answering (releaseRunner): plain data, so that it crosses an RPC. */
+  teardown?: Teardown;
+  /** An assignment published with `recordLater` whose record is to be written after answering. */
+  record?: Assignment;
+}
+
+export interface Teardown {
+  id: string;
+  backend: Backend;
+  giteaRunnerId: number | undefined;
 }
 
 export function jobAssignmentId(jobId: number, attempt: number | undefined): string {
@@ -71,16 +79,16 @@ export function jobAssignment(gitea: GiteaConfig, job: ListedJob, repository: st
 }
 
 /** Publishes the assignment of a queued job; undefined when no route matches it. */
-export async function publishJob(d: Dispatcher, job: ListedJob, repository: string): Promise<Published | undefined> {
+export async function publishJob(d: Dispatcher, job: ListedJob, repository: string, opts: PublishOptions = {}): Promise<Published | undefined> {
   const request = jobAssignment(d.config.gitea!, job, repository);
   if (!request) {
     d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined });
     return undefined;
   }
-  return publishAssignment(d, request);
+  return publishAssignment(d, request, opts);
 }
 
-export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload): Promise<WebhookOutcome> {
+export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload, opts: PublishOptions = {}): Promise<WebhookOutcome> {
   const gitea = d.config.gitea!;
   const job = payload.workflow_job;
   const named = job.runner_name ?? undefined;
@@ -94,9 +102,10 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
         d.sink.event({ event: "stale_delivery", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined, reason: stale });
         return { status: 200, body: { ignored: stale } };
       }
-      const published = await publishJob(d, job, payload.repository.full_name);
+      const published = await publishJob(d, job, payload.repository.full_name, opts);
       if (!published) return { status: 202, body: { ignored: "no_route" } };
-      return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend };
+      const record = published.pending ? { record: published.pending } : {};
+      return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend, ...record };
     }
     case "in_progress": {
       if (!ours) return ignore(d, named ? "runner is not ours" : "no runner");
@@ -109,8 +118,8 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
-          const background = releaseRunner(d, ours, view.backend, view.giteaRunnerId ?? undefined);
-          return { status: 200, body: { completed: ours }, background, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
+          const teardown = { id: ours, backend: view.backend, giteaRunnerId: view.giteaRunnerId ?? undefined };
+          return { status: 200, body: { completed: ours }, teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
       }
@@ -120,7 +129,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       const cancelled = await cancelAssignment(d, own, "cancelled");
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       const { record, contended } = cancelled;
-      return { status: 200, body: { cancelled: own }, background: releaseRunner(d, own, record.backend, record.runner?.id), ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
+      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: record.backend, giteaRunnerId: record.runner?.id }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
     }
     default:
       // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.

@@ -6,8 +6,8 @@ import type { Dispatcher } from "../dispatcher-types.ts";
 import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
-import { claimAssignment, completeAssignmentRun, getAssignment, parseId, releaseRunner } from "../operations.ts";
-import { publishAssignment } from "../publish.ts";
+import { parseId, releaseRunner } from "../operations.ts";
+import { directPath, type RequestPath } from "../request-path.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
 import { readStatus } from "../observe/status.ts";
@@ -15,7 +15,7 @@ import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited } from "./body.ts";
-import { handleWorkflowJob, parseWorkflowJob } from "../gitea/webhook.ts";
+import { parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
@@ -26,9 +26,11 @@ export const EAGER_BUDGET_MS = 5_000;
 export interface AppDeps {
   /** Builds the dispatcher of one request from the Worker's environment (throws ConfigError). */
   dispatcher(env: unknown): Dispatcher;
+  /** Where the request path's NATS work runs; default: on the dispatcher's own connection. */
+  path?(d: Dispatcher, env: unknown): RequestPath;
 }
 
-type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; background: Promise<unknown>[] } };
+type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
@@ -37,6 +39,7 @@ export function createApp(deps: AppDeps) {
     const d = deps.dispatcher(c.env);
     const background: Promise<unknown>[] = [];
     c.set("d", d);
+    c.set("path", deps.path ? deps.path(d, c.env) : directPath(d));
     c.set("background", background);
     try {
       await next();
@@ -69,7 +72,8 @@ export function createApp(deps: AppDeps) {
   app.post("/v1/assignments", async (c) => {
     const d = c.var.d;
     await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    const published = await publishAssignment(d, await readJsonBody(c.req.raw, MAX_ASSIGNMENT_BYTES));
+    const published = await c.var.path.publish(await readJsonBody(c.req.raw, MAX_ASSIGNMENT_BYTES));
+    if (published.pending) inBackground(c, d, c.var.path.record(published.pending), "record after publish");
     reconcileSoon(c, d, "publish", published.backend);
     return c.json({ id: published.id, stream: published.stream, seq: published.seq, duplicate: published.duplicate }, 202);
   });
@@ -77,14 +81,14 @@ export function createApp(deps: AppDeps) {
   app.get("/v1/assignments/:id", async (c) => {
     const d = c.var.d;
     await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    return c.json(await getAssignment(d, parseId(c.req.param("id"))));
+    return c.json(await c.var.path.get(parseId(c.req.param("id"))));
   });
 
   app.post("/v1/assignments/:id/claim", async (c) => {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { held, ...view } = await claimAssignment(d, id);
+    const { held, ...view } = await c.var.path.claim(id);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
   });
@@ -93,7 +97,7 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { contended, ...view } = await completeAssignmentRun(d, id);
+    const { contended, ...view } = await c.var.path.complete(id);
     inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
     if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
@@ -114,9 +118,11 @@ export function createApp(deps: AppDeps) {
     } catch {
       throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
     }
-    const outcome = await handleWorkflowJob(d, parseWorkflowJob(value));
+    const outcome = await c.var.path.webhook(parseWorkflowJob(value));
+    if (outcome.record) inBackground(c, d, c.var.path.record(outcome.record), "record after webhook");
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
-    if (outcome.background) inBackground(c, d, outcome.background, "runner teardown");
+    const t = outcome.teardown;
+    if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunnerId), "runner teardown");
     return c.json(outcome.body, outcome.status);
   });
 
@@ -180,7 +186,7 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
   const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? capacityWaitDelay(1) : undefined;
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
-  inBackground(c, d, d.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
+  inBackground(c, d, c.var.path.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
 }
 
 function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {

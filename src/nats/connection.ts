@@ -1,5 +1,5 @@
-// Opens one NATS connection per invocation. A connection kept across requests hangs silently
-// at the edge, so every caller goes through withNats, which drains in `finally`.
+// Opens NATS connections. Outside a Durable Object a connection belongs to the invocation that
+// opened it (withNats drains it in `finally`); the gateway (src/gateway/) keeps one with KeepAlive.
 import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
 import { jetstream, JetStreamApiError, JetStreamError, type JetStreamClient } from "@nats-io/jetstream";
 import { jserrors } from "@nats-io/jetstream/internal";
@@ -17,13 +17,13 @@ export const REQUEST_TIMEOUT_MS = 5_000;
 
 /**
  * Connects to one of `natsServers`, trying each in turn (from a random one, to spread
- * invocations over a cluster) until one answers, within CONNECT_TIMEOUT_MS in all. nats.js with
+ * invocations over a cluster) until one answers, within `connectTimeoutMs` in all. nats.js with
  * reconnect off gives up after the first server that refuses, so the failover is ours.
  */
-export async function openNats(settings: NatsSettings, name = "gitea-edge-dispatcher"): Promise<NatsHandle> {
+export async function openNats(settings: NatsSettings, name = "gitea-edge-dispatcher", { keepAlive, connectTimeoutMs = CONNECT_TIMEOUT_MS }: OpenOptions = {}): Promise<NatsHandle> {
   const urls = settings.natsServers;
-  const deadline = Date.now() + CONNECT_TIMEOUT_MS;
-  const perServer = Math.max(MIN_CONNECT_ATTEMPT_MS, Math.floor(CONNECT_TIMEOUT_MS / urls.length));
+  const deadline = Date.now() + connectTimeoutMs;
+  const perServer = Math.max(MIN_CONNECT_ATTEMPT_MS, Math.floor(connectTimeoutMs / urls.length));
   const first = Math.floor(Math.random() * urls.length);
   const failures: string[] = [];
   for (let i = 0; i < urls.length; i++) {
@@ -37,6 +37,7 @@ export async function openNats(settings: NatsSettings, name = "gitea-edge-dispat
       // reason to wait around for the server.
       reconnect: false,
       maxReconnectAttempts: 0,
+      ...(keepAlive ? { pingInterval: keepAlive.pingIntervalMs, maxPingOut: keepAlive.maxPingOut } : {}),
       ...authOptions(settings.natsAuth),
     });
     try {
@@ -56,8 +57,21 @@ export async function openNats(settings: NatsSettings, name = "gitea-edge-dispat
 
 const MIN_CONNECT_ATTEMPT_MS = 1_000;
 
+export interface OpenOptions {
+  /** For a connection kept across requests. */
+  keepAlive?: KeepAlive;
+  /** All servers tried within this (default 5 s). */
+  connectTimeoutMs?: number;
+}
+
+/** A connection kept across requests pings, and closes itself once `maxPingOut` pings go unanswered. */
+export interface KeepAlive {
+  pingIntervalMs: number;
+  maxPingOut: number;
+}
+
 /** Settles with `work`, or rejects with NatsUnavailable(`message`) once `ms` pass. */
-async function deadlineFor<T>(work: Promise<T>, ms: number, message = `no answer in ${ms} ms`): Promise<T> {
+export async function deadlineFor<T>(work: Promise<T>, ms: number, message = `no answer in ${ms} ms`): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new NatsUnavailable(message)), ms)));
   try {
@@ -124,14 +138,43 @@ export function isNatsError(err: unknown): boolean {
  * flush (waits for a PONG) and batch direct get (waits for its end-of-batch).
  */
 export async function bounded<T>(nc: NatsConnection, what: string, work: Promise<T>, ms = REQUEST_TIMEOUT_MS, onGiveUp?: () => void): Promise<T> {
-  const closed = nc.closed().then(() => Promise.reject(new NatsUnavailable(`${what}: NATS connection closed`)));
+  let forget = () => {};
+  const closed = new Promise<never>((_, reject) => (forget = whenClosed(nc, () => reject(new NatsUnavailable(`${what}: NATS connection closed`)))));
   try {
     return await deadlineFor(Promise.race([work, closed]), ms, `${what} timed out after ${ms} ms`);
   } catch (err) {
     onGiveUp?.();
     throw err;
+  } finally {
+    forget();
   }
 }
+
+/**
+ * Calls `fn` once `nc` closes (at once if it is closed); returns a function that cancels that.
+ * One reaction per connection: racing every call against `nc.closed()` itself would pile up
+ * reactions for as long as the connection lives, which on the gateway's warm one is days.
+ */
+function whenClosed(nc: NatsConnection, fn: () => void): () => void {
+  let waiting = closeWaiters.get(nc);
+  if (!waiting) {
+    const set = (waiting = new Set());
+    closeWaiters.set(nc, set);
+    void nc.closed().then(() => {
+      for (const f of set) f();
+      set.clear();
+    });
+  }
+  if (nc.isClosed()) {
+    fn();
+    return () => {};
+  }
+  waiting.add(fn);
+  const set = waiting;
+  return () => void set.delete(fn);
+}
+
+const closeWaiters = new WeakMap<NatsConnection, Set<() => void>>();
 
 /** Flushes, so that pending acks and naks reach the server. */
 export function flushNats(nc: NatsConnection): Promise<void> {

@@ -15,7 +15,7 @@ export async function recentRecords(handle: NatsHandle, bucket: string, limit: n
   if (!messages) return [];
   const seq = Math.max(first_seq, last_seq - limit * TAIL_PER_RECORD + 1);
   const latest = new Map<string, StoredMsg>();
-  for (const m of await readBatch(handle, jsm.direct.getBatch(stream, { seq, batch: last_seq - seq + 1 }))) latest.set(m.subject, m);
+  for (const m of await readBatch(handle, stream, { seq, batch: last_seq - seq + 1 })) latest.set(m.subject, m);
   return [...latest.values()]
     .filter(isKvValue)
     .sort((a, b) => b.seq - a.seq)

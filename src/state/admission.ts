@@ -87,7 +87,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   const purge = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).streams.purge(stream, { filter: subject })))?.purged ?? 0;
   /** Last message of every subject under `prefix`, by id; none when the stream is missing. */
   const lastOfAll = async (stream: string, prefix: string): Promise<Map<string, StoredMsg>> => {
-    const messages = (await maybe(async () => readBatch(handle, (await jsm()).direct.getLastMessagesFor(stream, { multi_last: [`${prefix}.>`] })))) ?? [];
+    const messages = (await maybe(async () => readBatch(handle, stream, { multi_last: [`${prefix}.>`] }))) ?? [];
     return new Map(messages.map((m) => [idOfToken(m.subject.slice(prefix.length + 1)), m]));
   };
   /** Whether a reservation is live, from the slot message and the registrations stream's word on it. */

@@ -1,6 +1,7 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
-import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
-import type { QueuedIterator } from "@nats-io/nats-core";
+import type { StoredMsg } from "@nats-io/jetstream";
+import { DirectMsgImpl, JetStreamStatus } from "@nats-io/jetstream/internal";
+import { createInbox } from "@nats-io/nats-core";
 import { Kvm, type KV } from "@nats-io/kv";
 import { bounded, isNatsError, type NatsHandle } from "../nats/connection.ts";
 
@@ -27,29 +28,48 @@ export async function readJson<T>(kv: KV, key: string): Promise<Versioned<T> | n
 export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: readonly string[]): Promise<Map<string, Versioned<T>>> {
   const found = new Map<string, Versioned<T>>();
   if (!keys.length) return found;
-  const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
   const prefix = `$KV.${bucket}.`;
   for (let i = 0; i < keys.length; i += MULTI_LAST_LIMIT) {
     const subjects = keys.slice(i, i + MULTI_LAST_LIMIT).map((k) => prefix + k);
-    for (const m of await readBatch(handle, jsm.direct.getLastMessagesFor(`KV_${bucket}`, { multi_last: subjects }))) {
+    for (const m of await readBatch(handle, `KV_${bucket}`, { multi_last: subjects })) {
       if (isKvValue(m)) found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
     }
   }
   return found;
 }
 
+/** A batch direct get: the last message of each subject (multi_last), or `batch` messages from `seq`. */
+export type DirectBatchRequest = { multi_last: string[] } | { seq: number; batch: number };
+
 /**
- * Every message of a batch direct get, read to the end of the batch. Bounded: nats.js waits for
- * the end-of-batch forever when the broker dies under it.
+ * Every message of a batch direct get, read to the end of the batch, on a subscription of our
+ * own. nats.js's direct batch leaves its subscription, and a 5 s timer, behind until the timer
+ * fires: harmless on a connection drained at the end of an invocation, a leak on the gateway's
+ * warm one (workerd allows 10,000 timers at once). Bounded: the end-of-batch may never come.
  */
-export async function readBatch(handle: NatsHandle, batch: Promise<QueuedIterator<StoredMsg>>): Promise<StoredMsg[]> {
-  const messages = await batch;
+export async function readBatch(handle: NatsHandle, stream: string, request: DirectBatchRequest): Promise<StoredMsg[]> {
+  const inbox = createInbox();
+  const sub = handle.nc.subscribe(inbox);
   const read = async () => {
     const all: StoredMsg[] = [];
-    for await (const m of messages) all.push(m);
+    for await (const m of sub) {
+      const status = JetStreamStatus.maybeParseStatus(m);
+      if (status) {
+        if (status.isEndOfBatch() || status.isNoResults()) break;
+        throw status.toError();
+      }
+      all.push(new DirectMsgImpl(m));
+      // A server that answers without batching sends one message and no end-of-batch.
+      if (typeof m.headers?.get("Nats-Num-Pending") !== "string") break;
+    }
     return all;
   };
-  return bounded(handle.nc, "batch direct get", read(), undefined, () => messages.stop());
+  try {
+    handle.nc.publish(`$JS.API.DIRECT.GET.${stream}`, JSON.stringify(request), { reply: inbox });
+    return await bounded(handle.nc, "batch direct get", read());
+  } finally {
+    sub.unsubscribe();
+  }
 }
 
 /** A KV entry's message that holds a value, not a delete or purge marker. */

@@ -1,13 +1,20 @@
 // Drives the Worker inside workerd: HTTP requests, cron ticks, captured log lines, and the fake
 // backend's control API.
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from "cloudflare:test";
+import { env as bindings } from "cloudflare:workers";
 import { vi } from "vitest";
 import worker from "../../src/index.ts";
+import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
+
+/** The test's variables, with the gateway's Durable Object binding of wrangler.jsonc (NATS_GATEWAY decides whether it is used). */
+export function withBindings(env: Record<string, string>): Record<string, unknown> {
+  return { [GATEWAY_BINDING]: (bindings as unknown as Record<string, unknown>)[GATEWAY_BINDING], ...env };
+}
 
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
   const ctx = createExecutionContext();
-  const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, env, ctx);
+  const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, withBindings(env), ctx);
   await waitOnExecutionContext(ctx);
   await checkAgainstOpenApi(init.method ?? "GET", path, res);
   return res;
@@ -15,7 +22,7 @@ export async function request(env: Record<string, string>, path: string, init: R
 
 export async function tick(env: Record<string, string>): Promise<void> {
   const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ cron: "* * * * *", scheduledTime: Date.now() }), env, ctx);
+  await worker.scheduled(createScheduledController({ cron: "* * * * *", scheduledTime: Date.now() }), withBindings(env), ctx);
   await waitOnExecutionContext(ctx);
 }
 

@@ -1,0 +1,58 @@
+// The request path through the gateway: one RPC per request to one of NATS_GATEWAY_SHARDS objects.
+// When the object itself cannot be reached, the invocation does the call on its own connection:
+// every call is idempotent, so one that may have half-run in the object is safe to make again.
+import type { Dispatcher } from "../dispatcher-types.ts";
+import { deadlineFor } from "../nats/connection.ts";
+import { directPath, type RequestPath } from "../request-path.ts";
+import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
+import { fromWire, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
+
+/** The Durable Object namespace of the gateway (wrangler.jsonc, durable_objects.bindings). */
+export const GATEWAY_BINDING = "NATS_GATEWAY_DO";
+
+/** Beyond the object's own deadline: time for the RPC itself before the object counts as unreachable. */
+const RPC_SLACK_MS = 1_000;
+
+export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatcher): RequestPath {
+  const direct = directPath(d);
+  const { shards, location } = d.config.gateway;
+  const stubFor = (key: string) => ns.get(ns.idFromName(gatewayName(shardOf(key, shards))), location ? { locationHint: location } : undefined);
+
+  async function call<K extends keyof RequestPath>(op: K, key: string, args: Parameters<RequestPath[K]>): Promise<Awaited<ReturnType<RequestPath[K]>>> {
+    const budget = op === "reconcile" ? (args[1] as number) + CALL_DEADLINE_MS : CALL_DEADLINE_MS;
+    let answer: GatewayAnswer;
+    try {
+      answer = (await deadlineFor(stubFor(key).call(d.config, { op, args } as GatewayCall), budget + RPC_SLACK_MS, "the gateway did not answer")) as GatewayAnswer;
+    } catch (err) {
+      d.sink.event({ event: "gateway_fallback", assignment: key, backend: undefined, reason: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200) });
+      return (direct[op] as (...a: unknown[]) => Promise<Awaited<ReturnType<RequestPath[K]>>>)(...args);
+    }
+    replayLogs(answer.logs, d.sink);
+    if (!answer.ok) throw fromWire(answer.error);
+    return answer.value as Awaited<ReturnType<RequestPath[K]>>;
+  }
+
+  return {
+    publish: (body) => call("publish", idOf(body), [body]),
+    record: (assignment) => call("record", assignment.id, [assignment]),
+    get: (id) => call("get", id, [id]),
+    claim: (id) => call("claim", id, [id]),
+    complete: (id) => call("complete", id, [id]),
+    webhook: (payload) => call("webhook", `job-${payload.workflow_job.id}`, [payload]),
+    reconcile: (trigger, budgetMs, opts) => call("reconcile", crypto.randomUUID(), [trigger, budgetMs, opts]),
+  };
+}
+
+export const gatewayName = (shard: number) => `nats-gateway-${shard}`;
+
+/** FNV-1a of the key, modulo the shard count: the calls of one assignment go to one object. */
+export function shardOf(key: string, shards: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % shards;
+}
+
+function idOf(body: unknown): string {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === "string" ? id.slice(0, 128) : crypto.randomUUID();
+}

@@ -1,0 +1,68 @@
+// The NATS gateway: a Durable Object that keeps one warm NATS connection per NATS_URL and
+// credentials, and runs each request path call on it (a publish and its record, a claim, a
+// completion, an eager pass). A Durable Object, unlike an invocation, may keep an outbound
+// WebSocket across requests; an invocation that calls it pays one RPC instead of a connection.
+import { DurableObject } from "cloudflare:workers";
+import type { Config } from "../config.ts";
+import { sha256Key } from "../crypto.ts";
+import { createDispatcher } from "../dispatcher.ts";
+import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
+import { directPath, type RequestPath } from "../request-path.ts";
+import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
+import { collectingSink, toWire, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
+
+/** A request path call (not a pass) is answered within this, or answered Unavailable. */
+export const CALL_DEADLINE_MS = 2_000;
+/** A connection nobody used for this long is closed (a NATS_URL or credentials no longer in use). */
+const IDLE_CLOSE_MS = 10 * 60_000;
+
+export class NatsGateway extends DurableObject {
+  readonly #keepers = new Map<string, ConnectionKeeper>();
+
+  /**
+   * Runs one request path call on the warm connection of `config`'s NATS settings. The config
+   * comes with every call, so that the object always serves the calling Worker's version of it.
+   */
+  async call(config: Config, call: GatewayCall): Promise<GatewayAnswer> {
+    const keeper = await this.#keeperFor(config);
+    const sink = collectingSink();
+    const pass = call.op === "reconcile";
+    // A pass keeps to its own budget (its reads are bounded); a request call answers within the deadline.
+    const deadline = Date.now() + (pass ? call.args[1] + REQUEST_TIMEOUT_MS : CALL_DEADLINE_MS);
+    try {
+      const value = await keeper.run(
+        (handle) => {
+          const path = directPath(createDispatcher({ config, sink, borrowed: handle }));
+          return (path[call.op] as (...args: unknown[]) => Promise<unknown>)(...call.args);
+        },
+        { deadline, retry: !pass },
+      );
+      return { ok: true, value, logs: sink.lines };
+    } catch (err) {
+      const error = toWire(err, call.op);
+      if (error.kind === "Internal") sink.error("gateway call failed", { op: call.op, reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` });
+      return { ok: false, error, logs: sink.lines };
+    }
+  }
+
+  /** Connections this object opened, per NATS settings in use (for operators and tests). */
+  async connectionsOpened(): Promise<number> {
+    return [...this.#keepers.values()].reduce((n, k) => n + k.opened, 0);
+  }
+
+  async #keeperFor(config: Config): Promise<ConnectionKeeper> {
+    // Keyed by a hash: the map holds no credentials in its keys.
+    const key = await sha256Key(JSON.stringify([config.natsServers, config.natsAuth]));
+    for (const [k, keeper] of this.#keepers) {
+      if (k !== key && Date.now() - keeper.lastUsed > IDLE_CLOSE_MS) {
+        this.#keepers.delete(k);
+        void keeper.close();
+      }
+    }
+    let keeper = this.#keepers.get(key);
+    if (!keeper) this.#keepers.set(key, (keeper = createKeeper(config, "gitea-edge-dispatcher-gateway")));
+    return keeper;
+  }
+}
+
+export type { RequestPath };

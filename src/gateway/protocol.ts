@@ -1,0 +1,80 @@
+// What crosses the RPC between a Worker invocation and the gateway object: one call per request,
+// answered with the value or a domain error as plain data, and the log lines the call produced
+// (the invocation writes them, so that they stay with the request that caused them).
+import type { FieldIssue } from "../assignment.ts";
+import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../domain-errors.ts";
+import type { BatchSummary, DispatchEvent, EventSink } from "../events.ts";
+import type { RequestPath } from "../request-path.ts";
+import { isRetryable } from "../state/kv.ts";
+
+/** One request path call: the method's name and its arguments. */
+export type GatewayCall = { [K in keyof RequestPath]: { op: K; args: Parameters<RequestPath[K]> } }[keyof RequestPath];
+
+export type LogLine =
+  | { kind: "event"; event: DispatchEvent }
+  | { kind: "summary"; summary: BatchSummary }
+  | { kind: "error"; message: string; fields?: Record<string, string | number | undefined> };
+
+export type WireError = { kind: "InvalidInput" | "NotFound" | "Conflict" | "Refused" | "Unavailable" | "Internal"; message: string; fields?: FieldIssue[] };
+
+export type GatewayAnswer = ({ ok: true; value: unknown } | { ok: false; error: WireError }) & { logs: LogLine[] };
+
+/** A sink that keeps what it is given, for the caller to replay. */
+export function collectingSink(): EventSink & { lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  return {
+    lines,
+    event: (event) => void lines.push({ kind: "event", event }),
+    summary: (summary) => void lines.push({ kind: "summary", summary }),
+    error: (message, fields) => void lines.push({ kind: "error", message, ...(fields ? { fields } : {}) }),
+  };
+}
+
+export function replayLogs(lines: readonly LogLine[], sink: EventSink): void {
+  for (const l of lines) {
+    if (l.kind === "event") sink.event(l.event);
+    else if (l.kind === "summary") sink.summary(l.summary);
+    else sink.error(l.message, l.fields);
+  }
+}
+
+const KINDS = [
+  ["InvalidInput", InvalidInput],
+  ["NotFound", NotFound],
+  ["Conflict", Conflict],
+  ["Refused", Refused],
+  ["Unavailable", Unavailable],
+] as const;
+
+/**
+ * A domain error as data. NATS trouble (a deadline passed, the connection broke) is Unavailable,
+ * saying what the call left undone; anything else is Internal, named only.
+ */
+export function toWire(err: unknown, op: keyof RequestPath): WireError {
+  for (const [kind, type] of KINDS) {
+    if (err instanceof type) return { kind, message: err.message, ...(err instanceof InvalidInput && err.fields ? { fields: err.fields } : {}) };
+  }
+  if (isRetryable(err)) return { kind: "Unavailable", message: UNAVAILABLE[op] };
+  return { kind: "Internal", message: (err as Error)?.name ?? "Error" };
+}
+
+const UNAVAILABLE: Record<keyof RequestPath, string> = {
+  publish: "NATS did not confirm the publish in time; nothing was queued. Retrying with the same id is safe.",
+  webhook: "NATS did not confirm in time; nothing was queued. Retrying the same delivery is safe.",
+  record: "NATS is unavailable; the record is written at the message's first delivery",
+  get: "NATS is unavailable; retrying the same request is safe",
+  claim: "NATS is unavailable; the claim was not recorded. Retrying the same request is safe.",
+  complete: "NATS is unavailable; the completion was not recorded. Retrying the same request is safe.",
+  reconcile: "NATS is unavailable",
+};
+
+export function fromWire(w: WireError): Error {
+  if (w.kind === "InvalidInput") return new InvalidInput(w.message, w.fields);
+  const found = KINDS.find(([kind]) => kind === w.kind);
+  return found ? new found[1](w.message) : new GatewayInternalError(`the gateway failed: ${w.message}`);
+}
+
+/** A bug in the gateway's call, not a refusal: the request answers 500. */
+export class GatewayInternalError extends Error {
+  override readonly name = "GatewayInternalError";
+}

@@ -1,0 +1,47 @@
+// What a request asks of NATS, apart from where the connection lives: on the invocation's own
+// connection (directPath), or in the gateway Durable Object on its warm one (gateway/client.ts).
+import type { Dispatcher, ReconcileOptions } from "./dispatcher-types.ts";
+import type { BatchSummary } from "./events.ts";
+import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "./gitea/webhook.ts";
+import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Released } from "./operations.ts";
+import { publishAssignment, recordAssignment, type Published } from "./publish.ts";
+import type { Assignment } from "./assignment.ts";
+
+/**
+ * The NATS work of one API request, as one call each. Every method is idempotent (a publish is
+ * deduplicated by the assignment id, a claim or completion of an assignment already in that state
+ * answers the same), so a call that failed on the way may be made again, anywhere.
+ */
+export interface RequestPath {
+  /**
+   * Validates and publishes an assignment request (POST /v1/assignments). Answers once the message
+   * is stored; a `pending` record is the caller's to write with `record` after answering.
+   */
+  publish(body: unknown): Promise<Published>;
+  /** Writes the record of a published assignment (idempotent). */
+  record(assignment: Assignment): Promise<void>;
+  get(id: string): Promise<AssignmentView>;
+  /** A runner holding the claim token took the assignment. */
+  claim(id: string): Promise<Claimed>;
+  complete(id: string): Promise<Released<AssignmentView>>;
+  /** A `workflow_job` delivery whose signature and shape were checked; like publish, it may leave a `record`. */
+  webhook(payload: WorkflowJobPayload): Promise<WebhookOutcome>;
+  /** A pass right after a request (see Dispatcher.reconcile). */
+  reconcile(trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<BatchSummary[]>;
+}
+
+/** The request path on the dispatcher's own connection. */
+export function directPath(d: Dispatcher): RequestPath {
+  return {
+    publish: (body) => publishAssignment(d, body, { recordLater: true }),
+    record: (assignment) => recordAssignment(d, assignment),
+    get: (id) => getAssignment(d, id),
+    claim: (id) => claimAssignment(d, id),
+    complete: (id) => completeAssignmentRun(d, id),
+    webhook: (payload) => handleWorkflowJob(d, payload, { recordLater: true }),
+    reconcile: (trigger, budgetMs, opts) => d.reconcile(trigger, budgetMs, opts),
+  };
+}
+
+export const PATH_OPS = ["publish", "record", "get", "claim", "complete", "webhook", "reconcile"] as const satisfies readonly (keyof RequestPath)[];
+export type PathOp = (typeof PATH_OPS)[number];

@@ -1,0 +1,176 @@
+// The NATS gateway (src/gateway/): the request path on one warm connection held by a Durable
+// Object, and the faults it must survive: a reset mid-burst, a silent hang, an eviction, and the
+// object being unreachable. NATS goes through the counting proxy, which also makes the faults.
+import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import { env as bindings } from "cloudflare:workers";
+import { describe, expect, inject, it } from "vitest";
+import worker from "../../src/index.ts";
+import { GATEWAY_BINDING, gatewayName } from "../../src/gateway/client.ts";
+import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
+import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
+import { streamState } from "../harness/nats.ts";
+import { backendControl, captureLogs, giteaControl, request, sleep, tickUntil } from "../harness/worker.ts";
+import { queuedFixture } from "../harness/fixtures.ts";
+
+const proxy = inject("natsProxyUrl");
+const control = proxy.replace("ws://", "http://");
+const proxyCounts = async (tag: string) => (await (await fetch(`${control}/_counts/${tag}`)).json()) as { connections: number; pub: number };
+const fault = async (what: "reset" | "hang" | "resume", tag: string, newToo = false) => void (await fetch(`${control}/_${what}/${tag}${newToo ? "?new=1" : ""}`, { method: "POST" })).arrayBuffer();
+
+/** An environment whose NATS goes through the proxy under `tag`; provisioned directly. */
+async function proxiedEnv(tag: string, overrides: Record<string, unknown> = {}) {
+  const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), inject("giteaUrl"), { RETRY_DELAY_MS: 50, CAPACITY_POD: 200, ...overrides });
+  await provisionEnv(env);
+  return { ...env, NATS_URL: `${proxy}/${tag}` };
+}
+
+/** Delivers queued webhooks for `jobs`, `concurrency` at once; status and latency per job. */
+async function deliverAll(env: Record<string, string>, jobs: number[], concurrency: number, onAnswer?: (done: number) => Promise<void>) {
+  const answers = new Map<number, { status: number; ms: number }>();
+  await inParallel(jobs, concurrency, async (job) => {
+    const t = Date.now();
+    const { status } = await deliverJob(env, withJob(queuedFixture, job));
+    answers.set(job, { status, ms: Date.now() - t });
+    await onAnswer?.(answers.size);
+  });
+  return answers;
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+describe("NATS gateway", () => {
+  it("serves webhooks, eager passes, claims and completes on one connection; without it, each request opens one", { timeout: 60_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const tag = uniqueName("gw");
+      const env = await proxiedEnv(tag);
+      const answers = await deliverAll(env, range(810_000, 20), 4);
+      expect([...answers.values()].every((a) => a.status === 202)).toBe(true);
+      const backend = backendControl(env);
+      // The passes right after each webhook, run in the gateway, provision every runner: no cron tick.
+      for (let i = 0; i < 100 && (await backend.state()).runners.length < 20; i++) await sleep(100);
+      const runners = (await backend.state()).runners;
+      expect(runners).toHaveLength(20);
+      for (const r of runners) {
+        const auth = { method: "POST", headers: { authorization: `Bearer ${r.claimToken}` } };
+        expect((await request(env, `/v1/assignments/${r.id}/claim`, auth)).status).toBe(200);
+        expect((await request(env, `/v1/assignments/${r.id}/complete`, auth)).status).toBe(200);
+      }
+      expect((await proxyCounts(tag)).connections).toBe(1);
+      expect(logs.events().filter((e) => e.event === "gateway_fallback")).toEqual([]);
+      // The events the gateway's calls produced are written by the invocation that made them.
+      expect(logs.events().filter((e) => e.event === "published")).toHaveLength(20);
+
+      const offTag = uniqueName("gwoff");
+      const off = await proxiedEnv(offTag, { NATS_GATEWAY: "off" });
+      await deliverAll(off, range(811_000, 5), 1);
+      expect((await proxyCounts(offTag)).connections).toBeGreaterThanOrEqual(5);
+    } finally {
+      logs.restore();
+    }
+  });
+
+  it("a connection reset mid-burst fails no request: publishes are retried on a new connection, nothing lost or doubled", { timeout: 120_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const tag = uniqueName("gwreset");
+      const N = 80;
+      const env = await proxiedEnv(tag, { RECONCILE_BUDGET_MS: 2_000, ACK_WAIT_MS: 12_000 });
+      const jobs = range(820_000, N);
+      const answers = await deliverAll(env, jobs, 12, async (done) => {
+        if (done === 20 || done === 50) await fault("reset", tag);
+      });
+      expect([...answers.entries()].filter(([, a]) => a.status !== 202)).toEqual([]);
+      expect((await proxyCounts(tag)).connections).toBeGreaterThanOrEqual(3);
+      expect((await streamState(env)).messages).toBe(N);
+
+      const backend = backendControl(env);
+      await tickUntil(env, async () => (await backend.state()).runners.length >= N, { timeoutMs: 60_000, pauseMs: 500 });
+      expect((await backend.state()).created).toBe(N);
+      expect(new Set((await backend.state()).runners.map((r) => r.id)).size).toBe(N);
+      expect((await giteaControl(env).state()).registrations).toBe(N);
+    } finally {
+      logs.restore();
+    }
+  });
+
+  it("a silent hang: no request waits past the bound; the dead connection is replaced, and what was refused is not half-written", { timeout: 60_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const tag = uniqueName("gwhang");
+      const env = await proxiedEnv(tag);
+      expect((await deliverAll(env, [830_000], 1)).get(830_000)?.status).toBe(202);
+      // The socket stays open and nothing comes back; new connections get through.
+      await fault("hang", tag);
+      const during = await deliverAll(env, range(830_001, 12), 12);
+      const ms = [...during.values()].map((a) => a.ms);
+      expect(Math.max(...ms)).toBeLessThan(2_600);
+      expect([...during.values()].every((a) => a.status === 202 || a.status === 503)).toBe(true);
+      expect((await proxyCounts(tag)).connections).toBe(2);
+      const after = await deliverAll(env, range(830_100, 5), 5);
+      expect([...after.values()].every((a) => a.status === 202 && a.ms < 1_000)).toBe(true);
+      expect((await proxyCounts(tag)).connections).toBe(2);
+
+      // Everything hangs, new connections too: every answer is a 503 within the bound, and none queued anything.
+      const before = (await streamState(env)).messages;
+      await fault("hang", tag, true);
+      const dead = await deliverAll(env, range(830_200, 8), 8);
+      expect([...dead.values()].map((a) => a.status)).toEqual(Array(8).fill(503));
+      expect(Math.max(...[...dead.values()].map((a) => a.ms))).toBeLessThan(2_600);
+      expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(before);
+      await fault("resume", tag);
+      let recovered = 0;
+      for (let i = 0; i < 30 && recovered !== 202; i++) {
+        recovered = (await deliverJob(env, withJob(queuedFixture, 830_300))).status;
+        if (recovered !== 202) await sleep(200);
+      }
+      expect(recovered).toBe(202);
+      // Gitea does not retry; the sweep would. Delivered again, every refused job is queued once.
+      const refused = [...during, ...dead].filter(([, a]) => a.status === 503).map(([job]) => job);
+      await deliverAll(env, refused, 4);
+      expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(1 + 12 + 5 + 8 + 1);
+    } finally {
+      logs.restore();
+    }
+  });
+
+  it("a reset object (a deploy, a crash, an eviction) reconnects on the next request", { timeout: 30_000 }, async () => {
+    const tag = uniqueName("gwevict");
+    const env = await proxiedEnv(tag);
+    expect((await deliverAll(env, [840_000], 1)).get(840_000)?.status).toBe(202);
+    const ns = (bindings as unknown as Record<string, DurableObjectNamespace>)[GATEWAY_BINDING]!;
+    // Graceful eviction waits for an idle object, which one holding a WebSocket never is; a reset
+    // (what a deploy or a crash does) throws the instance away with its connection.
+    const reset = runInDurableObject(ns.get(ns.idFromName(gatewayName(0))), (_instance, state) => state.abort("test: reset"));
+    await expect(reset).rejects.toMatchObject({ durableObjectReset: true });
+    expect((await deliverAll(env, [840_001], 1)).get(840_001)?.status).toBe(202);
+    expect((await proxyCounts(tag)).connections).toBe(2);
+    expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(2);
+  });
+
+  it("an unreachable gateway: the invocation makes the call on its own connection, and says so", { timeout: 30_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const env = await proxiedEnv(uniqueName("gwdown"));
+      const broken = {
+        idFromName: (name: string) => ({ name }),
+        get: () => ({ call: () => Promise.reject(new Error("Durable Object reset because its code was updated.")) }),
+      };
+      const raw = JSON.stringify(withJob(queuedFixture, 850_000));
+      const { giteaSignature } = await import("../../src/gitea/signature.ts");
+      const { TEST_SECRETS } = await import("../harness/env.ts");
+      const headers = { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) };
+      const ctx = createExecutionContext();
+      const res = await worker.fetch(new Request("https://dispatch.example.org/v1/gitea/webhook", { method: "POST", headers, body: raw }) as Request<unknown, IncomingRequestCfProperties>, { ...env, [GATEWAY_BINDING]: broken }, ctx);
+      await waitOnExecutionContext(ctx);
+      expect(res.status).toBe(202);
+      expect(await res.json()).toMatchObject({ assignment: "gitea-850000-1", duplicate: false });
+      // The webhook's call, its record and its eager pass all fell back; the runner was provisioned anyway.
+      expect(logs.events().filter((e) => e.event === "gateway_fallback").length).toBe(3);
+      expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(1);
+      expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["gitea-850000-1"]);
+    } finally {
+      logs.restore();
+    }
+  });
+});
