@@ -1,5 +1,5 @@
 // The Worker: HTTP API and the cron-triggered reconciliation. Reads `env` here and nowhere else.
-import { loadConfig } from "./config.ts";
+import { loadConfig, type Config } from "./config.ts";
 import { createDispatcher } from "./dispatcher.ts";
 import { GATEWAY_BINDING, gatewayPath } from "./gateway/client.ts";
 import type { NatsGateway } from "./gateway/object.ts";
@@ -9,14 +9,25 @@ import { directPath } from "./request-path.ts";
 // Every export of this module is an entry point to workerd: the handlers and the Durable Object class.
 export { NatsGateway } from "./gateway/object.ts";
 
-const dispatcherOf = (env: unknown) => createDispatcher({ config: loadConfig(env as Record<string, unknown>), shareConnection: true });
+const NO_BINDING = `NATS_GATEWAY=on, but the Durable Object binding ${GATEWAY_BINDING} is missing: each request opens its own NATS connection. Add the binding and migration of wrangler.jsonc, or set NATS_GATEWAY=off`;
+
+// workerd hands every request of an isolate the same env object: its config is parsed once.
+const configs = new WeakMap<object, Config>();
+function configOf(env: Record<string, unknown>): Config {
+  let config = configs.get(env);
+  if (!config) configs.set(env, (config = loadConfig(env)));
+  return config;
+}
+
+const dispatcherOf = (env: unknown) => createDispatcher({ config: configOf(env as Record<string, unknown>), shareConnection: true });
 
 export const app = createApp({
   dispatcher: dispatcherOf,
   // NATS_GATEWAY=off, or no binding (an account without Durable Objects): each invocation connects.
   path(d, env) {
     const ns = (env as Record<string, unknown>)[GATEWAY_BINDING] as DurableObjectNamespace<NatsGateway> | undefined;
-    return d.config.gateway.enabled && ns ? gatewayPath(ns, d) : directPath(d);
+    if (!d.config.gateway.enabled) return directPath(d);
+    return ns ? gatewayPath(ns, d) : { ...directPath(d), degraded: NO_BINDING };
   },
 });
 

@@ -15,7 +15,8 @@ import type { Assignment } from "./assignment.ts";
 export interface RequestPath {
   /**
    * Validates and publishes an assignment request (POST /v1/assignments). Answers once the message
-   * is stored; a `pending` record is the caller's to write with `record` after answering.
+   * is stored; a `pending` record is the caller's to write with `record` after answering (the
+   * gateway writes it itself, and answers without one).
    */
   publish(body: unknown): Promise<Published>;
   /** Writes the record of a published assignment (idempotent). */
@@ -28,6 +29,8 @@ export interface RequestPath {
   webhook(payload: WorkflowJobPayload): Promise<WebhookOutcome>;
   /** A pass right after a request (see Dispatcher.reconcile). */
   reconcile(trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<BatchSummary[]>;
+  /** Set when this is not the path the configuration asks for (and why), for /healthz to say. */
+  readonly degraded?: string;
 }
 
 /** The request path on the dispatcher's own connection. */

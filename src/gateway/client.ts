@@ -2,8 +2,8 @@
 // When the object itself cannot be reached, the invocation does the call on its own connection:
 // every call is idempotent, so one that may have half-run in the object is safe to make again.
 import type { Dispatcher } from "../dispatcher-types.ts";
-import { deadlineFor } from "../nats/connection.ts";
-import { directPath, type RequestPath } from "../request-path.ts";
+import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
+import { directPath, type PathOp, type RequestPath } from "../request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
 import { fromWire, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
 
@@ -18,8 +18,9 @@ export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatch
   const { shards, location } = d.config.gateway;
   const stubFor = (key: string) => ns.get(ns.idFromName(gatewayName(shardOf(key, shards))), location ? { locationHint: location } : undefined);
 
-  async function call<K extends keyof RequestPath>(op: K, key: string, args: Parameters<RequestPath[K]>): Promise<Awaited<ReturnType<RequestPath[K]>>> {
-    const budget = op === "reconcile" ? (args[1] as number) + CALL_DEADLINE_MS : CALL_DEADLINE_MS;
+  async function call<K extends PathOp>(op: K, key: string, args: Parameters<RequestPath[K]>): Promise<Awaited<ReturnType<RequestPath[K]>>> {
+    // The object gives a pass its budget and one request's timeout beyond it (see NatsGateway.call).
+    const budget = op === "reconcile" ? (args[1] as number) + REQUEST_TIMEOUT_MS : CALL_DEADLINE_MS;
     let answer: GatewayAnswer;
     try {
       answer = (await deadlineFor(stubFor(key).call(d.config, { op, args } as GatewayCall), budget + RPC_SLACK_MS, "the gateway did not answer")) as GatewayAnswer;

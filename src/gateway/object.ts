@@ -8,8 +8,12 @@ import { sha256Key } from "../crypto.ts";
 import { createDispatcher } from "../dispatcher.ts";
 import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
+import type { Assignment } from "../assignment.ts";
+import { consoleSink } from "../events.ts";
+import { recordAssignment } from "../publish.ts";
+import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
-import { collectingSink, toWire, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
+import { collectingSink, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */
 export const CALL_DEADLINE_MS = 2_000;
@@ -18,13 +22,52 @@ const IDLE_CLOSE_MS = 10 * 60_000;
 
 export class NatsGateway extends DurableObject {
   readonly #keepers = new Map<string, ConnectionKeeper>();
+  readonly #passes = createCoalescer<GatewayAnswer>();
 
   /**
    * Runs one request path call on the warm connection of `config`'s NATS settings. The config
    * comes with every call, so that the object always serves the calling Worker's version of it.
    */
   async call(config: Config, call: GatewayCall): Promise<GatewayAnswer> {
-    const keeper = await this.#keeperFor(config);
+    const { key, keeper } = await this.#keeperFor(config);
+    if (call.op === "reconcile" && !call.args[2].firstPullWaitMs) {
+      // A pass after a publish or webhook takes whatever is new: one at a time per backend is
+      // enough, and the rest answer at once. Passes after a claim or release wait for a message
+      // of their own, and run as asked.
+      const [trigger, budgetMs, opts] = call.args;
+      const until = Date.now() + budgetMs;
+      const logs: LogLine[] = [];
+      // The passes after the first take everything that came meanwhile, as a cron pass does: an
+      // eager pass stops at its first batch with a new assignment, and there may be many.
+      const pass = async (round: number) => {
+        const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(0, until - Date.now()), round ? { ...opts, eager: false } : opts] });
+        logs.push(...a.logs);
+        return a;
+      };
+      const answer = await this.#passes.run(`${key}:${String(opts.only ?? "all")}`, pass, { until });
+      return answer ? { ...answer, logs } : { ok: true, value: [], logs: [] };
+    }
+    const answer = await this.#run(config, keeper, call);
+    return answer.ok && (call.op === "publish" || call.op === "webhook") ? this.#recordHere(config, keeper, answer) : answer;
+  }
+
+  /**
+   * Writes the record a publish or webhook left for after the answer here, on the warm connection,
+   * rather than in one more call from the invocation. If the object goes away first, the
+   * message's first delivery writes it (as after any record write that failed).
+   */
+  #recordHere(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
+    const { pending, record, ...rest } = answer.value as { pending?: Assignment; record?: Assignment };
+    const assignment = pending ?? record;
+    if (!assignment) return answer;
+    const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), { deadline: Date.now() + CALL_DEADLINE_MS, retry: true });
+    // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
+    // connection then held the answer past its deadline). The object outlives the promise anyway.
+    void (write.catch((err) => consoleSink.error("record after publish failed", { reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` })));
+    return { ...answer, value: rest };
+  }
+
+  async #run(config: Config, keeper: ConnectionKeeper, call: GatewayCall): Promise<GatewayAnswer> {
     const sink = collectingSink();
     const pass = call.op === "reconcile";
     // A pass keeps to its own budget (its reads are bounded); a request call answers within the deadline.
@@ -50,7 +93,7 @@ export class NatsGateway extends DurableObject {
     return [...this.#keepers.values()].reduce((n, k) => n + k.opened, 0);
   }
 
-  async #keeperFor(config: Config): Promise<ConnectionKeeper> {
+  async #keeperFor(config: Config): Promise<{ key: string; keeper: ConnectionKeeper }> {
     // Keyed by a hash: the map holds no credentials in its keys.
     const key = await sha256Key(JSON.stringify([config.natsServers, config.natsAuth]));
     for (const [k, keeper] of this.#keepers) {
@@ -61,7 +104,7 @@ export class NatsGateway extends DurableObject {
     }
     let keeper = this.#keepers.get(key);
     if (!keeper) this.#keepers.set(key, (keeper = createKeeper(config, "gitea-edge-dispatcher-gateway")));
-    return keeper;
+    return { key, keeper };
   }
 }
 

@@ -4,11 +4,11 @@
 import type { FieldIssue } from "../assignment.ts";
 import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../domain-errors.ts";
 import type { BatchSummary, DispatchEvent, EventSink } from "../events.ts";
-import type { RequestPath } from "../request-path.ts";
+import type { PathOp, RequestPath } from "../request-path.ts";
 import { isRetryable } from "../state/kv.ts";
 
 /** One request path call: the method's name and its arguments. */
-export type GatewayCall = { [K in keyof RequestPath]: { op: K; args: Parameters<RequestPath[K]> } }[keyof RequestPath];
+export type GatewayCall = { [K in PathOp]: { op: K; args: Parameters<RequestPath[K]> } }[PathOp];
 
 export type LogLine =
   | { kind: "event"; event: DispatchEvent }
@@ -50,7 +50,7 @@ const KINDS = [
  * A domain error as data. NATS trouble (a deadline passed, the connection broke) is Unavailable,
  * saying what the call left undone; anything else is Internal, named only.
  */
-export function toWire(err: unknown, op: keyof RequestPath): WireError {
+export function toWire(err: unknown, op: PathOp): WireError {
   for (const [kind, type] of KINDS) {
     if (err instanceof type) return { kind, message: err.message, ...(err instanceof InvalidInput && err.fields ? { fields: err.fields } : {}) };
   }
@@ -58,7 +58,7 @@ export function toWire(err: unknown, op: keyof RequestPath): WireError {
   return { kind: "Internal", message: (err as Error)?.name ?? "Error" };
 }
 
-const UNAVAILABLE: Record<keyof RequestPath, string> = {
+const UNAVAILABLE: Record<PathOp, string> = {
   publish: "NATS did not confirm the publish in time; nothing was queued. Retrying with the same id is safe.",
   webhook: "NATS did not confirm in time; nothing was queued. Retrying the same delivery is safe.",
   record: "NATS is unavailable; the record is written at the message's first delivery",

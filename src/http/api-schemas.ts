@@ -35,6 +35,7 @@ export const healthBody = z
     ok: z.boolean(),
     nats: z.object({ ok: z.boolean() }).optional(),
     problems: z.array(z.string()),
+    warnings: z.array(z.string()).optional().describe("What works, but not as configured (a missing NATS gateway binding)."),
     error: z.string().optional(),
     stream: z.object({ name: z.string(), messages: z.number().int(), replicas: z.number().int(), leader: z.string().optional() }).optional(),
     consumers: z.record(z.string(), z.object({ pending: z.number().int(), ackPending: z.number().int(), redelivered: z.number().int() })).optional(),

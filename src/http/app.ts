@@ -66,7 +66,9 @@ export function createApp(deps: AppDeps) {
       return c.json({ ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(d.config.natsServers)}: ${(err as Error).name}`] }, 503);
     }
     const { ok, problems } = report;
-    return c.json(detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems }, ok ? 200 : 503);
+    // A missing gateway binding slows the request path but breaks nothing: a warning, not a 503.
+    const warnings = c.var.path.degraded ? { warnings: [c.var.path.degraded] } : {};
+    return c.json(detailed ? { ...report, nats: { ok: true }, ...warnings } : { ok, nats: { ok: true }, problems, ...warnings }, ok ? 200 : 503);
   });
 
   app.post("/v1/assignments", async (c) => {

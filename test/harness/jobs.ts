@@ -1,7 +1,7 @@
 // Shared by the load and fault suites: Gitea job payloads, signed deliveries, bounded concurrency.
 import { giteaSignature } from "../../src/gitea/signature.ts";
 import { TEST_SECRETS } from "./env.ts";
-import { bearer, request } from "./worker.ts";
+import { answerMs, bearer, request } from "./worker.ts";
 
 type Fixture = { workflow_job: { id: number } };
 
@@ -14,7 +14,7 @@ export function withJob<T extends Fixture>(fixture: T, job: number, extra: Recor
 }
 
 /** Delivers a signed workflow_job webhook as Gitea does; the whole answer, read. */
-export async function deliverJob(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
+export async function deliverJob(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown>; answerMs: number }> {
   const raw = JSON.stringify(payload);
   const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
   const res = await request(env, "/v1/gitea/webhook", {
@@ -29,7 +29,7 @@ export async function deliverJob(env: Record<string, string>, payload: unknown):
   } catch {
     body = { text };
   }
-  return { status: res.status, body };
+  return { status: res.status, body, answerMs: answerMs(res) };
 }
 
 /** Runs `fn` over `items` with `concurrency` at once. */

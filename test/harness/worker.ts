@@ -14,11 +14,17 @@ export function withBindings(env: Record<string, string>): Record<string, unknow
 
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
   const ctx = createExecutionContext();
+  const started = Date.now();
   const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, withBindings(env), ctx);
+  answerTimes.set(res, Date.now() - started);
   await waitOnExecutionContext(ctx);
   await checkAgainstOpenApi(init.method ?? "GET", path, res);
   return res;
 }
+
+const answerTimes = new WeakMap<Response, number>();
+/** Milliseconds until `res` was answered, apart from the work it left in the background. */
+export const answerMs = (res: Response): number => answerTimes.get(res) ?? NaN;
 
 export async function tick(env: Record<string, string>): Promise<void> {
   const ctx = createExecutionContext();

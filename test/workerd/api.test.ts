@@ -8,7 +8,7 @@ import { createDispatcher } from "../../src/dispatcher.ts";
 import { app } from "../../src/index.ts";
 import { publishAssignment } from "../../src/publish.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
-import { bearer } from "../harness/worker.ts";
+import { bearer, withBindings } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -121,7 +121,7 @@ describe("GET /healthz", () => {
   it("200 once provisioned; stream and consumer counts only with the dispatch token", async () => {
     const env = testEnv(nats, backendUrl);
     await provisionEnv(env);
-    const anonymous = await app.request("/healthz", {}, env);
+    const anonymous = await app.request("/healthz", {}, withBindings(env));
     expect(anonymous.status).toBe(200);
     expect(await anonymous.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
     const res = await app.request("/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
@@ -130,6 +130,16 @@ describe("GET /healthz", () => {
     const wrong = await app.request("/healthz", { headers: bearer(`${TEST_SECRETS.DISPATCH_TOKEN}x`) }, env);
     expect(wrong.status).toBe(401);
     expect(await wrong.text()).not.toContain("consumers");
+  });
+
+  it("warns, still 200, when NATS_GATEWAY=on has no Durable Object binding; not when it is off", async () => {
+    const env = testEnv(nats, backendUrl);
+    await provisionEnv(env);
+    const unbound = await app.request("/healthz", {}, env);
+    expect(unbound.status).toBe(200);
+    expect(((await unbound.json()) as { warnings: string[] }).warnings).toEqual([expect.stringMatching(/^NATS_GATEWAY=on, but the Durable Object binding NATS_GATEWAY_DO is missing: .*set NATS_GATEWAY=off$/)]);
+    const off = await app.request("/healthz", {}, { ...env, NATS_GATEWAY: "off" });
+    expect(await off.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
   });
 
   it("names an unreachable NATS by scheme, host and port only: no user, password, path or query", async () => {
