@@ -3,7 +3,15 @@
 import { wsconnect } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { encodeAssignment } from "../src/assignment.ts";
+import { readFileSync } from "node:fs";
 import { load } from "./lib.mjs";
+
+/** The machine's CPU counters (/proc/stat): busy share of all cores between two readings. */
+function cpuTimes() {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  return { idle: f[3] + (f[4] ?? 0), total: f.reduce((a, b) => a + b, 0) };
+}
+const busyBetween = (a, b) => 1 - (b.idle - a.idle) / (b.total - a.total);
 
 /**
  * `proxies`: RTT (ms) → a ws-proxy delaying each frame by half of it. Every other dependency is
@@ -22,13 +30,16 @@ export async function measureDistance({ proxies, varsFor, provisioned, startWork
       try {
         log(`distance: ${n} webhooks one at a time, ${rtt} ms RTT, gateway ${mode}`);
         await load(5, 1, () => sendWebhook(worker, job++));
+        // What wrangler dev itself adds to any request (no NATS): the floor under the webhook figures.
+        const trivial = await load(30, 1, async () => (await fetch(`${worker.url}/openapi.json`)).arrayBuffer());
         const one = await load(n, 1, () => sendWebhook(worker, job++));
-        out.webhook[`rtt${rtt}`][mode] = { p50Ms: one.p50, p99Ms: one.p99, n };
+        out.webhook[`rtt${rtt}`][mode] = { p50Ms: one.p50, p99Ms: one.p99, n, trivialP50Ms: trivial.p50 };
         let sent = 5 + n;
         if (rtt === "50") {
           log(`distance: ${throughputN} webhooks at c=16, 50 ms RTT, gateway ${mode}`);
+          const before = cpuTimes();
           const many = await load(throughputN, 16, () => sendWebhook(worker, job++));
-          out.throughput[mode] = { rps: many.rps, p50Ms: many.p50, p99Ms: many.p99, n: throughputN };
+          out.throughput[mode] = { rps: many.rps, p50Ms: many.p50, p99Ms: many.p99, n: throughputN, machineBusy: busyBetween(before, cpuTimes()) };
           sent += throughputN;
         }
         // Eager passes included: they run in the gateway, or on each invocation's connection.

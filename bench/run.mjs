@@ -360,11 +360,11 @@ function distanceRows(x, r) {
   const rows = ["0", "10", "50"].map((rtt) => {
     const k = `rtt${rtt}`;
     const goal = rtt === "50" ? "p50 ≤ 75 ms (1.5 RTT)" : "";
-    return `| webhook answer, ${rtt} ms RTT, gateway on / off | on: p50 ${r(w(k, "on").p50Ms)} ms, p99 ${r(w(k, "on").p99Ms)} ms; off: p50 ${r(w(k, "off").p50Ms)} ms, p99 ${r(w(k, "off").p99Ms)} ms | Node publish, held connection: p50 ${r(raw(k).held?.p50Ms)} ms; connecting per request: p50 ${r(raw(k).connectPerRequest?.p50Ms)} ms | ${r(w(k, "off").p50Ms / w(k, "on").p50Ms, 1)}× | ${goal} |`;
+    return `| webhook answer, ${rtt} ms RTT, gateway on / off | on: p50 ${r(w(k, "on").p50Ms)} ms, p99 ${r(w(k, "on").p99Ms)} ms; off: p50 ${r(w(k, "off").p50Ms)} ms, p99 ${r(w(k, "off").p99Ms)} ms | Node publish, held connection: p50 ${r(raw(k).held?.p50Ms)} ms; connecting per request: p50 ${r(raw(k).connectPerRequest?.p50Ms)} ms; wrangler dev's own request (no NATS): p50 ${r(w(k, "on").trivialP50Ms)} ms | ${r(w(k, "off").p50Ms / w(k, "on").p50Ms, 1)}× | ${goal} |`;
   });
   const t = x.throughput ?? {};
   const c = x.connectionsPer1000 ?? {};
-  rows.push(`| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s; off: ${r(t.off?.rps)} req/s | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`);
+  rows.push(`| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s (machine ${r(100 * t.on?.machineBusy)} % busy); off: ${r(t.off?.rps)} req/s (${r(100 * t.off?.machineBusy)} % busy) | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`);
   rows.push(`| time to runner, 50 ms RTT, gateway on / off | on: p50 ${r(x.timeToRunner?.on?.p50Ms)} ms, p99 ${r(x.timeToRunner?.on?.p99Ms)} ms; off: p50 ${r(x.timeToRunner?.off?.p50Ms)} ms | | | p50 ≤ 300 ms (6 RTT) |`);
   rows.push(`| NATS connections per 1000 webhooks (eager passes included), gateway on / off | ${["0", "10", "50"].map((rtt) => `${rtt} ms: ${c[`rtt${rtt}`]?.on ?? "?"} / ${c[`rtt${rtt}`]?.off ?? "?"}`).join("; ")} | | | a handful |`);
   return rows.join("\n");

@@ -5,12 +5,12 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Config } from "../config.ts";
 import { sha256Key } from "../crypto.ts";
-import { createDispatcher } from "../dispatcher.ts";
+import { createDispatcher, type ReconcileOptions } from "../dispatcher.ts";
 import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
-import type { Assignment } from "../assignment.ts";
 import { consoleSink } from "../events.ts";
-import { recordAssignment } from "../publish.ts";
+import type { WebhookOutcome } from "../gitea/webhook.ts";
+import { recordAssignment, type Published } from "../publish.ts";
 import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
 import { collectingSink, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
@@ -30,40 +30,44 @@ export class NatsGateway extends DurableObject {
    */
   async call(config: Config, call: GatewayCall): Promise<GatewayAnswer> {
     const { key, keeper } = await this.#keeperFor(config);
-    if (call.op === "reconcile" && !call.args[2].firstPullWaitMs) {
-      // A pass after a publish or webhook takes whatever is new: one at a time per backend is
-      // enough, and the rest answer at once. Passes after a claim or release wait for a message
-      // of their own, and run as asked.
-      const [trigger, budgetMs, opts] = call.args;
-      const until = Date.now() + budgetMs;
-      const logs: LogLine[] = [];
-      // The passes after the first take everything that came meanwhile, as a cron pass does: an
-      // eager pass stops at its first batch with a new assignment, and there may be many.
-      const pass = async (round: number) => {
-        const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(0, until - Date.now()), round ? { ...opts, eager: false } : opts] });
-        logs.push(...a.logs);
-        return a;
-      };
-      const answer = await this.#passes.run(`${key}:${String(opts.only ?? "all")}`, pass, { until });
-      return answer ? { ...answer, logs } : { ok: true, value: [], logs: [] };
-    }
+    if (call.op === "reconcile" && !call.args[2].firstPullWaitMs) return this.#eagerPass(config, key, keeper, ...call.args);
     const answer = await this.#run(config, keeper, call);
     return answer.ok && (call.op === "publish" || call.op === "webhook") ? this.#recordHere(config, keeper, answer) : answer;
   }
 
   /**
-   * Writes the record a publish or webhook left for after the answer here, on the warm connection,
-   * rather than in one more call from the invocation. If the object goes away first, the
-   * message's first delivery writes it (as after any record write that failed).
+   * A pass after a publish or webhook takes whatever is new: one at a time per backend is enough,
+   * and a call that finds one running answers at once. The passes after the first take everything
+   * that came meanwhile, as a cron pass does (an eager pass stops at its first batch with a new
+   * assignment, and there may be many). Passes after a claim or a release wait for a message of
+   * their own, and run as asked.
+   */
+  async #eagerPass(config: Config, key: string, keeper: ConnectionKeeper, trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<GatewayAnswer> {
+    const until = Date.now() + budgetMs;
+    const logs: LogLine[] = [];
+    const pass = async (round: number) => {
+      const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(0, until - Date.now()), round ? { ...opts, eager: false } : opts] });
+      logs.push(...a.logs);
+      return a;
+    };
+    const answer = await this.#passes.run(`${key}:${String(opts.only ?? "all")}`, pass, { until });
+    return answer ? { ...answer, logs } : { ok: true, value: [], logs: [] };
+  }
+
+  /**
+   * Writes the record a publish or webhook left for after its answer here, on the warm
+   * connection, rather than in one more call from the invocation. If the object goes away first,
+   * the message's first delivery writes it (as after any record write that failed). The eager
+   * pass stays the invocation's to ask for: it runs within that invocation's waitUntil.
    */
   #recordHere(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
-    const { pending, record, ...rest } = answer.value as { pending?: Assignment; record?: Assignment };
+    const { pending, record, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
     const assignment = pending ?? record;
     if (!assignment) return answer;
     const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), { deadline: Date.now() + CALL_DEADLINE_MS, retry: true });
     // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
     // connection then held the answer past its deadline). The object outlives the promise anyway.
-    void (write.catch((err) => consoleSink.error("record after publish failed", { reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` })));
+    void write.catch((err) => consoleSink.error("record after publish failed", { reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` }));
     return { ...answer, value: rest };
   }
 

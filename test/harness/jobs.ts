@@ -14,7 +14,13 @@ export function withJob<T extends Fixture>(fixture: T, job: number, extra: Recor
 }
 
 /** Delivers a signed workflow_job webhook as Gitea does; the whole answer, read. */
-export async function deliverJob(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown>; answerMs: number }> {
+export async function deliverJob(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
+  const { answerMs: _, ...answer } = await deliverJobTimed(env, payload);
+  return answer;
+}
+
+/** deliverJob, with the milliseconds until the answer (background work apart). */
+export async function deliverJobTimed(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown>; answerMs: number }> {
   const raw = JSON.stringify(payload);
   const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
   const res = await request(env, "/v1/gitea/webhook", {

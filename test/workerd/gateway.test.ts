@@ -7,7 +7,7 @@ import { describe, expect, inject, it } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING, gatewayName } from "../../src/gateway/client.ts";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
-import { deliverJob, inParallel, withJob } from "../harness/jobs.ts";
+import { deliverJob, deliverJobTimed, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, request, sleep, tickUntil } from "../harness/worker.ts";
 import { queuedFixture } from "../harness/fixtures.ts";
@@ -29,7 +29,7 @@ async function deliverAll(env: Record<string, string>, jobs: number[], concurren
   const answers = new Map<number, { status: number; ms: number }>();
   await inParallel(jobs, concurrency, async (job) => {
     // The time to the answer: the work a webhook leaves in the background (an eager pass) is not waited for.
-    const { status, answerMs: ms } = await deliverJob(env, withJob(queuedFixture, job));
+    const { status, answerMs: ms } = await deliverJobTimed(env, withJob(queuedFixture, job));
     answers.set(job, { status, ms });
     await onAnswer?.(answers.size);
   });
