@@ -59,6 +59,8 @@ function varsFor(name, extra = {}) {
     RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
     RUNS_ON_ROUTES: JSON.stringify([{ backend: "pod", labels: ["ubuntu-latest:docker://node:20"] }]),
     GITEA_JOB_PAGES: "0",
+    // BENCH_GATEWAY=off: every figure without the NATS gateway (distance sets its own).
+    ...(process.env.BENCH_GATEWAY ? { NATS_GATEWAY: process.env.BENCH_GATEWAY } : {}),
     ...extra,
   };
 }

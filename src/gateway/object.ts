@@ -17,12 +17,14 @@ import { collectingSink, toWire, type GatewayAnswer, type GatewayCall, type LogL
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */
 export const CALL_DEADLINE_MS = 2_000;
+/** Eager passes after publishes and webhooks in flight at once per backend (see coalesce.ts). */
+export const EAGER_PASSES_AT_ONCE = 4;
 /** A connection nobody used for this long is closed (a NATS_URL or credentials no longer in use). */
 const IDLE_CLOSE_MS = 10 * 60_000;
 
 export class NatsGateway extends DurableObject {
   readonly #keepers = new Map<string, ConnectionKeeper>();
-  readonly #passes = createCoalescer<GatewayAnswer>();
+  readonly #passes = createCoalescer<GatewayAnswer>(EAGER_PASSES_AT_ONCE);
 
   /**
    * Runs one request path call on the warm connection of `config`'s NATS settings. The config

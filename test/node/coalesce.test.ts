@@ -30,6 +30,21 @@ describe("coalescing eager passes", () => {
     expect(c.inFlight).toBe(0);
   });
 
+  it("runs up to `limit` at once; the caller past it answers at once and is taken by one more round", async () => {
+    const c = createCoalescer<number>(2);
+    const gates = [gate(), gate()];
+    let runs = 0;
+    const started = [0, 1].map((i) => c.run("k", async (round) => { runs++; if (round === 0) await gates[i]!.opened; return round; }, { until: Date.now() + 1_000 }));
+    expect(c.inFlight).toBe(2);
+    expect(await c.run("k", async () => -1, { until: Date.now() + 1_000 })).toBeUndefined();
+    gates[0]!.open();
+    expect(await started[0]).toBe(1);
+    gates[1]!.open();
+    expect(await started[1]).toBe(0);
+    expect(runs).toBe(3);
+    expect(c.inFlight).toBe(0);
+  });
+
   it("keys apart run apart", async () => {
     const c = createCoalescer<string>();
     const g = gate();
