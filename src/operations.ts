@@ -85,9 +85,16 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
 export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
-  const record = await d.withState((state) =>
-    state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
-  );
+  const attempt = () =>
+    d.withState((state) => state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)));
+  let record = await attempt();
+  // The pass writes the record after the backend's answer: a runner that starts at once can claim
+  // before that write lands. A claim that finds its assignment not yet provisioned looks again for
+  // a moment before it is refused.
+  for (let i = 0; i < EARLY_CLAIM_LOOKS && record && !changed && EARLY.has(record.state) && isRegistered(record, caller); i++) {
+    await new Promise((r) => setTimeout(r, EARLY_CLAIM_PAUSE_MS));
+    record = await attempt();
+  }
   if (!record) throw new NotFound(`no assignment ${id}`);
   if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
   if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
@@ -98,6 +105,10 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
 }
 
 const HOLD_MARGIN_MS = 250;
+/** States a claim may find while the pass that provisions it is still writing (at most 1 s more). */
+const EARLY = new Set<AssignmentState>(["received", "capacity_wait"]);
+const EARLY_CLAIM_LOOKS = 5;
+const EARLY_CLAIM_PAUSE_MS = 200;
 
 /**
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.

@@ -32,27 +32,30 @@ export class NatsGateway extends DurableObject {
    */
   async call(config: Config, call: GatewayCall): Promise<GatewayAnswer> {
     const { key, keeper } = await this.#keeperFor(config);
-    if (call.op === "reconcile" && !call.args[2].firstPullWaitMs) return this.#eagerPass(config, key, keeper, ...call.args);
+    if (call.op === "reconcile") return this.#eagerPass(config, key, keeper, ...call.args);
     const answer = await this.#run(config, keeper, call);
     return answer.ok && (call.op === "publish" || call.op === "webhook") ? this.#recordHere(config, keeper, answer) : answer;
   }
 
   /**
-   * A pass after a publish or webhook takes whatever is new: one at a time per backend is enough,
-   * and a call that finds one running answers at once. The passes after the first take everything
-   * that came meanwhile, as a cron pass does (an eager pass stops at its first batch with a new
-   * assignment, and there may be many). Passes after a claim or a release wait for a message of
-   * their own, and run as asked.
+   * Eager passes, coalesced per backend and kind (see coalesce.ts). One after a publish or webhook
+   * takes whatever is new, and the rounds after the first take everything that came meanwhile, as
+   * a cron pass does (an eager pass stops at its first batch with a new assignment). One after a
+   * claim or a release waits for messages coming back from their nak delay, and so does each
+   * round after it, with a window of its own: a thousand runners claiming at once made a thousand
+   * passes, each holding a pull open in this one object.
    */
   async #eagerPass(config: Config, key: string, keeper: ConnectionKeeper, trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<GatewayAnswer> {
     const until = Date.now() + budgetMs;
+    const wait = opts.firstPullWaitMs ?? 0;
     const logs: LogLine[] = [];
     const pass = async (round: number) => {
-      const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(0, until - Date.now()), round ? { ...opts, eager: false } : opts] });
+      const roundOpts = round === 0 || wait ? opts : { ...opts, eager: false };
+      const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(until - Date.now(), wait ? wait + 500 : 0), roundOpts] });
       logs.push(...a.logs);
       return a;
     };
-    const answer = await this.#passes.run(`${key}:${String(opts.only ?? "all")}`, pass, { until });
+    const answer = await this.#passes.run(`${key}:${String(opts.only ?? "all")}:${wait}`, pass, { until });
     return answer ? { ...answer, logs } : { ok: true, value: [], logs: [] };
   }
 

@@ -76,6 +76,20 @@ describe("POST /v1/assignments refusals", () => {
 });
 
 describe("runner endpoints", () => {
+  it("a claim that comes before the pass has written its record is taken once the write lands, within a second", async () => {
+    const env = testEnv(nats, backendUrl);
+    const d = createDispatcher({ config: await provisionEnv(env) });
+    // The record is written, still `received`: the runner claims before the pass's write after the backend call.
+    await publishAssignment(d, JSON.parse(body("early-1")));
+    const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "early-1");
+    const claim = app.request("/v1/assignments/early-1/claim", { method: "POST", headers: bearer(own) }, withBindings(env));
+    await new Promise((r) => setTimeout(r, 300));
+    await d.withState((s) => s.records.update("early-1", (r) => ({ ...r, state: "backend_ready", readyAt: new Date().toISOString() })));
+    const res = await claim;
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ id: "early-1", state: "claimed" });
+  });
+
   it("refuse missing, wrong and another assignment's claim tokens; 404 unknown; 409 out of order", async () => {
     const env = testEnv(nats, backendUrl);
     // Published straight through the domain operation: no eager reconcile provisions it.
