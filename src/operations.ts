@@ -91,7 +91,7 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
   // The pass writes the record after the backend's answer: a runner that starts at once can claim
   // before that write lands. A claim that finds its assignment not yet provisioned looks again for
   // a moment before it is refused.
-  for (let i = 0; i < EARLY_CLAIM_LOOKS && record && !changed && EARLY.has(record.state) && isRegistered(record, caller); i++) {
+  for (let i = 0; i < EARLY_CLAIM_LOOKS && record && EARLY.has(record.state) && isRegistered(record, caller); i++) {
     await new Promise((r) => setTimeout(r, EARLY_CLAIM_PAUSE_MS));
     record = await attempt();
   }

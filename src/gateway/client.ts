@@ -5,7 +5,7 @@ import type { Dispatcher } from "../dispatcher-types.ts";
 import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type PathOp, type RequestPath } from "../request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
-import { fromWire, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
+import { fromWire, reasonOf, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
 
 /** The Durable Object namespace of the gateway (wrangler.jsonc, durable_objects.bindings). */
 export const GATEWAY_BINDING = "NATS_GATEWAY_DO";
@@ -25,7 +25,7 @@ export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatch
     try {
       answer = (await deadlineFor(stubFor(key).call(d.config, { op, args } as GatewayCall), budget + RPC_SLACK_MS, "the gateway did not answer")) as GatewayAnswer;
     } catch (err) {
-      d.sink.event({ event: "gateway_fallback", assignment: key, backend: undefined, reason: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200) });
+      d.sink.event({ event: "gateway_fallback", assignment: key, backend: undefined, reason: reasonOf(err) });
       return (direct[op] as (...a: unknown[]) => Promise<Awaited<ReturnType<RequestPath[K]>>>)(...args);
     }
     replayLogs(answer.logs, d.sink);

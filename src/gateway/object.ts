@@ -13,7 +13,7 @@ import type { WebhookOutcome } from "../gitea/webhook.ts";
 import { recordAssignment, type Published } from "../publish.ts";
 import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
-import { collectingSink, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
+import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */
 export const CALL_DEADLINE_MS = 2_000;
@@ -72,7 +72,7 @@ export class NatsGateway extends DurableObject {
     const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), { deadline: Date.now() + CALL_DEADLINE_MS, retry: true });
     // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
     // connection then held the answer past its deadline). The object outlives the promise anyway.
-    void write.catch((err) => consoleSink.error("record after publish failed", { reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` }));
+    void write.catch((err) => consoleSink.error("record after publish failed", { reason: reasonOf(err) }));
     return { ...answer, value: rest };
   }
 
@@ -92,7 +92,7 @@ export class NatsGateway extends DurableObject {
       return { ok: true, value, logs: sink.lines };
     } catch (err) {
       const error = toWire(err, call.op);
-      if (error.kind === "Internal") sink.error("gateway call failed", { op: call.op, reason: `${(err as Error)?.name}: ${String((err as Error)?.message).slice(0, 200)}` });
+      if (error.kind === "Internal") sink.error("gateway call failed", { op: call.op, reason: reasonOf(err) });
       return { ok: false, error, logs: sink.lines };
     }
   }

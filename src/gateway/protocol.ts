@@ -46,6 +46,11 @@ const KINDS = [
   ["Unavailable", Unavailable],
 ] as const;
 
+/** What went wrong, for a log line: the error's name and the start of its message. */
+export function reasonOf(err: unknown): string {
+  return `${(err as Error)?.name}: ${String((err as Error)?.message)}`.slice(0, 200);
+}
+
 /**
  * A domain error as data. NATS trouble (a deadline passed, the connection broke) is Unavailable,
  * saying what the call left undone; anything else is Internal, named only.
