@@ -1,6 +1,8 @@
 // Shared by the benchmark scripts: the Worker in `wrangler dev` on a free port, and percentiles.
 import { spawn } from "node:child_process";
-import { appendFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 
@@ -13,13 +15,38 @@ export function freePort() {
   });
 }
 
-/** Starts the Worker with `vars`; resolves once it serves. Collects its JSON log lines. */
-export async function startWorker(vars, port) {
+let bundled;
+/** The deploy bundle, built once per process. */
+function bundle() {
+  bundled ??= (async () => {
+    const dir = mkdtempSync(join(tmpdir(), "gdr-bundle-"));
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+    const child = spawn("npx", ["wrangler", "deploy", "--dry-run", "--outdir", dir], { stdio: "ignore", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
+    const code = await new Promise((r) => child.on("exit", r));
+    if (code !== 0) throw new Error(`wrangler deploy --dry-run exited ${code}`);
+    return dir;
+  })();
+  return bundled;
+}
+
+/**
+ * Starts the Worker with `vars`; resolves once it serves. Collects its JSON log lines. `host`
+ * (BENCH_HOST): "wrangler" runs `wrangler dev` (the tests' default), "miniflare" the deploy bundle
+ * in workerd without wrangler dev's proxy and inspector (bench/host.mjs; the bench's default).
+ */
+export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler") {
   port ??= await freePort();
-  // Its own inspector port, so that several Workers can run side by side (the default is fixed).
-  const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(await freePort()), "--test-scheduled", "--show-interactive-dev-session=false"];
-  for (const [k, v] of Object.entries({ ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` })) args.push("--var", `${k}:${v}`);
-  const child = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
+  const all = { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
+  let child;
+  if (host === "miniflare") {
+    const env = { ...process.env, GDR_HOST_BUNDLE: await bundle(), GDR_HOST_PORT: String(port), GDR_HOST_VARS: JSON.stringify(all) };
+    child = spawn(process.execPath, ["bench/host.mjs"], { stdio: ["ignore", "pipe", "pipe"], env, detached: true });
+  } else {
+    // Its own inspector port, so that several Workers can run side by side (the default is fixed).
+    const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(process.env.BENCH_INSPECTOR_PORT ?? (await freePort())), "--test-scheduled", "--show-interactive-dev-session=false"];
+    for (const [k, v] of Object.entries(all)) args.push("--var", `${k}:${v}`);
+    child = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
+  }
   const events = [];
   let ready;
   const isReady = new Promise((r) => (ready = r));
@@ -42,7 +69,8 @@ export async function startWorker(vars, port) {
     url: `http://127.0.0.1:${port}`,
     events,
     async tick() {
-      await (await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`)).arrayBuffer();
+      const path = host === "miniflare" ? "/cdn-cgi/local/scheduled" : "/__scheduled";
+      await (await fetch(`http://127.0.0.1:${port}${path}?cron=*+*+*+*+*`)).arrayBuffer();
     },
     stop() {
       try {

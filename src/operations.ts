@@ -54,10 +54,20 @@ export async function getAssignment(d: Dispatcher, id: string): Promise<Assignme
 const CLAIMABLE = new Set<AssignmentState>(["backend_pending", "backend_ready"]);
 const TERMINAL = new Set<AssignmentState>(["completed", "terminated"]);
 
-/** A runner can claim once one was asked for, or registered for it in Gitea, and until it ends. */
-export function canClaim(r: AssignmentRecord): boolean {
+/**
+ * A runner can claim once one was asked for, or registered for it in Gitea, and until it ends.
+ * A claim token is handed out only in the request that asks a backend for the runner, so its
+ * holder's claim also counts while the record does not say so yet: the pass writes the record
+ * after the backend's answer, and a runner that starts at once comes first (the pass's write
+ * never overwrites a claim). A Gitea runner's claim counts only once its registration is stored.
+ */
+export function canClaim(r: AssignmentRecord, caller: Caller = {}): boolean {
+  if (caller.runnerId === undefined && ASKED_FOR_BY_TOKEN.has(r.state)) return true;
   return CLAIMABLE.has(r.state) || (r.runner !== undefined && !TERMINAL.has(r.state) && r.state !== "claimed");
 }
+
+/** States a token holder's claim may find while the pass that asked for its runner is still writing. */
+const ASKED_FOR_BY_TOKEN = new Set<AssignmentState>(["received", "capacity_wait"]);
 
 /** A claim's outcome; `held` when a pass holds the message and will ack it within moments. */
 export type Claimed = AssignmentView & { held: boolean };
@@ -85,16 +95,9 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
 export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
-  const attempt = () =>
-    d.withState((state) => state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r)) ? { ...r, state: "claimed", claimedAt: at } : undefined)));
-  let record = await attempt();
-  // The pass writes the record after the backend's answer: a runner that starts at once can claim
-  // before that write lands. A claim that finds its assignment not yet provisioned looks again for
-  // a moment before it is refused.
-  for (let i = 0; i < EARLY_CLAIM_LOOKS && record && EARLY.has(record.state) && isRegistered(record, caller); i++) {
-    await new Promise((r) => setTimeout(r, EARLY_CLAIM_PAUSE_MS));
-    record = await attempt();
-  }
+  const record = await d.withState((state) =>
+    state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r, caller)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+  );
   if (!record) throw new NotFound(`no assignment ${id}`);
   if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
   if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
@@ -105,10 +108,6 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
 }
 
 const HOLD_MARGIN_MS = 250;
-/** States a claim may find while the pass that provisions it is still writing (at most 1 s more). */
-const EARLY = new Set<AssignmentState>(["received", "capacity_wait"]);
-const EARLY_CLAIM_LOOKS = 5;
-const EARLY_CLAIM_PAUSE_MS = 200;
 
 /**
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
@@ -118,7 +117,7 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
-  const completable = (r: AssignmentRecord) => isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r)));
+  const completable = (r: AssignmentRecord) => isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.

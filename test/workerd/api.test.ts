@@ -6,9 +6,11 @@ import { claimToken } from "../../src/crypto.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { app } from "../../src/index.ts";
+import { claimAssignment } from "../../src/operations.ts";
 import { publishAssignment } from "../../src/publish.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
-import { bearer, withBindings } from "../harness/worker.ts";
+import { streamState } from "../harness/nats.ts";
+import { backendControl, bearer, sleep, withBindings } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -76,18 +78,40 @@ describe("POST /v1/assignments refusals", () => {
 });
 
 describe("runner endpoints", () => {
-  it("a claim that comes before the pass has written its record is taken once the write lands, within a second", async () => {
+  it("a token holder's claim that comes while the pass waits for the backend is taken at once, and the pass's write keeps it", async () => {
     const env = testEnv(nats, backendUrl);
     const d = createDispatcher({ config: await provisionEnv(env) });
-    // The record is written, still `received`: the runner claims before the pass's write after the backend call.
+    await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 400 });
+    // Published straight through the domain operation: the record says `received` until the pass
+    // below writes it after the backend's answer, and the runner claims before that.
     await publishAssignment(d, JSON.parse(body("early-1")));
+    const pass = d.reconcile("test", 5_000);
+    while (!(await backendControl(env).state()).requests.some((r) => r.path.endsWith("/early-1"))) await sleep(20);
+    expect((await d.withState((s) => s.records.get("early-1")))?.state).toBe("received");
     const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "early-1");
-    const claim = app.request("/v1/assignments/early-1/claim", { method: "POST", headers: bearer(own) }, withBindings(env));
-    await new Promise((r) => setTimeout(r, 300));
-    await d.withState((s) => s.records.update("early-1", (r) => ({ ...r, state: "backend_ready", readyAt: new Date().toISOString() })));
-    const res = await claim;
+    const started = Date.now();
+    const res = await app.request("/v1/assignments/early-1/claim", { method: "POST", headers: bearer(own) }, withBindings(env));
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ id: "early-1", state: "claimed" });
+    expect(Date.now() - started).toBeLessThan(300);
+    const [summary] = await pass;
+    expect(summary).toMatchObject({ fetched: 1, acked: 1 });
+    expect((await d.withState((s) => s.records.get("early-1")))?.state).toBe("claimed");
+    expect(await streamState(env)).toEqual({ pending: 0, ackPending: 0, messages: 0 });
+    // Near misses: another assignment's token, and a terminated record, are still refused.
+    await publishAssignment(d, JSON.parse(body("early-2")));
+    expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(own) }, env)).status).toBe(403);
+    await d.withState((s) => s.records.update("early-2", (r) => ({ ...r, state: "terminated", reason: "cancelled" })));
+    const second = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "early-2");
+    expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(second) }, env)).status).toBe(409);
+  });
+
+  it("a Gitea runner's claim counts only once its registration is stored, whatever the state", async () => {
+    const env = testEnv(nats, backendUrl);
+    const d = createDispatcher({ config: await provisionEnv(env) });
+    await publishAssignment(d, JSON.parse(body("early-3")));
+    await expect(claimAssignment(d, "early-3", { runnerId: 7 })).rejects.toThrow(/not the runner registered/);
+    expect((await d.withState((s) => s.records.get("early-3")))?.state).toBe("received");
   });
 
   it("refuse missing, wrong and another assignment's claim tokens; 404 unknown; 409 out of order", async () => {
@@ -102,8 +126,7 @@ describe("runner endpoints", () => {
     expect(await call("r-1", "claim", TEST_SECRETS.DISPATCH_TOKEN)).toBe(403);
     expect(await call("nope", "claim", await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "nope"))).toBe(404);
     const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "r-1");
-    // Not yet provisioned (no reconcile ran in this test): neither claim nor complete is allowed.
-    expect(await call("r-1", "claim", own)).toBe(409);
+    // Not yet claimed (no reconcile ran in this test): complete is refused and changes nothing.
     expect(await call("r-1", "complete", own)).toBe(409);
     const view = await app.request("/v1/assignments/r-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
     expect(await view.json()).toMatchObject({ id: "r-1", state: "received", backend: "pod", claimedAt: null });
