@@ -23,6 +23,11 @@ import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
 
+// Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
+// BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
+// than a trivial request). Time to runner under load is measured on both.
+const HOST = (process.env.BENCH_HOST ??= "miniflare");
+const OTHER_HOST = HOST === "miniflare" ? "wrangler" : "miniflare";
 const N = Number(process.env.BENCH_N ?? 2000);
 const K = Number(process.env.BENCH_K ?? 1000);
 const JOBS = Number(process.env.BENCH_JOBS ?? 100);
@@ -226,13 +231,15 @@ async function timeToRunner(name, natsUrl, given) {
  * Time to runner with 16 webhooks in flight whose runners claim as soon as they are ready (and
  * complete a second later): the passes that claims start must not hold new assignments back.
  */
-async function timeToRunnerUnderLoad() {
-  const vars = varsFor("ttr16");
+async function timeToRunnerUnderLoad(host = HOST) {
+  const vars = varsFor(`ttr16${host}`);
   await provisioned(vars);
   await backendMode(vars, { autoClaimMs: 0, autoCompleteMs: 1_000 });
-  const worker = await startWorker({ ...vars, NATS_URL: nats.wsUrl });
+  const worker = await startWorker({ ...vars, NATS_URL: nats.wsUrl }, undefined, host);
   try {
-    log(`timeToRunner under load: ${JOBS} jobs, 16 webhooks in flight, runners claim when ready`);
+    // The host's floor: a request that does nothing (no NATS), 16 in flight.
+    const trivial = await load(400, 16, async () => void (await (await fetch(`${worker.url}/openapi.json`)).arrayBuffer()));
+    log(`timeToRunner under load (${host}): ${JOBS} jobs, 16 webhooks in flight, runners claim when ready`);
     const sent = new Map();
     let next = 0;
     await Promise.all(Array.from({ length: 16 }, async () => {
@@ -251,10 +258,8 @@ async function timeToRunnerUnderLoad() {
     }
     const latencies = [...first].map(([id, at]) => at - sent.get(id)).filter(Number.isFinite).sort((a, b) => a - b);
     const times = [...sent.values()];
-    if (process.env.BENCH_DEBUG) (await import("node:fs")).writeFileSync("/tmp/puts.json", JSON.stringify((await backendState(vars)).requests.filter((r) => r.method === "PUT").map((r) => ({ id: decodeURIComponent(r.path.split("/").pop()), at: r.at }))));
     const webhooksPerSec = (JOBS / (Math.max(...times) - Math.min(...times))) * 1000;
-    log(`timeToRunner under load: ${webhooksPerSec.toFixed(1)} webhooks/s sent`);
-    return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length, webhooksPerSec };
+    return { host, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length, webhooksPerSec, trivial: { p50Ms: trivial.p50, rps: trivial.rps } };
   } finally {
     worker.stop();
   }
@@ -313,10 +318,10 @@ try {
     natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
     timeToRunner:
       process.env.BENCH_ONLY === "ttrload"
-        ? { loopback: {}, rtt50: {}, underLoad: await timeToRunnerUnderLoad() }
+        ? { loopback: {}, rtt50: {}, underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: await timeToRunnerUnderLoad(OTHER_HOST) }
         : process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr"
-          ? { loopback: {}, rtt50: {}, underLoad: {} }
-          : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad() },
+          ? { loopback: {}, rtt50: {}, underLoad: {}, underLoadOtherHost: {} }
+          : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: await timeToRunnerUnderLoad(OTHER_HOST) },
     admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
     cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
     isolates: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "isolates" ? { one: {}, four: {} } : await isolates(),
@@ -324,12 +329,13 @@ try {
       process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "distance"
         ? { webhook: {}, throughput: {}, timeToRunner: {}, raw: {}, connectionsPer1000: {} }
         : await measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
-    machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
+    machine: { host: HOST, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
   };
   mkdirSync("bench/results", { recursive: true });
   // A partial run (BENCH_ONLY) must not pass for the figures of a whole one.
   writeFileSync(process.env.BENCH_ONLY ? "bench/results/partial.json" : "bench/results/latest.json", JSON.stringify(results, null, 2) + "\n");
   const r = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+  const host = (u) => `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms, ${r(u.webhooksPerSec)} webhooks/s; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms`;
   const i = results.ingest;
   const c = results.reconcile;
   const q = results.natsRequests;
@@ -344,7 +350,7 @@ try {
 | NATS ops per reconciled assignment | ${r(q.perReconciled, 2)} (+ ${r(q.perClaim, 2)} in the runner's claim call) | | | ≤ 4 |
 | time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |
 | time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
-| time to runner, loopback, 16 webhooks in flight, runners claiming | p50 ${r(t.underLoad.p50Ms)} ms, p99 ${r(t.underLoad.p99Ms)} ms | | | p50 ≤ 100 ms |
+| time to runner, loopback, 16 webhooks in flight, runners claiming | ${host(t.underLoad)} | ${host(t.underLoadOtherHost)} | | p50 ≤ 100 ms |
 | time to runner, 3-node R3 cluster, loopback | p50 ${r(results.cluster.timeToRunner.p50Ms)} ms, p99 ${r(results.cluster.timeToRunner.p99Ms)} ms | p50 ${r(t.loopback.p50Ms)} ms on one server | | |
 | failover gap: stream leader SIGKILLed → publishes succeed again | ${r(results.cluster.failover.gapMs)} ms (${results.cluster.failover.failed} publishes failed meanwhile) | | | |
 | jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(results.isolates.four.jobsPerSec, 2)} (${r(results.isolates.four.ofCeiling, 2)} of the ceiling ${r(results.isolates.four.ceiling, 2)}) | ${r(results.isolates.one.jobsPerSec, 2)} with 1 isolate (${r(results.isolates.one.ofCeiling, 2)} of the ceiling) | ${r(results.isolates.ratio, 2)} | ≥ 0.8 of the ceiling |
@@ -352,7 +358,7 @@ try {
 | admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
 ${distanceRows(results.distance, r)}
 
-machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}`);
+machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}, Worker host ${results.machine.host}`);
 } catch (err) {
   console.error(`bench failed: ${err?.stack ?? err}`);
   process.exitCode = 1;

@@ -95,15 +95,22 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
 export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
+  let inWrite = false;
   const record = await d.withState((state) =>
-    state.records.update(id, (r) => ((changed = isRegistered(r, caller) && canClaim(r, caller)) ? { ...r, state: "claimed", claimedAt: at } : undefined)),
+    state.records.update(id, (r) => {
+      changed = isRegistered(r, caller) && canClaim(r, caller);
+      inWrite = changed && ASKED_FOR_BY_TOKEN.has(r.state);
+      return changed ? { ...r, state: "claimed", claimedAt: at } : undefined;
+    }),
   );
   if (!record) throw new NotFound(`no assignment ${id}`);
   if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
   if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
-  // The holder's last look comes after heldUntil; a claim well before it is sure to be seen.
-  const held = record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now();
+  // The holder's last look comes after heldUntil; a claim well before it is sure to be seen. A
+  // claim that came before the pass's write is seen by that write, which acks (or, should that
+  // pass die, by the message's next delivery): no pass of its own is needed either.
+  const held = inWrite || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
   return { ...viewOf(record), held };
 }
 
