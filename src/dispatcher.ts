@@ -7,7 +7,7 @@ import { claimToken } from "./crypto.ts";
 import { consoleSink, type EventSink } from "./events.ts";
 import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
-import { createGiteaClient, type GiteaClient } from "./gitea/client.ts";
+import { createGiteaClient, type GiteaClient, type TokenCache } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
@@ -38,6 +38,8 @@ export interface DispatcherDeps {
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
   gitea?: GiteaClient;
+  /** Where the Gitea client keeps its registration token; by default its own (this invocation). */
+  giteaTokens?: TokenCache;
   /**
    * One connection for the whole invocation (the request and the work it leaves to waitUntil),
    * opened on first use and drained by close(). Off: a connection per withState call.
@@ -61,7 +63,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const sink = deps.sink ?? consoleSink;
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
-  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, config.backendTimeoutMs)) : undefined;
+  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, config.backendTimeoutMs, undefined, deps.giteaTokens)) : undefined;
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 

@@ -13,6 +13,7 @@ import type { WebhookOutcome } from "../gitea/webhook.ts";
 import { recordAssignment, type Published } from "../publish.ts";
 import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
+import type { TokenCache } from "../gitea/client.ts";
 import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */
@@ -25,6 +26,8 @@ const IDLE_CLOSE_MS = 10 * 60_000;
 export class NatsGateway extends DurableObject {
   readonly #keepers = new Map<string, ConnectionKeeper>();
   readonly #passes = createCoalescer<GatewayAnswer>(EAGER_PASSES_AT_ONCE);
+  /** Registration tokens kept across passes, per Gitea and API token (see TokenCache). */
+  readonly #giteaTokens = new Map<string, TokenCache>();
 
   /**
    * Runs one request path call on the warm connection of `config`'s NATS settings. The config
@@ -48,10 +51,11 @@ export class NatsGateway extends DurableObject {
   async #eagerPass(config: Config, key: string, keeper: ConnectionKeeper, trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<GatewayAnswer> {
     const until = Date.now() + budgetMs;
     const wait = opts.firstPullWaitMs ?? 0;
+    const tokens = await this.#tokensFor(config);
     const logs: LogLine[] = [];
     const pass = async (round: number) => {
       const roundOpts = round === 0 || wait ? opts : { ...opts, eager: false };
-      const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(until - Date.now(), wait ? wait + 500 : 0), roundOpts] });
+      const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(until - Date.now(), wait ? wait + 500 : 0), roundOpts] }, tokens);
       logs.push(...a.logs);
       return a;
     };
@@ -76,7 +80,17 @@ export class NatsGateway extends DurableObject {
     return { ...answer, value: rest };
   }
 
-  async #run(config: Config, keeper: ConnectionKeeper, call: GatewayCall): Promise<GatewayAnswer> {
+  async #tokensFor(config: Config): Promise<TokenCache | undefined> {
+    if (!config.gitea) return undefined;
+    // Keyed by a hash: the map holds no credentials in its keys.
+    const key = await sha256Key(JSON.stringify([config.gitea.url, config.gitea.scope, config.gitea.apiToken]));
+    for (const [k, t] of this.#giteaTokens) if (k !== key && (t.until ?? 0) < Date.now()) this.#giteaTokens.delete(k);
+    let tokens = this.#giteaTokens.get(key);
+    if (!tokens) this.#giteaTokens.set(key, (tokens = {}));
+    return tokens;
+  }
+
+  async #run(config: Config, keeper: ConnectionKeeper, call: GatewayCall, giteaTokens?: TokenCache): Promise<GatewayAnswer> {
     const sink = collectingSink();
     const pass = call.op === "reconcile";
     // A pass keeps to its own budget (its reads are bounded); a request call answers within the deadline.
@@ -84,7 +98,7 @@ export class NatsGateway extends DurableObject {
     try {
       const value = await keeper.run(
         (handle) => {
-          const path = directPath(createDispatcher({ config, sink, borrowed: handle }));
+          const path = directPath(createDispatcher({ config, sink, borrowed: handle, ...(giteaTokens ? { giteaTokens } : {}) }));
           return (path[call.op] as (...args: unknown[]) => Promise<unknown>)(...call.args);
         },
         { deadline, retry: !pass },

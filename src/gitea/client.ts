@@ -53,10 +53,22 @@ export interface GiteaClient {
   deleteRunner(id: number): Promise<void>;
 }
 
-export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: typeof fetch = (i, init) => fetch(i, init)): GiteaClient {
+/**
+ * Where a fetched registration token is kept: by default the client's own (one invocation); the
+ * NATS gateway keeps one per Gitea across its passes, so that a pass does not wait for a token
+ * fetch before its first registration. A kept token is fetched anew after TOKEN_TTL_MS, and at
+ * once when Gitea no longer knows it (an operator reset it).
+ */
+export interface TokenCache {
+  token?: Promise<string>;
+  until?: number;
+}
+
+export const TOKEN_TTL_MS = 60_000;
+
+export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: typeof fetch = (i, init) => fetch(i, init), tokens: TokenCache = {}): GiteaClient {
   const base = cfg.url;
   const scoped = scopePath(cfg.scope);
-  let cachedToken: Promise<string> | undefined;
   const call = async (what: string, path: string, init: RequestInit, auth = true): Promise<Response> => {
     if (auth && !cfg.apiToken) throw new GiteaError(`${what}: GITEA_API_TOKEN is not set`);
     const headers = { accept: "application/json", ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}), ...(init.headers as Record<string, string>) };
@@ -71,6 +83,9 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
     if (!parsed.success) throw new GiteaError(`${what}: unexpected response body`, res.status);
     return parsed.data;
   };
+  const forget = (token: Promise<string>) => {
+    if (tokens.token === token) Object.assign(tokens, { token: undefined, until: undefined });
+  };
   const fail = async (what: string, res: Response): Promise<never> => {
     await res.body?.cancel();
     throw new GiteaError(`${what}: Gitea answered ${res.status}`, res.status);
@@ -78,27 +93,37 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
   return {
     registrationToken() {
       if (cfg.registrationToken) return Promise.resolve(cfg.registrationToken);
-      // One fetch per invocation at most; never kept beyond it.
-      cachedToken ??= (async () => {
-        const res = await call("registration token", `${scoped}/runners/registration-token`, { method: "POST" });
-        if (!res.ok) return fail("registration token", res);
-        return (await json("registration token", res, z.object({ token: z.string().min(1) }))).token;
-      })();
-      cachedToken.catch(() => (cachedToken = undefined));
-      return cachedToken;
+      if (!tokens.token || Date.now() >= (tokens.until ?? 0)) {
+        const fetched = (async () => {
+          const res = await call("registration token", `${scoped}/runners/registration-token`, { method: "POST" });
+          if (!res.ok) return fail("registration token", res);
+          return (await json("registration token", res, z.object({ token: z.string().min(1) }))).token;
+        })();
+        Object.assign(tokens, { token: fetched, until: Date.now() + TOKEN_TTL_MS });
+        fetched.catch(() => forget(fetched));
+      }
+      return tokens.token!;
     },
     async register(req) {
-      const token = await this.registrationToken();
-      const res = await call(
-        "register runner",
-        "/api/actions/runner.v1.RunnerService/Register",
-        {
-          method: "POST",
-          headers: { "content-type": "application/json", "connect-protocol-version": "1" },
-          body: JSON.stringify({ name: req.name, token, version: req.version, labels: req.labels, ephemeral: true }),
-        },
-        false,
-      );
+      const attempt = async (token: string) =>
+        call(
+          "register runner",
+          "/api/actions/runner.v1.RunnerService/Register",
+          {
+            method: "POST",
+            headers: { "content-type": "application/json", "connect-protocol-version": "1" },
+            body: JSON.stringify({ name: req.name, token, version: req.version, labels: req.labels, ephemeral: true }),
+          },
+          false,
+        );
+      const kept = this.registrationToken();
+      let res = await attempt(await kept);
+      // 404: Gitea no longer knows the token (reset since it was fetched). One retry with a new one.
+      if (res.status === 404 && !cfg.registrationToken) {
+        await res.body?.cancel();
+        forget(kept);
+        res = await attempt(await this.registrationToken());
+      }
       if (!res.ok) return fail("register runner", res);
       return (await json("register runner", res, registerResponse)).runner;
     },

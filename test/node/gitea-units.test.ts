@@ -1,8 +1,8 @@
 import { InvalidInput } from "../../src/domain-errors.ts";
-import { describe, expect, inject, it } from "vitest";
+import { describe, expect, inject, it, vi } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { createGiteaClient, scopePath, type GiteaClient } from "../../src/gitea/client.ts";
+import { createGiteaClient, scopePath, TOKEN_TTL_MS, type GiteaClient, type TokenCache } from "../../src/gitea/client.ts";
 import { assignmentOfRunner, obtainRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
 import { labelName, matchRoute, type Route } from "../../src/gitea/routes.ts";
 import { cleanupVerdict, repositoryOf } from "../../src/gitea/sweep.ts";
@@ -209,6 +209,47 @@ describe("Gitea client", () => {
       `POST /${cfg.url.split("/").pop()}/api/actions/runner.v1.RunnerService/Register null`,
       `POST /${cfg.url.split("/").pop()}/api/actions/runner.v1.RunnerService/Register null`,
     ]);
+  });
+
+  it("a kept registration token serves later clients until it is a minute old, and one Gitea no longer knows is fetched anew once", async () => {
+    let issued = "reg-1";
+    let known = "reg-1";
+    const calls: string[] = [];
+    const fakeFetch = (async (url: string, init: RequestInit) => {
+      if (url.endsWith("/registration-token")) {
+        calls.push(`token ${issued}`);
+        return Response.json({ token: issued });
+      }
+      const { token } = JSON.parse(String(init.body)) as { token: string };
+      calls.push(`register ${token}`);
+      if (token !== known) return Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 });
+      return Response.json({ runner: { id: "12", uuid: "u", token: "rt", name: "gdr-x", labels: ["a"] } });
+    }) as typeof fetch;
+    const cfg = loadConfig(giteaTestEnv("ws://x:1", "http://b", "https://git.example.com")).gitea!;
+    const kept: TokenCache = {};
+    const req = { name: "gdr-x", labels: ["a"], version: "v" };
+    await createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req);
+    await createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req);
+    expect(calls).toEqual(["token reg-1", "register reg-1", "register reg-1"]);
+    // The operator resets the token: the kept one gets 404, a new one is fetched, one retry.
+    issued = known = "reg-2";
+    calls.length = 0;
+    await expect(createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req)).resolves.toMatchObject({ id: 12 });
+    expect(calls).toEqual(["register reg-1", "token reg-2", "register reg-2"]);
+    // Past the minute, a new fetch, even though the kept one still works.
+    vi.useFakeTimers({ now: Date.now() + TOKEN_TTL_MS + 1, toFake: ["Date"] });
+    try {
+      calls.length = 0;
+      await createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req);
+      expect(calls).toEqual(["token reg-2", "register reg-2"]);
+    } finally {
+      vi.useRealTimers();
+    }
+    // A token Gitea never knows: one retry, then the refusal (not a loop).
+    known = "none";
+    calls.length = 0;
+    await expect(createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req)).rejects.toMatchObject({ name: "GiteaError", status: 404 });
+    expect(calls).toEqual(["register reg-2", "token reg-2", "register reg-2"]);
   });
 
   it("reports Gitea's refusals as errors with the status, never with a token", async () => {

@@ -60,11 +60,17 @@ describe("NATS gateway", () => {
       expect(logs.events().filter((e) => e.event === "gateway_fallback")).toEqual([]);
       // The events the gateway's calls produced are written by the invocation that made them.
       expect(logs.events().filter((e) => e.event === "published")).toHaveLength(20);
+      // The passes in the object share one registration token: one fetch for 20 registrations.
+      const tokenFetches = async (e: Record<string, string>) => (await giteaControl(e).state()).requests.filter((r) => r.path.endsWith("/runners/registration-token")).length;
+      expect((await giteaControl(env).state()).registrations).toBe(20);
+      expect(await tokenFetches(env)).toBe(1);
 
       const offTag = uniqueName("gwoff");
       const off = await proxiedEnv(offTag, { NATS_GATEWAY: "off" });
       await deliverAll(off, range(811_000, 5), 1);
       expect((await proxyCounts(offTag)).connections).toBeGreaterThanOrEqual(5);
+      // Without the object, each invocation fetches its own.
+      expect(await tokenFetches(off)).toBe(5);
     } finally {
       logs.restore();
     }
