@@ -3,15 +3,8 @@
 import { wsconnect } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { encodeAssignment } from "../src/assignment.ts";
-import { readFileSync } from "node:fs";
-import { load } from "./lib.mjs";
+import { busyBetween, cpuTimes, load } from "./lib.mjs";
 
-/** The machine's CPU counters (/proc/stat): busy share of all cores between two readings. */
-function cpuTimes() {
-  const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-  return { idle: f[3] + (f[4] ?? 0), total: f.reduce((a, b) => a + b, 0) };
-}
-const busyBetween = (a, b) => 1 - (b.idle - a.idle) / (b.total - a.total);
 
 /**
  * `proxies`: RTT (ms) → a ws-proxy delaying each frame by half of it. Every other dependency is

@@ -1,6 +1,6 @@
 // Shared by the benchmark scripts: the Worker in `wrangler dev` on a free port, and percentiles.
 import { spawn } from "node:child_process";
-import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:net";
@@ -67,6 +67,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
   await isReady;
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: child.pid,
     events,
     async tick() {
       const path = host === "miniflare" ? "/cdn-cgi/local/scheduled" : "/__scheduled";
@@ -81,6 +82,38 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
     },
   };
 }
+
+/** CPU seconds used so far by `rootPid` and every process under it, summed by command name (Linux /proc). */
+export function treeCpu(rootPid) {
+  const procs = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      procs.push({ pid: Number(name), ppid: Number(f[1]), comm, ticks: Number(f[11]) + Number(f[12]) });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const within = new Set([rootPid]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of procs) if (!within.has(p.pid) && within.has(p.ppid)) grew = within.add(p.pid) && true;
+  }
+  const out = {};
+  for (const p of procs) if (within.has(p.pid)) out[p.comm] = (out[p.comm] ?? 0) + p.ticks / CLOCK_TICKS;
+  return out;
+}
+const CLOCK_TICKS = 100;
+
+/** The machine's CPU counters (/proc/stat): busy share of all cores between two readings. */
+export function cpuTimes() {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  return { idle: f[3] + (f[4] ?? 0), total: f.reduce((a, b) => a + b, 0) };
+}
+export const busyBetween = (a, b) => 1 - (b.idle - a.idle) / (b.total - a.total);
 
 export function percentile(sorted, p) {
   if (!sorted.length) return NaN;

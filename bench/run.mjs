@@ -16,7 +16,7 @@ import { loadConfig } from "../src/config.ts";
 import { giteaSignature } from "../src/gitea/signature.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { load, percentile, startWorker } from "./lib.mjs";
+import { busyBetween, cpuTimes, load, percentile, startWorker, treeCpu } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
@@ -257,9 +257,11 @@ async function timeToRunnerUnderLoad(host = HOST) {
 }
 
 async function measureInFlight(worker, vars, inFlight, firstJob) {
+  // The scenario's cost per job includes the claims and completions that follow; they run on.
   const sent = new Map();
   const answered = [];
   const { created: before } = await backendCounts(vars);
+  const cpu0 = { worker: treeCpu(worker.pid), nats: treeCpu(nats.pid), bench: process.cpuUsage(), machine: cpuTimes() };
   let next = 0;
   await Promise.all(
     Array.from({ length: inFlight }, async () => {
@@ -274,6 +276,15 @@ async function measureInFlight(worker, vars, inFlight, firstJob) {
   );
   const wallMs = Math.max(...sent.values()) - Math.min(...sent.values());
   await until(async () => (await backendCounts(vars)).created >= before + JOBS, 30_000);
+  // CPU per job while it ran, by process: where a job's cost goes on this machine.
+  const perJob = (a, b) => Number((((b ?? 0) - (a ?? 0)) * 1000) / JOBS).toFixed(2);
+  const worker1 = treeCpu(worker.pid);
+  const cpuMsPerJob = {
+    ...Object.fromEntries(Object.keys(worker1).map((comm) => [`worker:${comm}`, Number(perJob(cpu0.worker[comm], worker1[comm]))])),
+    "nats-server": Number(perJob(Object.values(cpu0.nats).reduce((x, y) => x + y, 0), Object.values(treeCpu(nats.pid)).reduce((x, y) => x + y, 0))),
+    "bench (load, fakes)": Number(perJob(0, (process.cpuUsage(cpu0.bench).user + process.cpuUsage(cpu0.bench).system) / 1e6)),
+  };
+  const machineBusy = busyBetween(cpu0.machine, cpuTimes());
   const first = new Map();
   for (const r of (await backendState(vars)).requests) {
     const id = decodeURIComponent(r.path.split("/").pop());
@@ -281,7 +292,7 @@ async function measureInFlight(worker, vars, inFlight, firstJob) {
   }
   const latencies = [...first].map(([id, at]) => at - sent.get(id)).sort((a, b) => a - b);
   answered.sort((a, b) => a - b);
-  return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length, answerP50Ms: percentile(answered, 50), webhooksPerSec: (JOBS / wallMs) * 1000 };
+  return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length, answerP50Ms: percentile(answered, 50), webhooksPerSec: (JOBS / wallMs) * 1000, cpuMsPerJob, machineBusy };
 }
 
 /** Admission ops at c=32, capacity 1000, on loopback and at 50 ms RTT (the far proxy). */
@@ -355,7 +366,7 @@ try {
   writeFileSync(process.env.BENCH_ONLY ? "bench/results/partial.json" : "bench/results/latest.json", JSON.stringify(results, null, 2) + "\n");
   const r = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
   const host = (u) =>
-    !u.host ? "" : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms`;
+    !u.host ? "" : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms; CPU ms per job at 16: ${Object.entries(u.cpuMsPerJob ?? {}).map(([k, v]) => `${k} ${v}`).join(", ")}, machine ${r((u.machineBusy ?? NaN) * 100)} % busy`;
   const i = results.ingest;
   const c = results.reconcile;
   const q = results.natsRequests;
