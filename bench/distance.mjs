@@ -23,7 +23,7 @@ export async function measureDistance({ proxies, varsFor, provisioned, startWork
       try {
         log(`distance: ${n} webhooks one at a time, ${rtt} ms RTT, gateway ${mode}`);
         await load(5, 1, () => sendWebhook(worker, job++));
-        // What wrangler dev itself adds to any request (no NATS): the floor under the webhook figures.
+        // What the Worker's host itself adds to any request (no NATS): the floor under the webhook figures.
         const trivial = await load(30, 1, async () => (await fetch(`${worker.url}/openapi.json`)).arrayBuffer());
         const one = await load(n, 1, () => sendWebhook(worker, job++));
         out.webhook[`rtt${rtt}`][mode] = { p50Ms: one.p50, p99Ms: one.p99, n, trivialP50Ms: trivial.p50 };

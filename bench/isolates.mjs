@@ -1,4 +1,4 @@
-// Jobs completed per second with `isolates` Workers (separate `wrangler dev` processes) sharing
+// Jobs completed per second with `isolates` Workers (separate workerd processes, see BENCH_HOST) sharing
 // one NATS and one backend pool of `capacity` slots, whose runners claim after `claimMs` and
 // complete after `runMs`. The pool's ceiling is capacity / (claimMs + runMs): a freed slot must be
 // taken again at once for the figure to come near it. Cron fires on every isolate at the same

@@ -64,6 +64,13 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
       }
     });
   }
+  let stopped = false;
+  // A Worker that dies under a run leaves its requests unanswered: say so, with its last words.
+  const lastLines = [];
+  for (const s of [child.stdout, child.stderr]) createInterface({ input: s }).on("line", (line) => void (lastLines.push(line) > 20 && lastLines.shift()));
+  child.on("exit", (code, signal) => {
+    if (!stopped) console.error(`[bench] the Worker on port ${port} exited (code ${code}, signal ${signal}); its last lines:\n${lastLines.join("\n")}`);
+  });
   await isReady;
   return {
     url: `http://127.0.0.1:${port}`,
@@ -74,6 +81,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
       await (await fetch(`http://127.0.0.1:${port}${path}?cron=*+*+*+*+*`)).arrayBuffer();
     },
     stop() {
+      stopped = true;
       try {
         process.kill(-child.pid, "SIGTERM");
       } catch {

@@ -1,4 +1,4 @@
-// npm run bench: the real thing on loopback (nats-server, the Worker in `wrangler dev`, the fake
+// npm run bench: the real thing on loopback (nats-server, the Worker in workerd: see BENCH_HOST, the fake
 // Gitea, an instant fake backend), each figure beside its baseline measured in the same run.
 // Writes bench/results/latest.json and prints a table. Sizes: BENCH_N (2000), BENCH_K (1000),
 // BENCH_JOBS (100), BENCH_REQ (50).
@@ -405,7 +405,7 @@ function distanceRows(x, r) {
   const rows = ["0", "10", "50"].map((rtt) => {
     const k = `rtt${rtt}`;
     const goal = rtt === "50" ? "p50 ≤ 75 ms (1.5 RTT)" : "";
-    return `| webhook answer, ${rtt} ms RTT, gateway on / off | on: p50 ${r(w(k, "on").p50Ms)} ms, p99 ${r(w(k, "on").p99Ms)} ms; off: p50 ${r(w(k, "off").p50Ms)} ms, p99 ${r(w(k, "off").p99Ms)} ms | Node publish, held connection: p50 ${r(raw(k).held?.p50Ms)} ms; connecting per request: p50 ${r(raw(k).connectPerRequest?.p50Ms)} ms; wrangler dev's own request (no NATS): p50 ${r(w(k, "on").trivialP50Ms)} ms | ${r(w(k, "off").p50Ms / w(k, "on").p50Ms, 1)}× | ${goal} |`;
+    return `| webhook answer, ${rtt} ms RTT, gateway on / off | on: p50 ${r(w(k, "on").p50Ms)} ms, p99 ${r(w(k, "on").p99Ms)} ms; off: p50 ${r(w(k, "off").p50Ms)} ms, p99 ${r(w(k, "off").p99Ms)} ms | Node publish, held connection: p50 ${r(raw(k).held?.p50Ms)} ms; connecting per request: p50 ${r(raw(k).connectPerRequest?.p50Ms)} ms; the host's own request (no NATS): p50 ${r(w(k, "on").trivialP50Ms)} ms | ${r(w(k, "off").p50Ms / w(k, "on").p50Ms, 1)}× | ${goal} |`;
   });
   const t = x.throughput ?? {};
   const c = x.connectionsPer1000 ?? {};
