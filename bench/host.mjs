@@ -1,7 +1,7 @@
 // Runs the deploy bundle (`wrangler deploy --dry-run --outdir`) in workerd through Miniflare, for
 // the bench: the same runtime as `wrangler dev`, without its dev-only proxy (a second workerd
 // that every request crosses) and without forwarding each log line through the inspector. On the
-// bench's 2 cores those took 3 to 4 times the CPU of a trivial request (see bench/lib.mjs).
+// bench's 2 cores those cost more CPU per job than the Worker itself (README, Performance).
 // Env: GDR_HOST_BUNDLE (dir with index.js), GDR_HOST_PORT, GDR_HOST_VARS (JSON; never argv).
 // Prints "ready on URL", then the Worker's log lines; cron: GET /cdn-cgi/local/scheduled.
 import { Miniflare, convertV4MiniflareOptions } from "miniflare";

@@ -50,8 +50,11 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
   const events = [];
   let ready;
   const isReady = new Promise((r) => (ready = r));
+  // A Worker that dies under a run leaves its requests unanswered: say so, with its last words.
+  const lastLines = [];
   for (const s of [child.stdout, child.stderr]) {
     createInterface({ input: s }).on("line", (line) => {
+      if (lastLines.push(line) > 20) lastLines.shift();
       if (process.env.BENCH_LOG) appendFileSync(process.env.BENCH_LOG, `${line}\n`);
       if (/ready on/i.test(line)) ready();
       const i = line.indexOf('{"event"');
@@ -65,9 +68,6 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
     });
   }
   let stopped = false;
-  // A Worker that dies under a run leaves its requests unanswered: say so, with its last words.
-  const lastLines = [];
-  for (const s of [child.stdout, child.stderr]) createInterface({ input: s }).on("line", (line) => void (lastLines.push(line) > 20 && lastLines.shift()));
   child.on("exit", (code, signal) => {
     if (!stopped) console.error(`[bench] the Worker on port ${port} exited (code ${code}, signal ${signal}); its last lines:\n${lastLines.join("\n")}`);
   });
@@ -108,7 +108,11 @@ export function treeCpu(rootPid) {
   const within = new Set([rootPid]);
   for (let grew = true; grew; ) {
     grew = false;
-    for (const p of procs) if (!within.has(p.pid) && within.has(p.ppid)) grew = within.add(p.pid) && true;
+    for (const p of procs) {
+      if (within.has(p.pid) || !within.has(p.ppid)) continue;
+      within.add(p.pid);
+      grew = true;
+    }
   }
   const out = {};
   for (const p of procs) if (within.has(p.pid)) out[p.comm] = (out[p.comm] ?? 0) + p.ticks / CLOCK_TICKS;

@@ -277,12 +277,13 @@ async function measureInFlight(worker, vars, inFlight, firstJob) {
   const wallMs = Math.max(...sent.values()) - Math.min(...sent.values());
   await until(async () => (await backendCounts(vars)).created >= before + JOBS, 30_000);
   // CPU per job while it ran, by process: where a job's cost goes on this machine.
-  const perJob = (a, b) => Number((((b ?? 0) - (a ?? 0)) * 1000) / JOBS).toFixed(2);
-  const worker1 = treeCpu(worker.pid);
+  const perJob = (seconds) => Number(((seconds * 1000) / JOBS).toFixed(2));
+  const sum = (byComm) => Object.values(byComm).reduce((x, y) => x + y, 0);
+  const bench = process.cpuUsage(cpu0.bench);
   const cpuMsPerJob = {
-    ...Object.fromEntries(Object.keys(worker1).map((comm) => [`worker:${comm}`, Number(perJob(cpu0.worker[comm], worker1[comm]))])),
-    "nats-server": Number(perJob(Object.values(cpu0.nats).reduce((x, y) => x + y, 0), Object.values(treeCpu(nats.pid)).reduce((x, y) => x + y, 0))),
-    "bench (load, fakes)": Number(perJob(0, (process.cpuUsage(cpu0.bench).user + process.cpuUsage(cpu0.bench).system) / 1e6)),
+    ...Object.fromEntries(Object.entries(treeCpu(worker.pid)).map(([comm, s]) => [`worker:${comm}`, perJob(s - (cpu0.worker[comm] ?? 0))])),
+    "nats-server": perJob(sum(treeCpu(nats.pid)) - sum(cpu0.nats)),
+    "bench (load, fakes)": perJob((bench.user + bench.system) / 1e6),
   };
   const machineBusy = busyBetween(cpu0.machine, cpuTimes());
   const first = new Map();

@@ -51,10 +51,12 @@ export class NatsGateway extends DurableObject {
   async #eagerPass(config: Config, key: string, keeper: ConnectionKeeper, trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<GatewayAnswer> {
     const until = Date.now() + budgetMs;
     const wait = opts.firstPullWaitMs ?? 0;
-    const tokens = await this.#tokensFor(config);
     const logs: LogLine[] = [];
+    // Looked up only by a call that runs a pass: most calls in a burst are coalesced away.
+    let tokens: TokenCache | undefined;
     const pass = async (round: number) => {
       const roundOpts = round === 0 || wait ? opts : { ...opts, eager: false };
+      if (round === 0) tokens = await this.#tokensFor(config);
       const a = await this.#run(config, keeper, { op: "reconcile", args: [trigger, Math.max(until - Date.now(), wait ? wait + 500 : 0), roundOpts] }, tokens);
       logs.push(...a.logs);
       return a;
