@@ -13,11 +13,27 @@ export function base64url(bytes: ArrayBuffer | Uint8Array): string {
   return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
-/** The claim token of an assignment: base64url(HMAC-SHA256(key, "claim:" + id)). */
-export async function claimToken(signingKey: string, id: string): Promise<string> {
-  const mac = await crypto.subtle.sign("HMAC", await hmacKey(signingKey), encoder.encode(`claim:${id}`));
-  return base64url(mac);
+/**
+ * The claim token of one incarnation of an assignment: `<incarnation>.<mac>`, where mac is
+ * base64url(HMAC-SHA256(key, "claim:" + id + ":" + incarnation)). The incarnation names the
+ * record the token was made for (see incarnationOf), so that an id used again after its record
+ * expired does not accept the old token; it travels in the token, so that checking one needs
+ * no lookup and the record is read once, by the claim itself.
+ */
+export async function claimToken(signingKey: string, id: string, incarnation: string): Promise<string> {
+  const mac = await crypto.subtle.sign("HMAC", await hmacKey(signingKey), encoder.encode(`claim:${id}:${incarnation}`));
+  return `${incarnation}.${base64url(mac)}`;
 }
+
+/** The incarnation a claim token for `id` was signed for, or undefined when it was not signed with this key. */
+export async function verifyClaimToken(signingKey: string, id: string, token: string): Promise<string | undefined> {
+  const dot = token.indexOf(".");
+  const incarnation = token.slice(0, dot);
+  if (dot < 1 || !INCARNATION.test(incarnation)) return undefined;
+  return (await timingSafeEqual(token, await claimToken(signingKey, id, incarnation))) ? incarnation : undefined;
+}
+
+const INCARNATION = /^[0-9a-z]{1,12}$/;
 
 /** Constant-time comparison of two strings, by comparing their HMACs under a per-call key. */
 export async function timingSafeEqual(a: string, b: string): Promise<boolean> {

@@ -15,7 +15,7 @@ import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
-import { createRecordStore } from "./state/records.ts";
+import { createRecordStore, incarnationOf } from "./state/records.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -107,7 +107,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     gitea,
     async runnerRequest(assignment, record, reserved) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
-      const request: RunnerRequest = { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
+      const request: RunnerRequest = { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
       if (!config.gitea || !gitea) return { request };
       const identity = await obtainRunnerIdentity(config.gitea, gitea, assignment, record, reserved, now);
       return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };

@@ -33,6 +33,8 @@ export const EVENT_NAMES = [
   "stale_delivery",
   "runner_registered",
   "gateway_fallback",
+  "tombstoned",
+  "queued_after_completed",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

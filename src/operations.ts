@@ -4,7 +4,7 @@ import { assignmentIdSchema } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, NotFound, Refused } from "./domain-errors.ts";
 import type { AssignmentState, Backend } from "./names.ts";
-import type { AssignmentRecord } from "./state/records.ts";
+import { incarnationOf, type AssignmentRecord } from "./state/records.ts";
 
 export interface AssignmentView {
   id: string;
@@ -86,6 +86,26 @@ export interface Caller {
    * only if it is the runner registered for the assignment: runner names are not unique in Gitea.
    */
   runnerId?: number | null;
+  /**
+   * Claim tokens: the incarnation the token was signed for. A token of an earlier record under the
+   * same id (expired, then the id used again) is refused.
+   */
+  incarnation?: string;
+}
+
+/** A claim token made for an earlier record under the same id. */
+export class StaleClaimToken extends Refused {
+  constructor(id: string) {
+    super(`claim token is of an earlier assignment ${id}`);
+  }
+}
+
+const sameIncarnation = (r: AssignmentRecord, caller: Caller) => caller.incarnation === undefined || incarnationOf(r) === caller.incarnation;
+
+/** Refuses a caller that is not the assignment's runner: another Gitea runner, or an old token. */
+function requireCaller(record: AssignmentRecord, id: string, caller: Caller): void {
+  if (!sameIncarnation(record, caller)) throw new StaleClaimToken(id);
+  if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
 }
 
 const isRegistered = (r: AssignmentRecord, caller: Caller) =>
@@ -98,19 +118,20 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
   let inWrite = false;
   const record = await d.withState((state) =>
     state.records.update(id, (r) => {
-      changed = isRegistered(r, caller) && canClaim(r, caller);
+      changed = sameIncarnation(r, caller) && isRegistered(r, caller) && canClaim(r, caller);
       inWrite = changed && ASKED_FOR_BY_TOKEN.has(r.state);
       return changed ? { ...r, state: "claimed", claimedAt: at } : undefined;
     }),
   );
   if (!record) throw new NotFound(`no assignment ${id}`);
-  if (!isRegistered(record, caller)) throw new RunnerMismatch(id, caller.runnerId ?? undefined);
+  requireCaller(record, id, caller);
   if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
   // The holder's last look comes after heldUntil; a claim well before it is sure to be seen. A
   // claim that came before the pass's write is seen by that write, which acks (or, should that
-  // pass die, by the message's next delivery): no pass of its own is needed either.
-  const held = inWrite || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
+  // pass die, by the message's next delivery): no pass of its own is needed either. A claim that
+  // changed nothing needs none: the first one started it.
+  const held = !changed || inWrite || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
   return { ...viewOf(record), held };
 }
 
@@ -120,23 +141,29 @@ const HOLD_MARGIN_MS = 250;
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
  * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
  */
-export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Released<AssignmentView>> {
+export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Completed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
-  const completable = (r: AssignmentRecord) => isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
+  const completable = (r: AssignmentRecord) => sameIncarnation(r, opts) && isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.
-    if (r?.state === "completed" && isRegistered(r, opts)) contended = await state.admission.release(r.backend, id);
+    if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) contended = await state.admission.release(r.backend, id);
     return r;
   });
   if (!record) throw new NotFound(`no assignment ${id}`);
-  if (!isRegistered(record, opts)) throw new RunnerMismatch(id, opts.runnerId ?? undefined);
+  requireCaller(record, id, opts);
   if (record.state !== "completed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
-  return { ...viewOf(record), contended };
+  return { ...viewOf(record), contended, changed };
 }
+
+/**
+ * A completion's outcome. `changed`: this call completed it, so its runner is to be torn down;
+ * a repeated completion tears nothing down (a teardown that failed is the sweep's to retry).
+ */
+export type Completed = Released<AssignmentView> & { changed: boolean };
 
 /** `contended`: the freed slot was one of a full pool, so an assignment may be waiting for it. */
 export type Released<T> = T & { contended: boolean };
@@ -144,21 +171,41 @@ export type Released<T> = T & { contended: boolean };
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed
  * at its next delivery) and its slot released. Returns the record when this call terminated it.
+ * With `tombstone`, an id that has no record yet gets a terminated one, so that a `queued`
+ * delivered after the job's end provisions nothing (`tombstoned` in the result).
  */
-export async function cancelAssignment(d: Dispatcher, id: string, reason: string): Promise<Released<{ record: AssignmentRecord }> | null> {
+export async function cancelAssignment(d: Dispatcher, id: string, reason: string, tombstone?: Tombstone): Promise<Released<{ record: AssignmentRecord; tombstoned?: true }> | null> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
+  let tombstoned: AssignmentRecord | null = null;
   const record = await d.withState(async (state) => {
-    const r = await state.records.update(id, (r) =>
+    const terminate = () => state.records.update(id, (r) =>
       (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
     );
+    let r = await terminate();
+    if (!r && tombstone) {
+      tombstoned = await state.records.tombstone(id, tombstone.backend, tombstone.reason, tombstone.job);
+      // Its queued's record came in between (a tombstone only creates): terminate that one.
+      if (!tombstoned) r = await terminate();
+    }
     if (r && changed) contended = await state.admission.release(r.backend, id);
     return r;
   });
+  if (tombstoned) {
+    d.sink.event({ event: "tombstoned", assignment: id, backend: tombstone!.backend, reason: tombstone!.reason });
+    return { record: tombstoned, contended: false, tombstoned: true };
+  }
   if (!record || !changed) return null;
   d.sink.event({ event: "cancelled", assignment: id, backend: record.backend, reason });
   return { record, contended };
+}
+
+/** What a tombstone records of a job that ended before it was queued here. */
+export interface Tombstone {
+  backend: Backend;
+  reason: string;
+  job?: AssignmentRecord["job"];
 }
 
 /**

@@ -3,7 +3,7 @@ import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAss
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, InvalidInput, Unavailable } from "./domain-errors.ts";
 import { assignmentSubject, type Backend } from "./names.ts";
-import { contentHash } from "./state/records.ts";
+import { contentHash, sameContent } from "./state/records.ts";
 
 export interface Published {
   id: string;
@@ -13,6 +13,8 @@ export interface Published {
   duplicate: boolean;
   /** The stream stored a new message (false when its duplicate window dropped this one). */
   stored: boolean;
+  /** The id's record is a tombstone: the job completed in Gitea before this was published (see RecordStore.tombstone). */
+  ended?: true;
   /** With `recordLater`: the assignment whose record the caller writes once it has answered (recordAssignment). */
   pending?: Assignment;
 }
@@ -60,18 +62,21 @@ async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolea
       throw new Unavailable("NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
     }
     let result: "new" | "same" | "conflict" | undefined;
+    let record;
     if (known) {
-      const record = await known;
-      result = record ? (record.contentHash === (await contentHash(a)) ? "same" : "conflict") : undefined;
+      record = await known;
+      result = record ? (sameContent(record, await contentHash(a)) ? "same" : "conflict") : undefined;
     } else {
-      result = (await state.records.offer(a).catch(() => undefined))?.result;
+      ({ result, record } = (await state.records.offer(a).catch(() => undefined)) ?? {});
     }
     // Within the duplicate window the stream dropped a conflicting copy; past it, the stored copy
     // is termed as conflicting at its first delivery.
     if (result === "conflict") throw new Conflict(`assignment ${a.id} already exists with different content`);
     if (!ack.duplicate) d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
     const pending = recordLater && result === undefined ? { pending: a } : {};
-    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || result === "same", stored: !ack.duplicate, ...pending };
+    // Its message is termed at its first delivery, as any terminated assignment's.
+    const ended = record?.tombstone ? { ended: true as const } : {};
+    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || result === "same", stored: !ack.duplicate, ...pending, ...ended };
   });
 }
 

@@ -3,7 +3,7 @@
 import type { Dispatcher, ReconcileOptions } from "./dispatcher-types.ts";
 import type { BatchSummary } from "./events.ts";
 import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "./gitea/webhook.ts";
-import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Released } from "./operations.ts";
+import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "./operations.ts";
 import { publishAssignment, recordAssignment, type Published } from "./publish.ts";
 import type { Assignment } from "./assignment.ts";
 
@@ -22,9 +22,9 @@ export interface RequestPath {
   /** Writes the record of a published assignment (idempotent). */
   record(assignment: Assignment): Promise<void>;
   get(id: string): Promise<AssignmentView>;
-  /** A runner holding the claim token took the assignment. */
-  claim(id: string): Promise<Claimed>;
-  complete(id: string): Promise<Released<AssignmentView>>;
+  /** A runner holding the claim token (signed for `incarnation`) took the assignment. */
+  claim(id: string, incarnation: string): Promise<Claimed>;
+  complete(id: string, incarnation: string): Promise<Completed>;
   /** A `workflow_job` delivery whose signature and shape were checked; like publish, it may leave a `record`. */
   webhook(payload: WorkflowJobPayload): Promise<WebhookOutcome>;
   /** A pass right after a request (see Dispatcher.reconcile). */
@@ -39,8 +39,8 @@ export function directPath(d: Dispatcher): RequestPath {
     publish: (body) => publishAssignment(d, body, { recordLater: true }),
     record: (assignment) => recordAssignment(d, assignment),
     get: (id) => getAssignment(d, id),
-    claim: (id) => claimAssignment(d, id),
-    complete: (id) => completeAssignmentRun(d, id),
+    claim: (id, incarnation) => claimAssignment(d, id, { incarnation }),
+    complete: (id, incarnation) => completeAssignmentRun(d, id, { incarnation }),
     webhook: (payload) => handleWorkflowJob(d, payload, { recordLater: true }),
     reconcile: (trigger, budgetMs, opts) => d.reconcile(trigger, budgetMs, opts),
   };

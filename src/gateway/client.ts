@@ -37,8 +37,8 @@ export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatch
     publish: (body) => call("publish", idOf(body), [body]),
     record: (assignment) => call("record", assignment.id, [assignment]),
     get: (id) => call("get", id, [id]),
-    claim: (id) => call("claim", id, [id]),
-    complete: (id) => call("complete", id, [id]),
+    claim: (id, incarnation) => call("claim", id, [id, incarnation]),
+    complete: (id, incarnation) => call("complete", id, [id, incarnation]),
     webhook: (payload) => call("webhook", `job-${payload.workflow_job.id}`, [payload]),
     reconcile: (trigger, budgetMs, opts) => call("reconcile", crypto.randomUUID(), [trigger, budgetMs, opts]),
   };

@@ -2,7 +2,7 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { cancelAssignment, completeAssignmentRun, claimAssignment, RunnerMismatch } from "../operations.ts";
+import { cancelAssignment, completeAssignmentRun, claimAssignment, RunnerMismatch, type Tombstone } from "../operations.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
 import { toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
@@ -12,6 +12,7 @@ import { matchRoute } from "./routes.ts";
 import { RECORD_TTL_MS } from "../layout.ts";
 
 const id = z.number().int().nonnegative();
+const MAX_REPOSITORY_CHARS = 256;
 export const workflowJobPayload = z.looseObject({
   action: z.string(),
   workflow_job: z.looseObject({
@@ -27,7 +28,8 @@ export const workflowJobPayload = z.looseObject({
     // Go zero times ("0001-01-01T00:00:00Z") arrive as strings like any other.
     created_at: z.string().optional(),
   }),
-  repository: z.looseObject({ full_name: z.string().min(1) }),
+  // As long as an assignment keeps it (Gitea's own limit, owner 40 + name 100, is far below).
+  repository: z.looseObject({ full_name: z.string().min(1).max(MAX_REPOSITORY_CHARS, `at most ${MAX_REPOSITORY_CHARS} characters`) }),
   organization: z.looseObject({}).nullish(),
 });
 export type WorkflowJobPayload = z.infer<typeof workflowJobPayload>;
@@ -104,6 +106,12 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       }
       const published = await publishJob(d, job, payload.repository.full_name, opts);
       if (!published) return { status: 202, body: { ignored: "no_route" } };
+      if (published.ended) {
+        // Its completed came first: the job is over in Gitea; its message is termed at delivery.
+        const reason = `job ${published.id} completed in Gitea before its queued delivery`;
+        d.sink.event({ event: "queued_after_completed", assignment: published.id, backend: published.backend, reason });
+        return { status: 200, body: { ignored: reason } };
+      }
       const record = published.pending ? { record: published.pending } : {};
       return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend, ...record };
     }
@@ -118,16 +126,17 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
-          const teardown = { id: ours, backend: view.backend, giteaRunnerId: view.giteaRunnerId ?? undefined };
-          return { status: 200, body: { completed: ours }, teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
+          const teardown = view.changed ? { teardown: { id: ours, backend: view.backend, giteaRunnerId: view.giteaRunnerId ?? undefined } } : {};
+          return { status: 200, body: { completed: ours }, ...teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
       }
       // No runner of ours ran it (cancelled or skipped before pickup, or another runner did):
       // its own assignment goes, unless its runner was claimed by another job meanwhile.
       const own = jobAssignmentId(job.id, job.run_attempt);
-      const cancelled = await cancelAssignment(d, own, "cancelled");
+      const cancelled = await cancelAssignment(d, own, "cancelled", tombstoneOf(gitea, job, payload.repository.full_name));
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
+      if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
       const { record, contended } = cancelled;
       return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: record.backend, giteaRunnerId: record.runner?.id }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
     }
@@ -138,13 +147,27 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
 }
 
 /**
+ * What a `completed` leaves for its job when no record exists yet: Gitea delivers from a queue,
+ * so a job cancelled at once can have its `queued` arrive after. Undefined when no route serves
+ * its labels (its queued would publish nothing either).
+ */
+function tombstoneOf(gitea: GiteaConfig, job: WorkflowJobPayload["workflow_job"], repository: string): Tombstone | undefined {
+  const request = jobAssignment(gitea, job, repository);
+  if (!request) return undefined;
+  const conclusion = /^[a-z_]{1,32}$/.test(job.conclusion ?? "") ? job.conclusion : "unknown conclusion";
+  const reason = `completed in Gitea (${conclusion}) before its queued delivery`;
+  return { backend: request.backend, reason, ...(request.job ? { job: { repository: request.job.repository, ...(request.job.name ? { name: request.job.name } : {}) } } : {}) };
+}
+
+/**
  * Why a queued delivery is not to be trusted, or undefined. A job older than its record's TTL may
  * be a captured delivery replayed after the record that deduplicates it expired: only Gitea can
  * say whether it is still queued (the sweep does the same for jobs whose webhook was lost).
  */
 async function staleReplay(d: Dispatcher, job: WorkflowJobPayload["workflow_job"], repository: string): Promise<string | undefined> {
+  // An age nobody can tell (no created_at, or one that does not parse) counts as old.
   const created = Date.parse(job.created_at ?? "");
-  if (!(d.now() - created > STALE_AFTER_MS)) return undefined;
+  if (Number.isFinite(created) && d.now() - created <= STALE_AFTER_MS) return undefined;
   if (!d.gitea || !d.config.gitea?.apiToken) return "job older than the record TTL, and without GITEA_API_TOKEN Gitea cannot confirm it is queued";
   let current;
   try {

@@ -80,13 +80,17 @@ export const statusBody = z
   })
   .meta({ id: "Status" });
 
-/** What a webhook delivery did: queued an assignment, claimed, completed or cancelled one, or nothing and why. */
+/**
+ * What a webhook delivery did: queued an assignment, claimed, completed or cancelled one, left a
+ * tombstone for a job that ended before its queued came, or nothing and why.
+ */
 export const webhookBody = z
   .union([
     z.object({ assignment: z.string(), duplicate: z.boolean() }),
     z.object({ claimed: z.string() }),
     z.object({ completed: z.string() }),
     z.object({ cancelled: z.string() }),
+    z.object({ tombstone: z.string() }),
     z.object({ ignored: z.string() }),
   ])
   .meta({ id: "WebhookOutcome" });

@@ -14,7 +14,8 @@ import { readStatus } from "../observe/status.ts";
 import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
-import { readJsonBody, readLimited } from "./body.ts";
+import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
+import { createHealthCache, type HealthAnswer, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { answerFor, HttpError } from "./errors.ts";
@@ -28,6 +29,8 @@ export interface AppDeps {
   dispatcher(env: unknown): Dispatcher;
   /** Where the request path's NATS work runs; default: on the dispatcher's own connection. */
   path?(d: Dispatcher, env: unknown): RequestPath;
+  /** Where unauthenticated /healthz answers are kept; default: one cache per app (per isolate). */
+  health?: HealthCache;
 }
 
 type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
@@ -55,20 +58,26 @@ export function createApp(deps: AppDeps) {
   });
 
   // Anyone may ask whether it is healthy, and what is wrong; the counts need the dispatch token.
+  // Without it the answer is the isolate's recent one (see health.ts): no NATS work per request.
+  const health = deps.health ?? createHealthCache();
   app.get("/healthz", async (c) => {
     const d = c.var.d;
     const detailed = c.req.header("authorization") !== undefined;
     if (detailed) await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    let report;
-    try {
-      report = await withNats(d.config, (handle) => inspect(handle, d.config));
-    } catch (err) {
-      return c.json({ ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(d.config.natsServers)}: ${(err as Error).name}`] }, 503);
-    }
-    const { ok, problems } = report;
+    const check = async (): Promise<HealthAnswer> => {
+      let report;
+      try {
+        report = await withNats(d.config, (handle) => inspect(handle, d.config));
+      } catch (err) {
+        return { status: 503, body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(d.config.natsServers)}: ${(err as Error).name}`] } };
+      }
+      const { ok, problems } = report;
+      return { status: ok ? 200 : 503, body: detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems } };
+    };
+    const { status, body } = detailed ? await check() : await health(d.config, check);
     // A missing gateway binding slows the request path but breaks nothing: a warning, not a 503.
     const warnings = c.var.path.degraded ? { warnings: [c.var.path.degraded] } : {};
-    return c.json(detailed ? { ...report, nats: { ok: true }, ...warnings } : { ok, nats: { ok: true }, problems, ...warnings }, ok ? 200 : 503);
+    return c.json({ ...body, ...warnings }, status);
   });
 
   app.post("/v1/assignments", async (c) => {
@@ -89,8 +98,8 @@ export function createApp(deps: AppDeps) {
   app.post("/v1/assignments/:id/claim", async (c) => {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
-    await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { held, ...view } = await c.var.path.claim(id);
+    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+    const { held, ...view } = await c.var.path.claim(id, incarnation);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
   });
@@ -98,9 +107,10 @@ export function createApp(deps: AppDeps) {
   app.post("/v1/assignments/:id/complete", async (c) => {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
-    await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { contended, ...view } = await c.var.path.complete(id);
-    inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
+    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+    const { contended, changed, ...view } = await c.var.path.complete(id, incarnation);
+    // Only the call that completed it tears the runner down; a repeat changes nothing.
+    if (changed) inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
     if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
   });
@@ -112,6 +122,7 @@ export function createApp(deps: AppDeps) {
     const raw = await readLimited(c.req.raw, gitea.webhookMaxBytes);
     // Nothing is parsed, logged or published before the signature holds.
     if (!(await verifyGiteaSignature(c.req.raw.headers, raw, gitea.webhookSecret))) throw new HttpError(401, "missing or invalid X-Gitea-Signature");
+    requireJsonContentType(c.req.raw, " (set the webhook's content type to application/json in Gitea)");
     const event = c.req.header("x-gitea-event-type") ?? c.req.header("x-gitea-event") ?? "";
     if (event !== "workflow_job") return c.json({ ignored: `event ${event || "(none)"}` }, event === "ping" ? 200 : 202);
     let value: unknown;

@@ -1,6 +1,6 @@
 // Bearer-token checks. Missing credentials are 401; present but wrong is 401 for the operator
 // token and 403 for a claim token (a runner that holds the token of another assignment).
-import { claimToken, timingSafeEqual } from "../crypto.ts";
+import { timingSafeEqual, verifyClaimToken } from "../crypto.ts";
 import { HttpError } from "./errors.ts";
 
 function bearer(req: Request): string | undefined {
@@ -18,10 +18,13 @@ export async function requireBearer(req: Request, expected: string, name: string
   if (!token || !(await timingSafeEqual(token, expected))) throw new HttpError(401, `a valid Bearer ${name} is required`);
 }
 
-export async function requireClaimToken(req: Request, signingKey: string, id: string): Promise<void> {
+/** The incarnation the request's claim token was signed for; the claim itself checks it against the record. */
+export async function requireClaimToken(req: Request, signingKey: string, id: string): Promise<string> {
   const token = bearer(req);
   if (!token) throw new HttpError(401, "the assignment's Bearer claim token is required");
-  if (!(await timingSafeEqual(token, await claimToken(signingKey, id)))) throw new HttpError(403, "claim token does not match this assignment");
+  const incarnation = await verifyClaimToken(signingKey, id, token);
+  if (incarnation === undefined) throw new HttpError(403, "claim token does not match this assignment");
+  return incarnation;
 }
 
 /**

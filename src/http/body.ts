@@ -1,9 +1,18 @@
 import { HttpError } from "./errors.ts";
 
+/** `application/json`, with parameters (`; charset=utf-8`) or none: not `application/json-patch+json`. */
+export function isJsonContentType(type: string | null): boolean {
+  return /^application\/json[ \t]*(;.*)?$/i.test((type ?? "").trim());
+}
+
+/** Refuses, with 415, a request whose body is declared as anything but JSON. */
+export function requireJsonContentType(req: Request, hint = ""): void {
+  if (!isJsonContentType(req.headers.get("content-type"))) throw new HttpError(415, `content-type must be application/json${hint}`);
+}
+
 /** Reads a JSON request body of at most `maxBytes`, stopping as soon as the limit is passed. */
 export async function readJsonBody(req: Request, maxBytes: number): Promise<unknown> {
-  const type = req.headers.get("content-type") ?? "";
-  if (!/^application\/json\b/i.test(type.trim())) throw new HttpError(415, "content-type must be application/json");
+  requireJsonContentType(req);
   const bytes = await readLimited(req, maxBytes);
   try {
     return JSON.parse(new TextDecoder().decode(bytes));

@@ -25,7 +25,7 @@ const idParam = z.object({ id: assignmentIdSchema });
 function build() {
   const r = new OpenAPIRegistry();
   const dispatch = r.registerComponent("securitySchemes", "dispatchToken", { type: "http", scheme: "bearer", description: "DISPATCH_TOKEN: the operator API." });
-  const claim = r.registerComponent("securitySchemes", "claimToken", { type: "http", scheme: "bearer", description: "The assignment's claim token, base64url(HMAC-SHA256(CLAIM_SIGNING_KEY, 'claim:' + id)), handed to its runner." });
+  const claim = r.registerComponent("securitySchemes", "claimToken", { type: "http", scheme: "bearer", description: "The claim token of one incarnation of the assignment (its record's creation): '<incarnation>.' + base64url(HMAC-SHA256(CLAIM_SIGNING_KEY, 'claim:' + id + ':' + incarnation)), handed to its runner. A token of an earlier record under the same id is refused (403)." });
   const signature = r.registerComponent("securitySchemes", "giteaSignature", { type: "apiKey", in: "header", name: "X-Gitea-Signature", description: "HMAC-SHA256 of the raw body with GITEA_WEBHOOK_SECRET, hex (or X-Hub-Signature-256: sha256=<hex>)." });
   const metrics = r.registerComponent("securitySchemes", "metricsToken", { type: "http", scheme: "bearer", description: "METRICS_TOKEN." });
   const status = r.registerComponent("securitySchemes", "statusPassword", { type: "http", scheme: "basic", description: "Any user name, STATUS_TOKEN as the password." });
@@ -55,7 +55,7 @@ function build() {
   r.registerPath({
     method: "post", path: "/v1/gitea/webhook", summary: "Gitea's workflow_job deliveries", security: sec(signature),
     request: { body: { required: true, content: { "application/json": { schema: workflowJobPayload } } } },
-    responses: { 200: json(webhookBody, "Handled, or ignored with the reason."), 202: json(webhookBody, "Queued, or ignored with the reason."), ...pick(400, 401, 404, 413, 500, 503) },
+    responses: { 200: json(webhookBody, "Handled, or ignored with the reason."), 202: json(webhookBody, "Queued, or ignored with the reason."), ...pick(400, 401, 404, 413, 415, 500, 503) },
   });
   r.registerPath({
     method: "get", path: "/metrics", summary: "Prometheus text exposition", security: sec(metrics),

@@ -11,7 +11,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24;background:#
 h1{font-size:1.3rem;margin:0 0 .2rem}h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
 .muted{color:#57606a}.problem{color:#a40e26}.ok{color:#1a7f37}
 table{border-collapse:collapse;margin:.3rem 0}td,th{padding:.2rem .7rem;border-bottom:1px solid #d0d7de;text-align:left}
-th{font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{font-weight:600}td.t{max-width:22rem;overflow-wrap:anywhere}td.n{text-align:right;font-variant-numeric:tabular-nums}
 meter{width:16rem;height:1.1rem;vertical-align:middle}
 `;
 
@@ -31,6 +31,20 @@ export function age(seconds: number): string {
   if (seconds < 7_200) return `${Math.floor(seconds / 60)} min`;
   if (seconds < 172_800) return `${Math.floor(seconds / 3_600)} h`;
   return `${Math.floor(seconds / 86_400)} d`;
+}
+
+/** Bidirectional controls: in a name they would reorder the cell's text (and hide what it says). */
+const BIDI_CONTROLS = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+/** Characters of a name shown in a cell; the whole name is in the cell's title. */
+export const CELL_CHARS = 64;
+
+/** A name as a person may read it: bidi controls shown as their code points, long ones cut. */
+function textCell(value: string | null) {
+  if (value === null) return html`<td class="t">–</td>`;
+  const shown = value.replace(BIDI_CONTROLS, (c) => `[U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}]`);
+  const chars = [...shown];
+  if (chars.length <= CELL_CHARS) return html`<td class="t">${shown}</td>`;
+  return html`<td class="t" title="${shown}">${chars.slice(0, CELL_CHARS - 1).join("")}…</td>`;
 }
 
 export function renderStatusPage(s: Status) {
@@ -56,7 +70,7 @@ export function renderStatusPage(s: Status) {
     : html`<p class="ok">Healthy: /healthz names no problem.</p>`;
   const recent = s.recent.length
     ? html`<table><thead><tr><th>Assignment</th><th>Repository</th><th>Job</th><th>State</th><th>Age</th><th>Runner</th></tr></thead><tbody>
-${s.recent.map((r) => html`<tr><td>${r.id}</td><td>${r.repository ?? "–"}</td><td>${r.job ?? "–"}</td><td>${r.state}</td><td class="n">${age(r.ageSeconds)}</td><td>${r.runner ?? "–"}</td></tr>`)}
+${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textCell(r.job)}<td>${r.state}</td><td class="n">${age(r.ageSeconds)}</td>${textCell(r.runner)}</tr>`)}
 </tbody></table>`
     : html`<p class="muted">No assignments yet.</p>`;
   return html`<!doctype html>

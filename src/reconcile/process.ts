@@ -8,7 +8,7 @@ import type { Backend } from "../names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission } from "../state/admission.ts";
 import { isRetryable, type Versioned } from "../state/kv.ts";
-import { contentHash, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
+import { contentHash, sameContent, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { decide, type Effect, type Facts, type Policy, type Verdict } from "./decide.ts";
 
 export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
@@ -72,7 +72,7 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
       const known = records.get(a.id);
       if (known) {
         p.known = known;
-        p.facts.offer = known.value.contentHash === (await contentHash(a)) ? "same" : "conflict";
+        p.facts.offer = sameContent(known.value, await contentHash(a)) ? "same" : "conflict";
       } else {
         // Published straight into the stream: this delivery creates its record.
         const offered = await deps.records.offer(a);

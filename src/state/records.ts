@@ -21,6 +21,12 @@ export interface AssignmentRecord {
   completedAt?: string;
   terminatedAt?: string;
   reason?: string;
+  /**
+   * Left by a job's `completed` that came before its `queued` (Gitea delivers from a queue): the
+   * job is over, so its late `queued` must provision nothing. Counts as the same assignment as any
+   * content offered under its id, and is terminated from the start.
+   */
+  tombstone?: true;
   /** Where the job comes from, for people looking at the status page (never a secret). */
   job?: { repository: string; name?: string };
   /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
@@ -46,6 +52,8 @@ export type Transition = (record: AssignmentRecord) => AssignmentRecord | undefi
 /** Assignment records. Offer is idempotent for equal content and reports a conflict otherwise. */
 export interface RecordStore {
   offer(assignment: Assignment): Promise<OfferResult>;
+  /** Leaves a terminated tombstone for an id that has no record; returns null when one exists. */
+  tombstone(id: string, backend: Backend, reason: string, job?: AssignmentRecord["job"]): Promise<AssignmentRecord | null>;
   get(id: string): Promise<AssignmentRecord | null>;
   /** Applies `change` atomically; returns the record after it, or null when there is none. */
   update(id: string, change: Transition): Promise<AssignmentRecord | null>;
@@ -66,6 +74,19 @@ export async function contentHash(assignment: Assignment): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/**
+ * Which life of an id a record is: its creation time, in base 36. An id used again after its
+ * record expired gets another, and so do its claim tokens (see claimToken).
+ */
+export function incarnationOf(record: Pick<AssignmentRecord, "receivedAt">): string {
+  return Date.parse(record.receivedAt).toString(36);
+}
+
+/** Whether content of hash `hash` is the assignment `record` stands for (a tombstone stands for any). */
+export function sameContent(record: AssignmentRecord, hash: string): boolean {
+  return record.tombstone === true || record.contentHash === hash;
+}
+
 export function createRecordStore(
   kv: KV,
   now: () => number,
@@ -78,7 +99,7 @@ export function createRecordStore(
     async offer(assignment) {
       const hash = await contentHash(assignment);
       const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(kv, recordKey(assignment.id), (current) => {
-        if (current) return { value: undefined, result: { result: current.value.contentHash === hash ? "same" : "conflict", record: current.value } };
+        if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
         const at = iso();
         const record: AssignmentRecord = {
           id: assignment.id,
@@ -93,6 +114,15 @@ export function createRecordStore(
         return { value: record, result: { result: "new", record } };
       }, { assumeAbsent: true, leader: leaderKv });
       return { ...result, revision: revision! };
+    },
+    async tombstone(id, backend, reason, job) {
+      const { result } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current) => {
+        if (current) return { value: undefined, result: null };
+        const at = iso();
+        const record: AssignmentRecord = { id, backend, contentHash: "", state: "terminated", createdAt: at, receivedAt: at, updatedAt: at, terminatedAt: at, reason, tombstone: true, ...(job ? { job } : {}) };
+        return { value: record, result: record };
+      }, { assumeAbsent: true, leader: leaderKv });
+      return result;
     },
     async get(id) {
       return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;

@@ -2,7 +2,9 @@
 // tests can share one nats-server and run in parallel. Runs in Node and in workerd alike.
 import type { Assignment } from "../../src/assignment.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
+import { claimToken } from "../../src/crypto.ts";
 import { provision } from "../../src/layout.ts";
+import { incarnationOf } from "../../src/state/records.ts";
 import { withNats } from "../../src/nats/connection.ts";
 
 export const TEST_SECRETS = {
@@ -65,4 +67,19 @@ export function giteaTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: st
     ...env,
     ...Object.fromEntries(Object.entries(overrides).map(([k, v]) => [k, String(v)])),
   };
+}
+
+/**
+ * The claim token a runner is handed for the record created at `receivedAt` (an assignment view's
+ * field); an unknown id gets one for an incarnation no record has.
+ */
+export async function testClaimToken(id: string, receivedAt?: string, key: string = TEST_SECRETS.CLAIM_SIGNING_KEY): Promise<string> {
+  return claimToken(key, id, receivedAt ? incarnationOf({ receivedAt }) : "0");
+}
+
+/** The claim token of the assignment's current record, read over the API with `get`. */
+export async function currentClaimToken(get: (path: string) => Promise<Response>, id: string, key?: string): Promise<string> {
+  const res = await get(`/v1/assignments/${encodeURIComponent(id)}`);
+  const receivedAt = res.status === 200 ? ((await res.json()) as { receivedAt: string }).receivedAt : undefined;
+  return testClaimToken(id, receivedAt, key);
 }

@@ -5,6 +5,7 @@ import { env as bindings } from "cloudflare:workers";
 import { vi } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
+import { currentClaimToken, TEST_SECRETS } from "./env.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
 
 /** The test's variables, with the gateway's Durable Object binding of wrangler.jsonc (NATS_GATEWAY decides whether it is used). */
@@ -25,6 +26,10 @@ export async function request(env: Record<string, string>, path: string, init: R
 const answerTimes = new WeakMap<Response, number>();
 /** Milliseconds until `res` was answered, apart from the work it left in the background. */
 export const answerMs = (res: Response): number => answerTimes.get(res) ?? NaN;
+
+/** The claim token of assignment `id` as its runner is handed it now (from its record; see currentClaimToken). */
+export const claimTokenOf = (env: Record<string, string>, id: string, key?: string): Promise<string> =>
+  currentClaimToken((path) => request(env, path, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }), id, key);
 
 export async function tick(env: Record<string, string>): Promise<void> {
   const ctx = createExecutionContext();

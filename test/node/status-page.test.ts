@@ -5,8 +5,7 @@ import { mkdirSync } from "node:fs";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { startWorker } from "../../bench/lib.mjs";
-import { claimToken } from "../../src/crypto.ts";
-import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { currentClaimToken, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 
 const STATUS_TOKEN = "status-page-token-0123456789";
 const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 2, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 100, STATUS_TOKEN });
@@ -43,7 +42,7 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
   // next pass acks it and hands out sp-3, which finds no slot (and is parked for the rest of the
   // pass while sp-2 is held for its claim). sp-4 stays queued.
   await worker.tick();
-  const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, { method: "POST", headers: { authorization: `Bearer ${await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "sp-1")}` } });
+  const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, { method: "POST", headers: { authorization: `Bearer ${await currentClaimToken((path) => fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}` } }), "sp-1")}` } });
   expect(claim.status).toBe(200);
   await worker.tick();
 
@@ -94,4 +93,24 @@ it("a browser without the password, or with a wrong one, is challenged for Basic
     else expect(shown).toMatchObject({ status: 401, body: expect.not.stringContaining("slots used") });
     await context.close();
   }
+});
+
+it("long names wrap or are cut with the whole name in a title, and bidi controls cannot reorder a cell", { timeout: 60_000 }, async () => {
+  const long = "x".repeat(256);
+  // U+202E (right-to-left override) would show "build-exe.txt" for what is "build-txt.exe".
+  const tricky = "build-\u202Etxt.exe\u202C-\u2067x\u2069";
+  for (const [id, name] of [["sp-long", long], ["sp-bidi", tricky]]) expect((await post(id!, name!)).status).toBe(202);
+  const context = await browser.newContext({ httpCredentials: { username: "ops", password: STATUS_TOKEN }, viewport: { width: 1100, height: 900 } });
+  const page = await context.newPage();
+  expect((await page.goto(`${worker.url}/status`))?.status()).toBe(200);
+  await page.screenshot({ path: "test-results/status-page-odd-names.png", fullPage: true });
+  // Nothing is wider than the window: a 256-character name widened it to about 5400 px.
+  expect(await page.evaluate("document.documentElement.scrollWidth")).toBeLessThanOrEqual(1100);
+  const longCell = page.locator("tbody tr", { hasText: "sp-long" }).locator("td").nth(2);
+  expect(await longCell.innerText()).toBe(`${"x".repeat(63)}…`);
+  expect(await longCell.getAttribute("title")).toBe(long);
+  const bidiRow = await page.locator("tbody tr", { hasText: "sp-bidi" }).innerText();
+  expect(bidiRow).toContain("build-[U+202E]txt.exe[U+202C]-[U+2067]x[U+2069]");
+  expect(await page.locator("body").innerText()).not.toMatch(/[\u202A-\u202E\u2066-\u2069]/);
+  await context.close();
 });

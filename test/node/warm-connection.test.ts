@@ -7,6 +7,7 @@ import { KEEP_ALIVE } from "../../src/gateway/keeper.ts";
 import { openNats, type NatsHandle } from "../../src/nats/connection.ts";
 import { recentRecords } from "../../src/observe/recent.ts";
 import { recordsBucket } from "../../src/names.ts";
+import { incarnationOf } from "../../src/state/records.ts";
 import { directPath } from "../../src/request-path.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 
@@ -32,9 +33,10 @@ describe("a warm connection", () => {
         await path.get(`w-${i}`);
       }
       await path.reconcile("test", 5_000, { eager: true });
-      for (let i = 1; i <= 40; i++) await path.claim(`w-${i}`).catch(() => undefined);
+      const incarnations = await Promise.all(Array.from({ length: 40 }, async (_, i) => incarnationOf(await path.get(`w-${i + 1}`))));
+      for (let i = 1; i <= 40; i++) await path.claim(`w-${i}`, incarnations[i - 1]!).catch(() => undefined);
       await path.reconcile("test", 5_000, {});
-      for (let i = 1; i <= 40; i++) await path.complete(`w-${i}`).catch(() => undefined);
+      for (let i = 1; i <= 40; i++) await path.complete(`w-${i}`, incarnations[i - 1]!).catch(() => undefined);
       await d.withState(async (s) => {
         for (let i = 0; i < 20; i++) {
           await s.records.getMany(["w-1", "w-2", "w-3"]);

@@ -2,15 +2,16 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
-import { claimToken } from "../../src/crypto.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { app } from "../../src/index.ts";
 import { claimAssignment } from "../../src/operations.ts";
 import { publishAssignment } from "../../src/publish.ts";
-import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { provisionEnv, testEnv, TEST_SECRETS, testClaimToken, uniqueName } from "../harness/env.ts";
+import { inParallel } from "../harness/jobs.ts";
+import { HEALTH_TTL_MS } from "../../src/http/health.ts";
 import { streamState } from "../harness/nats.ts";
-import { answerMs, backendControl, bearer, captureLogs, request, sleep, withBindings } from "../harness/worker.ts";
+import { claimTokenOf, answerMs, backendControl, bearer, captureLogs, request, sleep, withBindings } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -88,7 +89,7 @@ describe("runner endpoints", () => {
     const pass = d.reconcile("test", 5_000);
     while (!(await backendControl(env).state()).requests.some((r) => r.path.endsWith("/early-1"))) await sleep(20);
     expect((await d.withState((s) => s.records.get("early-1")))?.state).toBe("received");
-    const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "early-1");
+    const own = await claimTokenOf(env, "early-1");
     const logs = captureLogs();
     let res: Response;
     try {
@@ -109,7 +110,7 @@ describe("runner endpoints", () => {
     await publishAssignment(d, JSON.parse(body("early-2")));
     expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(own) }, env)).status).toBe(403);
     await d.withState((s) => s.records.update("early-2", (r) => ({ ...r, state: "terminated", reason: "cancelled" })));
-    const second = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "early-2");
+    const second = await claimTokenOf(env, "early-2");
     expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(second) }, env)).status).toBe(409);
   });
 
@@ -129,10 +130,10 @@ describe("runner endpoints", () => {
       (await app.request(`/v1/assignments/${id}/${verb}`, { method: "POST", headers: token ? bearer(token) : {} }, env)).status;
     expect(await call("r-1", "claim")).toBe(401);
     expect(await call("r-1", "claim", "garbage")).toBe(403);
-    expect(await call("r-1", "claim", await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "r-2"))).toBe(403);
+    expect(await call("r-1", "claim", await claimTokenOf(env, "r-2"))).toBe(403);
     expect(await call("r-1", "claim", TEST_SECRETS.DISPATCH_TOKEN)).toBe(403);
-    expect(await call("nope", "claim", await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "nope"))).toBe(404);
-    const own = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "r-1");
+    expect(await call("nope", "claim", await testClaimToken("nope"))).toBe(404);
+    const own = await claimTokenOf(env, "r-1");
     // Not yet claimed (no reconcile ran in this test): complete is refused and changes nothing.
     expect(await call("r-1", "complete", own)).toBe(409);
     const view = await app.request("/v1/assignments/r-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
@@ -146,7 +147,7 @@ describe("NATS trouble", () => {
   it("is 503 on every route when JetStream has no responders, never 500", async () => {
     const env = { ...testEnv(nats, backendUrl), NATS_URL: inject("natsNoJetStreamWsUrl") };
     const id = "nr-1";
-    const token = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, id);
+    const token = await testClaimToken(id);
     const calls: [string, RequestInit][] = [
       ["/v1/assignments", { method: "POST", headers: json(), body: body(id) }],
       [`/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }],
@@ -174,6 +175,34 @@ describe("GET /healthz", () => {
     const wrong = await app.request("/healthz", { headers: bearer(`${TEST_SECRETS.DISPATCH_TOKEN}x`) }, env);
     expect(wrong.status).toBe(401);
     expect(await wrong.text()).not.toContain("consumers");
+  });
+
+  it("without credentials, 200 requests at 20 at once cost one NATS connection; the answer is at most a few seconds old", async () => {
+    const tag = uniqueName("hz");
+    const direct = testEnv(nats, backendUrl);
+    const config = await provisionEnv(direct);
+    // One env object, as workerd hands every request of an isolate.
+    const env = withBindings({ ...direct, NATS_URL: `${inject("natsProxyUrl")}/${tag}` });
+    const counts = async () => (await (await fetch(`${inject("natsProxyUrl").replace("ws://", "http://")}/_counts/${tag}`)).json()) as { connections: number; request: number };
+    const statuses: number[] = [];
+    await inParallel(Array.from({ length: 200 }, (_, i) => i), 20, async () => {
+      statuses.push((await app.request("/healthz", {}, env)).status);
+    });
+    expect(statuses.filter((s) => s === 200)).toHaveLength(200);
+    const after = await counts();
+    // A check that outlived the 3 s a cached answer serves would add one: a handful at most.
+    expect(after.connections).toBeLessThanOrEqual(2);
+    expect(after.request).toBeLessThanOrEqual(2 * 8);
+    // The dispatch token's answer is never kept: it looks now.
+    expect((await app.request("/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env)).status).toBe(200);
+    expect((await counts()).connections).toBe(after.connections + 1);
+
+    // What it reports follows the truth within HEALTH_TTL_MS.
+    await withNats(config, async (h) => (await jetstreamManager(h.nc)).consumers.delete(config.stream, "pod"));
+    await sleep(HEALTH_TTL_MS + 100);
+    const broken = await app.request("/healthz", {}, env);
+    expect(broken.status).toBe(503);
+    expect(((await broken.json()) as { problems: string[] }).problems).toEqual([`consumer pod on stream ${config.stream} is missing (run \`npm run provision\`)`]);
   });
 
   it("warns, still 200, when NATS_GATEWAY=on has no Durable Object binding; not when it is off", async () => {

@@ -1,10 +1,9 @@
 // Every credential check, and that a refused request changes nothing.
 import { describe, expect, inject, it } from "vitest";
-import { claimToken } from "../../src/crypto.ts";
 import { giteaSignature } from "../../src/gitea/signature.ts";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
 import { streamState } from "../harness/nats.ts";
-import { bearer, captureLogs, request } from "../harness/worker.ts";
+import { claimTokenOf, bearer, captureLogs, request } from "../harness/worker.ts";
 import { queuedFixture } from "../harness/fixtures.ts";
 
 describe("authz", () => {
@@ -38,12 +37,12 @@ describe("authz", () => {
       const complete = (token?: string) => request(env, "/v1/assignments/gitea-1187-1/complete", { method: "POST", headers: token ? bearer(token) : {} });
       expect((await claim()).status).toBe(401);
       expect((await claim("garbage")).status).toBe(403);
-      expect((await claim(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "gitea-9999-1"))).status).toBe(403);
-      expect((await claim(await claimToken("another-signing-key-0000000000000000", "gitea-1187-1"))).status).toBe(403);
+      expect((await claim(await testClaimToken("gitea-9999-1", new Date().toISOString()))).status).toBe(403);
+      expect((await claim(await claimTokenOf(env, "gitea-1187-1", "another-signing-key-0000000000000000"))).status).toBe(403);
       expect((await claim(TEST_SECRETS.DISPATCH_TOKEN)).status).toBe(403);
-      expect((await complete(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "gitea-9999-1"))).status).toBe(403);
+      expect((await complete(await testClaimToken("gitea-9999-1", new Date().toISOString()))).status).toBe(403);
       // The right token one character off, or with more after it: compared whole, not on a prefix.
-      const right = await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "gitea-1187-1");
+      const right = await claimTokenOf(env, "gitea-1187-1");
       const lastChanged = right.slice(0, -1) + (right.endsWith("A") ? "B" : "A");
       for (const near of [lastChanged, `${right}A`, `${right}${right}`, right.slice(0, -1)]) {
         expect((await claim(near)).status).toBe(403);

@@ -9,7 +9,7 @@ import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, tickUntil, type Captured } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -46,11 +46,12 @@ describe("a claim or completion by webhook counts only from the runner registere
       if (runnerId === undefined) delete (p.workflow_job as { runner_id?: number }).runner_id;
       return p;
     };
-    for (const id of [777, ours + 1, ours - 1, 0, null, undefined]) {
+    for (const [i, id] of [777, ours + 1, ours - 1, 0, null, undefined].entries()) {
       expect(await deliverJob(env, impostor(inProgressFixture, id))).toEqual({ status: 200, body: { ignored: "runner is not the one registered for gitea-500-1" } });
       const done = await deliverJob(env, impostor(completedFixture, id));
       expect(done.status).toBe(200);
-      expect(done.body).toEqual({ ignored: "nothing to cancel for gitea-9000-1" });
+      // Job 9000 was never queued here: the first completion leaves its tombstone, the rest find it.
+      expect(done.body).toEqual(i === 0 ? { tombstone: "gitea-9000-1" } : { ignored: "nothing to cancel for gitea-9000-1" });
     }
     expect(events("runner_mismatch")).toHaveLength(12);
     await sleep(50);
@@ -106,6 +107,50 @@ describe("odd runner names", () => {
     const left = (await gitea.state()).runners.map((r) => r.id).sort();
     expect(left).toEqual([800, ...odd.map((_, i) => 810 + i)]);
     expect(events("reconcile_summary")).not.toHaveLength(0);
+  });
+});
+
+describe("a job's completed delivered before its queued", () => {
+  const cancelled = (job: number, extra: Record<string, unknown> = {}) =>
+    withJob(completedFixture, job, { status: "completed", conclusion: "cancelled", runner_id: 0, runner_name: "", ...extra });
+
+  it("leaves a tombstone: the late queued provisions nothing, answers 200 and says why; the next attempt is served", async () => {
+    const { env, gitea, backend } = await setup();
+    expect(await deliverJob(env, cancelled(1300))).toEqual({ status: 200, body: { tombstone: "gitea-1300-1" } });
+    expect(events("tombstoned")).toEqual([expect.objectContaining({ assignment: "gitea-1300-1", backend: "pod", reason: "completed in Gitea (cancelled) before its queued delivery" })]);
+    expect(await stateOf(env, "gitea-1300-1")).toBe("terminated");
+    // A second completion finds the tombstone and leaves it as it is.
+    expect(await deliverJob(env, cancelled(1300))).toEqual({ status: 200, body: { ignored: "nothing to cancel for gitea-1300-1" } });
+
+    const late = await deliverJob(env, withJob(queuedFixture, 1300));
+    expect(late).toEqual({ status: 200, body: { ignored: "job gitea-1300-1 completed in Gitea before its queued delivery" } });
+    expect(events("queued_after_completed").map((e) => e.assignment)).toEqual(["gitea-1300-1"]);
+    // Delivered again by Gitea: the same answer.
+    expect((await deliverJob(env, withJob(queuedFixture, 1300))).status).toBe(200);
+    await tick(env);
+    expect((await gitea.state()).registrations).toBe(0);
+    expect((await backend.state()).calls).toBe(0);
+    expect(await holders(env)).toEqual([]);
+    expect(await streamState(env)).toMatchObject({ messages: 0 });
+    expect(await stateOf(env, "gitea-1300-1")).toBe("terminated");
+
+    // The job's next attempt is another assignment, served as usual; so is a job next to it.
+    expect(await deliverJob(env, withJob(queuedFixture, 1300, { run_attempt: 2 }))).toEqual({ status: 202, body: { assignment: "gitea-1300-2", duplicate: false } });
+    expect(await deliverJob(env, withJob(queuedFixture, 1301))).toEqual({ status: 202, body: { assignment: "gitea-1301-1", duplicate: false } });
+    await tickUntil(env, async () => (await holders(env)).length === 2, { timeoutMs: 10_000 });
+    expect((await backend.state()).runners.map((r) => r.id).sort()).toEqual(["gitea-1300-2", "gitea-1301-1"]);
+    expect((await gitea.state()).registrations).toBe(2);
+  });
+
+  it("a completion after the queued cancels as before, and leaves no tombstone for a job no route serves", async () => {
+    const { env, backend } = await setup();
+    await deliverJob(env, withJob(queuedFixture, 1310));
+    expect(await deliverJob(env, cancelled(1310))).toEqual({ status: 200, body: { cancelled: "gitea-1310-1" } });
+    expect(events("tombstoned")).toEqual([]);
+    expect(await deliverJob(env, cancelled(1311, { labels: ["no-such-label"] }))).toEqual({ status: 200, body: { ignored: "nothing to cancel for gitea-1311-1" } });
+    expect(await stateOf(env, "gitea-1311-1")).toBe("http 404");
+    await sleep(50);
+    expect((await backend.state()).runners).toEqual([]);
   });
 });
 

@@ -2,10 +2,9 @@
 // known state, and a scrape whose NATS requests do not grow with the number of assignments.
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { expect, inject, it } from "vitest";
-import { claimToken } from "../../src/crypto.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
-import { bearer, captureLogs, request, sleep } from "../harness/worker.ts";
+import { claimTokenOf, bearer, captureLogs, request, sleep } from "../harness/worker.ts";
 
 const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 const proxy = inject("natsProxyUrl");
@@ -29,7 +28,7 @@ it("answers 404 without METRICS_TOKEN, 401 for a token one character off, and th
     for (const id of ["run-1", "run-2"]) expect((await post(id)).status).toBe(202);
     expect((await createDispatcher({ config }).reconcile("test", 5_000))[0]).toMatchObject({ fetched: 2, naked: 2 });
     for (const id of ["run-1", "run-2"]) {
-      const res = await request(env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, id)) });
+      const res = await request(env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(await claimTokenOf(env, id)) });
       expect(res.status).toBe(200);
     }
     await sleep(100);
@@ -99,7 +98,7 @@ it("counts the assignments waiting for capacity apart from those queued and thos
     for (const id of ["w-1", "w-2", "w-3", "w-4", "w-5"]) expect((await post(id)).status).toBe(202);
     // MaxAckPending = capacity: two are handed out and provisioned; one of them claims.
     expect((await createDispatcher({ config }).reconcile("test", 5_000))[0]).toMatchObject({ fetched: 2 });
-    expect((await request(env, "/v1/assignments/w-1/claim", { method: "POST", headers: bearer(await claimToken(TEST_SECRETS.CLAIM_SIGNING_KEY, "w-1")) })).status).toBe(200);
+    expect((await request(env, "/v1/assignments/w-1/claim", { method: "POST", headers: bearer(await claimTokenOf(env, "w-1")) })).status).toBe(200);
     await sleep(100);
     // The pass acks the claimed one; the next is handed out and finds no slot; two stay queued.
     await createDispatcher({ config }).reconcile("test", 5_000);

@@ -1,0 +1,33 @@
+// What /healthz tells a caller without credentials, kept per isolate for a few seconds: it is the
+// one route that reaches NATS without a credential, so its cost must not follow the request rate.
+import type { Config } from "../config.ts";
+
+/** How long one answer serves every unauthenticated /healthz of an isolate. */
+export const HEALTH_TTL_MS = 3_000;
+
+export interface HealthAnswer {
+  status: 200 | 503;
+  body: Record<string, unknown>;
+}
+
+/**
+ * One check at a time per configuration, its answer reused until `ttlMs` after it settled. Keyed
+ * by the parsed configuration object (one per env and isolate), so nothing outlives it.
+ */
+export function createHealthCache(ttlMs = HEALTH_TTL_MS, now: () => number = Date.now) {
+  const kept = new WeakMap<Config, { answer: Promise<HealthAnswer>; until: number }>();
+  return function cached(config: Config, check: () => Promise<HealthAnswer>): Promise<HealthAnswer> {
+    const entry = kept.get(config);
+    if (entry && now() < entry.until) return entry.answer;
+    const fresh = { answer: check(), until: Number.POSITIVE_INFINITY };
+    kept.set(config, fresh);
+    // In flight, every caller shares it; settled, it serves for ttlMs more.
+    void fresh.answer.then(
+      () => (fresh.until = now() + ttlMs),
+      () => kept.get(config) === fresh && kept.delete(config),
+    );
+    return fresh.answer;
+  };
+}
+
+export type HealthCache = ReturnType<typeof createHealthCache>;
