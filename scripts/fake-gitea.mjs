@@ -8,12 +8,14 @@ import { randomUUID, randomBytes } from "node:crypto";
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
 function newInstance() {
-  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
+  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
 }
 
 export function startFakeGitea() {
   return startTenantServer(newInstance, serve, { contentType: "application/json;charset=utf-8" });
-  function serve({ req, res, text, url, path, tenant: g, send }) {
+  async function serve({ req, res, text, url, path, tenant: g, send }) {
+    // A slow Gitea (POST /_control/delay {"ms": …}): the REST API answers that much later.
+    if (g.delayMs && path.startsWith("/api/v1/")) await new Promise((r) => setTimeout(r, g.delayMs));
     const notFound = () => send(404, { errors: null, message: "not found", url: `http://gitea.example.com/api/swagger` });
     if (path.startsWith("/_control/")) return control(g, path.slice(10), req.method, text, send);
     g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text });
@@ -82,6 +84,10 @@ export function startFakeGitea() {
     if (what === "fail-delete" && method === "POST") {
       g.failDelete = JSON.parse(text);
       return send(200, { failDelete: g.failDelete });
+    }
+    if (what === "delay" && method === "POST") {
+      g.delayMs = JSON.parse(text).ms;
+      return send(200, { delayMs: g.delayMs });
     }
     if (what === "version" && method === "POST") {
       g.version = JSON.parse(text).version;

@@ -38,6 +38,8 @@ export interface DispatcherDeps {
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
   gitea?: GiteaClient;
+  /** Bound on each Gitea call when the caller has less time than BACKEND_TIMEOUT_MS (a gateway call). */
+  giteaTimeoutMs?: number;
   /** Where the Gitea client keeps its registration token; by default its own (this invocation). */
   giteaTokens?: TokenCache;
   /**
@@ -63,7 +65,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const sink = deps.sink ?? consoleSink;
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
-  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, config.backendTimeoutMs, undefined, deps.giteaTokens)) : undefined;
+  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens)) : undefined;
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 

@@ -1,4 +1,5 @@
 // Publishing an assignment: validate, publish, then record (see offerAndPublish for the order).
+import { errors } from "@nats-io/nats-core";
 import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, InvalidInput, Unavailable } from "./domain-errors.ts";
@@ -40,6 +41,7 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
     return await offerAndPublish(d, a, opts.recordLater ?? false);
   } catch (err) {
     if (err instanceof Conflict || err instanceof Unavailable) throw err;
+    // Before the publish (no connection, no stream), so nothing was sent.
     throw new Unavailable("NATS is unavailable; nothing was queued. Retrying with the same id is safe.");
   }
 }
@@ -58,8 +60,11 @@ async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolea
     let ack;
     try {
       ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
-    } catch {
-      throw new Unavailable("NATS did not confirm the publish; nothing was queued. Retrying with the same id is safe.");
+    } catch (err) {
+      // No stream listens: the server refused it. Any other failure (a lost acknowledgement, a
+      // connection that broke) may come after the stream stored it.
+      if (refusedUnheard(err)) throw new Unavailable("NATS did not confirm the publish (no stream took it); nothing was queued. Retrying with the same id is safe.");
+      throw new Unavailable("NATS did not confirm the publish; the assignment may or may not be queued. Retrying with the same id is safe: it is deduplicated by id.");
     }
     let result: "new" | "same" | "conflict" | undefined;
     let record;
@@ -78,6 +83,14 @@ async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolea
     const ended = record?.tombstone ? { ended: true as const } : {};
     return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || result === "same", stored: !ack.duplicate, ...pending, ...ended };
   });
+}
+
+/** A publish that no stream heard (NATS answered "no responders"): certainly not stored. */
+function refusedUnheard(err: unknown): boolean {
+  for (let e = err as { cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
+    if (e instanceof errors.NoRespondersError) return true;
+  }
+  return false;
 }
 
 /** Writes the record of an assignment published with `recordLater`. A conflict found now is logged: its message is termed at delivery. */

@@ -18,6 +18,12 @@ import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall,
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */
 export const CALL_DEADLINE_MS = 2_000;
+/**
+ * Bound on a Gitea call inside a request path call (a webhook's stale-replay check), leaving the
+ * rest of CALL_DEADLINE_MS for NATS: a slow Gitea then answers a 503 that names Gitea, before
+ * anything was published, rather than one blaming NATS while the work goes on.
+ */
+export const GITEA_CALL_MS = 1_200;
 /** Eager passes after publishes and webhooks in flight at once per backend (see coalesce.ts). */
 export const EAGER_PASSES_AT_ONCE = 4;
 /** A connection nobody used for this long is closed (a NATS_URL or credentials no longer in use). */
@@ -100,7 +106,7 @@ export class NatsGateway extends DurableObject {
     try {
       const value = await keeper.run(
         (handle) => {
-          const path = directPath(createDispatcher({ config, sink, borrowed: handle, ...(giteaTokens ? { giteaTokens } : {}) }));
+          const path = directPath(createDispatcher({ config, sink, borrowed: handle, ...(pass ? {} : { giteaTimeoutMs: GITEA_CALL_MS }), ...(giteaTokens ? { giteaTokens } : {}) }));
           return (path[call.op] as (...args: unknown[]) => Promise<unknown>)(...call.args);
         },
         { deadline, retry: !pass },

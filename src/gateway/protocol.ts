@@ -63,14 +63,19 @@ export function toWire(err: unknown, op: PathOp): WireError {
   return { kind: "Internal", message: (err as Error)?.name ?? "Error" };
 }
 
+/**
+ * What a call that NATS did not answer in time left behind. The work may still go on after the
+ * deadline (a publish on its way, a claim's write): so no message claims that nothing happened,
+ * and each says why trying again is safe.
+ */
 const UNAVAILABLE: Record<PathOp, string> = {
-  publish: "NATS did not confirm the publish in time; nothing was queued. Retrying with the same id is safe.",
-  webhook: "NATS did not confirm in time; nothing was queued. Retrying the same delivery is safe.",
-  record: "NATS is unavailable; the record is written at the message's first delivery",
-  get: "NATS is unavailable; retrying the same request is safe",
-  claim: "NATS is unavailable; the claim was not recorded. Retrying the same request is safe.",
-  complete: "NATS is unavailable; the completion was not recorded. Retrying the same request is safe.",
-  reconcile: "NATS is unavailable",
+  publish: "NATS did not confirm the publish in time; the assignment may still be queued. Retrying with the same id is safe: it is deduplicated by id.",
+  webhook: "NATS did not confirm in time; the job may still be queued. Redelivering it is safe (deduplicated by job and attempt); the sweep also finds it while it is queued.",
+  record: "NATS did not confirm the record in time; it is written at the message's first delivery if it was not",
+  get: "NATS did not answer in time; retrying the same request is safe",
+  claim: "NATS did not confirm the claim in time; it may still be recorded. Retrying the same request is safe.",
+  complete: "NATS did not confirm the completion in time; it may still be recorded. Retrying the same request is safe.",
+  reconcile: "NATS did not answer in time",
 };
 
 export function fromWire(w: WireError): Error {

@@ -117,6 +117,8 @@ export function giteaControl(env: Record<string, string>) {
     jobs: (jobs: unknown[]) => post("jobs", jobs),
     version: (version: string) => post("version", { version }),
     runners: (runners: { id: number; name: string }[]) => post("runners", runners),
+    /** Every REST API answer comes `ms` late. */
+    delay: (ms: number) => post("delay", { ms }),
     /** Gitea answers 500 to deleting these runners. */
     failDelete: (ids: number[]) => post("fail-delete", ids),
     async state(): Promise<{

@@ -187,6 +187,29 @@ describe("queued deliveries", () => {
   });
 });
 
+describe("a slow Gitea inside the gateway's deadline", () => {
+  it("an old delivery's check with a Gitea slower than the gateway allows is a 503 naming Gitea, and queues nothing", async () => {
+    const eightDaysAgo = new Date(Date.now() - 8 * 86_400_000).toISOString();
+    const { env, gitea } = await setup();
+    await gitea.jobs([{ ...withJob(queuedFixture, 720, { created_at: eightDaysAgo }).workflow_job, status: "queued" }]);
+    await gitea.delay(3_000);
+    const started = Date.now();
+    const slow = await deliverJob(env, withJob(queuedFixture, 720, { created_at: eightDaysAgo }));
+    expect(slow.status).toBe(503);
+    expect(String(slow.body.error)).toMatch(/^Gitea could not confirm that job 720 is still queued \(.*timed out\); nothing was queued/);
+    expect(String(slow.body.error)).not.toMatch(/NATS/);
+    // Answered by the object within its deadline, not by the invocation's fallback after it.
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(events("gateway_fallback")).toEqual([]);
+    await sleep(3_200);
+    expect(await streamState(env)).toMatchObject({ messages: 0 });
+
+    // Near miss: a Gitea that answers within the bound is waited for, and the job is queued.
+    await gitea.delay(300);
+    expect(await deliverJob(env, withJob(queuedFixture, 720, { created_at: eightDaysAgo }))).toEqual({ status: 202, body: { assignment: "gitea-720-1", duplicate: false } });
+  });
+});
+
 describe("signature headers", () => {
   const send = async (env: Env, headers: Record<string, string>) => {
     const raw = JSON.stringify(queuedFixture);
