@@ -18,6 +18,7 @@ import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
 import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
+import { passedFrom } from "./start-vars.mjs";
 import { simulateCluster } from "./simulate-cluster.mjs";
 import { loadProvisionConfig } from "../src/config.ts";
 import { provision } from "../src/layout.ts";
@@ -36,10 +37,7 @@ try {
 }
 
 const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
-const PASS = ["JETSTREAM_REPLICAS", "TRUST_DOMAIN", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "STATUS_TOKEN", "METRICS_TOKEN", "CAPACITY_POD", "CAPACITY_VM", "RETRY_DELAY_MS", "CLAIM_TIMEOUT_MS", "BATCH_SIZE",
-  "POD_DRIVER", "VM_DRIVER", "K8S_API_URL", "K8S_TOKEN", "K8S_NAMESPACE", "RUNNER_IMAGE", "RUNNER_VM_IMAGE", "POD_TEMPLATE", "VM_TEMPLATE",
-  "GITEA_URL", "GITEA_WEBHOOK_SECRET", "GITEA_API_TOKEN", "GITEA_RUNNER_REGISTRATION_TOKEN", "GITEA_SCOPE", "RUNS_ON_ROUTES", "RUNNER_IDENTITY_KEY", "RUNNER_NAME_PREFIX"];
-const chosen = pick(user, PASS);
+const chosen = passedFrom(user);
 const drivers = [chosen.POD_DRIVER ?? "http", chosen.VM_DRIVER ?? "http"];
 const needsCluster = drivers.some((d) => d !== "http");
 
@@ -210,6 +208,3 @@ function dotenvQuote(value) {
   throw new Error("a variable holds every kind of quote; it cannot go into a dotenv file");
 }
 
-function pick(obj, keys) {
-  return Object.fromEntries(keys.filter((k) => obj[k] !== undefined && obj[k] !== "").map((k) => [k, obj[k]]));
-}

@@ -43,8 +43,8 @@ const portOpen = (port: number) =>
     s.on("error", () => resolve(false));
   });
 
-async function startNpm(port: number): Promise<{ npm: ChildProcess; output: () => string }> {
-  const npm = spawn("npm", ["start"], { env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent" }, stdio: ["ignore", "pipe", "pipe"] });
+async function startNpm(port: number, extra: Record<string, string> = {}): Promise<{ npm: ChildProcess; output: () => string }> {
+  const npm = spawn("npm", ["start"], { env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent", ...extra }, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   npm.stdout!.on("data", (d) => (out += d));
   npm.stderr!.on("data", (d) => (out += d));
@@ -58,9 +58,11 @@ async function startNpm(port: number): Promise<{ npm: ChildProcess; output: () =
 
 describe("npm start", () => {
   for (const target of ["npm", "start.mjs"] as const) {
-    it(`stops everything it started and frees the port on SIGTERM to ${target}; no secret on a command line`, { timeout: 150_000 }, async () => {
+    // One run with EAGER_RECONCILE=false, one without: the variable reaches the Worker.
+    const eager = target === "start.mjs";
+    it(`stops everything it started and frees the port on SIGTERM to ${target}; no secret on a command line; EAGER_RECONCILE=${eager} is passed on`, { timeout: 150_000 }, async () => {
       const port = await freePort();
-      const { npm, output } = await startNpm(port);
+      const { npm, output } = await startNpm(port, eager ? {} : { EAGER_RECONCILE: "false", NATS_GATEWAY: "off" });
       const tree = descendants(npm.pid!);
       expect(tree.some((p) => cmdline(p).includes("workerd"))).toBe(true);
       expect(tree.some((p) => cmdline(p).includes("nats-server"))).toBe(true);
@@ -75,6 +77,13 @@ describe("npm start", () => {
       const page = await fetch(printed![1]!, { headers: { authorization: `Basic ${btoa(`me:${printed![2]}`)}` } });
       expect(page.status).toBe(200);
       expect(await page.text()).toContain("slots used");
+      // No cron tick for a minute: only an eager pass provisions an assignment now.
+      const api = (path: string, init: RequestInit = {}) => fetch(`http://127.0.0.1:${port}${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } });
+      expect((await api("/v1/assignments", { method: "POST", body: JSON.stringify({ version: 1, id: "start-1", backend: "pod", labels: ["x"] }) })).status).toBe(202);
+      await new Promise((r) => setTimeout(r, 4_000));
+      const { state } = (await (await api("/v1/assignments/start-1")).json()) as { state: string };
+      if (eager) expect(["backend_pending", "backend_ready", "claimed", "completed"]).toContain(state);
+      else expect(state).toBe("received");
 
       const victim = target === "npm" ? npm.pid! : tree.find((p) => cmdline(p).includes("scripts/start.mjs"))!;
       process.kill(victim, "SIGTERM");
