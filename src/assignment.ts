@@ -20,6 +20,9 @@ const jobSchema = z.strictObject({
 
 const labelSchema = z.string().min(1).max(256).regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" });
 
+/** An assignment's createdAt: RFC 3339 with an offset. */
+export const assignmentTime = z.iso.datetime({ offset: true, message: "must be an RFC 3339 timestamp" });
+
 const fields = {
   version: z.literal(1, { message: "unsupported version, expected 1" }),
   id: assignmentIdSchema,
@@ -27,7 +30,7 @@ const fields = {
   workload: z.string().max(2048).regex(SPIFFE_PATTERN, { message: "must be a SPIFFE ID spiffe://<trust-domain>/<path>" }),
   labels: z.array(labelSchema).min(1).max(32),
   job: jobSchema.optional(),
-  createdAt: z.iso.datetime({ offset: true, message: "must be an RFC 3339 timestamp" }),
+  createdAt: assignmentTime,
 };
 
 export const assignmentSchema = z.strictObject(fields);

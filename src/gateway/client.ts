@@ -6,6 +6,9 @@ import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type PathOp, type RequestPath } from "../request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
 import { fromWire, reasonOf, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
+import { gatewayName, shardOf } from "./shards.ts";
+
+export { gatewayName, shardOf };
 
 /** The Durable Object namespace of the gateway (wrangler.jsonc, durable_objects.bindings). */
 export const GATEWAY_BINDING = "NATS_GATEWAY_DO";
@@ -42,15 +45,6 @@ export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatch
     webhook: (payload) => call("webhook", `job-${payload.workflow_job.id}`, [payload]),
     reconcile: (trigger, budgetMs, opts) => call("reconcile", crypto.randomUUID(), [trigger, budgetMs, opts]),
   };
-}
-
-export const gatewayName = (shard: number) => `nats-gateway-${shard}`;
-
-/** FNV-1a of the key, modulo the shard count: the calls of one assignment go to one object. */
-export function shardOf(key: string, shards: number): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
-  return (h >>> 0) % shards;
 }
 
 function idOf(body: unknown): string {

@@ -5,7 +5,7 @@ import type { Backend } from "../names.ts";
 import { cancelAssignment, completeAssignmentRun, claimAssignment, RunnerMismatch, type Tombstone } from "../operations.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
-import { toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
+import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
@@ -69,7 +69,9 @@ type ListedJob = { id: number; run_id: number; run_attempt?: number; name?: stri
 export function jobAssignment(gitea: GiteaConfig, job: ListedJob, repository: string): AssignmentRequest | undefined {
   const route = matchRoute(gitea.routes, job.labels ?? []);
   if (!route) return undefined;
-  const created = job.created_at && !job.created_at.startsWith("0001-") ? job.created_at : undefined;
+  // A time the assignment could not keep (Go's zero time, or none that parses) is left out: the
+  // publish fills in its own, as for any request without one.
+  const created = job.created_at && !job.created_at.startsWith("0001-") && assignmentTime.safeParse(job.created_at).success ? job.created_at : undefined;
   return {
     version: 1,
     id: jobAssignmentId(job.id, job.run_attempt),

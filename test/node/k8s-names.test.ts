@@ -56,4 +56,14 @@ describe("kubernetes object names", () => {
     expect(doubled.name).not.toBe("gdr-a--0123456789abcdef");
     expect((await objectNames("gdr", "gitea-1187-1")).name).toBe("gdr-gitea-1187-1");
   });
+
+  // Pinned, so that objects an earlier version made keep their names (a renamed Pod would be an
+  // orphan): "--" and the first 16 hex characters of SHA-256 of the exact id (sha256sum).
+  it("hash exactly as before: <readable>--<16 hex of SHA-256(id)>", async () => {
+    expect(await objectNames("gdr", "Gitea-1187-1")).toEqual({ name: "gdr-gitea-1187-1--1c90a5c85a0cb0cc", label: "gitea-1187-1--1c90a5c85a0cb0cc" });
+    expect(await objectNames("gdr", "a--b")).toEqual({ name: "gdr-a-b--90827a2e56361a8f", label: "a-b--90827a2e56361a8f" });
+    expect(await objectNames("runners", "build.x")).toEqual({ name: "runners-build-x--0cf5ab8abb4fa10d", label: "build-x--0cf5ab8abb4fa10d" });
+    // The plain form is the id itself.
+    expect(await objectNames("gdr", "gitea-1187-1")).toEqual({ name: "gdr-gitea-1187-1", label: "gitea-1187-1" });
+  });
 });

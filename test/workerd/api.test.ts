@@ -114,6 +114,29 @@ describe("runner endpoints", () => {
     expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(second) }, env)).status).toBe(409);
   });
 
+  it("a token holder's claim while the record says capacity_wait is taken and counted; a wrong token in that state is refused", async () => {
+    const env = testEnv(nats, backendUrl);
+    const d = createDispatcher({ config: await provisionEnv(env) });
+    await publishAssignment(d, JSON.parse(body("wait-1")));
+    await publishAssignment(d, JSON.parse(body("wait-2")));
+    await d.withState((s) => s.records.update("wait-1", (r) => ({ ...r, state: "capacity_wait" })));
+    const own = await claimTokenOf(env, "wait-1");
+    const claim = (token: string) => app.request("/v1/assignments/wait-1/claim", { method: "POST", headers: bearer(token) }, env);
+    for (const wrong of [await claimTokenOf(env, "wait-2"), own.slice(0, -1) + (own.endsWith("A") ? "B" : "A")]) expect((await claim(wrong)).status).toBe(403);
+    expect((await d.withState((s) => s.records.get("wait-1")))?.state).toBe("capacity_wait");
+    const logs = captureLogs();
+    let res: Response;
+    try {
+      res = await claim(own);
+    } finally {
+      logs.restore();
+    }
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ id: "wait-1", state: "claimed" });
+    expect(logs.events().filter((e) => e.event === "claimed").map((e) => e.assignment)).toEqual(["wait-1"]);
+    expect((await d.withState((s) => s.records.get("wait-1")))?.state).toBe("claimed");
+  });
+
   it("a Gitea runner's claim counts only once its registration is stored, whatever the state", async () => {
     const env = testEnv(nats, backendUrl);
     const d = createDispatcher({ config: await provisionEnv(env) });

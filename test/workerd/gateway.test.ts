@@ -202,3 +202,39 @@ describe("NATS gateway", () => {
     }
   });
 });
+
+// A claim's pass waits for the claimed runner's message to come back from its nak delay; a
+// webhook's does not. Merged into a webhook pass that is busy (its backend call hangs), the claim's
+// message would wait for that pass and the cron tick. One object, and three.
+describe.each([1, 3])("a claim while webhook passes are busy (NATS_GATEWAY_SHARDS=%i)", (shards) => {
+  it("has its message acked within a few seconds, without a tick", { timeout: 60_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const env = await proxiedEnv(uniqueName("gwc"), { RETRY_DELAY_MS: 500, NATS_GATEWAY_SHARDS: shards });
+      const backend = backendControl(env);
+      const first = 812_000 + shards * 100;
+      expect((await deliverJob(env, withJob(queuedFixture, first))).status).toBe(202);
+      const runner = (await backend.state()).runners.find((r) => r.id === `gitea-${first}-1`)!;
+      expect(runner).toBeDefined();
+      // Four more webhooks whose passes each hang 8 s in the backend: every pass slot is taken.
+      await backend.mode({ token: "backend-token", delayMs: 8_000 });
+      const busy = range(first + 1, 4).map(async (job, i) => {
+        await sleep(i * 150);
+        return deliverJob(env, withJob(queuedFixture, job));
+      });
+      const puts = async () => (await backend.state()).requests.filter((r) => r.method === "PUT" && !r.path.endsWith(`/gitea-${first}-1`)).length;
+      for (let i = 0; i < 100 && (await puts()) < 4; i++) await sleep(50);
+      expect(await puts()).toBe(4);
+
+      const started = Date.now();
+      expect((await request(env, `/v1/assignments/${runner.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })).status).toBe(200);
+      const acked = () => logs.events().some((e) => e.event === "acked" && e.assignment === runner.id);
+      while (!acked() && Date.now() - started < 4_000) await sleep(50);
+      expect(acked()).toBe(true);
+      expect(Date.now() - started).toBeLessThan(4_000);
+      await Promise.all(busy);
+    } finally {
+      logs.restore();
+    }
+  });
+});

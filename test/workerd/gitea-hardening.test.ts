@@ -155,6 +155,36 @@ describe("a job's completed delivered before its queued", () => {
 });
 
 describe("queued deliveries", () => {
+  it("refuse a repository name longer than an assignment keeps, naming the field; 256 characters still pass", async () => {
+    const { env } = await setup();
+    const named = (job: number, fullName: string) => ({ ...withJob(queuedFixture, job), repository: { ...queuedFixture.repository, full_name: fullName } });
+    const tooLong = await deliverJob(env, named(1400, `acme/${"r".repeat(252)}`));
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.body).toMatchObject({ error: "invalid workflow_job payload", fields: [{ field: "repository.full_name", message: "at most 256 characters" }] });
+    expect(await streamState(env)).toMatchObject({ messages: 0 });
+    expect((await deliverJob(env, named(1401, `acme/${"r".repeat(251)}`))).status).toBe(202);
+  });
+
+  it("take application/json, with parameters, and nothing that only starts like it", async () => {
+    const { env } = await setup();
+    const send = async (job: number, type: string) => {
+      const raw = JSON.stringify(withJob(queuedFixture, job));
+      const sig = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
+      return request(env, "/v1/gitea/webhook", { method: "POST", headers: { "content-type": type, "x-gitea-event-type": "workflow_job", "x-gitea-signature": sig }, body: raw });
+    };
+    for (const type of ["application/json-patch+json", "application/json-foo", "application/jsonx", "application/x-www-form-urlencoded", "text/json", "application/json,text/plain"]) {
+      const res = await send(1410, type);
+      expect(res.status, type).toBe(415);
+      expect(((await res.json()) as { error: string }).error).toMatch(/^content-type must be application\/json/);
+    }
+    expect(await streamState(env)).toMatchObject({ messages: 0 });
+    for (const [i, type] of ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8", " application/json "].entries()) expect((await send(1411 + i, type)).status, type).toBe(202);
+    // The operator API likewise.
+    const post = (type: string) => request(env, "/v1/assignments", { method: "POST", headers: { ...bearer(TEST_SECRETS.DISPATCH_TOKEN), "content-type": type }, body: JSON.stringify({ version: 1, id: "ct-1", backend: "pod", labels: ["x"] }) });
+    expect((await post("application/json-patch+json")).status).toBe(415);
+    expect((await post("application/json; charset=utf-8")).status).toBe(202);
+  });
+
   it("a second run attempt is a new assignment", async () => {
     const { env } = await setup();
     expect((await deliverJob(env, queuedFixture)).body).toEqual({ assignment: "gitea-1187-1", duplicate: false });
@@ -179,6 +209,21 @@ describe("queued deliveries", () => {
     expect((await deliverJob(env, withJob(queuedFixture, 704, { created_at: new Date(Date.now() - 5 * 86_400_000).toISOString() }))).status).toBe(202);
     expect(events("stale_delivery").map((e) => e.assignment)).toEqual(["gitea-702-1", "gitea-703-1"]);
     expect(await streamState(env)).toMatchObject({ messages: 2 });
+
+    // Another attempt queued in Gitea does not vouch for this one; this attempt still queued does.
+    await gitea.jobs([{ ...old(705).workflow_job, status: "queued", run_attempt: 2 }, { ...old(706).workflow_job, status: "queued", run_attempt: 1 }]);
+    expect((await deliverJob(env, old(705))).body).toMatchObject({ ignored: expect.stringContaining("no longer queued in Gitea (queued)") });
+    expect((await deliverJob(env, old(706))).body).toEqual({ assignment: "gitea-706-1", duplicate: false });
+    // An age nobody can tell counts as old: asked about, and Gitea's answer decides.
+    const undated = (id: number, created_at: string | undefined) => {
+      const p = withJob(queuedFixture, id, { created_at });
+      if (created_at === undefined) delete (p.workflow_job as { created_at?: string }).created_at;
+      return p;
+    };
+    await gitea.jobs([{ ...undated(708, "not a date").workflow_job, status: "queued" }]);
+    for (const [id, at] of [[707, undefined], [708, "not a date"], [709, "0001-01-01T00:00:00Z"]] as const) await deliverJob(env, undated(id, at));
+    expect(await streamState(env)).toMatchObject({ messages: 4 });
+    expect(events("stale_delivery").map((e) => e.assignment)).toEqual(["gitea-702-1", "gitea-703-1", "gitea-705-1", "gitea-707-1", "gitea-709-1"]);
 
     // Without an API token nobody can confirm it: not published.
     const noToken = await setup({ GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "gitea-registration-token-0000" });
