@@ -1,5 +1,5 @@
 # Provisions Node 22 and a current nats-server into a cache folder, without touching the system.
-# Sourced by .ci/run and by developers: `. .ci/env.sh`. Idempotent; prints nothing when cached.
+# Sourced by ./run (and so by .ci/run); a shell may source it too: `. .ci/env.sh`. Idempotent; prints nothing when cached.
 GDR_CACHE="${GDR_CACHE:-$HOME/.cache/gdr}"
 NODE_SPEC="${GDR_NODE_SPEC:-node@22}"
 mkdir -p "$GDR_CACHE"
@@ -17,8 +17,8 @@ if [ -z "${NATS_SERVER_BIN:-}" ] && [ ! -x "$GDR_CACHE/nats/usr/sbin/nats-server
   # The machine's own Debian mirror, from its apt sources (deb822 or one-line format); never a
   # host of our choosing.
   apt_etc="${GDR_APT_ETC:-/etc/apt}"
-  mirror=$(awk '/^URIs:/ {print $2; exit}' "$apt_etc"/sources.list.d/*.sources 2>/dev/null)
-  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' "$apt_etc"/sources.list "$apt_etc"/sources.list.d/*.list 2>/dev/null | head -n 1)
+  mirror=$(awk '/^URIs:/ {print $2; exit}' "$apt_etc"/sources.list.d/*.sources 2>/dev/null || true)
+  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' "$apt_etc"/sources.list "$apt_etc"/sources.list.d/*.list 2>/dev/null | head -n 1 || true)
   if [ -z "$mirror" ]; then
     echo "cannot provision nats-server: this machine's apt sources name no Debian mirror (looked in $apt_etc/sources.list.d/*.sources, $apt_etc/sources.list and *.list); set NATS_SERVER_BIN to a nats-server >= 2.11 instead" >&2
     return 1 2>/dev/null || exit 1
@@ -34,7 +34,10 @@ export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$GDR_CACHE/nats/usr/sbin/nats-server}
 # Debian's chromium for the status page's browser test: the package and the libraries it needs
 # that the system lacks, unpacked into the cache (the system's own packages stay as they are),
 # behind a wrapper that points the loader at them. A chromium on the system is used as it is.
-if [ -z "${GDR_CHROMIUM:-}" ] && [ -x /usr/bin/chromium ]; then
+# GDR_NO_CHROMIUM=1 (./run for anything but the tests) skips it.
+if [ -n "${GDR_NO_CHROMIUM:-}" ]; then
+  :
+elif [ -z "${GDR_CHROMIUM:-}" ] && [ -x /usr/bin/chromium ]; then
   export GDR_CHROMIUM=/usr/bin/chromium
 elif [ -z "${GDR_CHROMIUM:-}" ]; then
   chr="$GDR_CACHE/chromium"

@@ -24,7 +24,7 @@ describe("first run", () => {
       const run = spawnSync(system, ["/usr/lib/node_modules/npm/bin/npm-cli.js", "run", script], { encoding: "utf8", env: { PATH: "/usr/bin:/bin" } as unknown as NodeJS.ProcessEnv });
       expect(run.status, script).not.toBe(0);
       const ours = run.stderr.split("\n").filter((l) => l.includes("gitea-edge-dispatcher needs"));
-      expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: run `\. \.ci\/env\.sh`/)]);
+      expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: use `\.\/run start` or `\.\/run test`/)]);
       expect(run.stderr + run.stdout).not.toContain("ERR_UNKNOWN_FILE_EXTENSION");
     }
   });
