@@ -25,8 +25,11 @@ it("./run start from a fresh clone with Node 20 on PATH provisions Node 22, inst
   if (existsSync(realNats)) symlinkSync(realNats, join(cache, "nats"));
 
   const port = await freePort();
-  const env = { HOME: homedir(), PATH: "/usr/bin:/bin", GDR_CACHE: cache, PORT: String(port), TICK_MS: "60000", DEV_VARS: "/nonexistent", ...(existsSync(realNats) ? {} : { NATS_SERVER_BIN: process.env.NATS_SERVER_BIN ?? "" }) };
-  const child = spawn("./run", ["start"], { cwd: clone, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  // The machine's environment (its CA and registry settings among it) as a new shell has it: no
+  // Node 22 on PATH, nothing this test run's npm or .ci/env.sh exported.
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(npm_|NODE_OPTIONS$|NATS_SERVER_BIN$|GDR_|VITEST|PATH$)/i.test(k)));
+  const env = { ...inherited, PATH: "/usr/bin:/bin", GDR_CACHE: cache, PORT: String(port), TICK_MS: "60000", DEV_VARS: "/nonexistent", ...(existsSync(realNats) ? {} : { NATS_SERVER_BIN: process.env.NATS_SERVER_BIN ?? "" }) };
+  const child = spawn("./run", ["start"], { cwd: clone, env: env as unknown as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "";
   child.stdout!.on("data", (d) => (out += d));
   child.stderr!.on("data", (d) => (out += d));
