@@ -34,12 +34,12 @@ function bundle() {
  * (BENCH_HOST): "wrangler" runs `wrangler dev` (the tests' default), "miniflare" the deploy bundle
  * in workerd without wrangler dev's proxy and inspector (bench/host.mjs; the bench's default).
  */
-export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler") {
+export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler", { inspectorPort } = {}) {
   port ??= await freePort();
   const all = { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
   let child;
   if (host === "miniflare") {
-    const env = { ...process.env, GDR_HOST_BUNDLE: await bundle(), GDR_HOST_PORT: String(port), GDR_HOST_VARS: JSON.stringify(all) };
+    const env = { ...process.env, GDR_HOST_BUNDLE: await bundle(), GDR_HOST_PORT: String(port), GDR_HOST_VARS: JSON.stringify(all), ...(inspectorPort ? { BENCH_INSPECTOR_PORT: String(inspectorPort) } : {}) };
     child = spawn(process.execPath, ["bench/host.mjs"], { stdio: ["ignore", "pipe", "pipe"], env, detached: true });
   } else {
     // Its own inspector port, so that several Workers can run side by side (the default is fixed).

@@ -22,6 +22,7 @@ import { measureFailoverGap } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
+import { measureSoak } from "./soak.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
 // BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
@@ -323,6 +324,8 @@ async function isolates() {
 }
 const ISOLATE_JOBS = Number(process.env.BENCH_ISOLATE_JOBS ?? 40);
 const DIST_N = Number(process.env.BENCH_DIST_N ?? 100);
+const SOAK_JOBS = Number(process.env.BENCH_SOAK_JOBS ?? 3000);
+const SOAK_PER_SEC = Number(process.env.BENCH_SOAK_PER_SEC ?? 25);
 
 /** On a 3-node R3 cluster: time to runner (against loopback's), and the failover gap. */
 async function clusterFigures() {
@@ -341,62 +344,103 @@ async function clusterFigures() {
   }
 }
 
+// Each section runs on its own: its figures are written (and its rows printed) as soon as it
+// finishes, and one that fails is reported with its error while the others are kept.
+// BENCH_ONLY=name[,name…] runs only those sections, and prints only their rows.
+const SECTIONS = {
+  ingest: () => ingest(),
+  reconcile: () => reconcile(),
+  req: () => natsRequests(),
+  ttr: async () => ({ loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")) }),
+  ttrload: async () => ({ underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: process.env.BENCH_ONE_HOST ? {} : await timeToRunnerUnderLoad(OTHER_HOST) }),
+  admission: () => admission(),
+  cluster: () => clusterFigures(),
+  isolates: () => isolates(),
+  soak: async () => {
+    const vars = varsFor("soak");
+    await provisioned(vars);
+    return measureSoak({ vars, backendMode, startWorker, sendWebhook, log, jobs: SOAK_JOBS, perSec: SOAK_PER_SEC });
+  },
+  distance: () => measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
+};
+const only = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(",").map((x) => x.trim()) : undefined;
+const unknown = (only ?? []).filter((x) => !(x in SECTIONS));
+const r = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+
+/** The table rows of each section, from its own figures (and, where a row compares, another's). */
+const ROWS = {
+  ingest: (i) => [
+    `| ingest, c=16, n=${i.n} | ${r(i.rps)} req/s, p50 ${r(i.p50Ms)} ms, p99 ${r(i.p99Ms)} ms | ${r(i.baselineRps)} publishes/s | ${r(i.ratio, 2)} | ratio ≥ 0.7 |`,
+    `| ingest p99 at c=32 | ${r(i.p99MsAt32)} ms | | | ≤ 1000 ms |`,
+  ],
+  reconcile: (c) => [`| reconcile, k=${c.k} | ${r(c.assignmentsPerSec)} acked/s (${c.wallMs} ms${c.ackedAll ? "" : ", not all acked"}) | ${r(c.baselinePerSec)} raw acks/s | ${r(c.ratio, 2)} | ≥ 2000/s |`],
+  req: (q) => [
+    `| NATS ops per webhook | ${r(q.perWebhook, 2)} | | | ≤ 3 |`,
+    `| NATS ops per reconciled assignment | ${r(q.perReconciled, 2)} (+ ${r(q.perClaim, 2)} in the runner's claim call) | | | ≤ 4 |`,
+  ],
+  ttr: (t) => [
+    `| time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |`,
+    `| time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |`,
+  ],
+  ttrload: (t) => [`| time to runner, loopback, 16 webhooks in flight, runners claiming | ${hostRow(t.underLoad)} | ${hostRow(t.underLoadOtherHost)} | | p50 ≤ 100 ms |`],
+  admission: (a) =>
+    ["rtt0", "rtt50"].map((k) => {
+      const x = a[k];
+      return `| admission, c=32, capacity 1000, ${k === "rtt0" ? 0 : 50} ms RTT | ${r(x.admissionsPerSec)} admissions/s (${r(x.opsPerSec)} ops/s), ${r(x.requestsPerOp, 2)} requests/op, ${r(x.retriesPerOp, 2)} retries/op, ${x.gaveUp} give-ups | | | ${k === "rtt50" ? "≥ 200 admissions/s, " : ""}no give-ups |`;
+    }),
+  cluster: (c, all) => [
+    `| time to runner, 3-node R3 cluster, loopback | p50 ${r(c.timeToRunner.p50Ms)} ms, p99 ${r(c.timeToRunner.p99Ms)} ms | ${all.ttr ? `p50 ${r(all.ttr.loopback.p50Ms)} ms on one server` : ""} | | |`,
+    `| failover gap: stream leader SIGKILLed → publishes succeed again | ${r(c.failover.gapMs)} ms (${c.failover.failed} publishes failed meanwhile) | | | |`,
+  ],
+  isolates: (x) => [`| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`],
+  distance: (x) => distanceRows(x, r),
+  soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | | | no growth with jobs |`],
+};
+
 try {
-  const results = {
-    at: new Date().toISOString(),
-    ingest: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ingest" ? {} : await ingest(),
-    reconcile: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "reconcile" ? {} : await reconcile(),
-    natsRequests: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "req" ? {} : await natsRequests(),
-    timeToRunner:
-      process.env.BENCH_ONLY === "ttrload"
-        ? { loopback: {}, rtt50: {}, underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: process.env.BENCH_ONE_HOST ? {} : await timeToRunnerUnderLoad(OTHER_HOST) }
-        : process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "ttr"
-          ? { loopback: {}, rtt50: {}, underLoad: {}, underLoadOtherHost: {} }
-          : { loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")), underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: process.env.BENCH_ONE_HOST ? {} : await timeToRunnerUnderLoad(OTHER_HOST) },
-    admission: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "admission" ? { rtt0: {}, rtt50: {} } : await admission(),
-    cluster: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "cluster" ? { timeToRunner: {}, failover: {} } : await clusterFigures(),
-    isolates: process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "isolates" ? { one: {}, four: {} } : await isolates(),
-    distance:
-      process.env.BENCH_ONLY && process.env.BENCH_ONLY !== "distance"
-        ? { webhook: {}, throughput: {}, timeToRunner: {}, raw: {}, connectionsPer1000: {} }
-        : await measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
-    machine: { host: HOST, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
-  };
-  mkdirSync("bench/results", { recursive: true });
+  if (unknown.length) throw new Error(`BENCH_ONLY names no section ${unknown.join(", ")}; the sections: ${Object.keys(SECTIONS).join(", ")}`);
+  const results = { at: new Date().toISOString(), complete: false, machine: { host: HOST, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() }, failed: {} };
   // A partial run (BENCH_ONLY) must not pass for the figures of a whole one.
-  writeFileSync(process.env.BENCH_ONLY ? "bench/results/partial.json" : "bench/results/latest.json", JSON.stringify(results, null, 2) + "\n");
-  const r = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
-  const host = (u) =>
-    !u.host ? "" : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms; CPU ms per job at 16: ${Object.entries(u.cpuMsPerJob ?? {}).map(([k, v]) => `${k} ${v}`).join(", ")}, machine ${r((u.machineBusy ?? NaN) * 100)} % busy`;
-  const i = results.ingest;
-  const c = results.reconcile;
-  const q = results.natsRequests;
-  const t = results.timeToRunner;
+  const out = only ? "bench/results/partial.json" : "bench/results/latest.json";
+  mkdirSync("bench/results", { recursive: true });
+  const save = () => writeFileSync(out, JSON.stringify(results, null, 2) + "\n");
+  const printed = [];
+  for (const [name, run] of Object.entries(SECTIONS)) {
+    if (only && !only.includes(name)) continue;
+    const started = Date.now();
+    try {
+      results[name] = await run();
+      log(`${name}: done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    } catch (err) {
+      results.failed[name] = String(err?.stack ?? err).slice(0, 2000);
+      log(`${name}: FAILED after ${((Date.now() - started) / 1000).toFixed(0)} s: ${err?.message ?? err}`);
+      process.exitCode = 1;
+    }
+    save();
+    const rows = results.failed[name] ? [`| ${name} | failed: ${String(results.failed[name]).split("\n")[0]} | | | |`] : ROWS[name](results[name], results);
+    printed.push(...rows);
+    for (const row of rows) log(row);
+  }
+  results.complete = !Object.keys(results.failed).length;
+  save();
   console.log(`
 | figure | measured | baseline | ratio | goal |
 |---|---|---|---|---|
-| ingest, c=16, n=${i.n} | ${r(i.rps)} req/s, p50 ${r(i.p50Ms)} ms, p99 ${r(i.p99Ms)} ms | ${r(i.baselineRps)} publishes/s | ${r(i.ratio, 2)} | ratio ≥ 0.7 |
-| ingest p99 at c=32 | ${r(i.p99MsAt32)} ms | | | ≤ 1000 ms |
-| reconcile, k=${c.k} | ${r(c.assignmentsPerSec)} acked/s (${c.wallMs} ms${c.ackedAll ? "" : ", not all acked"}) | ${r(c.baselinePerSec)} raw acks/s | ${r(c.ratio, 2)} | ≥ 2000/s |
-| NATS ops per webhook | ${r(q.perWebhook, 2)} | | | ≤ 3 |
-| NATS ops per reconciled assignment | ${r(q.perReconciled, 2)} (+ ${r(q.perClaim, 2)} in the runner's claim call) | | | ≤ 4 |
-| time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |
-| time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |
-| time to runner, loopback, 16 webhooks in flight, runners claiming | ${host(t.underLoad)} | ${host(t.underLoadOtherHost)} | | p50 ≤ 100 ms |
-| time to runner, 3-node R3 cluster, loopback | p50 ${r(results.cluster.timeToRunner.p50Ms)} ms, p99 ${r(results.cluster.timeToRunner.p99Ms)} ms | p50 ${r(t.loopback.p50Ms)} ms on one server | | |
-| failover gap: stream leader SIGKILLed → publishes succeed again | ${r(results.cluster.failover.gapMs)} ms (${results.cluster.failover.failed} publishes failed meanwhile) | | | |
-| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(results.isolates.four.jobsPerSec, 2)} (${r(results.isolates.four.ofCeiling, 2)} of the ceiling ${r(results.isolates.four.ceiling, 2)}) | ${r(results.isolates.one.jobsPerSec, 2)} with 1 isolate (${r(results.isolates.one.ofCeiling, 2)} of the ceiling) | ${r(results.isolates.ratio, 2)} | ≥ 0.8 of the ceiling |
-| admission, c=32, capacity 1000, 0 ms RTT | ${r(results.admission.rtt0.admissionsPerSec)} admissions/s (${r(results.admission.rtt0.opsPerSec)} ops/s), ${r(results.admission.rtt0.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt0.retriesPerOp, 2)} retries/op, ${results.admission.rtt0.gaveUp} give-ups | | | no give-ups |
-| admission, c=32, capacity 1000, 50 ms RTT | ${r(results.admission.rtt50.admissionsPerSec)} admissions/s (${r(results.admission.rtt50.opsPerSec)} ops/s), ${r(results.admission.rtt50.requestsPerOp, 2)} requests/op, ${r(results.admission.rtt50.retriesPerOp, 2)} retries/op, ${results.admission.rtt50.gaveUp} give-ups | | | ≥ 200 admissions/s, no give-ups |
-${distanceRows(results.distance, r)}
+${printed.join("\n")}
 
-machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}, Worker host ${results.machine.host}`);
+machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}, Worker host ${results.machine.host}${results.complete ? "" : `; failed: ${Object.keys(results.failed).join(", ")}`}`);
 } catch (err) {
   console.error(`bench failed: ${err?.stack ?? err}`);
   process.exitCode = 1;
 } finally {
   for (const c of cleanup) await c();
   process.exit(process.exitCode ?? 0);
+}
+
+function hostRow(u) {
+  return !u?.host
+    ? ""
+    : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms; CPU ms per job at 16: ${Object.entries(u.cpuMsPerJob ?? {}).map(([k, v]) => `${k} ${v}`).join(", ")}, machine ${r((u.machineBusy ?? NaN) * 100)} % busy`;
 }
 
 /** The `distance` rows: gateway on against off at each RTT, with the raw Node clients as baselines. */
@@ -413,5 +457,5 @@ function distanceRows(x, r) {
   rows.push(`| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s (machine ${r(100 * t.on?.machineBusy)} % busy); off: ${r(t.off?.rps)} req/s (${r(100 * t.off?.machineBusy)} % busy) | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`);
   rows.push(`| time to runner, 50 ms RTT, gateway on / off | on: p50 ${r(x.timeToRunner?.on?.p50Ms)} ms, p99 ${r(x.timeToRunner?.on?.p99Ms)} ms; off: p50 ${r(x.timeToRunner?.off?.p50Ms)} ms | | | p50 ≤ 300 ms (6 RTT) |`);
   rows.push(`| NATS connections per 1000 webhooks (eager passes included), gateway on / off | ${["0", "10", "50"].map((rtt) => `${rtt} ms: ${c[`rtt${rtt}`]?.on ?? "?"} / ${c[`rtt${rtt}`]?.off ?? "?"}`).join("; ")} | | | a handful |`);
-  return rows.join("\n");
+  return rows;
 }

@@ -68,28 +68,42 @@ cluster {
       rmSync(root, { recursive: true, force: true });
     },
   };
-  await waitForJetStream(wsUrls);
+  await waitForJetStream(wsUrls, { replicas: size });
   return cluster;
 }
 
-/** Resolves once JetStream answers through every node (routes up, a meta leader elected). */
-export async function waitForJetStream(urls, timeoutMs = 30_000) {
+/**
+ * Resolves once JetStream answers through every node (routes up, a meta leader elected) and, with
+ * `replicas`, once a stream of that many replicas can be placed: the meta leader knows every peer.
+ * Before that, provisioning R3 is refused with "no suitable peers for placement" (seen under load).
+ */
+export async function waitForJetStream(urls, { timeoutMs = 30_000, replicas = 1 } = {}) {
   const deadline = Date.now() + timeoutMs;
-  for (const url of urls) {
+  const retrying = async (what, fn) => {
     for (;;) {
       try {
-        const nc = await wsconnect({ servers: [url], timeout: 2_000 });
-        try {
-          const jsm = await jetstreamManager(nc, { timeout: 2_000 });
-          await jsm.getAccountInfo();
-          break;
-        } finally {
-          await nc.close();
-        }
+        return await fn();
       } catch (err) {
-        if (Date.now() > deadline) throw new Error(`JetStream on ${url} did not come up in ${timeoutMs} ms: ${err.message}`);
+        if (Date.now() > deadline) throw new Error(`${what} within ${timeoutMs} ms: ${err.message}`);
         await new Promise((r) => setTimeout(r, 200));
       }
     }
-  }
+  };
+  const withJsm = async (url, fn) => {
+    const nc = await wsconnect({ servers: [url], timeout: 2_000 });
+    try {
+      return await fn(await jetstreamManager(nc, { timeout: 2_000 }));
+    } finally {
+      await nc.close();
+    }
+  };
+  for (const url of urls) await retrying(`JetStream on ${url} did not come up`, () => withJsm(url, (jsm) => jsm.getAccountInfo()));
+  if (replicas < 2) return;
+  const probe = `gdr_ready_${randomUUID().slice(0, 8)}`;
+  await retrying(`the cluster could not place a stream of ${replicas} replicas`, () =>
+    withJsm(urls[0], async (jsm) => {
+      await jsm.streams.add({ name: probe, subjects: [`${probe}.>`], num_replicas: replicas, storage: "memory" });
+      await jsm.streams.delete(probe);
+    }),
+  );
 }

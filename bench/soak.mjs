@@ -1,0 +1,79 @@
+// The soak (BENCH_ONLY=soak): a few thousand jobs through one Worker in workerd (Miniflare, the
+// deploy bundle), runners claiming and completing through the API, with the JS heap read after a
+// garbage collection at the start, the middle and the end. The inspector is attached only for
+// those readings. In workerd the gateway Durable Object runs in the Worker's isolate, so one
+// reading holds both.
+import WebSocket from "ws";
+import { freePort } from "./lib.mjs";
+
+/** The isolate's heap after a full GC, through the inspector (connected for this reading only). */
+async function heapAfterGc(worker, inspectorPort) {
+  const [target] = await (await fetch(`http://127.0.0.1:${inspectorPort}/json/list`)).json();
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => (ws.once("open", resolve), ws.once("error", reject)));
+  let id = 0;
+  const pending = new Map();
+  ws.on("message", (m) => {
+    const d = JSON.parse(String(m));
+    pending.get(d.id)?.(d);
+    pending.delete(d.id);
+  });
+  const call = (method) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params: {} }))));
+  try {
+    // workerd runs the collection once a request enters the isolate: poke it until it has.
+    const gc = call("HeapProfiler.collectGarbage");
+    let done = false;
+    void gc.then(() => (done = true));
+    for (let i = 0; i < 50 && !done; i++) {
+      await (await fetch(`${worker.url}/openapi.json`)).arrayBuffer();
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (!done) throw new Error("the isolate did not collect garbage");
+    const { result } = await call("Runtime.getHeapUsage");
+    return { usedMB: +(result.usedSize / 2 ** 20).toFixed(2), totalMB: +(result.totalSize / 2 ** 20).toFixed(2) };
+  } finally {
+    ws.close();
+  }
+}
+
+/**
+ * @param {{ vars: Record<string, string>, backendMode: Function, startWorker: Function, sendWebhook: Function, log: Function, jobs: number, perSec: number }} o
+ */
+export async function measureSoak({ vars, backendMode, startWorker, sendWebhook, log, jobs, perSec }) {
+  await backendMode(vars, { autoClaimMs: 0, autoCompleteMs: 300 });
+  const inspectorPort = await freePort();
+  const worker = await startWorker(vars, undefined, "miniflare", { inspectorPort });
+  const completed = () => new Set(worker.events.filter((e) => e.event === "completed").map((e) => e.assignment)).size;
+  let next = 900_000;
+  const send = async (n) => {
+    const first = next;
+    next += n;
+    const started = Date.now();
+    const inFlight = new Set();
+    for (let i = 0; i < n; i++) {
+      const due = started + (i * 1000) / perSec;
+      if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
+      const p = sendWebhook(worker, first + i).finally(() => inFlight.delete(p));
+      inFlight.add(p);
+      if (inFlight.size >= 16) await Promise.race(inFlight);
+    }
+    await Promise.all(inFlight);
+    const deadline = Date.now() + 120_000;
+    while (completed() < next - 900_000 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+  };
+  try {
+    await send(50);
+    const start = await heapAfterGc(worker, inspectorPort);
+    log(`soak: heap after GC at the start ${start.usedMB} MB; ${jobs} jobs at ${perSec}/s`);
+    await send(Math.floor(jobs / 2));
+    const middle = await heapAfterGc(worker, inspectorPort);
+    log(`soak: heap after GC in the middle ${middle.usedMB} MB`);
+    await send(jobs - Math.floor(jobs / 2));
+    const end = await heapAfterGc(worker, inspectorPort);
+    log(`soak: heap after GC at the end ${end.usedMB} MB`);
+    const done = completed() - 50;
+    return { jobs, completed: done, perSec, heap: { start, middle, end }, growthKBPerJob: +(((end.usedMB - start.usedMB) * 1024) / jobs).toFixed(3) };
+  } finally {
+    worker.stop();
+  }
+}
