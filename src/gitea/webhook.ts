@@ -2,14 +2,15 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { cancelAssignment, completeAssignmentRun, claimAssignment, RunnerMismatch, type Tombstone } from "../operations.ts";
+import { completeAssignmentRun, claimAssignment, RunnerMismatch } from "../operations.ts";
+import { cancelAssignment, type Tombstone } from "./cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
-import { Conflict, InvalidInput, NotFound, Unavailable } from "../domain-errors.ts";
+import { Conflict, InvalidInput, NotFound } from "../domain-errors.ts";
 import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
 import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
-import { RECORD_TTL_MS } from "../layout.ts";
+import { staleReplay } from "./stale.ts";
 
 const id = z.number().int().nonnegative();
 const MAX_REPOSITORY_CHARS = 256;
@@ -160,29 +161,6 @@ function tombstoneOf(gitea: GiteaConfig, job: WorkflowJobPayload["workflow_job"]
   const reason = `completed in Gitea (${conclusion}) before its queued delivery`;
   return { backend: request.backend, reason, ...(request.job ? { job: { repository: request.job.repository, ...(request.job.name ? { name: request.job.name } : {}) } } : {}) };
 }
-
-/**
- * Why a queued delivery is not to be trusted, or undefined. A job older than its record's TTL may
- * be a captured delivery replayed after the record that deduplicates it expired: only Gitea can
- * say whether it is still queued (the sweep does the same for jobs whose webhook was lost).
- */
-async function staleReplay(d: Dispatcher, job: WorkflowJobPayload["workflow_job"], repository: string): Promise<string | undefined> {
-  // An age nobody can tell (no created_at, or one that does not parse) counts as old.
-  const created = Date.parse(job.created_at ?? "");
-  if (Number.isFinite(created) && d.now() - created <= STALE_AFTER_MS) return undefined;
-  if (!d.gitea || !d.config.gitea?.apiToken) return "job older than the record TTL, and without GITEA_API_TOKEN Gitea cannot confirm it is queued";
-  let current;
-  try {
-    current = await d.gitea.getJob(repository, job.id);
-  } catch (err) {
-    throw new Unavailable(`Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`);
-  }
-  if (current?.status === "queued" && (current.run_attempt ?? 1) === (job.run_attempt ?? 1)) return undefined;
-  return `job older than the record TTL and no longer queued in Gitea (${current?.status ?? "not found"})`;
-}
-
-/** A day short of the records' TTL: a delivery this old may have outlived the record that deduplicates it. */
-const STALE_AFTER_MS = RECORD_TTL_MS - 24 * 60 * 60 * 1000;
 
 /** Gitea does not retry a delivery, so what we do not act on is answered 200 and logged. */
 function ignore(d: Dispatcher, reason: string, assignment = "-"): WebhookOutcome {

@@ -3,9 +3,7 @@ import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
-import { inspect } from "../layout-inspect.ts";
 import type { Backend } from "../names.ts";
-import { natsHosts, withNats } from "../nats/connection.ts";
 import { parseId, releaseRunner } from "../operations.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
@@ -15,7 +13,7 @@ import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
 import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
-import { createHealthCache, type HealthAnswer, type HealthCache } from "./health.ts";
+import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../gitea/webhook.ts";
 import { verifyGiteaSignature } from "../gitea/signature.ts";
 import { answerFor, HttpError } from "./errors.ts";
@@ -64,16 +62,7 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const detailed = c.req.header("authorization") !== undefined;
     if (detailed) await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    const check = async (): Promise<HealthAnswer> => {
-      let report;
-      try {
-        report = await withNats(d.config, (handle) => inspect(handle, d.config));
-      } catch (err) {
-        return { status: 503, body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(d.config.natsServers)}: ${(err as Error).name}`] } };
-      }
-      const { ok, problems } = report;
-      return { status: ok ? 200 : 503, body: detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems } };
-    };
+    const check = () => checkHealth(d.config, detailed);
     const { status, body } = detailed ? await check() : await health(d.config, check);
     // A missing gateway binding slows the request path but breaks nothing: a warning, not a 503.
     const warnings = c.var.path.degraded ? { warnings: [c.var.path.degraded] } : {};

@@ -1,6 +1,8 @@
 // What /healthz tells a caller without credentials, kept per isolate for a few seconds: it is the
 // one route that reaches NATS without a credential, so its cost must not follow the request rate.
 import type { Config } from "../config.ts";
+import { inspect } from "../layout-inspect.ts";
+import { natsHosts, withNats } from "../nats/connection.ts";
 
 /** How long one answer serves every unauthenticated /healthz of an isolate. */
 export const HEALTH_TTL_MS = 3_000;
@@ -31,3 +33,15 @@ export function createHealthCache(ttlMs = HEALTH_TTL_MS, now: () => number = Dat
 }
 
 export type HealthCache = ReturnType<typeof createHealthCache>;
+
+/** What /healthz answers now: the layout's problems, and with `detailed` its counts (one connection). */
+export async function checkHealth(config: Config, detailed: boolean): Promise<HealthAnswer> {
+  let report;
+  try {
+    report = await withNats(config, (handle) => inspect(handle, config));
+  } catch (err) {
+    return { status: 503, body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`] } };
+  }
+  const { ok, problems } = report;
+  return { status: ok ? 200 : 503, body: detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems } };
+}
