@@ -93,6 +93,21 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
 
 /** CPU seconds used so far by `rootPid` and every process under it, summed by command name (Linux /proc). */
 export function treeCpu(rootPid) {
+  const out = {};
+  for (const p of treeProcs(rootPid)) out[p.comm] = (out[p.comm] ?? 0) + p.ticks / CLOCK_TICKS;
+  return out;
+}
+
+/** Resident memory (MB) of `rootPid` and every process under it, by command name (Linux /proc). */
+export function treeRssMB(rootPid) {
+  const out = {};
+  for (const p of treeProcs(rootPid)) out[p.comm] = +((out[p.comm] ?? 0) + (p.rssPages * PAGE_BYTES) / 2 ** 20).toFixed(1);
+  return out;
+}
+const PAGE_BYTES = 4096;
+
+/** `rootPid` and its descendants, read from /proc/<pid>/stat. */
+function treeProcs(rootPid) {
   const procs = [];
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
@@ -100,7 +115,7 @@ export function treeCpu(rootPid) {
       const stat = readFileSync(`/proc/${name}/stat`, "utf8");
       const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      procs.push({ pid: Number(name), ppid: Number(f[1]), comm, ticks: Number(f[11]) + Number(f[12]) });
+      procs.push({ pid: Number(name), ppid: Number(f[1]), comm, ticks: Number(f[11]) + Number(f[12]), rssPages: Number(f[21]) });
     } catch {
       // gone meanwhile
     }
@@ -114,9 +129,7 @@ export function treeCpu(rootPid) {
       grew = true;
     }
   }
-  const out = {};
-  for (const p of procs) if (within.has(p.pid)) out[p.comm] = (out[p.comm] ?? 0) + p.ticks / CLOCK_TICKS;
-  return out;
+  return procs.filter((p) => within.has(p.pid));
 }
 const CLOCK_TICKS = 100;
 

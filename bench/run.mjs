@@ -81,7 +81,7 @@ const backendState = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_cont
 const backendCounts = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state?brief`)).json();
 
 async function sendWebhook(worker, jobId) {
-  const body = JSON.stringify({ action: "queued", workflow_job: { id: jobId, run_id: jobId, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued" }, repository: { full_name: "acme/widgets" } });
+  const body = JSON.stringify({ action: "queued", workflow_job: { id: jobId, run_id: jobId, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() }, repository: { full_name: "acme/widgets" } });
   const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
     method: "POST",
     headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)) },
@@ -394,7 +394,7 @@ const ROWS = {
   ],
   isolates: (x) => [`| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`],
   distance: (x) => distanceRows(x, r),
-  soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | | | no growth with jobs |`],
+  soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`],
 };
 
 try {

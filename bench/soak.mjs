@@ -4,7 +4,7 @@
 // those readings. In workerd the gateway Durable Object runs in the Worker's isolate, so one
 // reading holds both.
 import WebSocket from "ws";
-import { freePort } from "./lib.mjs";
+import { freePort, treeRssMB } from "./lib.mjs";
 
 /** The isolate's heap after a full GC, through the inspector (connected for this reading only). */
 async function heapAfterGc(worker, inspectorPort) {
@@ -30,7 +30,8 @@ async function heapAfterGc(worker, inspectorPort) {
     }
     if (!done) throw new Error("the isolate did not collect garbage");
     const { result } = await call("Runtime.getHeapUsage");
-    return { usedMB: +(result.usedSize / 2 ** 20).toFixed(2), totalMB: +(result.totalSize / 2 ** 20).toFixed(2) };
+    // The process's resident memory beside it: workerd's own, not only the JS heap.
+    return { usedMB: +(result.usedSize / 2 ** 20).toFixed(2), totalMB: +(result.totalSize / 2 ** 20).toFixed(2), workerdRssMB: treeRssMB(worker.pid).workerd ?? null };
   } finally {
     ws.close();
   }
@@ -45,6 +46,7 @@ export async function measureSoak({ vars, backendMode, startWorker, sendWebhook,
   const worker = await startWorker(vars, undefined, "miniflare", { inspectorPort });
   const completed = () => new Set(worker.events.filter((e) => e.event === "completed").map((e) => e.assignment)).size;
   let next = 900_000;
+  let refused;
   const send = async (n) => {
     const first = next;
     next += n;
@@ -53,11 +55,15 @@ export async function measureSoak({ vars, backendMode, startWorker, sendWebhook,
     for (let i = 0; i < n; i++) {
       const due = started + (i * 1000) / perSec;
       if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
-      const p = sendWebhook(worker, first + i).finally(() => inFlight.delete(p));
+      const p = sendWebhook(worker, first + i).then(
+        () => inFlight.delete(p),
+        (err) => (inFlight.delete(p), (refused = err)),
+      );
       inFlight.add(p);
       if (inFlight.size >= 16) await Promise.race(inFlight);
     }
     await Promise.all(inFlight);
+    if (refused) throw refused;
     const deadline = Date.now() + 120_000;
     while (completed() < next - 900_000 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
   };
