@@ -11,6 +11,7 @@ import type { NatsHandle } from "./nats/connection.ts";
 import type { PreparedRequest } from "./reconcile/process.ts";
 import type { Admission } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
+import type { TeardownList } from "./state/teardowns.ts";
 
 export interface ReconcileOptions {
   only?: Backend[];
@@ -28,6 +29,7 @@ export interface ReconcileOptions {
 export interface State {
   records: RecordStore;
   admission: Admission;
+  teardowns: TeardownList;
 }
 
 export interface Dispatcher {

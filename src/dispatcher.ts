@@ -13,9 +13,11 @@ import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
+import { retryTeardowns } from "./reconcile/teardown.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf } from "./state/records.ts";
+import { createTeardownList } from "./state/teardowns.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -75,6 +77,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
       admission: createAdmission(handle, { names, capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
+      teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };
@@ -122,6 +125,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           .withState((state) => sweepGitea(dispatcher, state))
           .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
       }
+      await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },
     reconcile(trigger, budgetMs, { only, firstPullWaitMs, holdClaims, eager } = {}) {

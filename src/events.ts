@@ -35,6 +35,7 @@ export const EVENT_NAMES = [
   "gateway_fallback",
   "tombstoned",
   "queued_after_completed",
+  "teardown_retried",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

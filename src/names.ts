@@ -76,5 +76,12 @@ export function idOfToken(token: string): string {
 
 /** Assignment ids may hold dots that a KV key cannot end with or repeat. */
 export function recordKey(id: string): string {
-  return `a.${subjectToken(id)}`;
+  return `${RECORD_PREFIX}.${subjectToken(id)}`;
 }
+export const RECORD_PREFIX = "a";
+
+/** A teardown that failed, kept in the records bucket beside the records until a tick retries it. */
+export function teardownKey(id: string): string {
+  return `${TEARDOWN_PREFIX}.${subjectToken(id)}`;
+}
+export const TEARDOWN_PREFIX = "t";

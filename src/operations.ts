@@ -161,28 +161,9 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
 
 /**
  * A completion's outcome. `changed`: this call completed it, so its runner is to be torn down;
- * a repeated completion tears nothing down (a teardown that failed is the sweep's to retry).
+ * a repeated completion tears nothing down (a teardown that failed is the tick's to retry).
  */
 export type Completed = Released<AssignmentView> & { changed: boolean };
 
 /** `contended`: the freed slot was one of a full pool, so an assignment may be waiting for it. */
 export type Released<T> = T & { contended: boolean };
-
-/**
- * Tears down the runner of a finished assignment: at the backend, then in Gitea. The Gitea runner
- * goes only once the backend workload is gone, so a failed teardown stays visible to the sweep,
- * which retries it (the runner list is the durable to-do list). Resolves false when something is left.
- */
-export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunnerId: number | undefined): Promise<boolean> {
-  const failed = (reason: unknown) => {
-    d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (reason as Error).message });
-    return false;
-  };
-  try {
-    await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
-  } catch (err) {
-    return failed(err);
-  }
-  if (giteaRunnerId === undefined || !d.gitea) return true;
-  return d.gitea.deleteRunner(giteaRunnerId).then(() => true, failed);
-}

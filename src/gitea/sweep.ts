@@ -5,7 +5,7 @@ import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import type { Admission } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
-import { releaseRunner } from "../operations.ts";
+import { releaseRunner } from "../reconcile/teardown.ts";
 import { GiteaFeatureMissing } from "./client.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";

@@ -1,6 +1,7 @@
 // The most recently changed assignments, from the tail of the records bucket's stream: one stream
 // info and one batch read of its last messages, whatever the number of records.
 import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
+import { RECORD_PREFIX } from "../names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { isKvValue, readBatch } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
@@ -15,7 +16,9 @@ export async function recentRecords(handle: NatsHandle, bucket: string, limit: n
   if (!messages) return [];
   const seq = Math.max(first_seq, last_seq - limit * TAIL_PER_RECORD + 1);
   const latest = new Map<string, StoredMsg>();
-  for (const m of await readBatch(handle, stream, { seq, batch: last_seq - seq + 1 })) latest.set(m.subject, m);
+  // The bucket also lists failed teardowns (state/teardowns.ts): records only.
+  const records = `$KV.${bucket}.${RECORD_PREFIX}.`;
+  for (const m of await readBatch(handle, stream, { seq, batch: last_seq - seq + 1 })) if (m.subject.startsWith(records)) latest.set(m.subject, m);
   return [...latest.values()]
     .filter(isKvValue)
     .sort((a, b) => b.seq - a.seq)

@@ -8,7 +8,7 @@ import { recordKey, recordsBucket } from "../../src/names.ts";
 import { assignment, giteaTestEnv, provisionEnv, testEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
 import { queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, inParallel } from "../harness/jobs.ts";
-import { backendControl, bearer, captureLogs, claimTokenOf, giteaControl, request, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, captureLogs, claimTokenOf, giteaControl, request, tick, type Captured } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -81,5 +81,41 @@ describe("a claim token belongs to one life of its id", () => {
     expect(((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state).toBe("received");
     // The new token claims it.
     expect((await call(env, id, "claim", fresh)).status).toBe(200);
+  });
+});
+
+describe("a teardown that failed", () => {
+  it("without Gitea, is retried by the tick until it holds, never by a repeated completion", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30 });
+    await provisionEnv(env);
+    const backend = backendControl(env);
+    expect((await request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id: "td-1", backend: "pod", labels: ["x"] }) })).status).toBe(202);
+    const runner = (await backend.state()).runners.find((r) => r.id === "td-1")!;
+    expect(runner).toBeDefined();
+    expect((await call(env, "td-1", "claim", runner.claimToken)).status).toBe(200);
+    const deletes = async () => (await backend.state()).requests.filter((r) => r.method === "DELETE").length;
+
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, failRate: 1 });
+    expect((await call(env, "td-1", "complete", runner.claimToken)).status).toBe(200);
+    expect(await deletes()).toBe(1);
+    expect(logs.events().filter((e) => e.event === "teardown_failed").map((e) => e.assignment)).toEqual(["td-1"]);
+    // The runner asks again: nothing is torn down by the caller.
+    expect((await call(env, "td-1", "complete", runner.claimToken)).status).toBe(200);
+    expect(await deletes()).toBe(1);
+    // The tick retries; the backend still refuses, so it stays listed.
+    await tick(env);
+    expect(await deletes()).toBe(2);
+    expect((await backend.state()).runners.map((r) => r.id)).toEqual(["td-1"]);
+    // The status page's recent list shows records only, not the listed teardown beside them.
+    const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { recent: { id: string; state: string }[] };
+    expect(status.recent.map((r) => [r.id, r.state])).toEqual([["td-1", "completed"]]);
+    // The backend is back: the next tick tears it down and takes it off the list; the one after asks nothing.
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN });
+    await tick(env);
+    expect(await deletes()).toBe(3);
+    expect((await backend.state()).runners).toEqual([]);
+    expect(logs.events().filter((e) => e.event === "teardown_retried").map((e) => e.assignment)).toEqual(["td-1"]);
+    await tick(env);
+    expect(await deletes()).toBe(3);
   });
 });

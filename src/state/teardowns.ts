@@ -1,0 +1,47 @@
+// Teardowns that failed, kept until the cron tick retries them. With the Gitea integration the
+// runner list is this to-do list (the sweep deletes what is still listed); without it, nothing
+// else remembers a workload left behind, and the caller must not be the one who retries (a
+// completion that changes nothing tears nothing down). Kept in the records bucket under their
+// own prefix: a tick that finds none pays one request.
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import { teardownKey, TEARDOWN_PREFIX, type Backend } from "../names.ts";
+import type { NatsHandle } from "../nats/connection.ts";
+import { isWrongLastSequence, readManyJson } from "./kv.ts";
+
+export interface PendingTeardown {
+  id: string;
+  backend: Backend;
+  /** Failed at first then (ISO time). */
+  since: string;
+}
+
+/** Teardowns to retry. `add` is idempotent per id; `list` returns at most `limit`, oldest first. */
+export interface TeardownList {
+  add(t: PendingTeardown): Promise<void>;
+  list(limit: number): Promise<PendingTeardown[]>;
+  done(id: string): Promise<void>;
+}
+
+export function createTeardownList(handle: NatsHandle, kv: KV, bucket: string): TeardownList {
+  return {
+    async add(t) {
+      await kv.create(teardownKey(t.id), JSON.stringify(t)).catch((err: unknown) => {
+        // Already listed: the first failure's time stands.
+        if (!isWrongLastSequence(err)) throw err;
+      });
+    },
+    async list(limit) {
+      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+      const prefix = `$KV.${bucket}.`;
+      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${TEARDOWN_PREFIX}.>` });
+      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
+      if (!keys.length) return [];
+      const found = await readManyJson<PendingTeardown>(handle, bucket, keys);
+      return [...found.values()].map((v) => v.value).sort((a, b) => a.since.localeCompare(b.since)).slice(0, limit);
+    },
+    async done(id) {
+      await kv.purge(teardownKey(id));
+    },
+  };
+}
