@@ -1,0 +1,100 @@
+// RUNNER_POOLS: the runner pools, each a backend, the labels of its runners, the shape of its
+// workload, its caps, its warm runners and their lifetimes. Every problem is named with its path
+// (`RUNNER_POOLS[1].schedule[0].cron …`). RUNS_ON_ROUTES, the older form, becomes one pool per route.
+import { z } from "zod";
+import { BACKENDS } from "../names.ts";
+import { routeSchema, type Route } from "../gitea/routes.ts";
+import { parseCron, type Cron } from "./schedule.ts";
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const HOUR_MS = 3_600_000;
+
+const timeZone = z.string().refine(
+  (tz) => {
+    try {
+      new Intl.DateTimeFormat("en-US", { timeZone: tz });
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: "must be an IANA time zone (Europe/Berlin, UTC)" },
+);
+
+const cron = z.string().transform((text, ctx): Cron => {
+  try {
+    return parseCron(text);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: `is not a cron expression: ${(err as Error).message}` });
+    return z.NEVER;
+  }
+});
+
+const windowSchema = z.strictObject({ cron, timeZone: timeZone.default("UTC"), minIdle: z.number().int().min(0) });
+
+const poolSchema = z
+  .strictObject({
+    name: z.string().max(63).regex(DNS_LABEL, { message: "must be a DNS label (lowercase letters, digits and '-', at most 63)" }),
+    backend: z.enum(BACKENDS),
+    labels: routeSchema.shape.labels,
+    /** A partial Pod (pod) or VirtualMachineInstance (vm), merged over the backend's default. */
+    template: z.record(z.string(), z.unknown()).optional(),
+    /** This pool's cap; unset, only the backend's CAPACITY_* caps it. */
+    maxRunners: z.number().int().min(1).optional(),
+    minIdle: z.number().int().min(0).default(0),
+    schedule: z.array(windowSchema).max(16).optional(),
+    maxIdleMs: z.number().int().min(60_000).default(HOUR_MS),
+    bootTimeoutMs: z.number().int().min(10_000).default(10 * 60_000),
+    maxLifetimeMs: z.number().int().min(60_000).default(6 * HOUR_MS),
+    priority: z.number().int().min(0).max(1_000_000).default(100),
+  })
+  .superRefine((pool, ctx) => {
+    const cap = pool.maxRunners ?? Infinity;
+    if (pool.minIdle > cap) ctx.addIssue({ code: "custom", path: ["minIdle"], message: `must be at most maxRunners (${cap})` });
+    pool.schedule?.forEach((w, i) => {
+      if (w.minIdle > cap) ctx.addIssue({ code: "custom", path: ["schedule", i, "minIdle"], message: `must be at most maxRunners (${cap})` });
+    });
+    if (pool.maxLifetimeMs <= pool.bootTimeoutMs) ctx.addIssue({ code: "custom", path: ["maxLifetimeMs"], message: `must be longer than bootTimeoutMs (${pool.bootTimeoutMs})` });
+  });
+
+export const poolsSchema = z
+  .array(poolSchema)
+  .min(1, { message: "must list at least one pool" })
+  .superRefine((pools, ctx) => {
+    const seen = new Map<string, number>();
+    pools.forEach((p, i) => {
+      const first = seen.get(p.name);
+      if (first !== undefined) ctx.addIssue({ code: "custom", path: [i, "name"], message: `${JSON.stringify(p.name)} is the name of pool ${first} too` });
+      else seen.set(p.name, i);
+    });
+  });
+
+export type Pool = z.infer<typeof poolSchema>;
+
+/**
+ * The pools of the configuration, or undefined with `problems` added. `routes` is RUNS_ON_ROUTES
+ * already parsed, when it is set; setting both variables is a problem naming both.
+ */
+export function parsePools(raw: string | undefined, routes: readonly Route[] | undefined, problems: string[]): Pool[] | undefined {
+  if (raw === undefined || raw.trim() === "") return routes ? poolsOfRoutes(routes) : undefined;
+  if (routes) {
+    problems.push("RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)");
+    return undefined;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    problems.push("RUNNER_POOLS must be JSON");
+    return undefined;
+  }
+  const parsed = poolsSchema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  for (const i of parsed.error.issues) problems.push(`RUNNER_POOLS${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
+  return undefined;
+}
+
+/** RUNS_ON_ROUTES as pools: one per route, in its order, the backend's default template, no warm runners. */
+export function poolsOfRoutes(routes: readonly Route[]): Pool[] {
+  return routes.map((r, i) => poolSchema.parse({ name: `route-${i}`, backend: r.backend, labels: r.labels, priority: i }));
+}

@@ -1,0 +1,143 @@
+// Runner pools, first part (#21, in progress): RUNNER_POOLS parsed with every problem named by its
+// path, RUNS_ON_ROUTES as pools, which pools can run a job, and schedule windows read in a time zone.
+import { describe, expect, it } from "vitest";
+import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
+import { poolsFor } from "../../src/pools/route.ts";
+import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
+
+const small = { name: "small", backend: "pod", labels: ["ubuntu-latest:docker://node:20", "small"], maxRunners: 10, minIdle: 2, schedule: [{ cron: "* 8-17 * * mon-fri", timeZone: "Europe/Berlin", minIdle: 4 }] };
+const large = { name: "large", backend: "vm", labels: ["ubuntu-latest", "large"], priority: 200 };
+const parse = (value: unknown, routes?: Parameters<typeof parsePools>[1]) => {
+  const problems: string[] = [];
+  const pools = parsePools(typeof value === "string" ? value : JSON.stringify(value), routes, problems);
+  return { pools, problems };
+};
+
+describe("RUNNER_POOLS", () => {
+  it("takes two pools, with defaults filled in", () => {
+    const { pools, problems } = parse([small, large]);
+    expect(problems).toEqual([]);
+    expect(pools?.map((p) => [p.name, p.maxRunners, p.minIdle, p.priority, p.maxIdleMs, p.bootTimeoutMs, p.maxLifetimeMs])).toEqual([
+      ["small", 10, 2, 100, 3_600_000, 600_000, 21_600_000],
+      ["large", undefined, 0, 200, 3_600_000, 600_000, 21_600_000],
+    ]);
+  });
+
+  it("names every problem by its path, all at once", () => {
+    const { pools, problems } = parse([
+      { ...small, name: "Small_1", minIddle: 3 },
+      { ...small, minIdle: 11, schedule: [{ cron: "* 25 * * *", timeZone: "Mars/Olympus", minIdle: 12 }] },
+      { ...large, name: "small", backend: "lambda", maxLifetimeMs: 60_000 },
+    ]);
+    expect(pools).toBeUndefined();
+    expect(problems).toEqual(expect.arrayContaining([
+      expect.stringMatching(/^RUNNER_POOLS\[0\]\["name"\] must be a DNS label/),
+      expect.stringMatching(/^RUNNER_POOLS\[0\] .*minIddle/),
+      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23$/),
+      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["timeZone"\] must be an IANA time zone/),
+      expect.stringMatching(/^RUNNER_POOLS\[2\]\["backend"\]/),
+    ]));
+  });
+
+  it("refuses near misses: a duplicate name, minIdle over the cap, a lifetime within the boot timeout", () => {
+    expect(parse([small, { ...large, name: "small" }]).problems).toEqual(['RUNNER_POOLS[1]["name"] "small" is the name of pool 0 too']);
+    expect(parse([{ ...small, minIdle: 11 }]).problems).toEqual(['RUNNER_POOLS[0]["minIdle"] must be at most maxRunners (10)']);
+    expect(parse([{ ...small, minIdle: 10 }]).problems).toEqual([]);
+    expect(parse([{ ...small, schedule: [{ cron: "* * * * *", minIdle: 11 }] }]).problems).toEqual(['RUNNER_POOLS[0]["schedule"][0]["minIdle"] must be at most maxRunners (10)']);
+    expect(parse([{ ...large, bootTimeoutMs: 600_000, maxLifetimeMs: 600_000 }]).problems).toEqual(['RUNNER_POOLS[0]["maxLifetimeMs"] must be longer than bootTimeoutMs (600000)']);
+    expect(parse([{ ...large, name: "constructor" }]).problems).toEqual([]);
+    expect(parse('[{"name":"a","backend":"pod","labels":["x"],"__proto__":{"minIdle":5}}]').problems).toEqual([expect.stringMatching(/^RUNNER_POOLS\[0\] .*__proto__/)]);
+    expect(parse("[").problems).toEqual(["RUNNER_POOLS must be JSON"]);
+    expect(parse([]).problems).toEqual(["RUNNER_POOLS must list at least one pool"]);
+  });
+
+  it("and RUNS_ON_ROUTES together are an error naming both; RUNS_ON_ROUTES alone is one pool per route", () => {
+    const routes = [{ backend: "pod" as const, labels: ["ubuntu-latest"] }, { backend: "vm" as const, labels: ["ubuntu-latest", "vm"] }];
+    expect(parse([small], routes).problems).toEqual(["RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)"]);
+    const { pools, problems } = parse("", routes);
+    expect(problems).toEqual([]);
+    expect(pools).toEqual(poolsOfRoutes(routes));
+    expect(pools?.map((p) => [p.name, p.backend, p.minIdle, p.maxRunners, p.priority])).toEqual([["route-0", "pod", 0, undefined, 0], ["route-1", "vm", 0, undefined, 1]]);
+  });
+});
+
+describe("which pools can run a job", () => {
+  const pools = parse([large, small, { ...small, name: "small-b", priority: 100 }]).pools!;
+  it("are those whose label names cover its runs-on, lowest priority first, in order among equals", () => {
+    expect(poolsFor(pools, ["ubuntu-latest"]).map((p) => p.name)).toEqual(["small", "small-b", "large"]);
+    expect(poolsFor(pools, ["ubuntu-latest", "large"]).map((p) => p.name)).toEqual(["large"]);
+    expect(poolsFor(pools, ["small"]).map((p) => p.name)).toEqual(["small", "small-b"]);
+  });
+  it("are none for a label no pool has, a label's scheme part, or no runs-on at all", () => {
+    expect(poolsFor(pools, ["ubuntu-latest", "gpu"])).toEqual([]);
+    expect(poolsFor(pools, ["docker://node:20"])).toEqual([]);
+    expect(poolsFor(pools, [])).toEqual([]);
+  });
+});
+
+describe("schedule windows", () => {
+  const at = (iso: string) => new Date(iso);
+  it("are read in their time zone, summer time included", () => {
+    const office = parseCron("* 8-17 * * 1-5");
+    // Wednesday 2 December 2026, Berlin is UTC+1.
+    expect(cronMatches(office, at("2026-12-02T06:59:59Z"), "Europe/Berlin")).toBe(false);
+    expect(cronMatches(office, at("2026-12-02T07:00:00Z"), "Europe/Berlin")).toBe(true);
+    expect(cronMatches(office, at("2026-12-02T16:59:59Z"), "Europe/Berlin")).toBe(true);
+    expect(cronMatches(office, at("2026-12-02T17:00:00Z"), "Europe/Berlin")).toBe(false);
+    // The same instants read in UTC: the zone decides.
+    expect(cronMatches(office, at("2026-12-02T07:00:00Z"), "UTC")).toBe(false);
+    expect(cronMatches(office, at("2026-12-02T17:00:00Z"), "UTC")).toBe(true);
+    // 1 July 2026, Berlin is UTC+2.
+    expect(cronMatches(office, at("2026-07-01T06:00:00Z"), "Europe/Berlin")).toBe(true);
+    expect(cronMatches(office, at("2026-07-01T05:59:00Z"), "Europe/Berlin")).toBe(false);
+    // Saturday 5 December 2026.
+    expect(cronMatches(office, at("2026-12-05T10:00:00Z"), "Europe/Berlin")).toBe(false);
+  });
+
+  it("cross midnight as a list of hours, and the weekday is the zone's own", () => {
+    const night = parseCron("* 22-23,0-5 * * *");
+    // 23:30 on 2 December in New York is 04:30 UTC on 3 December.
+    expect(cronMatches(night, at("2026-12-03T04:30:00Z"), "America/New_York")).toBe(true);
+    expect(cronMatches(night, at("2026-12-03T10:59:00Z"), "America/New_York")).toBe(true);
+    expect(cronMatches(night, at("2026-12-03T11:00:00Z"), "America/New_York")).toBe(false);
+    expect(cronMatches(night, at("2026-12-03T02:59:00Z"), "America/New_York")).toBe(false);
+    // Friday 23:30 in New York is already Saturday in UTC: a Friday window holds by New York's calendar.
+    const fridayNight = parseCron("* 22-23 * * fri");
+    expect(cronMatches(fridayNight, at("2026-12-05T04:30:00Z"), "America/New_York")).toBe(true);
+    expect(cronMatches(fridayNight, at("2026-12-05T04:30:00Z"), "UTC")).toBe(false);
+  });
+
+  it("read Sunday as 0 or 7, steps, names, and either day field when both are restricted", () => {
+    const sunday = at("2026-12-06T12:00:00Z");
+    expect(cronMatches(parseCron("* * * * 0"), sunday, "UTC")).toBe(true);
+    expect(cronMatches(parseCron("* * * * 7"), sunday, "UTC")).toBe(true);
+    expect(cronMatches(parseCron("* * * * SUN"), sunday, "UTC")).toBe(true);
+    expect(cronMatches(parseCron("*/15 * * * *"), at("2026-12-06T12:45:00Z"), "UTC")).toBe(true);
+    expect(cronMatches(parseCron("*/15 * * * *"), at("2026-12-06T12:44:00Z"), "UTC")).toBe(false);
+    expect(cronMatches(parseCron("* * * dec *"), sunday, "UTC")).toBe(true);
+    // The 1st of the month or a Monday: Sunday the 6th is neither, Tuesday the 1st is.
+    const firstOrMonday = parseCron("* * 1 * 1");
+    expect(cronMatches(firstOrMonday, sunday, "UTC")).toBe(false);
+    expect(cronMatches(firstOrMonday, at("2026-12-01T12:00:00Z"), "UTC")).toBe(true);
+    expect(cronMatches(firstOrMonday, at("2026-12-07T12:00:00Z"), "UTC")).toBe(true);
+  });
+
+  it("refuse what is not cron, naming the field", () => {
+    for (const [text, message] of [
+      ["* * * *", /must have 5 fields/],
+      ["60 * * * *", /^minute: "60" is not a value from 0 to 59$/],
+      ["* 5-1 * * *", /^hour: range "5-1" runs backwards/],
+      ["*/0 * * * *", /^minute: step "0" must be a positive whole number$/],
+      ["* * * * funday", /^day of week: "funday"/],
+      ["* * 0 * *", /^day of month: "0"/],
+      ["1,,2 * * * *", /^minute: "" is not a value/],
+    ] as const) expect(() => parseCron(text), text).toThrow(message);
+  });
+
+  it("set the warm target: the first active window's, else the pool's own", () => {
+    const pool = parse([{ ...small, schedule: [{ cron: "* 8-17 * * 1-5", timeZone: "Europe/Berlin", minIdle: 4 }, { cron: "* * * * *", minIdle: 0 }] }]).pools![0]!;
+    expect(idleTarget(pool, at("2026-12-02T09:00:00Z"))).toBe(4);
+    expect(idleTarget(pool, at("2026-12-02T20:00:00Z"))).toBe(0);
+    expect(idleTarget({ ...pool, schedule: [] }, at("2026-12-02T20:00:00Z"))).toBe(2);
+  });
+});
