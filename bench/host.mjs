@@ -31,6 +31,11 @@ const mf = new Miniflare(
 );
 const url = await mf.ready;
 console.log(`ready on ${url}`);
-const stop = () => mf.dispose().finally(() => process.exit(0));
+// A dispose that hangs (seen once two Workers were stopped at the same moment) must not leave this
+// process, and Miniflare restarting its workerd, behind.
+const stop = () => {
+  setTimeout(() => process.exit(0), 5_000).unref();
+  void mf.dispose().finally(() => process.exit(0));
+};
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);
