@@ -7,6 +7,24 @@ import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
 export type LocationHint = (typeof LOCATION_HINTS)[number];
 
+/**
+ * A variable that holds JSON checked by `schema`: its value, or undefined with every problem added,
+ * each named by the variable and its path (`RUNNER_POOLS[0]["name"] …`).
+ */
+export function parseJsonVariable<S extends z.ZodType>(name: string, text: string, schema: S, problems: string[]): z.output<S> | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    problems.push(`${name} must be JSON`);
+    return undefined;
+  }
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  for (const i of parsed.error.issues) problems.push(`${name}${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
+  return undefined;
+}
+
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const SUBJECT_BASE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const TRUST_DOMAIN = /^[a-z0-9._-]{1,255}$/;

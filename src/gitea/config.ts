@@ -1,5 +1,6 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
+import { parseJsonVariable } from "../config-schema.ts";
 import { routesSchema, type Route } from "./routes.ts";
 
 export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
@@ -53,17 +54,7 @@ function parseRoutes(text: string | undefined, problems: string[]): Route[] | un
     problems.push("RUNS_ON_ROUTES is required with GITEA_URL");
     return undefined;
   }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    problems.push("RUNS_ON_ROUTES must be JSON");
-    return undefined;
-  }
-  const parsed = routesSchema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  for (const i of parsed.error.issues) problems.push(`RUNS_ON_ROUTES${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
-  return undefined;
+  return parseJsonVariable("RUNS_ON_ROUTES", text, routesSchema, problems);
 }
 
 /** "admin" | "org:<name>" | "repo:<owner>/<name>", already checked by the schema. */

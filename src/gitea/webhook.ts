@@ -11,6 +11,7 @@ import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { matchRoute } from "./routes.ts";
 import { staleReplay } from "./stale.ts";
+import { recordJob } from "../state/records.ts";
 
 const id = z.number().int().nonnegative();
 const MAX_REPOSITORY_CHARS = 256;
@@ -159,7 +160,7 @@ function tombstoneOf(gitea: GiteaConfig, job: WorkflowJobPayload["workflow_job"]
   if (!request) return undefined;
   const conclusion = /^[a-z_]{1,32}$/.test(job.conclusion ?? "") ? job.conclusion : "unknown conclusion";
   const reason = `completed in Gitea (${conclusion}) before its queued delivery`;
-  return { backend: request.backend, reason, ...(request.job ? { job: { repository: request.job.repository, ...(request.job.name ? { name: request.job.name } : {}) } } : {}) };
+  return { backend: request.backend, reason, ...(request.job ? { job: recordJob(request.job) } : {}) };
 }
 
 /** Gitea does not retry a delivery, so what we do not act on is answered 200 and logged. */

@@ -2,6 +2,7 @@
 // workload, its caps, its warm runners and their lifetimes. Every problem is named with its path
 // (`RUNNER_POOLS[1].schedule[0].cron …`). RUNS_ON_ROUTES, the older form, becomes one pool per route.
 import { z } from "zod";
+import { parseJsonVariable } from "../config-schema.ts";
 import { BACKENDS } from "../names.ts";
 import { routeSchema, type Route } from "../gitea/routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
@@ -81,17 +82,7 @@ export function parsePools(raw: string | undefined, routes: readonly Route[] | u
     problems.push("RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)");
     return undefined;
   }
-  let value: unknown;
-  try {
-    value = JSON.parse(raw);
-  } catch {
-    problems.push("RUNNER_POOLS must be JSON");
-    return undefined;
-  }
-  const parsed = poolsSchema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  for (const i of parsed.error.issues) problems.push(`RUNNER_POOLS${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
-  return undefined;
+  return parseJsonVariable("RUNNER_POOLS", raw, poolsSchema, problems);
 }
 
 /** RUNS_ON_ROUTES as pools: one per route, in its order, the backend's default template, no warm runners. */

@@ -82,6 +82,11 @@ export function incarnationOf(record: Pick<AssignmentRecord, "receivedAt">): str
   return Date.parse(record.receivedAt).toString(36);
 }
 
+/** What a record keeps of an assignment's job: where it comes from, for people to read. */
+export function recordJob(job: { repository: string; name?: string | undefined }): NonNullable<AssignmentRecord["job"]> {
+  return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}) };
+}
+
 /** Whether content of hash `hash` is the assignment `record` stands for (a tombstone stands for any). */
 export function sameContent(record: AssignmentRecord, hash: string): boolean {
   return record.tombstone === true || record.contentHash === hash;
@@ -109,7 +114,7 @@ export function createRecordStore(
           createdAt: assignment.createdAt,
           receivedAt: at,
           updatedAt: at,
-          ...(assignment.job ? { job: { repository: assignment.job.repository, ...(assignment.job.name !== undefined ? { name: assignment.job.name } : {}) } } : {}),
+          ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
         };
         return { value: record, result: { result: "new", record } };
       }, { assumeAbsent: true, leader: leaderKv });
