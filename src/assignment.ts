@@ -18,6 +18,9 @@ const jobSchema = z.strictObject({
   name: z.string().max(256).optional(),
 });
 
+/** A runner pool's name (RUNNER_POOLS): a DNS label. */
+export const poolNameSchema = z.string().max(63).regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, { message: "must be a DNS label (lowercase letters, digits and '-', at most 63)" });
+
 const labelSchema = z.string().min(1).max(256).regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" });
 
 /** An assignment's createdAt: RFC 3339 with an offset. */
@@ -29,6 +32,8 @@ const fields = {
   backend: z.enum(BACKENDS),
   workload: z.string().max(2048).regex(SPIFFE_PATTERN, { message: "must be a SPIFFE ID spiffe://<trust-domain>/<path>" }),
   labels: z.array(labelSchema).min(1).max(32),
+  /** The pools that may run it, first choice first (the first one's backend is `backend`). */
+  pools: z.array(poolNameSchema).min(1).max(16).optional(),
   job: jobSchema.optional(),
   createdAt: assignmentTime,
 };
@@ -90,7 +95,7 @@ export function decodeAssignment(data: Uint8Array, trustDomain: string): Decoded
 /** Canonical bytes: fixed key order, so equal assignments encode equally. */
 export function encodeAssignment(a: Assignment): Uint8Array {
   const job = a.job && { id: a.job.id, runId: a.job.runId, attempt: a.job.attempt, repository: a.job.repository, name: a.job.name };
-  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, job, createdAt: a.createdAt };
+  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, pools: a.pools, job, createdAt: a.createdAt };
   return new TextEncoder().encode(JSON.stringify(ordered));
 }
 

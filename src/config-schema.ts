@@ -99,6 +99,7 @@ export const envSchema = z.object({
     .default("admin"),
   RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
   RUNS_ON_ROUTES: z.string().optional(),
+  RUNNER_POOLS: z.string().optional(),
   RUNNER_IDENTITY_KEY: optionalString,
   WEBHOOK_MAX_BYTES: intFrom(1_024, 25 * 1024 * 1024).default(1024 * 1024),
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),

@@ -4,13 +4,11 @@ import { parseBackends, type BackendConfig, type KubernetesConfig } from "./back
 import { envSchema, type LocationHint } from "./config-schema.ts";
 import { parseGiteaSecrets, parseScope, type GiteaConfig } from "./gitea/config.ts";
 import { BACKENDS, type Backend } from "./names.ts";
+import { checkPools } from "./pools/check.ts";
+import { parsePools, type Pool } from "./pools/config.ts";
+import type { NatsAuth } from "./nats/connection.ts";
 
-
-export type NatsAuth =
-  | { kind: "none" }
-  | { kind: "token"; token: string }
-  | { kind: "userpass"; user: string; pass: string }
-  | { kind: "creds"; creds: string };
+export type { NatsAuth };
 
 export type { BackendConfig, KubernetesConfig };
 export type { GiteaConfig, GiteaScope } from "./gitea/config.ts";
@@ -48,6 +46,8 @@ export interface Config {
   gitea: GiteaConfig | undefined;
   /** NATS_GATEWAY*: the request path's warm connection (src/gateway/). */
   gateway: GatewaySettings;
+  /** RUNNER_POOLS (or RUNS_ON_ROUTES as pools); none without the Gitea integration. */
+  pools: Pool[];
 }
 
 export interface GatewaySettings {
@@ -111,6 +111,8 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
   const auth = parseAuth(env, problems);
   const giteaParts = raw.GITEA_URL ? parseGiteaSecrets(raw, problems) : undefined;
+  const text = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : undefined);
+  const pools: Pool[] = (raw.GITEA_URL ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const { backends, kubernetes } = parseBackends(
@@ -141,11 +143,8 @@ export function loadConfig(env: Record<string, unknown>): Config {
           cleanupGraceMs: e.CLEANUP_GRACE_MS,
         }
       : undefined;
-  if (gitea) {
-    for (const b of new Set(gitea.routes.map((r) => r.backend))) {
-      if (!backends.some((c) => c.backend === b)) problems.push(`RUNS_ON_ROUTES routes jobs to backend ${b}, which is disabled (CAPACITY_${b.toUpperCase()}=0)`);
-    }
-  }
+  if (e.RUNNER_POOLS && !e.GITEA_URL) problems.push("RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea");
+  checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, kubernetes, problems);
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
     // A pass keeps deliveries (held for a claim, or in work) until its budget ends, plus one last
     // look; were AckWait shorter, JetStream would deliver them a second time meanwhile.
@@ -176,6 +175,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     eagerReconcile: e.EAGER_RECONCILE === "true",
     gitea,
     gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
+    pools,
   };
 }
 

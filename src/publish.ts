@@ -37,6 +37,12 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
   if (!d.config.backends.some((b) => b.backend === a.backend)) {
     throw new InvalidInput("invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
   }
+  const pools = (a.pools ?? []).flatMap((name, i) => {
+    const pool = d.config.pools.find((p) => p.name === name);
+    if (!pool) return [{ field: `pools.${i}`, message: `no pool ${name} is configured (RUNNER_POOLS)` }];
+    return i === 0 && pool.backend !== a.backend ? [{ field: "pools.0", message: `pool ${name} runs on ${pool.backend}, not on the assignment's backend ${a.backend}` }] : [];
+  });
+  if (pools.length) throw new InvalidInput("invalid assignment", pools);
   try {
     return await offerAndPublish(d, a, opts.recordLater ?? false);
   } catch (err) {

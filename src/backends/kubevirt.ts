@@ -37,7 +37,7 @@ export function vmiManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
   const base = {
     apiVersion: "kubevirt.io/v1",
     kind: "VirtualMachineInstance",
-    metadata: ownedMetadata(names, request.assignment.id),
+    metadata: ownedMetadata(names, request.assignment.id, request.pool?.name),
     spec: {
       terminationGracePeriodSeconds: 30,
       domain: {
@@ -56,7 +56,7 @@ export function vmiManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
       ],
     },
   };
-  return mergeTemplate(base, opts.template);
+  return mergeTemplate(mergeTemplate(base, opts.template), request.pool?.template);
 }
 
 const VMI_PHASES = new Map<string, RunnerStatus | "ended">([

@@ -12,6 +12,8 @@ export interface RunnerRequest {
   completeUrl: string;
   /** The runner's identity (act_runner's `.runner` file) when Gitea integration is on. */
   runner?: RunnerFile;
+  /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
+  pool?: { name: string; template?: Record<string, unknown> };
 }
 
 /**

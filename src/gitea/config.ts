@@ -1,7 +1,5 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
-import { parseJsonVariable } from "../config-schema.ts";
-import { routesSchema, type Route } from "./routes.ts";
 
 export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
 
@@ -13,7 +11,6 @@ export interface GiteaConfig {
   apiToken: string | undefined;
   scope: GiteaScope;
   runnerNamePrefix: string;
-  routes: Route[];
   /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
   identityKey: Uint8Array;
   webhookMaxBytes: number;
@@ -21,7 +18,7 @@ export interface GiteaConfig {
   cleanupGraceMs: number;
 }
 
-type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey" | "routes">;
+type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey">;
 
 const str = (v: unknown) => (typeof v === "string" && v.trim() ? v : undefined);
 
@@ -34,9 +31,10 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
   if (!registrationToken && !apiToken) problems.push("GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN is required with GITEA_URL");
   const identityKey = decodeKey(str(raw.RUNNER_IDENTITY_KEY));
   if (!identityKey) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
-  const routes = parseRoutes(str(raw.RUNS_ON_ROUTES), problems);
-  if (problems.length > before || !identityKey || !webhookSecret || !routes) return undefined;
-  return { webhookSecret, registrationToken, apiToken, identityKey, routes };
+  // Parsed with the pools (pools/config.ts).
+  if (!str(raw.RUNS_ON_ROUTES) && !str(raw.RUNNER_POOLS)) problems.push("RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with GITEA_URL");
+  if (problems.length > before || !identityKey || !webhookSecret) return undefined;
+  return { webhookSecret, registrationToken, apiToken, identityKey };
 }
 
 function decodeKey(text: string | undefined): Uint8Array | undefined {
@@ -47,14 +45,6 @@ function decodeKey(text: string | undefined): Uint8Array | undefined {
   } catch {
     return undefined;
   }
-}
-
-function parseRoutes(text: string | undefined, problems: string[]): Route[] | undefined {
-  if (!text) {
-    problems.push("RUNS_ON_ROUTES is required with GITEA_URL");
-    return undefined;
-  }
-  return parseJsonVariable("RUNS_ON_ROUTES", text, routesSchema, problems);
 }
 
 /** "admin" | "org:<name>" | "repo:<owner>/<name>", already checked by the schema. */

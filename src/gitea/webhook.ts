@@ -7,9 +7,9 @@ import { cancelAssignment, type Tombstone } from "./cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../domain-errors.ts";
 import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
-import type { GiteaConfig } from "./config.ts";
 import { assignmentOfRunner } from "./identity.ts";
-import { matchRoute } from "./routes.ts";
+import type { Pool } from "../pools/config.ts";
+import { poolsFor } from "../pools/route.ts";
 import { staleReplay } from "./stale.ts";
 import { recordJob } from "../state/records.ts";
 
@@ -55,6 +55,9 @@ export interface Teardown {
   giteaRunnerId: number | undefined;
 }
 
+/** An assignment names at most this many pools (assignment.ts). */
+const MAX_POOLS_PER_JOB = 16;
+
 export function jobAssignmentId(jobId: number, attempt: number | undefined): string {
   return `gitea-${jobId}-${attempt ?? 1}`;
 }
@@ -67,18 +70,24 @@ export function parseWorkflowJob(value: unknown): WorkflowJobPayload {
 
 type ListedJob = { id: number; run_id: number; run_attempt?: number; name?: string; labels?: string[] | null; created_at?: string };
 
-/** The assignment request of a queued job, or undefined when no route serves its labels. Pure. */
-export function jobAssignment(gitea: GiteaConfig, job: ListedJob, repository: string): AssignmentRequest | undefined {
-  const route = matchRoute(gitea.routes, job.labels ?? []);
-  if (!route) return undefined;
+/**
+ * The assignment request of a queued job, or undefined when no pool can run it. Pure. It waits in
+ * the queue of its first pool's backend and names every pool that can run it, in the order they
+ * are tried (see pools/route.ts).
+ */
+export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository: string): AssignmentRequest | undefined {
+  const candidates = poolsFor(pools, job.labels ?? []).slice(0, MAX_POOLS_PER_JOB);
+  const first = candidates[0];
+  if (!first) return undefined;
   // A time the assignment could not keep (Go's zero time, or none that parses) is left out: the
   // publish fills in its own, as for any request without one.
   const created = job.created_at && !job.created_at.startsWith("0001-") && assignmentTime.safeParse(job.created_at).success ? job.created_at : undefined;
   return {
     version: 1,
     id: jobAssignmentId(job.id, job.run_attempt),
-    backend: route.backend,
-    labels: route.labels,
+    backend: first.backend,
+    labels: first.labels,
+    pools: candidates.map((p) => p.name),
     job: { id: job.id, runId: job.run_id, attempt: job.run_attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
     ...(created ? { createdAt: created } : {}),
   };
@@ -86,7 +95,7 @@ export function jobAssignment(gitea: GiteaConfig, job: ListedJob, repository: st
 
 /** Publishes the assignment of a queued job; undefined when no route matches it. */
 export async function publishJob(d: Dispatcher, job: ListedJob, repository: string, opts: PublishOptions = {}): Promise<Published | undefined> {
-  const request = jobAssignment(d.config.gitea!, job, repository);
+  const request = jobAssignment(d.config.pools, job, repository);
   if (!request) {
     d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined });
     return undefined;
@@ -138,7 +147,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // No runner of ours ran it (cancelled or skipped before pickup, or another runner did):
       // its own assignment goes, unless its runner was claimed by another job meanwhile.
       const own = jobAssignmentId(job.id, job.run_attempt);
-      const cancelled = await cancelAssignment(d, own, "cancelled", tombstoneOf(gitea, job, payload.repository.full_name));
+      const cancelled = await cancelAssignment(d, own, "cancelled", tombstoneOf(d.config.pools, job, payload.repository.full_name));
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
       const { record, contended } = cancelled;
@@ -155,8 +164,8 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
  * so a job cancelled at once can have its `queued` arrive after. Undefined when no route serves
  * its labels (its queued would publish nothing either).
  */
-function tombstoneOf(gitea: GiteaConfig, job: WorkflowJobPayload["workflow_job"], repository: string): Tombstone | undefined {
-  const request = jobAssignment(gitea, job, repository);
+function tombstoneOf(pools: readonly Pool[], job: WorkflowJobPayload["workflow_job"], repository: string): Tombstone | undefined {
+  const request = jobAssignment(pools, job, repository);
   if (!request) return undefined;
   const conclusion = /^[a-z_]{1,32}$/.test(job.conclusion ?? "") ? job.conclusion : "unknown conclusion";
   const reason = `completed in Gitea (${conclusion}) before its queued delivery`;

@@ -3,14 +3,23 @@
 import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
 import { jetstream, JetStreamApiError, JetStreamError, type JetStreamClient } from "@nats-io/jetstream";
 import { jserrors } from "@nats-io/jetstream/internal";
-import type { Config, NatsAuth } from "../config.ts";
 
 export interface NatsHandle {
   nc: NatsConnection;
   js: JetStreamClient;
 }
 
-export type NatsSettings = Pick<Config, "natsServers" | "natsAuth">;
+/** How to reach NATS (NATS_URL and one of its auth methods), as config.ts reads it. */
+export interface NatsSettings {
+  natsServers: string[];
+  natsAuth: NatsAuth;
+}
+
+export type NatsAuth =
+  | { kind: "none" }
+  | { kind: "token"; token: string }
+  | { kind: "userpass"; user: string; pass: string }
+  | { kind: "creds"; creds: string };
 
 const CONNECT_TIMEOUT_MS = 5_000;
 export const REQUEST_TIMEOUT_MS = 5_000;

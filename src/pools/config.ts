@@ -3,11 +3,11 @@
 // (`RUNNER_POOLS[1].schedule[0].cron …`). RUNS_ON_ROUTES, the older form, becomes one pool per route.
 import { z } from "zod";
 import { parseJsonVariable } from "../config-schema.ts";
+import { poolNameSchema } from "../assignment.ts";
 import { BACKENDS } from "../names.ts";
-import { routeSchema, type Route } from "../gitea/routes.ts";
+import { routeSchema, routesSchema, type Route } from "../gitea/routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const HOUR_MS = 3_600_000;
 
 const timeZone = z.string().refine(
@@ -35,7 +35,7 @@ const windowSchema = z.strictObject({ cron, timeZone: timeZone.default("UTC"), m
 
 const poolSchema = z
   .strictObject({
-    name: z.string().max(63).regex(DNS_LABEL, { message: "must be a DNS label (lowercase letters, digits and '-', at most 63)" }),
+    name: poolNameSchema,
     backend: z.enum(BACKENDS),
     labels: routeSchema.shape.labels,
     /** A partial Pod (pod) or VirtualMachineInstance (vm), merged over the backend's default. */
@@ -73,16 +73,40 @@ export const poolsSchema = z
 export type Pool = z.infer<typeof poolSchema>;
 
 /**
- * The pools of the configuration, or undefined with `problems` added. `routes` is RUNS_ON_ROUTES
- * already parsed, when it is set; setting both variables is a problem naming both.
+ * The pools of the configuration, or undefined with `problems` added, each naming the pool.
+ * RUNS_ON_ROUTES (`routes`), the older form, is one pool per route; setting both is a problem.
  */
-export function parsePools(raw: string | undefined, routes: readonly Route[] | undefined, problems: string[]): Pool[] | undefined {
-  if (raw === undefined || raw.trim() === "") return routes ? poolsOfRoutes(routes) : undefined;
-  if (routes) {
+export function parsePools(raw: string | undefined, routes: string | undefined, problems: string[]): Pool[] | undefined {
+  const set = (v: string | undefined): v is string => v !== undefined && v.trim() !== "";
+  if (set(raw) && set(routes)) {
     problems.push("RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)");
     return undefined;
   }
-  return parseJsonVariable("RUNNER_POOLS", raw, poolsSchema, problems);
+  if (set(routes)) {
+    const parsed = parseJsonVariable("RUNS_ON_ROUTES", routes, routesSchema, problems);
+    return parsed && poolsOfRoutes(parsed);
+  }
+  if (!set(raw)) return undefined;
+  const before = problems.length;
+  const pools = parseJsonVariable("RUNNER_POOLS", raw, poolsSchema, problems);
+  if (problems.length > before) nameThePools(raw, problems, before);
+  return pools;
+}
+
+/** Adds `(pool "<name>")` to each problem of a pool whose name can be read. */
+function nameThePools(raw: string, problems: string[], from: number): void {
+  let listed: unknown;
+  try {
+    listed = JSON.parse(raw);
+  } catch {
+    return;
+  }
+  if (!Array.isArray(listed)) return;
+  for (let i = from; i < problems.length; i++) {
+    const at = /^RUNNER_POOLS\[(\d+)\]/.exec(problems[i]!);
+    const name = at ? (listed[Number(at[1])] as { name?: unknown } | undefined)?.name : undefined;
+    if (typeof name === "string" && name.length <= 63) problems[i] += ` (pool ${JSON.stringify(name)})`;
+  }
 }
 
 /** RUNS_ON_ROUTES as pools: one per route, in its order, the backend's default template, no warm runners. */

@@ -159,7 +159,8 @@ describe("Gitea configuration", () => {
     }
   };
   it("parses a complete setup, scopes included", () => {
-    expect(loadConfig(base).gitea).toMatchObject({ scope: { kind: "admin" }, runnerNamePrefix: "gdr", webhookMaxBytes: 1_048_576, routes: [{ backend: "pod" }] });
+    expect(loadConfig(base).gitea).toMatchObject({ scope: { kind: "admin" }, runnerNamePrefix: "gdr", webhookMaxBytes: 1_048_576 });
+    expect(loadConfig(base).pools).toMatchObject([{ name: "route-0", backend: "pod", minIdle: 0 }]);
     expect(loadConfig({ ...base, GITEA_SCOPE: "org:acme" }).gitea?.scope).toEqual({ kind: "org", org: "acme" });
     expect(loadConfig({ ...base, GITEA_SCOPE: "repo:acme/widgets" }).gitea?.scope).toEqual({ kind: "repo", owner: "acme", repo: "widgets" });
   });
@@ -179,7 +180,7 @@ describe("Gitea configuration", () => {
     expect(text).not.toContain("c2hvcnQ=");
     expect(problems({ ...base, RUNS_ON_ROUTES: "[{" })).toEqual(["RUNS_ON_ROUTES must be JSON"]);
     expect(problems({ ...base, RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["x"] }]) })).toEqual([
-      "RUNS_ON_ROUTES routes jobs to backend vm, which is disabled (CAPACITY_VM=0)",
+      'RUNS_ON_ROUTES[0]["backend"] is vm, which is disabled (CAPACITY_VM=0) (pool "route-0")',
     ]);
     expect(TEST_SECRETS.RUNNER_IDENTITY_KEY).toBeTruthy();
   });

@@ -1,7 +1,10 @@
 // Runner pools, first part (#21, in progress): RUNNER_POOLS parsed with every problem named by its
 // path, RUNS_ON_ROUTES as pools, which pools can run a job, and schedule windows read in a time zone.
 import { describe, expect, it } from "vitest";
+import { loadConfig, type ConfigError } from "../../src/config.ts";
+import { jobAssignment } from "../../src/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
+import { giteaTestEnv } from "../harness/env.ts";
 import { poolsFor } from "../../src/pools/route.ts";
 import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
 
@@ -33,18 +36,18 @@ describe("RUNNER_POOLS", () => {
     expect(problems).toEqual(expect.arrayContaining([
       expect.stringMatching(/^RUNNER_POOLS\[0\]\["name"\] must be a DNS label/),
       expect.stringMatching(/^RUNNER_POOLS\[0\] .*minIddle/),
-      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23$/),
+      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23 \(pool "small"\)$/),
       expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["timeZone"\] must be an IANA time zone/),
       expect.stringMatching(/^RUNNER_POOLS\[2\]\["backend"\]/),
     ]));
   });
 
   it("refuses near misses: a duplicate name, minIdle over the cap, a lifetime within the boot timeout", () => {
-    expect(parse([small, { ...large, name: "small" }]).problems).toEqual(['RUNNER_POOLS[1]["name"] "small" is the name of pool 0 too']);
-    expect(parse([{ ...small, minIdle: 11 }]).problems).toEqual(['RUNNER_POOLS[0]["minIdle"] must be at most maxRunners (10)']);
+    expect(parse([small, { ...large, name: "small" }]).problems).toEqual(['RUNNER_POOLS[1]["name"] "small" is the name of pool 0 too (pool "small")']);
+    expect(parse([{ ...small, minIdle: 11 }]).problems).toEqual(['RUNNER_POOLS[0]["minIdle"] must be at most maxRunners (10) (pool "small")']);
     expect(parse([{ ...small, minIdle: 10 }]).problems).toEqual([]);
-    expect(parse([{ ...small, schedule: [{ cron: "* * * * *", minIdle: 11 }] }]).problems).toEqual(['RUNNER_POOLS[0]["schedule"][0]["minIdle"] must be at most maxRunners (10)']);
-    expect(parse([{ ...large, bootTimeoutMs: 600_000, maxLifetimeMs: 600_000 }]).problems).toEqual(['RUNNER_POOLS[0]["maxLifetimeMs"] must be longer than bootTimeoutMs (600000)']);
+    expect(parse([{ ...small, schedule: [{ cron: "* * * * *", minIdle: 11 }] }]).problems).toEqual(['RUNNER_POOLS[0]["schedule"][0]["minIdle"] must be at most maxRunners (10) (pool "small")']);
+    expect(parse([{ ...large, bootTimeoutMs: 600_000, maxLifetimeMs: 600_000 }]).problems).toEqual(['RUNNER_POOLS[0]["maxLifetimeMs"] must be longer than bootTimeoutMs (600000) (pool "large")']);
     expect(parse([{ ...large, name: "constructor" }]).problems).toEqual([]);
     expect(parse('[{"name":"a","backend":"pod","labels":["x"],"__proto__":{"minIdle":5}}]').problems).toEqual([expect.stringMatching(/^RUNNER_POOLS\[0\] .*__proto__/)]);
     expect(parse("[").problems).toEqual(["RUNNER_POOLS must be JSON"]);
@@ -53,8 +56,8 @@ describe("RUNNER_POOLS", () => {
 
   it("and RUNS_ON_ROUTES together are an error naming both; RUNS_ON_ROUTES alone is one pool per route", () => {
     const routes = [{ backend: "pod" as const, labels: ["ubuntu-latest"] }, { backend: "vm" as const, labels: ["ubuntu-latest", "vm"] }];
-    expect(parse([small], routes).problems).toEqual(["RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)"]);
-    const { pools, problems } = parse("", routes);
+    expect(parse([small], JSON.stringify(routes)).problems).toEqual(["RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)"]);
+    const { pools, problems } = parse("", JSON.stringify(routes));
     expect(problems).toEqual([]);
     expect(pools).toEqual(poolsOfRoutes(routes));
     expect(pools?.map((p) => [p.name, p.backend, p.minIdle, p.maxRunners, p.priority])).toEqual([["route-0", "pod", 0, undefined, 0], ["route-1", "vm", 0, undefined, 1]]);
@@ -139,5 +142,65 @@ describe("schedule windows", () => {
     expect(idleTarget(pool, at("2026-12-02T09:00:00Z"))).toBe(4);
     expect(idleTarget(pool, at("2026-12-02T20:00:00Z"))).toBe(0);
     expect(idleTarget({ ...pool, schedule: [] }, at("2026-12-02T20:00:00Z"))).toBe(2);
+  });
+});
+
+describe("RUNNER_POOLS in the configuration", () => {
+  const k8s = { CAPACITY_VM: "10", POD_DRIVER: "kubernetes", VM_DRIVER: "kubevirt", K8S_API_URL: "https://k8s.example.org", K8S_TOKEN: "k8s-token", RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1" };
+  const env = (pools: unknown, extra: Record<string, unknown> = {}): Record<string, string> => {
+    const { RUNS_ON_ROUTES: _routes, ...base } = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", { ...k8s, ...extra });
+    return { ...base, RUNNER_POOLS: JSON.stringify(pools) };
+  };
+  const problems = (e: Record<string, unknown>) => {
+    try {
+      loadConfig(e);
+      return [];
+    } catch (err) {
+      return (err as ConfigError).problems;
+    }
+  };
+  const podTemplate = { spec: { nodeSelector: { "node.example.org/size": "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "2", memory: "4Gi" } } }] } };
+  const vmTemplate = { spec: { domain: { cpu: { cores: 8 }, resources: { requests: { memory: "16Gi" } } } } };
+
+  it("takes pools with their own Pod and VMI shapes; a job is routed to the pools that can run it", () => {
+    const config = loadConfig(env([{ ...small, template: podTemplate }, { ...large, template: vmTemplate }]));
+    expect(config.pools.map((p) => p.name)).toEqual(["small", "large"]);
+    const job = { id: 7, run_id: 3, labels: ["ubuntu-latest"] };
+    expect(jobAssignment(config.pools, job, "acme/widgets")).toMatchObject({ backend: "pod", labels: small.labels, pools: ["small", "large"] });
+    expect(jobAssignment(config.pools, { ...job, labels: ["large"] }, "acme/widgets")).toMatchObject({ backend: "vm", pools: ["large"] });
+    expect(jobAssignment(config.pools, { ...job, labels: ["gpu"] }, "acme/widgets")).toBeUndefined();
+  });
+
+  it("refuses a template that would make an invalid Pod or VMI, naming the pool and the field", () => {
+    const wrongPod = { spec: { containers: [{ name: "runner", imagePullPolicyy: "Always" }] } };
+    expect(problems(env([{ ...small, template: wrongPod }, large]))).toEqual([
+      'RUNNER_POOLS[0]["template"] would make an invalid Pod: spec.containers[0].imagePullPolicyy is not a field of this object (pool "small")',
+    ]);
+    const wrongVm = { spec: { domain: { cpu: { cores: "8" } } } };
+    expect(problems(env([small, { ...large, template: wrongVm }]))).toEqual([
+      'RUNNER_POOLS[1]["template"] would make an invalid VirtualMachineInstance: spec.domain.cpu.cores must be integer (pool "large")',
+    ]);
+    // The near miss: the same field, spelt right, is fine; so is a label or a field named like a prototype key.
+    expect(problems(env([{ ...small, template: { spec: { containers: [{ name: "runner", imagePullPolicy: "Always" }] } } }, large]))).toEqual([]);
+    expect(problems(env([{ ...small, template: { spec: { constructor: 1 } } }, large]))).toEqual([
+      'RUNNER_POOLS[0]["template"] would make an invalid Pod: spec.constructor is not a field of this object (pool "small")',
+    ]);
+    // The merged result is checked: POD_TEMPLATE's own mistakes show in every pool on the backend.
+    expect(problems(env([small, large], { POD_TEMPLATE: JSON.stringify({ spec: { hostNetwork: "yes" } }) }))).toEqual([]);
+    expect(problems(env([{ ...small, template: podTemplate }, large], { POD_TEMPLATE: JSON.stringify({ spec: { hostNetwork: "yes" } }) }))).toEqual([
+      'RUNNER_POOLS[0]["template"] would make an invalid Pod: spec.hostNetwork must be boolean (pool "small")',
+    ]);
+  });
+
+  it("refuses a pool on a disabled backend, more warm runners than the backend holds, and pools without Gitea", () => {
+    expect(problems(env([small, large], { CAPACITY_VM: "0" }))).toEqual(['RUNNER_POOLS[1]["backend"] is vm, which is disabled (CAPACITY_VM=0) (pool "large")']);
+    expect(problems(env([{ ...small, maxRunners: 20, schedule: [{ cron: "* * * * *", minIdle: 11 }] }, large], { CAPACITY_POD: "10" }))).toEqual([
+      'RUNNER_POOLS[0]["minIdle"] asks for 11 warm runners, more than CAPACITY_POD (10) (pool "small")',
+    ]);
+    expect(problems(env([{ ...small, maxRunners: 20, schedule: [{ cron: "* * * * *", minIdle: 10 }] }, large], { CAPACITY_POD: "10" }))).toEqual([]);
+    const { GITEA_URL: _g, ...noGitea } = env([small]);
+    expect(problems({ ...noGitea, POD_DRIVER: "http", VM_DRIVER: "http", CAPACITY_VM: "0" })).toEqual(["RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea"]);
+    const { RUNNER_POOLS: _p, ...neither } = env([small]);
+    expect(problems(neither)).toEqual(["RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with GITEA_URL"]);
   });
 });

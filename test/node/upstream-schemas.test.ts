@@ -1,5 +1,6 @@
-// What we send, checked against the upstream API descriptions (test/fixtures/upstream-schemas,
-// copied from shared/reference): the Pod, Secret and VMI the drivers create validate against
+// What we send, checked against the upstream API descriptions (copied from shared/reference: the
+// Kubernetes and KubeVirt ones to src/backends/kubernetes/upstream, where the Worker checks pool
+// templates with them; the Gitea ones to test/fixtures/upstream-schemas): the Pod, Secret and VMI the drivers create validate against
 // Kubernetes' and KubeVirt's own OpenAPI schemas, with unknown fields refused (as the API
 // server's strict field validation does), and every Gitea REST call the client makes is an
 // operation of Gitea 1.25 and of Gitea main.
@@ -15,7 +16,8 @@ import { createGiteaClient } from "../../src/gitea/client.ts";
 import { assignment, giteaTestEnv } from "../harness/env.ts";
 
 const dir = new URL("../fixtures/upstream-schemas/", import.meta.url);
-const load = (file: string) => JSON.parse(readFileSync(new URL(file, dir), "utf8"));
+const kubeDir = new URL("../../src/backends/kubernetes/upstream/", import.meta.url);
+const load = (file: string) => JSON.parse(readFileSync(new URL(file, file.startsWith("gitea") ? dir : kubeDir), "utf8"));
 
 /** Every object schema that lists its properties refuses others, as kubectl-validate's strict mode. */
 function strict(node: unknown): unknown {
@@ -67,8 +69,57 @@ describe("manifests against the upstream schemas", () => {
       expect(errorsOf(secret, runnerSecret(names, r, { userdata: cloudInit(r) }))).toEqual([]);
       const template = { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } };
       expect(errorsOf(vmi, vmiManifest(names, r, { image: "registry.example.org/runner-vm:1", template }))).toEqual([]);
+      // A pool's template goes over the backend's own, and the workload carries the pool's label.
+      const small = { ...r, pool: { name: "small", template: { spec: { nodeSelector: { size: "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "1" } } }] } } } };
+      const made = podManifest(names, small, { image: DEFAULT_RUNNER_IMAGE, template: dind }) as { metadata: { labels: Record<string, string> }; spec: { nodeSelector: object; containers: { name: string; resources?: object; securityContext?: object }[] } };
+      expect(errorsOf(pod, made)).toEqual([]);
+      expect(made.metadata.labels["gitea-edge-dispatcher/pool"]).toBe("small");
+      expect(made.spec.nodeSelector).toEqual({ "kubernetes.io/os": "linux", size: "small" });
+      expect(made.spec.containers.find((c) => c.name === "runner")?.resources).toEqual({ limits: { cpu: "1" } });
+      const big = vmiManifest(names, { ...r, pool: { name: "large", template: { spec: { domain: { cpu: { cores: 16 } } } } } }, { image: "i", template }) as { spec: { domain: { cpu: object; resources: object } } };
+      expect(errorsOf(vmi, big)).toEqual([]);
+      expect(big.spec.domain).toMatchObject({ cpu: { cores: 16 }, resources: { requests: { memory: "8Gi" } } });
     });
   }
+});
+
+describe("the Worker's own schema check (schema-check.ts) agrees with ajv", () => {
+  const base = { apiVersion: "v1", kind: "Pod", metadata: { name: "x" }, spec: { containers: [{ name: "c", image: "i" }] } };
+  const spec = (extra: object) => ({ ...base, spec: { ...base.spec, ...extra } });
+  const pods: [string, unknown][] = [
+    ["a minimal pod", base],
+    ["the dind template", dind],
+    ["a misspelt container field", spec({ containers: [{ name: "c", imagePullPolicyy: "Always" }] })],
+    ["a string where an integer goes", spec({ activeDeadlineSeconds: "60" })],
+    ["a fraction where an integer goes", spec({ activeDeadlineSeconds: 1.5 })],
+    ["a quantity as a number", spec({ containers: [{ name: "c", resources: { limits: { cpu: 2 } } }] })],
+    ["a quantity as a list", spec({ containers: [{ name: "c", resources: { limits: { cpu: [2] } } }] })],
+    ["an int-or-string port as a name", spec({ containers: [{ name: "c", livenessProbe: { httpGet: { port: "http" } } }] })],
+    ["an int-or-string port as true", spec({ containers: [{ name: "c", livenessProbe: { httpGet: { port: true } } }] })],
+    ["a toleration without its key", spec({ tolerations: [{ operator: "Exists", effect: "NoSchedule" }] })],
+    ["a node selector of numbers", spec({ nodeSelector: { disk: 1 } })],
+    ["containers as an object", spec({ containers: { name: "c" } })],
+    ["a volume mount without mountPath", spec({ containers: [{ name: "c", volumeMounts: [{ name: "v" }] }] })],
+    ["a field named constructor", spec({ constructor: {} })],
+    ["a label named __proto__", { ...base, metadata: JSON.parse('{"name":"x","labels":{"__proto__":"y"}}') }],
+  ];
+  it.each(pods)("Pod: %s", async (_what, manifest) => {
+    const { checkPod } = await import("../../src/backends/kubernetes/schema-check.ts");
+    expect(checkPod(manifest).length === 0).toBe(errorsOf(pod, manifest).length === 0);
+  });
+  it("the near misses are refused, naming the field", async () => {
+    const { checkPod, checkVmi } = await import("../../src/backends/kubernetes/schema-check.ts");
+    expect(checkPod(spec({ containers: [{ name: "c", imagePullPolicyy: "Always" }] }))).toEqual(["spec.containers[0].imagePullPolicyy is not a field of this object"]);
+    expect(checkPod(spec({ activeDeadlineSeconds: "60" }))).toEqual(["spec.activeDeadlineSeconds must be integer"]);
+    expect(checkPod(spec({ constructor: {} }))).toEqual(["spec.constructor is not a field of this object"]);
+    expect(checkVmi({ apiVersion: "kubevirt.io/v1", kind: "VirtualMachineInstance", metadata: { name: "x" } })).toEqual(["spec is required"]);
+    const vm = { apiVersion: "kubevirt.io/v1", kind: "VirtualMachineInstance", metadata: { name: "x" }, spec: { domain: { devices: {} } } };
+    expect(checkVmi(vm)).toEqual([]);
+    expect(errorsOf(vmi, vm)).toEqual([]);
+    const wrong = { ...vm, spec: { domain: { devices: {}, cpu: { cores: "2" } } } };
+    expect(checkVmi(wrong)).toEqual(["spec.domain.cpu.cores must be integer"]);
+    expect(errorsOf(vmi, wrong)).not.toEqual([]);
+  });
 });
 
 describe("Gitea REST calls against Gitea's own API description", () => {

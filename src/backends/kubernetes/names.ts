@@ -4,6 +4,8 @@ export const MANAGED_BY = "gitea-edge-dispatcher";
 export const LABEL_MANAGED = "app.kubernetes.io/managed-by";
 export const LABEL_ASSIGNMENT = "gitea-edge-dispatcher/assignment";
 export const ANNOTATION_ASSIGNMENT = "gitea-edge-dispatcher/assignment-id";
+/** The runner pool of a workload (RUNNER_POOLS; a pool's name is a DNS label, so a valid value). */
+export const LABEL_POOL = "gitea-edge-dispatcher/pool";
 
 /** Kubernetes' DNS-1123 label: what Pod, Secret and VMI names must be (a VMI name is a hostname). */
 export const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -36,10 +38,10 @@ export async function objectNames(prefix: string, assignmentId: string): Promise
   return { name: `${prefix}-${tail}`, label: tail };
 }
 
-export function ownedMetadata(names: ObjectNames, assignmentId: string) {
+export function ownedMetadata(names: ObjectNames, assignmentId: string, pool?: string) {
   return {
     name: names.name,
-    labels: { [LABEL_MANAGED]: MANAGED_BY, [LABEL_ASSIGNMENT]: names.label },
+    labels: { [LABEL_MANAGED]: MANAGED_BY, [LABEL_ASSIGNMENT]: names.label, ...(pool ? { [LABEL_POOL]: pool } : {}) },
     annotations: { [ANNOTATION_ASSIGNMENT]: assignmentId },
   };
 }

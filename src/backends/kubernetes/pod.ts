@@ -52,7 +52,7 @@ export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
   const base = {
     apiVersion: "v1",
     kind: "Pod",
-    metadata: ownedMetadata(names, request.assignment.id),
+    metadata: ownedMetadata(names, request.assignment.id, request.pool?.name),
     spec: {
       restartPolicy: "Never",
       automountServiceAccountToken: false,
@@ -73,7 +73,7 @@ export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
       volumes: [{ name: "runner-identity", secret: { secretName: names.name, defaultMode: 0o400 } }],
     },
   };
-  return mergeTemplate(base, opts.template);
+  return mergeTemplate(mergeTemplate(base, opts.template), request.pool?.template);
 }
 
 const POD_PHASES = new Map<string, RunnerStatus | "ended">([
