@@ -85,15 +85,21 @@ export interface ProvisionConfig {
   /** JETSTREAM_REPLICAS: replicas of the stream, its consumers and the KV buckets. */
   replicas: number;
   backends: { backend: Backend; capacity: number }[];
+  /** RUNNER_POOLS (or RUNS_ON_ROUTES): a pool with maxRunners has a slots stream. */
+  pools: Pool[];
 }
 
 export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConfig {
   const parsed = layoutSchema.safeParse(blankToUndefined(env));
   const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
   const auth = parseAuth(env, problems);
+  const raw = blankToUndefined(env);
+  const text = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : undefined);
+  const pools = parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) ?? [];
   if (!parsed.success || problems.length) throw new ConfigError(problems);
   const e = parsed.data;
   return {
+    pools,
     natsServers: e.NATS_URL,
     natsAuth: auth,
     stream: e.ASSIGNMENT_STREAM,

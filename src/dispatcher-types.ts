@@ -9,7 +9,7 @@ import type { GiteaClient } from "./gitea/client.ts";
 import type { Backend } from "./names.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 import type { PreparedRequest } from "./reconcile/process.ts";
-import type { Admission } from "./state/admission.ts";
+import type { Admission, Placement } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
 import type { TeardownList } from "./state/teardowns.ts";
 
@@ -43,7 +43,7 @@ export interface Dispatcher {
   withFreshState<T>(fn: (state: State) => Promise<T>): Promise<T>;
   /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
   close(): Promise<void>;
-  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
+  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement): Promise<PreparedRequest>;
   /** The Gitea client, when the integration is configured. */
   gitea: GiteaClient | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;

@@ -16,7 +16,7 @@ import { reconcileBackend } from "./reconcile/run.ts";
 import { retryTeardowns } from "./reconcile/teardown.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
-import { createRecordStore, incarnationOf } from "./state/records.ts";
+import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
 import { createTeardownList } from "./state/teardowns.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
@@ -71,12 +71,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 
+  const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
     const [recordsKv, leaderKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, recordsBucket(names), false)]);
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
-      admission: createAdmission(handle, { names, capacity: config.capacity, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
+      admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
@@ -110,11 +111,19 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       if (session && !deps.borrowed) await closeNats(session.handle.nc);
     },
     gitea,
-    async runnerRequest(assignment, record, reserved) {
+    async runnerRequest(assignment, record, reserved, placement = placementOf(record)) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
-      const request: RunnerRequest = { assignment, claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)), claimUrl: `${base}/claim`, completeUrl: `${base}/complete` };
+      const pool = config.pools.find((p) => p.name === placement.pool);
+      const request: RunnerRequest = {
+        assignment,
+        claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)),
+        claimUrl: `${base}/claim`,
+        completeUrl: `${base}/complete`,
+        ...(pool ? { pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}) } } : {}),
+      };
       if (!config.gitea || !gitea) return { request };
-      const identity = await obtainRunnerIdentity(config.gitea, gitea, assignment, record, reserved, now);
+      // A runner of a pool has that pool's labels: a spilled job's are not its first pool's.
+      const identity = await obtainRunnerIdentity(config.gitea, gitea, { ...assignment, labels: pool?.labels ?? assignment.labels }, record, reserved, now);
       return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
@@ -159,7 +168,8 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
     records: state.records,
     admission: state.admission,
-    runners: d.runnersFor(backend),
+    runnersFor: d.runnersFor,
+    pools: new Map(d.config.pools.map((p) => [p.name, p])),
     needsIdentity: d.config.gitea !== undefined,
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),

@@ -27,7 +27,7 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
     if (stream.config.retention !== RetentionPolicy.Workqueue) problems.push(`stream ${cfg.stream} must use work-queue retention`);
     problems.push(...replicaProblems(`stream ${cfg.stream}`, stream.config.num_replicas, stream.cluster, cfg.replicas));
     for (const b of cfg.backends) {
-      const want = desiredConsumer(cfg, b.backend, b.capacity);
+      const want = desiredConsumer(cfg, b.backend);
       const info = await maybe(() => jsm.consumers.info(cfg.stream, want.name));
       if (!info) {
         problems.push(`consumer ${want.name} on stream ${cfg.stream} is missing (${PROVISION})`);

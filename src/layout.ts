@@ -5,7 +5,8 @@ import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
 import type { BackendConfig, Config } from "./config.ts";
-import { assignmentSubject, consumerName, legacyAdmissionBucket, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, type Backend } from "./names.ts";
+import { assignmentSubject, consumerName, legacyAdmissionBucket, poolSlotPrefix, poolSlotsStream, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, type Backend } from "./names.ts";
+import type { Pool } from "./pools/config.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
 export const MAX_DELIVER = 1000;
@@ -14,9 +15,24 @@ const DUPLICATE_WINDOW_MS = 60 * 60 * 1000;
 /** Records outlive any assignment that could still be queued. */
 export const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
-export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" | "replicas"> & { backends: Pick<BackendConfig, "backend" | "capacity">[] };
+export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" | "replicas"> & {
+  backends: Pick<BackendConfig, "backend" | "capacity">[];
+  /** The runner pools; those with maxRunners get a slots stream. */
+  pools?: Pick<Pool, "name" | "backend" | "maxRunners">[];
+};
 
-export function desiredConsumer(cfg: LayoutConfig, backend: Backend, capacity: number) {
+/**
+ * How many of a consumer's messages may be out at once. A message is out until its runner claims
+ * it, and a job that spills from its backend's pools to another backend's waits in its first
+ * backend's consumer: with pools on several backends, every backend's capacity together.
+ */
+export function consumerLimit(cfg: LayoutConfig, backend: Backend): number {
+  const own = cfg.backends.find((b) => b.backend === backend)?.capacity ?? 0;
+  const spans = new Set((cfg.pools ?? []).map((p) => p.backend)).size > 1;
+  return spans ? cfg.backends.reduce((sum, b) => sum + b.capacity, 0) : own;
+}
+
+export function desiredConsumer(cfg: LayoutConfig, backend: Backend) {
   return {
     name: consumerName(backend),
     durable_name: consumerName(backend),
@@ -24,7 +40,7 @@ export function desiredConsumer(cfg: LayoutConfig, backend: Backend, capacity: n
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(cfg.ackWaitMs),
-    max_ack_pending: capacity,
+    max_ack_pending: consumerLimit(cfg, backend),
     max_deliver: MAX_DELIVER,
     // As many as the stream: a consumer follows its stream when that changes its replicas, while
     // an explicit count above the stream's is refused until the stream has scaled up.
@@ -46,6 +62,7 @@ export function admissionStreams(cfg: LayoutConfig): (Partial<StreamConfig> & { 
   const leases = { retention: RetentionPolicy.Limits, storage: StorageType.File, discard: DiscardPolicy.New, allow_msg_ttl: true, allow_direct: true, num_replicas: cfg.replicas };
   return [
     ...cfg.backends.map((b) => ({ ...leases, name: slotsStream(names, b.backend), subjects: [`${slotPrefix(names, b.backend)}.*`], max_msgs: b.capacity })),
+    ...(cfg.pools ?? []).flatMap((p) => (p.maxRunners === undefined ? [] : [{ ...leases, name: poolSlotsStream(names, p.name), subjects: [`${poolSlotPrefix(names, p.name)}.*`], max_msgs: p.maxRunners }])),
     // One word per id: a new one replaces the last.
     { ...leases, name: registrationsStream(names), subjects: registrationSubjects(names), max_msgs: -1, max_msgs_per_subject: 1 },
   ];
@@ -86,7 +103,7 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
     done.push(`stream ${cfg.stream}: created (R${cfg.replicas})`);
   }
   for (const b of cfg.backends) {
-    const want = desiredConsumer(cfg, b.backend, b.capacity);
+    const want = desiredConsumer(cfg, b.backend);
     if (await exists(() => jsm.consumers.info(cfg.stream, want.name))) {
       const { name: _n, durable_name: _d, ack_policy: _a, deliver_policy: _p, ...updatable } = want;
       await jsm.consumers.update(cfg.stream, want.name, updatable);

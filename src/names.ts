@@ -52,6 +52,15 @@ export function slotPrefix(names: NatsNames, backend: Backend): string {
   return `${names.subjectBase}.slots.${backend}`;
 }
 
+/** A runner pool with a cap (RUNNER_POOLS maxRunners) has a slots stream of its own, beside its backend's. */
+export function poolSlotsStream(names: NatsNames, pool: string): string {
+  return `${names.stream}_pool_${pool}`;
+}
+
+export function poolSlotPrefix(names: NatsNames, pool: string): string {
+  return `${names.subjectBase}.poolslots.${pool}`;
+}
+
 /** One stream holds the runner registrations under way, of every backend. */
 export function registrationsStream(names: NatsNames): string {
   return `${names.stream}_registering`;

@@ -4,7 +4,7 @@ import { assignmentIdSchema } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, NotFound, Refused } from "./domain-errors.ts";
 import type { AssignmentState, Backend } from "./names.ts";
-import { incarnationOf, type AssignmentRecord } from "./state/records.ts";
+import { incarnationOf, placementOf, type AssignmentRecord } from "./state/records.ts";
 
 export interface AssignmentView {
   id: string;
@@ -149,21 +149,21 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.
-    if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) contended = await state.admission.release(r.backend, id);
+    if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) contended = await state.admission.release(placementOf(r), id);
     return r;
   });
   if (!record) throw new NotFound(`no assignment ${id}`);
   requireCaller(record, id, opts);
   if (record.state !== "completed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
-  return { ...viewOf(record), contended, changed };
+  return { ...viewOf(record), contended, changed, runsOn: placementOf(record).backend };
 }
 
 /**
  * A completion's outcome. `changed`: this call completed it, so its runner is to be torn down;
  * a repeated completion tears nothing down (a teardown that failed is the tick's to retry).
  */
-export type Completed = Released<AssignmentView> & { changed: boolean };
+export type Completed = Released<AssignmentView> & { changed: boolean; runsOn: Backend };
 
 /** `contended`: the freed slot was one of a full pool, so an assignment may be waiting for it. */
 export type Released<T> = T & { contended: boolean };

@@ -3,7 +3,7 @@
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { TERMINAL, type Released } from "../operations.ts";
-import type { AssignmentRecord } from "../state/records.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
 
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed
@@ -26,7 +26,7 @@ export async function cancelAssignment(d: Dispatcher, id: string, reason: string
       // Its queued's record came in between (a tombstone only creates): terminate that one.
       if (!tombstoned) r = await terminate();
     }
-    if (r && changed) contended = await state.admission.release(r.backend, id);
+    if (r && changed) contended = await state.admission.release(placementOf(r), id);
     return r;
   });
   if (tombstoned) {

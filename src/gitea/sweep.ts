@@ -4,7 +4,7 @@
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import type { Admission } from "../state/admission.ts";
-import type { AssignmentRecord, RecordStore } from "../state/records.ts";
+import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { GiteaFeatureMissing } from "./client.ts";
 import { assignmentOfRunner } from "./identity.ts";
@@ -119,7 +119,8 @@ interface CleanContext {
 async function cleanRunner({ d, records, admission, registering, summary }: CleanContext, runnerId: number, id: string) {
   const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: d.config.gitea!.cleanupGraceMs };
   const record = await records.get(id);
-  const reserved = record && !record.runner ? (await registering(record.backend)).has(id) : false;
+  const place = record ? placementOf(record) : undefined;
+  const reserved = record && !record.runner ? (await registering(place!.backend)).has(id) : false;
   const verdict = cleanupVerdict(record, runnerId, d.now(), limits, reserved);
   if (verdict === "keep") return;
   if (verdict === "delete_and_forget") {
@@ -132,11 +133,11 @@ async function cleanRunner({ d, records, admission, registering, summary }: Clea
   }
   if (record && verdict === "delete_and_forget") {
     // Its slot and any registration reservation go too: the next delivery starts from scratch.
-    await admission.release(record.backend, id);
-    if (!(await releaseRunner(d, id, record.backend, runnerId))) return;
+    await admission.release(place!, id);
+    if (!(await releaseRunner(d, id, place!.backend, runnerId))) return;
   } else if (record && FINISHED.has(record.state)) {
     // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
-    if (!(await releaseRunner(d, id, record.backend, runnerId))) return;
+    if (!(await releaseRunner(d, id, place!.backend, runnerId))) return;
   } else await d.gitea!.deleteRunner(runnerId);
   summary.runnersDeleted++;
   d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });

@@ -11,7 +11,7 @@ import { assignmentOfRunner } from "./identity.ts";
 import type { Pool } from "../pools/config.ts";
 import { poolsFor } from "../pools/route.ts";
 import { staleReplay } from "./stale.ts";
-import { recordJob } from "../state/records.ts";
+import { placementOf, recordJob } from "../state/records.ts";
 
 const id = z.number().int().nonnegative();
 const MAX_REPOSITORY_CHARS = 256;
@@ -139,7 +139,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
-          const teardown = view.changed ? { teardown: { id: ours, backend: view.backend, giteaRunnerId: view.giteaRunnerId ?? undefined } } : {};
+          const teardown = view.changed ? { teardown: { id: ours, backend: view.runsOn, giteaRunnerId: view.giteaRunnerId ?? undefined } } : {};
           return { status: 200, body: { completed: ours }, ...teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
@@ -151,7 +151,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
       const { record, contended } = cancelled;
-      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: record.backend, giteaRunnerId: record.runner?.id }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
+      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: placementOf(record).backend, giteaRunnerId: record.runner?.id }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
     }
     default:
       // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.

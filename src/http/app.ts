@@ -98,9 +98,9 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { contended, changed, ...view } = await c.var.path.complete(id, incarnation);
+    const { contended, changed, runsOn, ...view } = await c.var.path.complete(id, incarnation);
     // Only the call that completed it tears the runner down; a repeat changes nothing.
-    if (changed) inBackground(c, d, releaseRunner(d, id, view.backend, view.giteaRunnerId ?? undefined), "teardown after complete");
+    if (changed) inBackground(c, d, releaseRunner(d, id, runsOn, view.giteaRunnerId ?? undefined), "teardown after complete");
     if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
   });

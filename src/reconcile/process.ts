@@ -6,9 +6,9 @@ import { BackendError, type RunnerBackend, type RunnerRequest } from "../backend
 import type { EventName, EventSink } from "../events.ts";
 import type { Backend } from "../names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
-import type { Admission } from "../state/admission.ts";
+import type { Admission, Placement } from "../state/admission.ts";
 import { isRetryable, type Versioned } from "../state/kv.ts";
-import { contentHash, sameContent, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
+import { contentHash, placementOf, sameContent, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { decide, type Effect, type Facts, type Policy, type Verdict } from "./decide.ts";
 
 export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
@@ -19,7 +19,10 @@ export interface ProcessDeps {
   policy: Policy;
   records: RecordStore;
   admission: Admission;
-  runners: RunnerBackend;
+  /** The driver of each enabled backend: a job spilled to another pool runs on that pool's. */
+  runnersFor(backend: Backend): RunnerBackend;
+  /** The configured pools by name, for the places an assignment's `pools` name. */
+  pools: ReadonlyMap<string, { backend: Backend }>;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
   /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
@@ -27,12 +30,30 @@ export interface ProcessDeps {
   /** Runs `fn` on a new connection: the pass's own may have died with its server. */
   withFreshRecords<T>(fn: (records: RecordStore) => Promise<T>): Promise<T>;
   /** What the backend receives (claim token, URLs, runner identity); "busy" while another invocation registers it. */
-  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean): Promise<PreparedRequest>;
+  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement: Placement): Promise<PreparedRequest>;
   /** Runs a backend call within the invocation's connection limit and timeout. */
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   sink: EventSink;
   now(): number;
 }
+
+/**
+ * Where an assignment may run, in order: where it was admitted before (its runner may be there),
+ * else each of its pools (spill-over), else its own backend. A pool no longer configured is
+ * skipped; with none left, its own backend takes it.
+ */
+function placesOf(deps: ProcessDeps, p: Prepared): Placement[] {
+  const record = p.known!.value;
+  if (record.placement) return [record.placement];
+  const places = (p.assignment!.pools ?? []).flatMap((pool) => {
+    const found = deps.pools.get(pool);
+    return found ? [{ backend: found.backend, pool }] : [];
+  });
+  return places.length ? places : [{ backend: deps.backend }];
+}
+
+/** Where this delivery's runner is: as admitted now, else as its record says. */
+const placeOf = (p: Prepared): Placement => p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend });
 
 /** One delivery on its way through the table. */
 export interface Prepared {
@@ -41,6 +62,8 @@ export interface Prepared {
   assignment?: Assignment;
   known?: Versioned<AssignmentRecord>;
   reserved: boolean;
+  /** Where admission put it (its pool and that pool's backend). */
+  placement?: Placement;
   /**
    * This pass registered a runner. Its reservation stays until its lease ends: the record write
    * may have failed, and even once written, a replica that lags (direct gets are answered by any
@@ -85,11 +108,13 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   );
   const admitting = batch.filter((p) => decide(p.facts, deps.policy).next === "admit");
   if (admitting.length) {
-    const ids = admitting.map((p) => p.assignment!.id);
     const reserve = new Set(deps.needsIdentity ? admitting.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
-    const { admitted, reserved } = await deps.admission.acquireMany(deps.backend, ids, reserve);
+    const candidates = admitting.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p) }));
+    const { admitted, reserved } = await deps.admission.placeMany(candidates, reserve);
     for (const p of admitting) {
-      p.facts.admitted = admitted.has(p.assignment!.id);
+      const placement = admitted.get(p.assignment!.id);
+      p.facts.admitted = placement !== undefined;
+      if (placement) p.placement = placement;
       p.reserved = reserved.has(p.assignment!.id);
       if (p.facts.admitted) emit(deps, "capacity_acquired", idOf(p));
     }
@@ -114,13 +139,14 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
           const latest = await deps.records.getFromLeader(p.assignment!.id);
           if (latest?.value.runner) p.known = latest;
         }
-        const prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved);
+        const place = placeOf(p);
+        const prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved, place);
         if (prepared !== "busy") ref = prepared.ref;
         if (ref) {
           p.registered = true;
           emit(deps, "runner_registered", idOf(p));
         }
-        p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runners.accept(prepared.request, signal));
+        p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runnersFor(place.backend).accept(prepared.request, signal));
       } catch (err) {
         const status = err instanceof BackendError ? err.status : undefined;
         p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
@@ -168,6 +194,8 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
   const at = new Date(deps.now()).toISOString();
   const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
     let next: AssignmentRecord = ref && !r.runner ? { ...r, runner: ref } : r;
+    const { pool, backend } = p.placement ?? {};
+    if (pool !== undefined && backend !== undefined && !next.placement) next = { ...next, placement: { pool, backend } };
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
     if (!settled.has(next.state)) {
       for (const effect of effects) {
@@ -194,11 +222,12 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
         throw err;
       })
     : await write(deps.records);
-  if (effects.includes("release_slot")) await deps.admission.release(deps.backend, p.assignment.id);
+  const place = placeOf(p);
+  if (effects.includes("release_slot")) await deps.admission.release(place, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone.
   if (effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt) {
     const id = p.assignment.id;
-    await deps.callBackend((signal) => deps.runners.teardown(id, signal)).catch((err) => {
+    await deps.callBackend((signal) => deps.runnersFor(place.backend).teardown(id, signal)).catch((err) => {
       deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });
     });
   }

@@ -96,10 +96,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     // Registrations of this batch that failed or never started (the budget ran out) end their
     // reservation: holding it would make the next delivery wait out its lease. One that did
     // register keeps it until the lease ends (see Prepared.registered).
-    const reserved = prepared.filter((p) => p.reserved && !p.registered).map((p) => p.assignment!.id);
-    if (reserved.length) {
-      await deps.admission.endRegistrations(deps.backend, reserved).catch((err) => {
-        deps.sink.error("ending registration reservations failed", { backend: deps.backend, reason: (err as Error).message });
+    const reserved = prepared.filter((p) => p.reserved && !p.registered);
+    // Held where each was admitted: a job spilled to another backend's pool reserved there.
+    for (const backend of new Set(reserved.map((p) => p.placement?.backend ?? deps.backend))) {
+      const ids = reserved.filter((p) => (p.placement?.backend ?? deps.backend) === backend).map((p) => p.assignment!.id);
+      await deps.admission.endRegistrations(backend, ids).catch((err) => {
+        deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
       });
     }
     if (batch.length < opts.batchSize && wait === 0) break;

@@ -5,13 +5,18 @@
 // "no earlier message on this subject" makes a lease idempotent per assignment id; the message's
 // own TTL is the lease expiry; a release purges the subject.
 //
+// A runner pool with a cap has a slots stream of its own: a runner takes its pool's slot, then its
+// backend's, and gives the first back when the second is refused; each stream refuses the one past
+// its cap, so both caps hold at every instant. A job that several pools can run tries them in turn
+// (spill-over), the next one only once the one before refused it.
+//
 // Registration reservations ride on the slot: whoever takes a slot asking to register holds the
 // reservation, written into the slot message, so the usual pass pays nothing for it. Only when
 // that reservation ends early, or a later caller asks again, does the registrations stream
 // (one message per id: "open", or "mine" until a time) say who may register.
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { NatsHandle } from "../nats/connection.ts";
-import { idOfToken, registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../names.ts";
+import { idOfToken, poolSlotPrefix, poolSlotsStream, registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../names.ts";
 import { maybe } from "../layout.ts";
 import { isWrongLastSequence, readBatch } from "./kv.ts";
 
@@ -21,6 +26,18 @@ export interface AdmissionResult {
   reserved: Set<string>;
 }
 
+/** Where a runner runs: its backend, and its pool when it has one. */
+export interface Placement {
+  backend: Backend;
+  pool?: string;
+}
+
+/** An id and the places it may run, tried in order. */
+export interface Candidate {
+  id: string;
+  places: readonly Placement[];
+}
+
 /** Admission pool of one deployment: capacity per backend, enforced across every invocation. */
 export interface Admission {
   /** True when `id` holds a slot (already, or newly granted). */
@@ -28,10 +45,16 @@ export interface Admission {
   /** Admits what capacity allows, in order, and reserves runner registration for admitted `reserve` ids. */
   acquireMany(backend: Backend, ids: readonly string[], reserve?: ReadonlySet<string>): Promise<AdmissionResult>;
   /**
-   * Frees the slots and registration reservations of `ids`; ids holding none are ignored.
-   * Resolves true when a slot was freed in a full pool: someone may be waiting for it.
+   * Admits each candidate at the first of its places with room in its pool and its backend, in
+   * order; `admitted` says where. Reserves runner registration for admitted `reserve` ids.
    */
-  release(backend: Backend, ...ids: string[]): Promise<boolean>;
+  placeMany(candidates: readonly Candidate[], reserve?: ReadonlySet<string>): Promise<{ admitted: Map<string, Placement>; reserved: Set<string> }>;
+  /**
+   * Frees the slots (backend and pool) and registration reservations of `ids` at `place`; ids
+   * holding none are ignored. Resolves true when a slot was freed in a full backend or pool:
+   * someone may be waiting for it.
+   */
+  release(place: Backend | Placement, ...ids: string[]): Promise<boolean>;
   /** Ends the registration reservations of `ids` (registered or given up), keeping their slots. */
   endRegistrations(backend: Backend, ids: readonly string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
@@ -45,6 +68,8 @@ export interface Admission {
 export interface AdmissionOptions {
   names: NatsNames;
   capacity: Record<Backend, number>;
+  /** maxRunners of each pool that has one. */
+  poolCaps?: ReadonlyMap<string, number>;
   leaseTtlMs: number;
   /** A registration that started longer ago than this and stored nothing is presumed dead. */
   registrationLeaseMs: number;
@@ -66,6 +91,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   let manager: Promise<JetStreamManager> | undefined;
   const jsm = () => (manager ??= jetstreamManager(handle.nc, { checkAPI: false }));
   const slots = (backend: Backend) => slotsStream(opts.names, backend);
+  const poolCaps = opts.poolCaps ?? new Map<string, number>();
+  const poolSubject = (pool: string, id: string) => `${poolSlotPrefix(opts.names, pool)}.${subjectToken(id)}`;
+  /** The capped pool of a place, if it has one. */
+  const cappedPool = (place: Placement) => (place.pool !== undefined && poolCaps.has(place.pool) ? place.pool : undefined);
   const registrations = registrationsStream(opts.names);
   const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
   const regSubject = (backend: Backend, id: string) => `${registrationPrefix(opts.names, backend)}.${subjectToken(id)}`;
@@ -109,32 +138,72 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return (await admission.acquireMany(backend, [id])).admitted.has(id);
     },
     async acquireMany(backend, ids, reserve = new Set()) {
-      const result: AdmissionResult = { admitted: new Set(), reserved: new Set() };
-      if (opts.capacity[backend] <= 0) return result;
-      // Sent together on one connection: the stream leader takes them in order.
-      const outcomes = await Promise.all(
-        ids.map((id) => put(slotSubject(backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs)),
+      const { admitted, reserved } = await admission.placeMany(
+        ids.map((id) => ({ id, places: [{ backend }] })),
+        reserve,
       );
-      await Promise.all(
-        ids.map(async (id, i) => {
-          if (outcomes[i] === "full") return;
-          result.admitted.add(id);
-          if (reserve.has(id) && (outcomes[i] === "taken" || (await reserveAgain(backend, id)))) result.reserved.add(id);
-        }),
-      );
-      // Sets keep insertion order: admitted in the order asked.
-      return { admitted: new Set(ids.filter((id) => result.admitted.has(id))), reserved: new Set(ids.filter((id) => result.reserved.has(id))) };
+      return { admitted: new Set(admitted.keys()), reserved };
     },
-    async release(backend, ...ids) {
-      // The count is asked alongside the purges, not after them: one round trip instead of two.
-      const [freed, info] = await Promise.all([
-        Promise.all(ids.map(async (id) => (await Promise.all([purge(slots(backend), slotSubject(backend, id)), purge(registrations, regSubject(backend, id))]))[0])),
+    async placeMany(candidates, reserve = new Set()) {
+      const placed = new Map<string, Placement>();
+      const reserved = new Set<string>();
+      /** Takes the pool's slot, then the backend's; gives the first back when the second is refused. */
+      const take = async (id: string, place: Placement): Promise<"taken" | "held" | "full"> => {
+        if (opts.capacity[place.backend] <= 0) return "full";
+        const pool = cappedPool(place);
+        if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
+        const slot = await put(slotSubject(place.backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs);
+        if (slot === "full" && pool !== undefined) await purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id));
+        return slot;
+      };
+      // A round tries each candidate's next place, all sent together on one connection: the
+      // stream leaders take them in order. A candidate refused everywhere stays out.
+      for (let round = candidates.map((c) => ({ c, k: 0 })); round.length; ) {
+        const outcomes = await Promise.all(round.map(({ c, k }) => take(c.id, c.places[k]!)));
+        const next: typeof round = [];
+        await Promise.all(
+          round.map(async ({ c, k }, i) => {
+            if (outcomes[i] === "full") {
+              if (k + 1 < c.places.length) next.push({ c, k: k + 1 });
+              return;
+            }
+            const place = c.places[k]!;
+            placed.set(c.id, place);
+            if (reserve.has(c.id) && (outcomes[i] === "taken" || (await reserveAgain(place.backend, c.id)))) reserved.add(c.id);
+          }),
+        );
+        round = next;
+      }
+      // In the order asked.
+      const admitted = new Map(candidates.filter((c) => placed.has(c.id)).map((c) => [c.id, placed.get(c.id)!]));
+      return { admitted, reserved: new Set(candidates.filter((c) => reserved.has(c.id)).map((c) => c.id)) };
+    },
+    async release(place, ...ids) {
+      const { backend, pool: named } = typeof place === "string" ? { backend: place, pool: undefined } : place;
+      const pool = named !== undefined && poolCaps.has(named) ? named : undefined;
+      const poolStream = pool !== undefined ? poolSlotsStream(opts.names, pool) : undefined;
+      // The counts are asked alongside the purges, not after them: one round trip instead of two.
+      const [freed, info, poolInfo] = await Promise.all([
+        Promise.all(
+          ids.map(async (id) => {
+            const [slot, , poolSlot] = await Promise.all([
+              purge(slots(backend), slotSubject(backend, id)),
+              purge(registrations, regSubject(backend, id)),
+              poolStream ? purge(poolStream, poolSubject(pool!, id)) : 0,
+            ]);
+            return { slot, poolSlot };
+          }),
+        ),
         maybe(async () => (await jsm()).streams.info(slots(backend))),
+        poolStream ? maybe(async () => (await jsm()).streams.info(poolStream)) : undefined,
       ]);
-      const count = freed.reduce((a, b) => a + b, 0);
-      // A hint for an eager pass. Read before the purge, the count makes a pool `count` short of
+      const count = freed.reduce((a, b) => a + b.slot, 0);
+      const poolCount = freed.reduce((a, b) => a + b.poolSlot, 0);
+      // A hint for an eager pass. Read before the purge, a count makes a pool `count` short of
       // full look full: an extra pass at worst; a full pool is never missed.
-      return count > 0 && (info?.state.messages ?? 0) + count >= opts.capacity[backend];
+      const backendWasFull = count > 0 && (info?.state.messages ?? 0) + count >= opts.capacity[backend];
+      const poolWasFull = poolCount > 0 && (poolInfo?.state.messages ?? 0) + poolCount >= (poolCaps.get(pool!) ?? Infinity);
+      return backendWasFull || poolWasFull;
     },
     async endRegistrations(backend, ids) {
       await Promise.all(

@@ -31,6 +31,17 @@ export interface AssignmentRecord {
   job?: { repository: string; name?: string };
   /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
   runner?: RunnerRef;
+  /**
+   * The pool that admitted it, and that pool's backend (where its runner runs, which a spilled
+   * job's is not the backend whose queue it waits in). Kept from the first admission on: its
+   * runner may exist there.
+   */
+  placement?: { pool: string; backend: Backend };
+}
+
+/** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
+export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement">): { backend: Backend; pool?: string } {
+  return r.placement ?? { backend: r.backend };
 }
 
 export interface RunnerRef {

@@ -83,3 +83,9 @@ export async function currentClaimToken(get: (path: string) => Promise<Response>
   const receivedAt = res.status === 200 ? ((await res.json()) as { receivedAt: string }).receivedAt : undefined;
   return testClaimToken(id, receivedAt, key);
 }
+
+/** Worker variables with RUNNER_POOLS instead of RUNS_ON_ROUTES (a vm backend on the same fake, its own namespace). */
+export function poolsTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: string, pools: unknown[], overrides: Record<string, unknown> = {}): Record<string, string> {
+  const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(natsWsUrl, backendUrl, giteaUrl, { CAPACITY_VM: 10, ...overrides });
+  return { VM_BACKEND_URL: `${env.POD_BACKEND_URL}-vm`, VM_BACKEND_TOKEN: TEST_SECRETS.BACKEND_TOKEN, ...env, RUNNER_POOLS: JSON.stringify(pools) };
+}
