@@ -2,12 +2,16 @@
 // Several tests share one server: each uses its own path prefix (namespace) with its own
 // behaviour and state. Control endpoints live under /<ns>/_control.
 import { startTenantServer } from "./fake-http.mjs";
+import { startRunner } from "./fake-runner.mjs";
 
 const defaults = () => ({
   token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1,
   // Flaky mode: each PUT or DELETE fails with 503 (failRate) or answers only after hangMs (hangRate),
   // drawn from a PRNG seeded with `seed`, so a failing run can be replayed.
   failRate: 0, hangRate: 0, seed: 1,
+  // Runner mode: each workload runs a fake act_runner (fake-runner.mjs) from the identity it is
+  // handed; it is ready once booted, polls Gitea for a task, runs it and exits.
+  runner: false, bootMs: 0, fetchIntervalMs: 2_000, jobMs: 1_000,
 });
 
 /** mulberry32: a small seeded PRNG. */
@@ -43,6 +47,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
     if (hang) s.hung = (s.hung ?? 0) + 1;
     const late = (status, body) => (hang ? setTimeout(() => send(status, body), s.mode.hangMs) : send(status, body));
     if (req.method === "DELETE") {
+      s.runners.get(id)?.stop?.();
       const existed = s.runners.delete(id);
       s.live?.delete(id);
       if (existed) s.deleted = (s.deleted ?? 0) + 1;
@@ -73,9 +78,21 @@ export async function startFakeBackend({ mode = {} } = {}) {
       // Live from creation until its runner completes or it is deleted: what capacity bounds.
       (s.live ??= new Set()).add(id);
       s.maxLive = Math.max(s.maxLive ?? 0, s.live.size);
+      if (s.mode.runner && body.runner) {
+        const r = runner;
+        r.stop = startRunner(body, s.mode, (e) => {
+          if (e.event === "booted") r.booted = Date.now();
+          if (e.event === "task") r.task = e.task;
+          if (e.event === "done") {
+            r.ended = Date.now();
+            s.live?.delete(id);
+          }
+          for (const l of listeners) l({ ns, id, event: `runner_${e.event}` });
+        });
+      }
     }
     runner.puts++;
-    const ready = runner.puts > s.mode.readyAfter && Date.now() - runner.created >= s.mode.readyAfterMs;
+    const ready = runner.puts > s.mode.readyAfter && Date.now() - runner.created >= s.mode.readyAfterMs && (!runner.stop || runner.booted !== undefined);
     if (ready && s.mode.autoClaimMs >= 0 && !runner.claimScheduled) {
       runner.claimScheduled = true;
       setTimeout(() => {

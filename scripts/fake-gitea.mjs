@@ -4,11 +4,12 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
+import { cancelJob, newActions, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
 function newInstance() {
-  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken };
+  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions() };
 }
 
 export function startFakeGitea() {
@@ -37,6 +38,7 @@ export function startFakeGitea() {
       return send(200, { runner: { ...runner, id: String(runner.id) } });
     }
 
+    if (runnerRpc(g, path, req, text, send)) return;
     if (!path.startsWith("/api/v1/")) return notFound();
     if (req.headers.authorization !== `token ${g.apiToken}`) return send(401, { message: "token is required", url: "http://gitea.example.com/api/swagger" });
     const scope = /^\/api\/v1\/(admin|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/(.*)$/.exec(path);
@@ -56,8 +58,13 @@ export function startFakeGitea() {
       if (!modern) return notFound();
       const page = Number(url.searchParams.get("page") ?? 1);
       const limit = Number(url.searchParams.get("limit") ?? 30);
-      const all = [...g.runners.values()].map((r) => ({ id: r.id, name: r.name, status: "idle", busy: false, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) }));
+      const all = [...g.runners.values()].map(apiRunner);
       return send(200, { total_count: all.length, runners: all.slice((page - 1) * limit, page * limit) });
+    }
+    const oneRunner = /^runners\/(\d+)$/.exec(tail);
+    if (oneRunner && req.method === "GET") {
+      const r = g.runners.get(Number(oneRunner[1]));
+      return r ? send(200, apiRunner(r)) : notFound();
     }
     const one = /^jobs\/(\d+)$/.exec(tail);
     if (one && req.method === "GET" && path.startsWith("/api/v1/repos/")) {
@@ -76,7 +83,22 @@ export function startFakeGitea() {
     }
     return notFound();
   }
+  /** Gitea's ActionRunner: busy while it runs a task; "offline" until it polled once. */
+  function apiRunner(r) {
+    const status = r.task !== undefined ? "active" : r.lastOnline !== undefined ? "idle" : "offline";
+    return { id: r.id, name: r.name, status, busy: r.task !== undefined, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) };
+  }
   function control(g, what, method, text, send) {
+    // A workflow run queues jobs: POST [{labels, runMs?, repository?, id?}] (queued webhooks follow).
+    if (what === "queue" && method === "POST") return send(200, { jobs: JSON.parse(text).map((j) => queueJob(g, j).id) });
+    if (what === "cancel" && method === "POST") return send(200, { cancelled: cancelJob(g, JSON.parse(text).id)?.id ?? null });
+    // Where webhooks go: {url, secret}; without a url they wait in /_control/deliveries.
+    if (what === "webhook" && method === "POST") {
+      g.actions.webhook = JSON.parse(text);
+      return send(200, {});
+    }
+    if (what === "deliveries" && method === "POST") return send(200, { deliveries: g.actions.outbox.splice(0) });
+    if (what === "actions") return send(200, { jobs: g.jobs, taken: g.actions.taken });
     if (what === "jobs" && method === "POST") {
       g.jobs = JSON.parse(text);
       return send(200, { jobs: g.jobs.length });

@@ -34,6 +34,8 @@ const fields = {
   labels: z.array(labelSchema).min(1).max(32),
   /** The pools that may run it, first choice first (the first one's backend is `backend`). */
   pools: z.array(poolNameSchema).min(1).max(16).optional(),
+  /** A warm runner of its one pool (see pools/maintain.ts), not a job's. */
+  warm: z.literal(true).optional(),
   job: jobSchema.optional(),
   createdAt: assignmentTime,
 };
@@ -95,7 +97,7 @@ export function decodeAssignment(data: Uint8Array, trustDomain: string): Decoded
 /** Canonical bytes: fixed key order, so equal assignments encode equally. */
 export function encodeAssignment(a: Assignment): Uint8Array {
   const job = a.job && { id: a.job.id, runId: a.job.runId, attempt: a.job.attempt, repository: a.job.repository, name: a.job.name };
-  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, pools: a.pools, job, createdAt: a.createdAt };
+  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, pools: a.pools, warm: a.warm, job, createdAt: a.createdAt };
   return new TextEncoder().encode(JSON.stringify(ordered));
 }
 

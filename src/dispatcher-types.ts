@@ -12,6 +12,7 @@ import type { PreparedRequest } from "./reconcile/process.ts";
 import type { Admission, Placement } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
 import type { TeardownList } from "./state/teardowns.ts";
+import type { WarmSlots } from "./state/warm-slots.ts";
 
 export interface ReconcileOptions {
   only?: Backend[];
@@ -30,6 +31,7 @@ export interface State {
   records: RecordStore;
   admission: Admission;
   teardowns: TeardownList;
+  warm: WarmSlots;
 }
 
 export interface Dispatcher {

@@ -18,6 +18,7 @@ import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
 import { createTeardownList } from "./state/teardowns.ts";
+import { createWarmSlots } from "./state/warm-slots.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -79,6 +80,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
       admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
+      warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };

@@ -94,3 +94,9 @@ export function teardownKey(id: string): string {
   return `${TEARDOWN_PREFIX}.${subjectToken(id)}`;
 }
 export const TEARDOWN_PREFIX = "t";
+
+/** A pool's warm position (see state/warm-slots.ts), kept in the records bucket. */
+export function warmKey(pool: string, index: number): string {
+  return `${WARM_PREFIX}.${pool}.${index}`;
+}
+export const WARM_PREFIX = "w";

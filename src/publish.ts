@@ -26,6 +26,8 @@ export interface PublishOptions {
    * (`pending`). The record is read alongside the publish, so that a conflict is still refused.
    */
   recordLater?: boolean;
+  /** Pool maintenance publishing a warm runner's assignment (refused from anyone else). */
+  warm?: boolean;
 }
 
 export async function publishAssignment(d: Dispatcher, body: unknown, opts: PublishOptions = {}): Promise<Published> {
@@ -42,6 +44,8 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
     if (!pool) return [{ field: `pools.${i}`, message: `no pool ${name} is configured (RUNNER_POOLS)` }];
     return i === 0 && pool.backend !== a.backend ? [{ field: "pools.0", message: `pool ${name} runs on ${pool.backend}, not on the assignment's backend ${a.backend}` }] : [];
   });
+  if (a.warm && !opts.warm) pools.push({ field: "warm", message: "is set by the dispatcher's own pool maintenance only" });
+  else if (a.warm && (a.pools?.length !== 1 || a.job)) pools.push({ field: "warm", message: "a warm runner names exactly one pool and no job" });
   if (pools.length) throw new InvalidInput("invalid assignment", pools);
   try {
     return await offerAndPublish(d, a, opts.recordLater ?? false);

@@ -30,6 +30,8 @@ export const apiJobSchema = z.looseObject({
 export type ApiJob = z.infer<typeof apiJobSchema>;
 const jobsPage = z.object({ total_count: z.number().int(), jobs: z.array(apiJobSchema).nullable() });
 const apiRunner = z.looseObject({ id: z.number().int(), name: z.string() });
+const runnerDetail = z.looseObject({ id: z.number().int(), name: z.string(), busy: z.boolean().optional(), disabled: z.boolean().optional() });
+export type RunnerDetail = z.infer<typeof runnerDetail>;
 const runnersPage = z.object({ total_count: z.number().int(), runners: z.array(apiRunner).nullable() });
 
 /** Gitea older than 1.25 answers 404 for the jobs and runners lists. */
@@ -51,6 +53,13 @@ export interface GiteaClient {
   /** One job of a repository (Gitea 1.25+: GET /repos/{owner}/{repo}/actions/jobs/{job_id}); null when Gitea has none. */
   getJob(repository: string, id: number): Promise<ApiJob | null>;
   deleteRunner(id: number): Promise<void>;
+  /** One runner (busy: it runs a task now); null when Gitea has none. */
+  getRunner(id: number): Promise<RunnerDetail | null>;
+  /**
+   * Stops Gitea handing the runner tasks (PATCH `{disabled: true}`, newer than Gitea 1.25). False
+   * when this Gitea cannot (404/405), or has no such runner.
+   */
+  disableRunner(id: number): Promise<boolean>;
 }
 
 /**
@@ -147,6 +156,19 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
       if (res.status === 404) return drain(res, null);
       if (!res.ok) return fail("get job", res);
       return json("get job", res, apiJobSchema);
+    },
+    async getRunner(id) {
+      const res = await call("get runner", `${scoped}/runners/${id}`, { method: "GET" });
+      if (res.status === 404) return drain(res, null);
+      if (!res.ok) return fail("get runner", res);
+      return json("get runner", res, runnerDetail);
+    },
+    async disableRunner(id) {
+      const res = await call("disable runner", `${scoped}/runners/${id}`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ disabled: true }) });
+      await res.body?.cancel();
+      if (res.status === 404 || res.status === 405) return false;
+      if (!res.ok) await fail("disable runner", res);
+      return true;
     },
     async deleteRunner(id) {
       const res = await call("delete runner", `${scoped}/runners/${id}`, { method: "DELETE" });

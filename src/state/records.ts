@@ -37,6 +37,12 @@ export interface AssignmentRecord {
    * runner may exist there.
    */
   placement?: { pool: string; backend: Backend };
+  /**
+   * Its runner is kept warm for its pool, waiting for any job: a warm runner's own assignment, or
+   * a job's whose runner another runner beat to its job. Its wait for a claim is bounded by the
+   * pool's maxIdleMs (pools/maintain.ts replaces it then), not by CLAIM_TIMEOUT_MS.
+   */
+  warm?: true;
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
@@ -126,6 +132,7 @@ export function createRecordStore(
           receivedAt: at,
           updatedAt: at,
           ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+          ...(assignment.warm ? { warm: true as const } : {}),
         };
         return { value: record, result: { result: "new", record } };
       }, { assumeAbsent: true, leader: leaderKv });

@@ -121,6 +121,25 @@ export function giteaControl(env: Record<string, string>) {
     delay: (ms: number) => post("delay", { ms }),
     /** Gitea answers 500 to deleting these runners. */
     failDelete: (ids: number[]) => post("fail-delete", ids),
+    /** A workflow run queues jobs; their queued webhooks wait in the outbox (see deliver). */
+    queue: (jobs: { labels: string[]; runMs?: number; id?: number; repository?: string }[]) => post("queue", jobs) as Promise<{ jobs: number[] }>,
+    cancel: (id: number) => post("cancel", { id }),
+    webhook: (hook: { url?: string; secret: string }) => post("webhook", hook),
+    /** Sends the webhooks Gitea has queued to the Worker, in order, as Gitea's deliverer would; returns their actions. */
+    async deliver(drop: (d: { action: string; job: number }) => boolean = () => false): Promise<{ action: string; job: number; status: number }[]> {
+      const { deliveries } = (await post("deliveries", {})) as { deliveries: { action: string; job: number; headers: Record<string, string>; body: string }[] };
+      const sent = [];
+      for (const d of deliveries) {
+        if (drop(d)) continue;
+        const res = await request(env, "/v1/gitea/webhook", { method: "POST", headers: d.headers, body: d.body });
+        await res.body?.cancel();
+        sent.push({ action: d.action, job: d.job, status: res.status });
+      }
+      return sent;
+    },
+    async actions(): Promise<{ jobs: { id: number; status: string; conclusion?: string; runner_id?: number; runner_name?: string }[]; taken: { job: number; runner: string; at: number; queuedAt: number }[] }> {
+      return (await fetch(`${base}/actions`)).json();
+    },
     async state(): Promise<{
       runners: { id: number; name: string; token: string; uuid: string; labels: string[]; ephemeral: boolean }[];
       registrations: number;

@@ -124,6 +124,8 @@ describe("runner identity", () => {
       listRunners: async () => ({ total: 0, runners: [] }),
       getJob: async () => null,
       deleteRunner: async () => undefined,
+      getRunner: async () => null,
+      disableRunner: async () => false,
     };
     const a = assignment("gitea-5-1");
     const { record } = await createDispatcher({ config }).withState(({ records }) => records.offer(a));

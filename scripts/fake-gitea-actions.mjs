@@ -1,0 +1,133 @@
+// The Actions side of the fake Gitea, as Gitea hands work to polling runners: a workflow queues
+// jobs; a registered runner's FetchTask (act_runner polls it every fetch interval, authenticated by
+// x-runner-uuid and x-runner-token) is given the oldest queued job whose runs-on its label names
+// cover; its UpdateTask with a result ends the job, and an ephemeral runner is deleted then. Each
+// step sends the workflow_job webhook real Gitea sends (queued, in_progress with the runner's id
+// and name, completed with the conclusion), signed like Gitea's: to a URL when one is set, else
+// kept for the test to deliver (`/_control/deliveries`), as a Worker under test has no address.
+import { createHmac, randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+
+const fixture = JSON.parse(readFileSync(new URL("../test/fixtures/gitea/workflow_job.queued.json", import.meta.url), "utf8"));
+const ZERO = "0001-01-01T00:00:00Z";
+const RESULTS = { 1: "success", 2: "failure", 3: "cancelled", 4: "skipped" };
+// protojson writes an enum by name; a number is accepted too.
+const RESULT_NAMES = { RESULT_SUCCESS: 1, RESULT_FAILURE: 2, RESULT_CANCELLED: 3, RESULT_SKIPPED: 4 };
+const iso = (ms = Date.now()) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+const labelName = (l) => (l.includes(":") ? l.slice(0, l.indexOf(":")) : l);
+
+export const newActions = () => ({ webhook: { url: undefined, secret: "" }, outbox: [], nextTask: 1, tasksVersion: 1, nextJob: 5000, taken: [] });
+
+/** A job of a workflow run, as Gitea lists it; `repository` is "owner/name". */
+export function queueJob(g, job) {
+  const a = g.actions;
+  const id = job.id ?? a.nextJob++;
+  const repository = job.repository ?? "acme/widgets";
+  const run = job.run_id ?? id;
+  const created = {
+    id,
+    run_id: run,
+    run_attempt: job.run_attempt ?? 1,
+    name: job.name ?? "build",
+    labels: job.labels ?? ["ubuntu-latest"],
+    status: "queued",
+    url: `https://gitea.example.com/api/v1/repos/${repository}/actions/jobs/${id}`,
+    html_url: `https://gitea.example.com/${repository}/actions/runs/${run}/jobs/0`,
+    created_at: iso(),
+    started_at: ZERO,
+    completed_at: ZERO,
+    repository,
+    runMs: job.runMs,
+  };
+  g.jobs.push(created);
+  a.tasksVersion++;
+  emit(g, "queued", created);
+  return created;
+}
+
+/** The job ends without a runner (cancelled before pickup), or is cancelled while it runs. */
+export function cancelJob(g, id) {
+  const job = g.jobs.find((j) => j.id === id && j.status !== "completed");
+  if (!job) return undefined;
+  finish(g, job, "cancelled");
+  return job;
+}
+
+/** Connect RPCs of runner.v1.RunnerService a registered runner calls; false when `path` is none of them. */
+export function runnerRpc(g, path, req, text, send) {
+  const rpc = /^\/api\/actions\/runner\.v1\.RunnerService\/(FetchTask|UpdateTask|Declare|UpdateLog)$/.exec(path)?.[1];
+  if (!rpc) return false;
+  answer(g, rpc, req, text, send);
+  return true;
+}
+
+function answer(g, rpc, req, text, send) {
+  const runner = [...g.runners.values()].find((r) => r.uuid === req.headers["x-runner-uuid"]);
+  if (!runner || runner.token !== req.headers["x-runner-token"]) return send(401, { code: "unauthenticated", message: "unregistered runner" });
+  let msg;
+  try {
+    msg = JSON.parse(text || "{}");
+  } catch {
+    return send(400, { code: "invalid_argument", message: "invalid JSON" });
+  }
+  runner.lastOnline = Date.now();
+  if (rpc === "Declare") return send(200, { runner: { id: String(runner.id), uuid: runner.uuid, name: runner.name, labels: runner.labels } });
+  if (rpc === "UpdateLog") return send(200, { ackIndex: String(msg.index ?? 0) });
+  if (rpc === "FetchTask") {
+    const task = runner.task ? undefined : take(g, runner);
+    return send(200, { ...(task ? { task } : {}), tasksVersion: String(g.actions.tasksVersion) });
+  }
+  const job = g.jobs.find((j) => j.taskId === Number(msg.state?.id) && j.runner_id === runner.id);
+  if (!job) return send(404, { code: "not_found", message: "task not found" });
+  const code = msg.state?.result;
+  const result = RESULTS[RESULT_NAMES[code] ?? code];
+  if (result && job.status !== "completed") finish(g, job, result);
+  return send(200, { state: { id: String(job.taskId), result: msg.state?.result ?? 0 }, sentOutputs: [] });
+}
+
+/** Gitea's pick: the oldest queued job whose every runs-on label is one of the runner's label names. */
+function take(g, runner) {
+  const names = new Set(runner.labels.map(labelName));
+  const fits = (j) => j.status === "queued" && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
+  const job = g.jobs.filter(fits).sort((a, b) => a.id - b.id)[0];
+  if (!job) return undefined;
+  Object.assign(job, { status: "in_progress", started_at: iso(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });
+  runner.task = job.taskId;
+  g.actions.tasksVersion++;
+  g.actions.taken.push({ job: job.id, runner: runner.name, at: Date.now(), queuedAt: Date.parse(job.created_at) });
+  emit(g, "in_progress", job);
+  // What a runner needs to run it; the fake runner reads only how long to take (`run_ms`).
+  return { id: String(job.taskId), context: { repository: job.repository, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) }, secrets: {}, needs: {}, vars: {} };
+}
+
+function finish(g, job, conclusion) {
+  Object.assign(job, { status: "completed", conclusion, completed_at: iso() });
+  g.actions.tasksVersion++;
+  const runner = job.runner_id !== undefined ? g.runners.get(job.runner_id) : undefined;
+  if (runner) runner.task = undefined;
+  emit(g, "completed", job);
+  // Gitea deletes an ephemeral runner once its task is done.
+  if (runner?.ephemeral) g.runners.delete(runner.id);
+}
+
+/** The workflow_job payload of `job` now, as Gitea builds it. */
+export function payloadOf(action, job) {
+  const { runMs: _r, taskId: _t, repository: named, ...listed } = job;
+  const repository = named ?? /\/repos\/([^/]+\/[^/]+)\/actions\//.exec(job.url ?? "")?.[1] ?? "acme/widgets";
+  const [owner, name] = repository.split("/");
+  const workflow_job = { ...listed, status: action === "completed" ? "completed" : job.status };
+  if (action !== "completed") delete workflow_job.conclusion;
+  return { ...fixture, action, workflow_job, repository: { ...fixture.repository, name, full_name: repository, owner: { ...fixture.repository.owner, login: owner } } };
+}
+
+function emit(g, action, job) {
+  const raw = JSON.stringify(payloadOf(action, job));
+  const signature = createHmac("sha256", g.actions.webhook.secret).update(raw).digest("hex");
+  const headers = { "content-type": "application/json", "x-gitea-event": "workflow_job", "x-gitea-event-type": "workflow_job", "x-gitea-delivery": randomUUID(), "x-gitea-signature": signature };
+  const delivery = { action, job: job.id, headers, body: raw };
+  if (!g.actions.webhook.url) return void g.actions.outbox.push(delivery);
+  // One attempt, no retry, as Gitea's deliverer.
+  fetch(g.actions.webhook.url, { method: "POST", headers, body: raw, signal: AbortSignal.timeout(5_000) })
+    .then((res) => res.body?.cancel())
+    .catch(() => undefined);
+}

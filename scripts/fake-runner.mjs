@@ -1,0 +1,53 @@
+// An ephemeral act_runner as the fake backend runs it: it boots for `bootMs`, then polls its
+// Gitea's FetchTask every `fetchIntervalMs` (act_runner's default is 2 s) with the identity it was
+// handed (the `.runner` file: address, uuid, token), runs the one task it gets for the task's
+// `run_ms` or `jobMs`, reports the result with UpdateTask, tells the dispatcher it completed (as
+// the pod's script does, best effort) and exits. Deleting its workload stops it wherever it is.
+
+const rpc = (file, name, body) =>
+  fetch(`${file.address}/api/actions/runner.v1.RunnerService/${name}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "connect-protocol-version": "1", "x-runner-uuid": file.uuid, "x-runner-token": file.token },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(5_000),
+  });
+
+/** Starts the runner of `request` (a PUT body); `on(event)` hears booted, task, done, stopped. Returns stop(). */
+export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobMs = 1_000 }, on = () => undefined) {
+  const file = request.runner;
+  let stopped = false;
+  let timer;
+  const wait = (ms) => new Promise((r) => (timer = setTimeout(r, ms)));
+  (async () => {
+    await wait(bootMs);
+    if (stopped) return;
+    on({ event: "booted" });
+    let version = "0";
+    while (!stopped) {
+      const res = await rpc(file, "FetchTask", { tasksVersion: version }).catch(() => undefined);
+      // Deleted in Gitea (401): an ephemeral runner's identity is gone, so is its reason to live.
+      if (res?.status === 401) break;
+      const body = res?.ok ? await res.json().catch(() => ({})) : {};
+      version = body.tasksVersion ?? version;
+      if (!body.task) {
+        await wait(fetchIntervalMs);
+        continue;
+      }
+      on({ event: "task", task: body.task.id });
+      await wait(Number(body.task.context?.run_ms ?? jobMs));
+      if (stopped) return;
+      const now = new Date().toISOString();
+      await rpc(file, "UpdateTask", { state: { id: body.task.id, result: "RESULT_SUCCESS", startedAt: now, stoppedAt: now } }).catch(() => undefined);
+      await fetch(request.completeUrl, { method: "POST", headers: { authorization: `Bearer ${request.claimToken}` }, signal: AbortSignal.timeout(5_000) })
+        .then((r) => r.body?.cancel())
+        .catch(() => undefined);
+      break;
+    }
+    if (!stopped) on({ event: "done" });
+  })();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    on({ event: "stopped" });
+  };
+}
