@@ -29,6 +29,7 @@ function prng(seed) {
 /** `mode` sets the behaviour of every namespace that has not been given one through /_control/mode. */
 export async function startFakeBackend({ mode = {} } = {}) {
   const listeners = new Set();
+  const running = new Set();
   const newSpace = () => ({ mode: { ...defaults(), ...mode }, runners: new Map(), requests: [], calls: 0 });
   const server = await startTenantServer(newSpace, async ({ req, res, text, url, path, tenant: s, send }) => {
     const ns = decodeURIComponent(url.pathname.split("/")[1] ?? "");
@@ -80,7 +81,8 @@ export async function startFakeBackend({ mode = {} } = {}) {
       s.maxLive = Math.max(s.maxLive ?? 0, s.live.size);
       if (s.mode.runner && body.runner) {
         const r = runner;
-        r.stop = startRunner(body, s.mode, (e) => {
+        const stop = startRunner(body, s.mode, (e) => {
+          if (e.event === "done" || e.event === "stopped") running.delete(stop);
           if (e.event === "booted") r.booted = Date.now();
           if (e.event === "task") r.task = e.task;
           if (e.event === "done") {
@@ -89,6 +91,8 @@ export async function startFakeBackend({ mode = {} } = {}) {
           }
           for (const l of listeners) l({ ns, id, event: `runner_${e.event}` });
         });
+        r.stop = stop;
+        running.add(stop);
       }
     }
     runner.puts++;
@@ -146,5 +150,9 @@ export async function startFakeBackend({ mode = {} } = {}) {
     }
     return send(404, { error: "unknown control" });
   }
-  return { url: server.url, onEvent: (fn) => listeners.add(fn), close: server.close };
+  const close = () => {
+    for (const stop of running) stop();
+    return server.close();
+  };
+  return { url: server.url, onEvent: (fn) => listeners.add(fn), close };
 }

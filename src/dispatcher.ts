@@ -14,6 +14,7 @@ import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { retryTeardowns } from "./reconcile/teardown.ts";
+import { maintainPools } from "./pools/maintain.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
@@ -137,6 +138,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
       }
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
+      if (config.pools.length) {
+        await dispatcher.withState((state) => maintainPools(dispatcher, state)).catch((err) => sink.error("pool maintenance failed", { reason: (err as Error).message }));
+      }
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },
     reconcile(trigger, budgetMs, { only, firstPullWaitMs, holdClaims, eager } = {}) {

@@ -36,6 +36,13 @@ export const EVENT_NAMES = [
   "tombstoned",
   "queued_after_completed",
   "teardown_retried",
+  "warm_filled",
+  "warm_scaled_down",
+  "warm_recycled",
+  "warm_busy",
+  "warm_took_job",
+  "warm_converted",
+  "taken_by_other",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 
@@ -43,6 +50,8 @@ export interface DispatchEvent {
   event: EventName;
   assignment: string;
   backend: Backend | undefined;
+  /** The runner pool (RUNNER_POOLS), where it matters. */
+  pool?: string;
   retryDelayMs?: number;
   reason?: string;
 }

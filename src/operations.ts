@@ -20,6 +20,10 @@ export interface AssignmentView {
   reason: string | null;
   /** Id of the Gitea runner registered for it, if any. */
   giteaRunnerId: number | null;
+  /** The pool that admitted it, once admitted. */
+  pool: string | null;
+  /** Its runner is kept warm for its pool (RUNNER_POOLS minIdle). */
+  warm: boolean;
 }
 
 export function viewOf(r: AssignmentRecord): AssignmentView {
@@ -36,6 +40,8 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
     terminatedAt: r.terminatedAt ?? null,
     reason: r.reason ?? null,
     giteaRunnerId: r.runner?.id ?? null,
+    pool: r.placement?.pool ?? null,
+    warm: r.warm === true,
   };
 }
 

@@ -21,7 +21,7 @@ export function cleanupVerdict(
   record: AssignmentRecord | null,
   runnerId: number,
   now: number,
-  limits: { claimTimeoutMs: number; graceMs: number },
+  limits: { claimTimeoutMs: number; graceMs: number; warmIdleMs?: number },
   /** A pass holds the assignment's registration reservation: it may be about to store this runner. */
   registering = false,
 ): CleanupVerdict {
@@ -33,7 +33,9 @@ export function cleanupVerdict(
   // An identity is reused when a runner is provisioned afresh after a claim timeout: the clock
   // starts with the latest incarnation, not with the registration.
   const since = Math.max(Date.parse(record.runner.registeredAt), record.readyAt ? Date.parse(record.readyAt) : 0);
-  return now - since > limits.claimTimeoutMs + limits.graceMs ? "delete_and_forget" : "keep";
+  // A warm runner waits for any job as long as its pool keeps it idle; maintenance replaces it then.
+  const timeout = record.warm ? Math.max(limits.claimTimeoutMs, limits.warmIdleMs ?? 0) : limits.claimTimeoutMs;
+  return now - since > timeout + limits.graceMs ? "delete_and_forget" : "keep";
 }
 
 export interface SweepSummary {
@@ -117,8 +119,9 @@ interface CleanContext {
 }
 
 async function cleanRunner({ d, records, admission, registering, summary }: CleanContext, runnerId: number, id: string) {
-  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: d.config.gitea!.cleanupGraceMs };
   const record = await records.get(id);
+  const warmIdleMs = d.config.pools.find((p) => p.name === record?.placement?.pool)?.maxIdleMs;
+  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: d.config.gitea!.cleanupGraceMs, ...(warmIdleMs ? { warmIdleMs } : {}) };
   const place = record ? placementOf(record) : undefined;
   const reserved = record && !record.runner ? (await registering(place!.backend)).has(id) : false;
   const verdict = cleanupVerdict(record, runnerId, d.now(), limits, reserved);

@@ -10,6 +10,7 @@ import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest 
 import { assignmentOfRunner } from "./identity.ts";
 import type { Pool } from "../pools/config.ts";
 import { poolsFor } from "../pools/route.ts";
+import type { Taken } from "../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob } from "../state/records.ts";
 
@@ -47,6 +48,8 @@ export interface WebhookOutcome {
   teardown?: Teardown;
   /** An assignment published with `recordLater` whose record is to be written after answering. */
   record?: Assignment;
+  /** A runner took another job than its own: settled after answering (pools/taken.ts). */
+  taken?: Taken;
 }
 
 export interface Teardown {
@@ -133,7 +136,11 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
       const view = await claimAssignment(d, ours, runner).catch(refusal(d, ours));
       if (typeof view === "string") return ignore(d, view === MISMATCH ? `runner is not the one registered for ${ours}` : view, ours);
-      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim" };
+      // Gitea hands a runner the oldest job it can take, which need not be the one it was made for.
+      const own = jobAssignmentId(job.id, job.run_attempt);
+      const taken = own !== ours ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
+      if (view.warm) d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
+      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken };
     }
     case "completed": {
       if (ours) {

@@ -27,6 +27,8 @@ export const assignmentView = z
     terminatedAt: timestamp.nullable(),
     reason: z.string().nullable(),
     giteaRunnerId: z.number().int().nullable(),
+    pool: z.string().nullable().meta({ description: "The runner pool that admitted it (RUNNER_POOLS), once admitted" }),
+    warm: z.boolean().meta({ description: "Its runner is kept warm for its pool, for any job" }),
   })
   .meta({ id: "Assignment" });
 

@@ -6,6 +6,7 @@ import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
+import { settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
@@ -126,6 +127,7 @@ export function createApp(deps: AppDeps) {
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     const t = outcome.teardown;
     if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunnerId), "runner teardown");
+    if (outcome.taken) inBackground(c, d, settleTaken(d, outcome.taken), "after a runner took another job");
     return c.json(outcome.body, outcome.status);
   });
 

@@ -22,7 +22,7 @@ export interface ProcessDeps {
   /** The driver of each enabled backend: a job spilled to another pool runs on that pool's. */
   runnersFor(backend: Backend): RunnerBackend;
   /** The configured pools by name, for the places an assignment's `pools` name. */
-  pools: ReadonlyMap<string, { backend: Backend }>;
+  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number }>;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
   /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
@@ -51,6 +51,19 @@ function placesOf(deps: ProcessDeps, p: Prepared): Placement[] {
   });
   return places.length ? places : [{ backend: deps.backend }];
 }
+
+/**
+ * A warm runner waits for any job for as long as its pool keeps it idle (maxIdleMs, after which
+ * pool maintenance replaces it); only then is its wait a claim timeout. Ticks make the margin.
+ */
+function policyOf(deps: ProcessDeps, p: Prepared): Policy {
+  const r = p.known?.value;
+  if (!r?.warm) return deps.policy;
+  const maxIdleMs = deps.pools.get(r.placement?.pool ?? "")?.maxIdleMs ?? 0;
+  return { ...deps.policy, claimTimeoutMs: Math.max(deps.policy.claimTimeoutMs, maxIdleMs + WARM_MARGIN_MS) };
+}
+
+const WARM_MARGIN_MS = 5 * 60_000;
 
 /** Where this delivery's runner is: as admitted now, else as its record says. */
 const placeOf = (p: Prepared): Placement => p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend });
@@ -131,7 +144,7 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
   if (budgetSpent) p.facts.budgetSpent = true;
   let ref: RunnerRef | undefined;
   for (;;) {
-    const step = decide(p.facts, deps.policy);
+    const step = decide(p.facts, policyOf(deps, p));
     if (step.next === "call_backend") {
       try {
         if (deps.replicated && p.reserved && !p.known!.value.runner) {

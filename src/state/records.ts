@@ -43,6 +43,11 @@ export interface AssignmentRecord {
    * pool's maxIdleMs (pools/maintain.ts replaces it then), not by CLAIM_TIMEOUT_MS.
    */
   warm?: true;
+  /**
+   * Its runner ran another job than this one: that job's own assignment id. That assignment's
+   * runner serves this one's job in turn (Gitea hands each runner the oldest job it can take).
+   */
+  took?: string;
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */

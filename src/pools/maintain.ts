@@ -1,0 +1,100 @@
+// Keeps each pool's warm runners at its target: one short pass, run by the cron tick and right
+// after a warm runner takes a job. It reads every pool's warm positions and their runners' records
+// (two requests, plus one for the records), plans each pool (warm-plan.ts) and carries the plan
+// out with compare-and-set writes: a position another isolate changed since the read is left to
+// it, so passes that run at once never keep more than the target warm.
+import type { Dispatcher, State } from "../dispatcher-types.ts";
+import { publishAssignment } from "../publish.ts";
+import type { Pool } from "./config.ts";
+import { idleTarget } from "./schedule.ts";
+import { drainWarm } from "./drain.ts";
+import { planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
+import type { Versioned } from "../state/kv.ts";
+import type { AssignmentRecord } from "../state/records.ts";
+import type { WarmSlot } from "../state/warm-slots.ts";
+
+export interface PoolSummary {
+  pool: string;
+  target: number;
+  idle: number;
+  booting: number;
+  filled: number;
+  drained: number;
+}
+
+/** Pools that keep warm runners, now or in some window. */
+export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
+
+export async function maintainPools(d: Dispatcher, state: State, only?: readonly string[]): Promise<PoolSummary[]> {
+  const all = await state.warm.list();
+  // A pool with positions left from before (a target lowered to 0, a pool removed) is maintained
+  // too, down to nothing.
+  const pools = d.config.pools.filter((p) => (keepsWarm(p) || all.has(p.name)) && (!only || only.includes(p.name)));
+  if (!pools.length) return [];
+  const ids = pools.flatMap((p) => (all.get(p.name) ?? []).map((s) => s.id));
+  const records = await state.records.getMany(ids);
+  const now = d.now();
+  return Promise.all(
+    pools.map(async (pool) => {
+      const target = idleTarget(pool, new Date(now));
+      const { slots, known } = planInputs(all.get(pool.name) ?? [], records);
+      const plan = planPool(target, slots, known, now, pool.maxIdleMs);
+      const summary: PoolSummary = { pool: pool.name, target, ...plan.counts, filled: 0, drained: 0 };
+      for (const m of plan.move) {
+        if (await state.warm.put(pool.name, m.to.index, m.id, m.to.revision)) await state.warm.clear(pool.name, m.from.index, m.from.revision);
+      }
+      for (const { slot, reason } of plan.drain) {
+        if (await drainWarm(d, state, slot.id, reason, pool.name)) summary.drained++;
+        if (slot.index >= target) await state.warm.clear(pool.name, slot.index, slot.revision);
+      }
+      for (const s of plan.clear) await state.warm.clear(pool.name, s.index, s.revision);
+      for (const { index, revision } of plan.fill) {
+        const id = warmId(pool.name, index, now);
+        if (!(await state.warm.put(pool.name, index, id, revision))) continue;
+        await publishAssignment(d, { version: 1, id, backend: pool.backend, labels: pool.labels, pools: [pool.name], warm: true }, { warm: true });
+        d.sink.event({ event: "warm_filled", assignment: id, backend: pool.backend, pool: pool.name });
+        summary.filled++;
+        summary.booting++;
+      }
+      return summary;
+    }),
+  );
+}
+
+/** Positions and their runners' records, as warm-plan.ts takes them. */
+function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Versioned<AssignmentRecord>>) {
+  const slots: PlanSlot[] = listed.map((s) => ({ index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }));
+  const known = new Map<string, PlanRecord>();
+  for (const s of slots) {
+    const r = records.get(s.id)?.value;
+    if (r) known.set(s.id, { state: r.state, receivedAt: Date.parse(r.receivedAt), ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}) });
+  }
+  return { slots, known };
+}
+
+/**
+ * Makes a job's runner, whose job another runner ran, a warm runner of `poolName`, if the pool is
+ * below its target: it takes an empty position (compare-and-set) and its record is marked warm.
+ * False when the pool is full, or the runner took a job meanwhile.
+ */
+export async function adoptWarm(d: Dispatcher, state: State, id: string, poolName: string): Promise<boolean> {
+  const pool = d.config.pools.find((p) => p.name === poolName);
+  if (!pool) return false;
+  const now = d.now();
+  const listed = (await state.warm.list()).get(pool.name) ?? [];
+  const { slots, known } = planInputs(listed, await state.records.getMany(listed.map((s) => s.id)));
+  const plan = planPool(idleTarget(pool, new Date(now)), slots, known, now, pool.maxIdleMs);
+  for (const { index, revision } of plan.fill) {
+    if (!(await state.warm.put(pool.name, index, id, revision))) continue;
+    const r = await state.records.update(id, (r) => (WAITING.has(r.state) && !r.warm ? { ...r, warm: true } : undefined));
+    return r?.warm === true && WAITING.has(r.state);
+  }
+  return false;
+}
+
+const WAITING = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
+
+/** A warm runner's assignment id: its pool, its position and when, unique per fill. */
+export function warmId(pool: string, index: number, now: number): string {
+  return `warm-${pool}-${index}-${now.toString(36)}${Math.floor(Math.random() * 36 ** 3).toString(36)}`;
+}

@@ -1,0 +1,60 @@
+// A runner took a job that is not its own (Gitea hands each polling runner the oldest queued job
+// its labels cover). A cold runner that does leaves its own job to the runner of the job it took:
+// the count of runners still matches the count of jobs, and the record remembers the swap. A warm
+// runner that does makes one runner too many: the one asked for the job it took, or, when that
+// runner is already running another job, the one standing for that job in turn. That runner
+// becomes warm if its pool is below its target, and is torn down otherwise; one not yet made is
+// never made.
+import type { Dispatcher, State } from "../dispatcher-types.ts";
+import { cancelAssignment } from "../gitea/cancel.ts";
+import { releaseRunner } from "../reconcile/teardown.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { adoptWarm, maintainPools } from "./maintain.ts";
+
+/** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
+export interface Taken {
+  own: string;
+  by: string;
+  warm: boolean;
+  /** The pool of the runner that took it. */
+  pool: string | null;
+}
+
+const MAX_HOPS = 8;
+
+export async function settleTaken(d: Dispatcher, t: Taken): Promise<void> {
+  await d.withState(async (state) => {
+    if (!t.warm) {
+      if (t.own !== t.by) await state.records.update(t.by, (r) => (r.took ? undefined : { ...r, took: t.own }));
+      return;
+    }
+    const surplus = await standIn(state, t.own);
+    if (surplus) await adoptOrEnd(d, state, surplus, t.by);
+    if (t.pool) await maintainPools(d, state, [t.pool]);
+  });
+}
+
+/** The assignment standing for job `own` now: its own, or, where its runner ran another job, that job's, in turn. */
+async function standIn(state: State, own: string): Promise<AssignmentRecord | undefined> {
+  let id = own;
+  for (let hop = 0; hop < MAX_HOPS; hop++) {
+    const r = await state.records.get(id);
+    if (!r || r.state === "completed" || r.state === "terminated") return undefined;
+    if (r.state !== "claimed") return r;
+    if (!r.took || r.took === id) return undefined;
+    id = r.took;
+  }
+  return undefined;
+}
+
+async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string): Promise<void> {
+  const pool = r.placement?.pool;
+  if (r.runner && pool && (await adoptWarm(d, state, r.id, pool))) {
+    d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
+    return;
+  }
+  const cancelled = await cancelAssignment(d, r.id, `its job ran on warm runner ${by}`);
+  if (!cancelled) return;
+  d.sink.event({ event: "taken_by_other", assignment: r.id, backend: r.backend, ...(pool ? { pool } : {}), reason: `its job ran on warm runner ${by}` });
+  await releaseRunner(d, r.id, placementOf(cancelled.record).backend, cancelled.record.runner?.id);
+}
