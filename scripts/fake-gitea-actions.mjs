@@ -74,7 +74,7 @@ function answer(g, rpc, req, text, send) {
   if (rpc === "Declare") return send(200, { runner: { id: String(runner.id), uuid: runner.uuid, name: runner.name, labels: runner.labels } });
   if (rpc === "UpdateLog") return send(200, { ackIndex: String(msg.index ?? 0) });
   if (rpc === "FetchTask") {
-    const task = runner.task ? undefined : take(g, runner);
+    const task = runner.task || runner.disabled ? undefined : take(g, runner);
     return send(200, { ...(task ? { task } : {}), tasksVersion: String(g.actions.tasksVersion) });
   }
   const job = g.jobs.find((j) => j.taskId === Number(msg.state?.id) && j.runner_id === runner.id);

@@ -66,6 +66,15 @@ export function startFakeGitea() {
       const r = g.runners.get(Number(oneRunner[1]));
       return r ? send(200, apiRunner(r)) : notFound();
     }
+    // Gitea after 1.25: a disabled runner is handed no task.
+    if (oneRunner && req.method === "PATCH" && g.version >= "1.26") {
+      const r = g.runners.get(Number(oneRunner[1]));
+      if (!r) return notFound();
+      const body = JSON.parse(text || "{}");
+      if (typeof body.disabled !== "boolean") return send(422, { message: "nil Disabled field", url: "http://gitea.example.com/api/swagger" });
+      r.disabled = body.disabled;
+      return send(200, apiRunner(r));
+    }
     const one = /^jobs\/(\d+)$/.exec(tail);
     if (one && req.method === "GET" && path.startsWith("/api/v1/repos/")) {
       if (!modern) return notFound();
@@ -86,7 +95,7 @@ export function startFakeGitea() {
   /** Gitea's ActionRunner: busy while it runs a task; "offline" until it polled once. */
   function apiRunner(r) {
     const status = r.task !== undefined ? "active" : r.lastOnline !== undefined ? "idle" : "offline";
-    return { id: r.id, name: r.name, status, busy: r.task !== undefined, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) };
+    return { id: r.id, name: r.name, status, busy: r.task !== undefined, disabled: r.disabled === true, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) };
   }
   function control(g, what, method, text, send) {
     // A workflow run queues jobs: POST [{labels, runMs?, repository?, id?}] (queued webhooks follow).

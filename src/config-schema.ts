@@ -104,6 +104,7 @@ export const envSchema = z.object({
   WEBHOOK_MAX_BYTES: intFrom(1_024, 25 * 1024 * 1024).default(1024 * 1024),
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),
   CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
+  WARM_GRACE_MS: intFrom(0, 600_000).default(5_000),
   POD_DRIVER: z.enum(DRIVERS).default("http"),
   VM_DRIVER: z.enum(DRIVERS).default("http"),
   K8S_API_URL: httpUrl.optional(),

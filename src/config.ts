@@ -48,6 +48,8 @@ export interface Config {
   gateway: GatewaySettings;
   /** RUNNER_POOLS (or RUNS_ON_ROUTES as pools); none without the Gitea integration. */
   pools: Pool[];
+  /** WARM_GRACE_MS: a new job waits this long for an idle warm runner of its pool before its own is asked for. */
+  warmGraceMs: number;
 }
 
 export interface GatewaySettings {
@@ -182,6 +184,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     gitea,
     gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
     pools,
+    warmGraceMs: e.WARM_GRACE_MS,
   };
 }
 

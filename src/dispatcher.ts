@@ -14,7 +14,7 @@ import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { retryTeardowns } from "./reconcile/teardown.ts";
-import { maintainPools } from "./pools/maintain.ts";
+import { idleWarmCounts, maintainPools } from "./pools/maintain.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
@@ -168,7 +168,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 }
 
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
+  let warm: Promise<Map<string, number>> | undefined;
   return {
+    warmGraceMs: d.config.warmGraceMs,
+    // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
+    idleWarm: async (pool) => (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0,
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },

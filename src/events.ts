@@ -43,6 +43,7 @@ export const EVENT_NAMES = [
   "warm_took_job",
   "warm_converted",
   "taken_by_other",
+  "warm_grace",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

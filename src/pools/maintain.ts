@@ -8,7 +8,7 @@ import { publishAssignment } from "../publish.ts";
 import type { Pool } from "./config.ts";
 import { idleTarget } from "./schedule.ts";
 import { drainWarm } from "./drain.ts";
-import { planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
+import { occupantOf, planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import type { WarmSlot } from "../state/warm-slots.ts";
@@ -93,6 +93,18 @@ export async function adoptWarm(d: Dispatcher, state: State, id: string, poolNam
 }
 
 const WAITING = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
+
+/** Idle warm runners of each pool now: every position, and the records it points at (three requests). */
+export async function idleWarmCounts(state: State, now: number): Promise<Map<string, number>> {
+  const all = await state.warm.list();
+  const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
+  const counts = new Map<string, number>();
+  for (const [pool, listed] of all) {
+    const { slots, known } = planInputs(listed, records);
+    counts.set(pool, slots.filter((s) => occupantOf(known.get(s.id), s, now) === "idle").length);
+  }
+  return counts;
+}
 
 /** A warm runner's assignment id: its pool, its position and when, unique per fill. */
 export function warmId(pool: string, index: number, now: number): string {

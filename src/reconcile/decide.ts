@@ -20,6 +20,11 @@ export interface Facts {
   backend?: "error" | "auth_error" | "pending" | "ready";
   /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
   jitter?: number;
+  /**
+   * What is left of a new job's grace for the warm runners of its pool to take it (WARM_GRACE_MS):
+   * set only when one of them is idle now. Its own runner is asked for once the grace is over.
+   */
+  warmGraceMs?: number;
 }
 
 export interface Policy {
@@ -77,6 +82,8 @@ export function decide(f: Facts, p: Policy): Step {
   // finished runner is never provisioned a second time.
   if (f.state === "claimed" || f.state === "completed") return verdict({ kind: "ack" }, ["runner_claimed", "acked"]);
   if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"]);
+  // Exact, not RETRY_DELAY_MS: the grace is measured against the warm runners' fetch interval.
+  if (f.warmGraceMs !== undefined && f.warmGraceMs > 0 && f.admitted === undefined) return verdict({ kind: "nak", delayMs: f.warmGraceMs }, ["warm_grace"]);
   if (f.admitted === undefined) return { next: "admit" };
   if (!f.admitted) return verdict(nak(capacityWaitDelay(f.jitter)), ["capacity_wait"], ["mark_waiting"]);
   // A runner the backend reported ready is left alone until its claim timeout, as the reference's

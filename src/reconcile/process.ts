@@ -23,6 +23,10 @@ export interface ProcessDeps {
   runnersFor(backend: Backend): RunnerBackend;
   /** The configured pools by name, for the places an assignment's `pools` name. */
   pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number }>;
+  /** WARM_GRACE_MS: how long a new job waits for an idle warm runner of its pool before its own is asked for. */
+  warmGraceMs: number;
+  /** Warm runners of `pool` idle now (read once per pass). */
+  idleWarm(pool: string): Promise<number>;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
   /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
@@ -50,6 +54,19 @@ function placesOf(deps: ProcessDeps, p: Prepared): Placement[] {
     return found ? [{ backend: found.backend, pool }] : [];
   });
   return places.length ? places : [{ backend: deps.backend }];
+}
+
+/**
+ * A new job (no runner asked for yet) whose first pool has an idle warm runner waits out its grace
+ * first: that runner polls Gitea every few seconds and takes it, and the job's own runner is never
+ * made (GARM's job-age backoff). Counted from when the dispatcher first saw it.
+ */
+async function graceFor(deps: ProcessDeps, p: Prepared): Promise<void> {
+  const r = p.known!.value;
+  const pool = p.assignment!.pools?.[0];
+  if (deps.warmGraceMs <= 0 || r.state !== "received" || r.warm || r.runner || !p.assignment!.job || !pool) return;
+  const left = deps.warmGraceMs - (deps.now() - Date.parse(r.receivedAt));
+  p.facts.warmGraceMs = left > 0 && (await deps.idleWarm(pool)) > 0 ? left : 0;
 }
 
 /**
@@ -119,6 +136,7 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
       Object.assign(p.facts, { state: r.state, reason: r.reason, readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined });
     }),
   );
+  await Promise.all(batch.filter((p) => decide(p.facts, deps.policy).next === "admit").map((p) => graceFor(deps, p)));
   const admitting = batch.filter((p) => decide(p.facts, deps.policy).next === "admit");
   if (admitting.length) {
     const reserve = new Set(deps.needsIdentity ? admitting.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);

@@ -110,6 +110,14 @@ export function backendControl(env: Record<string, string>) {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A webhook the fake Gitea sent: its action, job, headers and raw body. */
+export interface Delivery {
+  action: string;
+  job: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
 export function giteaControl(env: Record<string, string>) {
   const base = `${env.GITEA_URL}/_control`;
   const post = async (what: string, body: unknown) => (await fetch(`${base}/${what}`, { method: "POST", body: JSON.stringify(body) })).json();
@@ -125,17 +133,20 @@ export function giteaControl(env: Record<string, string>) {
     queue: (jobs: { labels: string[]; runMs?: number; id?: number; repository?: string }[]) => post("queue", jobs) as Promise<{ jobs: number[] }>,
     cancel: (id: number) => post("cancel", { id }),
     webhook: (hook: { url?: string; secret: string }) => post("webhook", hook),
-    /** Sends the webhooks Gitea has queued to the Worker, in order, as Gitea's deliverer would; returns their actions. */
-    async deliver(drop: (d: { action: string; job: number }) => boolean = () => false): Promise<{ action: string; job: number; status: number }[]> {
-      const { deliveries } = (await post("deliveries", {})) as { deliveries: { action: string; job: number; headers: Record<string, string>; body: string }[] };
-      const sent = [];
+    /**
+     * Sends the webhooks Gitea has queued to the Worker, in order, as Gitea's deliverer would;
+     * those `hold` picks are kept back and returned (a slow delivery), to be sent with `send`.
+     */
+    async deliver(hold: (d: Delivery) => boolean = () => false): Promise<Delivery[]> {
+      const { deliveries } = (await post("deliveries", {})) as { deliveries: Delivery[] };
+      await this.send(deliveries.filter((d) => !hold(d)));
+      return deliveries.filter(hold);
+    },
+    async send(deliveries: Delivery[]): Promise<void> {
       for (const d of deliveries) {
-        if (drop(d)) continue;
         const res = await request(env, "/v1/gitea/webhook", { method: "POST", headers: d.headers, body: d.body });
         await res.body?.cancel();
-        sent.push({ action: d.action, job: d.job, status: res.status });
       }
-      return sent;
     },
     async actions(): Promise<{ jobs: { id: number; status: string; conclusion?: string; runner_id?: number; runner_name?: string }[]; taken: { job: number; runner: string; at: number; queuedAt: number }[] }> {
       return (await fetch(`${base}/actions`)).json();

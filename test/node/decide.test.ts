@@ -24,6 +24,8 @@ describe("decide: the reconciliation table, row by row", () => {
     ["budget spent → nak 0, deferred", { ...base, budgetSpent: true, decoded: true }, { action: { kind: "nak", delayMs: 0 }, events: ["deferred"], effects: [] }],
     ["undecodable → term invalid", { ...base, decoded: false }, { action: { kind: "term", reason: "invalid assignment" }, events: ["invalid"], effects: [] }],
     ["conflicting → term conflicting", { ...base, decoded: true, offer: "conflict" }, { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] }],
+    ["a new job while a warm runner of its pool is idle → nak for the rest of its grace, no slot taken", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 3_200 }, { action: { kind: "nak", delayMs: 3_200 }, events: ["warm_grace"], effects: [] }],
+    ["grace over (0) → admitted as usual", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 0, admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["no slot → nak 2 s capacity_wait", { ...base, decoded: true, offer: "new", state: "received", admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["no slot, lowest jitter → nak 1 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0 }, { action: { kind: "nak", delayMs: 1_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["no slot, highest jitter → nak just under 3 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0.9995 }, { action: { kind: "nak", delayMs: 2_999 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],

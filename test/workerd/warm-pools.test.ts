@@ -4,7 +4,7 @@
 // than jobs plus the warm target.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured, type Delivery } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -19,8 +19,10 @@ type Env = Record<string, string>;
 type Gitea = ReturnType<typeof giteaControl>;
 const LABELS = ["ubuntu-latest:docker://node:20-bookworm", "small"];
 
-async function setup(pool: Record<string, unknown>, runner: Record<string, unknown> = {}) {
-  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0 });
+const poolsVar = (pool: Record<string, unknown>) => JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, ...pool }]);
+
+async function setup(pool: Record<string, unknown>, runner: Record<string, unknown> = {}, vars: Record<string, unknown> = {}) {
+  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0, ...vars });
   await provisionEnv(env);
   const gitea = giteaControl(env);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -62,8 +64,65 @@ describe("warm runners", () => {
     // Back at the target, and never more made than the job's one plus the target.
     await runUntil(env, gitea, async () => (await idleInGitea(gitea)) === 2);
     expect((await backend.state()).created).toBeLessThanOrEqual(jobs.length + 2);
-    const view = (await (await request(env, `/v1/assignments/gitea-${jobs[0]}-1`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; warm: boolean };
-    // The job's own assignment ended without a runner, or its runner became a warm one.
-    expect(view.state === "terminated" || view.warm).toBe(true);
+    // Its own runner was never made: the job waited out its grace for the warm one, which took it.
+    expect((await backend.state()).created).toBe(3);
+    const view = await assignmentView(env, `gitea-${jobs[0]}-1`);
+    expect(view).toMatchObject({ state: "terminated", giteaRunnerId: null, warm: false });
+    expect(events("warm_grace").some((e) => e.assignment === `gitea-${jobs[0]}-1`)).toBe(true);
+  });
+
+  it("without a grace the job's own runner is made, and becomes a warm runner when another took its job", async () => {
+    // The job's own runner is asked for at once, and boots long after the warm one took the job.
+    const { env, gitea, backend } = await setup({ minIdle: 1 }, { bootMs: 2_000 }, { WARM_GRACE_MS: 0 });
+    await runUntil(env, gitea, async () => (await idleInGitea(gitea)) === 1);
+    const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }]);
+    await runUntil(env, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
+    expect((await gitea.actions()).taken[0]!.runner).toMatch(/^gdr-warm-small-/);
+    await runUntil(env, gitea, async () => (await assignmentView(env, `gitea-${jobs[0]}-1`)).warm);
+    expect(events("warm_converted").map((e) => e.assignment)).toEqual([`gitea-${jobs[0]}-1`]);
+    // The converted runner is the pool's one warm runner: none was made to replace the one that ran the job.
+    for (let i = 0; i < 3; i++) await tick(env);
+    expect((await backend.state()).created).toBe(2);
+  });
+
+  it("above the target the oldest go, all within one tick; the youngest stays", async () => {
+    const { env, gitea, backend } = await setup({ minIdle: 1 });
+    // Made one after another: the youngest is the last.
+    for (const n of [1, 2, 3]) await runUntil({ ...env, RUNNER_POOLS: poolsVar({ minIdle: n }) }, gitea, async () => (await idleInGitea(gitea)) === n);
+    const before = (await backend.state()).runners.map((r) => r.id);
+    const lowered = { ...env, RUNNER_POOLS: poolsVar({ minIdle: 1 }) };
+    await tick(lowered);
+    const gone = events("warm_scaled_down").map((e) => e.assignment);
+    expect(gone).toHaveLength(2);
+    const left = (await backend.state()).runners.map((r) => r.id);
+    expect(left).toHaveLength(1);
+    expect(before.filter((id) => !gone.includes(id))).toEqual(left);
+    expect(left).toEqual([before.at(-1)]);
+    expect((await gitea.state()).runners).toHaveLength(1);
+  });
+
+  it("a warm runner that took a job as it is scaled down is left to run it: Gitea says it is busy", async () => {
+    const { env, gitea, backend } = await setup({ minIdle: 1 });
+    await runUntil(env, gitea, async () => (await idleInGitea(gitea)) === 1);
+    const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }]);
+    // Its in_progress is still on its way when the pool's target drops to 0.
+    const held: Delivery[] = [];
+    const until = Date.now() + 10_000;
+    while (!(await gitea.actions()).taken.length && Date.now() < until) {
+      held.push(...(await gitea.deliver((d) => d.action === "in_progress")));
+      await sleep(50);
+    }
+    held.push(...(await gitea.deliver((d) => d.action === "in_progress")));
+    await tick({ ...env, RUNNER_POOLS: poolsVar({ minIdle: 0 }) });
+    expect(events("warm_busy")).toHaveLength(1);
+    expect(events("warm_scaled_down")).toEqual([]);
+    expect((await backend.state()).deleted ?? 0).toBe(0);
+    await gitea.send(held);
+    await runUntil({ ...env, RUNNER_POOLS: poolsVar({ minIdle: 0 }) }, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
+    expect((await gitea.actions()).jobs.find((j) => j.id === jobs[0])?.conclusion).toBe("success");
   });
 });
+
+const events = (name: string) => logs.events().filter((e) => e.event === name);
+const assignmentView = async (env: Env, id: string) =>
+  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; warm: boolean; giteaRunnerId: number | null };
