@@ -44,6 +44,9 @@ export const EVENT_NAMES = [
   "warm_converted",
   "taken_by_other",
   "warm_grace",
+  "boot_timeout",
+  "boot_gave_up",
+  "lifetime_reached",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -28,6 +28,8 @@ export interface PublishOptions {
   recordLater?: boolean;
   /** Pool maintenance publishing a warm runner's assignment (refused from anyone else). */
   warm?: boolean;
+  /** The message id JetStream deduplicates on, when not the assignment id (a job published again). */
+  msgId?: string;
 }
 
 export async function publishAssignment(d: Dispatcher, body: unknown, opts: PublishOptions = {}): Promise<Published> {
@@ -48,7 +50,7 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
   else if (a.warm && (a.pools?.length !== 1 || a.job)) pools.push({ field: "warm", message: "a warm runner names exactly one pool and no job" });
   if (pools.length) throw new InvalidInput("invalid assignment", pools);
   try {
-    return await offerAndPublish(d, a, opts.recordLater ?? false);
+    return await offerAndPublish(d, a, opts.recordLater ?? false, opts.msgId ?? a.id);
   } catch (err) {
     if (err instanceof Conflict || err instanceof Unavailable) throw err;
     // Before the publish (no connection, no stream), so nothing was sent.
@@ -63,13 +65,13 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
  * leaves a message without a record, which its first delivery creates (the reconciler offers
  * what it is delivered).
  */
-async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolean): Promise<Published> {
+async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolean, msgId: string): Promise<Published> {
   return d.withState(async (state, handle) => {
     // Read alongside the publish: a record can only be older than this message, never newer.
     const known = recordLater ? state.records.get(a.id).catch(() => null) : undefined;
     let ack;
     try {
-      ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: a.id });
+      ack = await handle.js.publish(assignmentSubject(d.config, a.backend), encodeAssignment(a), { msgID: msgId });
     } catch (err) {
       // No stream listens: the server refused it. Any other failure (a lost acknowledgement, a
       // connection that broke) may come after the stream stored it.

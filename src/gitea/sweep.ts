@@ -80,8 +80,13 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
       await eachItem(d, `job ${job.id}`, async () => {
         // A record is written only once its message is stored (see publishAssignment): a known
         // job is queued, even if it still waits behind MaxAckPending, and is not published again.
-        if (await records.get(jobAssignmentId(job.id, job.run_attempt))) return;
-        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""));
+        // One whose runners never booted is, a while after it was given up on.
+        const id = jobAssignmentId(job.id, job.run_attempt);
+        const known = await records.get(id);
+        const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
+        if (known && !(retry && (await startOver(records, known, d.now())))) return;
+        const again = retry ? { msgId: `${id}.retry-${Date.parse(known!.gaveUpAt!)}` } : {};
+        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), again);
         if (published?.stored) {
           summary.recovered++;
           d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
@@ -144,6 +149,23 @@ async function cleanRunner({ d, records, admission, registering, summary }: Clea
   } else await d.gitea!.deleteRunner(runnerId);
   summary.runnersDeleted++;
   d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
+}
+
+/** A job whose runners never booted (MAX_BOOT_ATTEMPTS) is published again this long after. */
+export const RETRY_GIVEN_UP_MS = 15 * 60_000;
+
+/**
+ * Makes a given-up record new again (a new incarnation: tokens of the old one are refused), so
+ * that the job's message, published once more, is served afresh. False when another tick did.
+ */
+async function startOver(records: RecordStore, known: AssignmentRecord, now: number): Promise<boolean> {
+  const at = new Date(now).toISOString();
+  const fresh = await records.update(known.id, (r) => {
+    if (r.gaveUpAt !== known.gaveUpAt) return undefined;
+    const { id, backend, contentHash, createdAt, job, warm } = r;
+    return { id, backend, contentHash, createdAt, state: "received", receivedAt: at, updatedAt: at, ...(job ? { job } : {}), ...(warm ? { warm } : {}) };
+  });
+  return fresh?.receivedAt === at;
 }
 
 /** "owner/name" from a job's API or HTML URL. */

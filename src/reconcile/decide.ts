@@ -25,17 +25,31 @@ export interface Facts {
    * set only when one of them is idle now. Its own runner is asked for once the grace is over.
    */
   warmGraceMs?: number;
+  /** Epoch ms its runner was first asked of the backend, this attempt (from the record). */
+  askedAt?: number;
+  /** Runners asked for it before that did not boot in time (from the record). */
+  bootAttempts?: number;
 }
 
 export interface Policy {
   /** Overrides every nak delay when set (the reference's RetryDelay). */
   retryDelayMs?: number;
   claimTimeoutMs: number;
+  /** A runner not up this long after it was asked for is torn down and asked for again (its pool's bootTimeoutMs). */
+  bootTimeoutMs?: number;
+}
+
+/** Runners asked for one assignment before its boot failures are given up on. */
+export const MAX_BOOT_ATTEMPTS = 3;
+
+/** The wait before asking again for a runner that did not boot: 15 s, then 30 s, 60 s … at most 5 min. */
+export function bootRetryDelay(attempts: number): number {
+  return Math.min(5 * 60_000, 15_000 * 2 ** Math.max(0, attempts - 1));
 }
 
 export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
 
-export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown"] as const;
+export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot"] as const;
 export type Effect = (typeof EFFECTS)[number];
 
 export interface Verdict {
@@ -90,6 +104,12 @@ export function decide(f: Facts, p: Policy): Step {
   // WaitClaimed does: asking again would cost a backend call per delivery, and one failed call
   // would give away a running runner's slot.
   const waiting = f.state === "backend_ready" && f.readyAt !== undefined;
+  if (f.state === "backend_pending" && f.askedAt !== undefined && p.bootTimeoutMs !== undefined && f.now - f.askedAt > p.bootTimeoutMs) {
+    const attempts = (f.bootAttempts ?? 0) + 1;
+    // The job stays queued in Gitea: the sweep publishes it again later (gitea/sweep.ts).
+    if (attempts >= MAX_BOOT_ATTEMPTS) return verdict({ kind: "term", reason: `its runner did not boot in ${attempts} attempts` }, ["boot_timeout", "boot_gave_up"], ["give_up_boot"]);
+    return verdict(nak(bootRetryDelay(attempts)), ["boot_timeout"], ["boot_retry"]);
+  }
   if (f.backend === undefined && !waiting) return { next: "call_backend" };
   if (f.backend === "error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "auth_error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_auth", "backend_retry"], ["release_slot", "mark_pending"]);

@@ -22,7 +22,7 @@ export interface ProcessDeps {
   /** The driver of each enabled backend: a job spilled to another pool runs on that pool's. */
   runnersFor(backend: Backend): RunnerBackend;
   /** The configured pools by name, for the places an assignment's `pools` name. */
-  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number }>;
+  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number; bootTimeoutMs: number }>;
   /** WARM_GRACE_MS: how long a new job waits for an idle warm runner of its pool before its own is asked for. */
   warmGraceMs: number;
   /** Warm runners of `pool` idle now (read once per pass). */
@@ -75,9 +75,10 @@ async function graceFor(deps: ProcessDeps, p: Prepared): Promise<void> {
  */
 function policyOf(deps: ProcessDeps, p: Prepared): Policy {
   const r = p.known?.value;
-  if (!r?.warm) return deps.policy;
-  const maxIdleMs = deps.pools.get(r.placement?.pool ?? "")?.maxIdleMs ?? 0;
-  return { ...deps.policy, claimTimeoutMs: Math.max(deps.policy.claimTimeoutMs, maxIdleMs + WARM_MARGIN_MS) };
+  const pool = deps.pools.get(r?.placement?.pool ?? p.placement?.pool ?? "");
+  const boot = pool ? { bootTimeoutMs: pool.bootTimeoutMs } : {};
+  if (!r?.warm) return { ...deps.policy, ...boot };
+  return { ...deps.policy, ...boot, claimTimeoutMs: Math.max(deps.policy.claimTimeoutMs, (pool?.maxIdleMs ?? 0) + WARM_MARGIN_MS) };
 }
 
 const WARM_MARGIN_MS = 5 * 60_000;
@@ -133,7 +134,13 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
         p.facts.offer = offered.result;
       }
       const r = p.known.value;
-      Object.assign(p.facts, { state: r.state, reason: r.reason, readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined });
+      Object.assign(p.facts, {
+        state: r.state,
+        reason: r.reason,
+        readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined,
+        askedAt: r.askedAt ? Date.parse(r.askedAt) : undefined,
+        bootAttempts: r.bootAttempts,
+      });
     }),
   );
   await Promise.all(batch.filter((p) => decide(p.facts, deps.policy).next === "admit").map((p) => graceFor(deps, p)));
@@ -231,13 +238,17 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
     if (!settled.has(next.state)) {
       for (const effect of effects) {
         if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
-        if (effect === "mark_pending" && next.state !== "backend_pending") next = { ...next, state: "backend_pending" };
+        if (effect === "mark_pending" && (next.state !== "backend_pending" || !next.askedAt)) next = { ...next, state: "backend_pending", askedAt: next.askedAt ?? at };
         if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) {
           next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
         }
-        if (effect === "forget_ready_and_teardown") {
-          const { readyAt: _forgotten, ...rest } = next;
-          next = { ...rest, state: "backend_pending" };
+        if (effect === "forget_ready_and_teardown" || effect === "boot_retry") {
+          const { readyAt: _forgotten, askedAt: _restarted, ...rest } = next;
+          next = { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (next.bootAttempts ?? 0) + 1 } : {}) };
+        }
+        if (effect === "give_up_boot") {
+          const bootAttempts = (next.bootAttempts ?? 0) + 1;
+          next = { ...next, state: "terminated", terminatedAt: at, reason: `its runner did not boot in ${bootAttempts} attempts`, gaveUpAt: at, bootAttempts };
         }
       }
     }
@@ -254,9 +265,13 @@ async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], r
       })
     : await write(deps.records);
   const place = placeOf(p);
-  if (effects.includes("release_slot")) await deps.admission.release(place, p.assignment.id);
-  // Tear down only when the claim did not win the race: a claimed runner is left alone.
-  if (effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt) {
+  const gaveUp = effects.includes("give_up_boot") && after?.gaveUpAt === at;
+  const retried = effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt;
+  if (effects.includes("release_slot") || gaveUp || retried) await deps.admission.release(place, p.assignment.id);
+  // Tear down only when the claim did not win the race: a claimed runner is left alone. The Gitea
+  // runner of one given up on goes with the sweep's next look (its record is terminated).
+  const forgot = effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt;
+  if (forgot || gaveUp || retried) {
     const id = p.assignment.id;
     await deps.callBackend((signal) => deps.runnersFor(place.backend).teardown(id, signal)).catch((err) => {
       deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });

@@ -48,6 +48,12 @@ export interface AssignmentRecord {
    * runner serves this one's job in turn (Gitea hands each runner the oldest job it can take).
    */
   took?: string;
+  /** When its runner was first asked of the backend, this attempt (a boot is timed from it). */
+  askedAt?: string;
+  /** Runners asked for it before that did not boot within their pool's bootTimeoutMs. */
+  bootAttempts?: number;
+  /** Its runners never booted (MAX_BOOT_ATTEMPTS): the sweep may publish its job again after a while. */
+  gaveUpAt?: string;
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */

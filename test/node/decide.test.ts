@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { decide, type Facts, type Policy } from "../../src/reconcile/decide.ts";
 
-const policy: Policy = { claimTimeoutMs: 240_000 };
+const policy: Policy = { claimTimeoutMs: 240_000, bootTimeoutMs: 600_000 };
 const NOW = 1_000_000_000;
 const base: Facts = { now: NOW, budgetSpent: false };
 const upToBackend: Facts = { ...base, decoded: true, offer: "new", state: "received", admitted: true };
@@ -26,6 +26,9 @@ describe("decide: the reconciliation table, row by row", () => {
     ["conflicting → term conflicting", { ...base, decoded: true, offer: "conflict" }, { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] }],
     ["a new job while a warm runner of its pool is idle → nak for the rest of its grace, no slot taken", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 3_200 }, { action: { kind: "nak", delayMs: 3_200 }, events: ["warm_grace"], effects: [] }],
     ["grace over (0) → admitted as usual", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 0, admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
+    ["not up within its pool's boot timeout → torn down, asked for again after 15 s", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001 }, { action: { kind: "nak", delayMs: 15_000 }, events: ["boot_timeout"], effects: ["boot_retry"] }],
+    ["the second time → after 30 s", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 1 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["boot_timeout"], effects: ["boot_retry"] }],
+    ["the third time → given up: term, the job stays queued in Gitea", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 2 }, { action: { kind: "term", reason: "its runner did not boot in 3 attempts" }, events: ["boot_timeout", "boot_gave_up"], effects: ["give_up_boot"] }],
     ["no slot → nak 2 s capacity_wait", { ...base, decoded: true, offer: "new", state: "received", admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["no slot, lowest jitter → nak 1 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0 }, { action: { kind: "nak", delayMs: 1_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
     ["no slot, highest jitter → nak just under 3 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0.9995 }, { action: { kind: "nak", delayMs: 2_999 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
@@ -62,6 +65,18 @@ describe("decide: the reconciliation table, row by row", () => {
       expect(decide(facts, p)).toMatchObject({ action: { kind: "nak", delayMs: 777 } });
     }
     expect(decide({ ...base, budgetSpent: true }, p)).toMatchObject({ action: { kind: "nak", delayMs: 0 } });
+  });
+
+  it("a boot is timed only in a pool, only while pending, and only past its timeout", () => {
+    const pending = { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001 } as Facts;
+    expect(decide({ ...pending, askedAt: NOW - 600_000 }, policy)).toEqual({ next: "call_backend" });
+    expect(decide(pending, { claimTimeoutMs: 240_000 })).toEqual({ next: "call_backend" });
+    expect(decide({ ...pending, state: "capacity_wait" }, policy)).toEqual({ next: "call_backend" });
+    expect(decide({ ...pending, askedAt: undefined }, policy)).toEqual({ next: "call_backend" });
+    // A claim that came meanwhile wins: acked, never given up.
+    expect(decide({ ...pending, state: "claimed" }, policy)).toMatchObject({ action: { kind: "ack" } });
+    // RETRY_DELAY_MS shortens the wait between attempts, as every other nak.
+    expect(decide(pending, { ...policy, retryDelayMs: 30 })).toMatchObject({ action: { kind: "nak", delayMs: 30 }, effects: ["boot_retry"] });
   });
 
   it("budget is checked before anything else, even an invalid message", () => {
