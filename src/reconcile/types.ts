@@ -1,0 +1,62 @@
+// What the reconciliation's executor works with: its dependencies, passed in by the dispatcher,
+// and one delivery on its way through the decision table.
+import type { Assignment } from "../assignment.ts";
+import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
+import type { EventSink } from "../events.ts";
+import type { Backend } from "../names.ts";
+import type { DeliveredMessage } from "../nats/pull.ts";
+import type { Admission, Placement } from "../state/admission.ts";
+import type { Versioned } from "../state/kv.ts";
+import type { AssignmentRecord, RecordStore, RunnerRef } from "../state/records.ts";
+import type { Facts, Policy } from "./decide.ts";
+
+export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
+
+export interface ProcessDeps {
+  backend: Backend;
+  trustDomain: string;
+  policy: Policy;
+  records: RecordStore;
+  admission: Admission;
+  /** The driver of each enabled backend: a job spilled to another pool runs on that pool's. */
+  runnersFor(backend: Backend): RunnerBackend;
+  /** The configured pools by name, for the places an assignment's `pools` name. */
+  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number; bootTimeoutMs: number }>;
+  /** WARM_GRACE_MS: how long a new job waits for an idle warm runner of its pool before its own is asked for. */
+  warmGraceMs: number;
+  /** Warm runners of `pool` idle now (read once per pass). */
+  idleWarm(pool: string): Promise<number>;
+  /** True when provisioning needs a registered runner identity (Gitea integration on). */
+  needsIdentity: boolean;
+  /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
+  replicated: boolean;
+  /** Runs `fn` on a new connection: the pass's own may have died with its server. */
+  withFreshRecords<T>(fn: (records: RecordStore) => Promise<T>): Promise<T>;
+  /** What the backend receives (claim token, URLs, runner identity); "busy" while another invocation registers it. */
+  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement: Placement): Promise<PreparedRequest>;
+  /** Runs a backend call within the invocation's connection limit and timeout. */
+  callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  sink: EventSink;
+  now(): number;
+}
+
+/** One delivery on its way through the table. */
+export interface Prepared {
+  msg: DeliveredMessage;
+  facts: Facts;
+  assignment?: Assignment;
+  known?: Versioned<AssignmentRecord>;
+  reserved: boolean;
+  /** Where admission put it (its pool and that pool's backend). */
+  placement?: Placement;
+  /**
+   * This pass registered a runner. Its reservation stays until its lease ends: the record write
+   * may have failed, and even once written, a replica that lags (direct gets are answered by any
+   * replica) may show the record without it for a moment; a pass that read that and held no
+   * reservation would register a second runner.
+   */
+  registered?: true;
+  /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
+  heldUntil?: number;
+}
+
