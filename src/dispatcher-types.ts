@@ -13,6 +13,7 @@ import type { Admission, Placement } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
 import type { TeardownList } from "./state/teardowns.ts";
 import type { WarmSlots } from "./state/warm-slots.ts";
+import type { StartupTimes } from "./state/startup-times.ts";
 
 export interface ReconcileOptions {
   only?: Backend[];
@@ -32,6 +33,7 @@ export interface State {
   admission: Admission;
   teardowns: TeardownList;
   warm: WarmSlots;
+  startups: StartupTimes;
 }
 
 export interface Dispatcher {

@@ -21,6 +21,7 @@ import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
 import { createTeardownList } from "./state/teardowns.ts";
 import { createWarmSlots } from "./state/warm-slots.ts";
+import { createStartupTimes } from "./state/startup-times.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -83,6 +84,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
+      startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };

@@ -100,3 +100,9 @@ export function warmKey(pool: string, index: number): string {
   return `${WARM_PREFIX}.${pool}.${index}`;
 }
 export const WARM_PREFIX = "w";
+
+/** A pool's job start-up time histogram (see state/startup-times.ts), kept in the records bucket. */
+export function startupKey(pool: string): string {
+  return `${STARTUP_PREFIX}.${pool}`;
+}
+export const STARTUP_PREFIX = "h";

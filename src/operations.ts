@@ -75,8 +75,8 @@ export function canClaim(r: AssignmentRecord, caller: Caller = {}): boolean {
 /** States a token holder's claim may find while the pass that asked for its runner is still writing. */
 const ASKED_FOR_BY_TOKEN = new Set<AssignmentState>(["received", "capacity_wait"]);
 
-/** A claim's outcome; `held` when a pass holds the message and will ack it within moments. */
-export type Claimed = AssignmentView & { held: boolean };
+/** A claim's outcome; `held` when a pass holds the message and will ack it within moments; `changed` when this call claimed it. */
+export type Claimed = AssignmentView & { held: boolean; changed: boolean };
 
 /** A claim or completion by a Gitea runner that is not the one registered for the assignment. */
 export class RunnerMismatch extends Refused {
@@ -138,7 +138,7 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
   // pass die, by the message's next delivery): no pass of its own is needed either. A claim that
   // changed nothing needs none: the first one started it.
   const held = !changed || inWrite || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
-  return { ...viewOf(record), held };
+  return { ...viewOf(record), held, changed };
 }
 
 const HOLD_MARGIN_MS = 250;

@@ -10,7 +10,7 @@ import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest 
 import { assignmentOfRunner } from "./identity.ts";
 import type { Pool } from "../pools/config.ts";
 import { poolsFor } from "../pools/route.ts";
-import type { Taken } from "../pools/taken.ts";
+import type { Started, Taken } from "../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob } from "../state/records.ts";
 
@@ -50,6 +50,8 @@ export interface WebhookOutcome {
   record?: Assignment;
   /** A runner took another job than its own: settled after answering (pools/taken.ts). */
   taken?: Taken;
+  /** A job started on a runner of a pool: its start-up time is recorded after answering. */
+  started?: Started;
 }
 
 export interface Teardown {
@@ -140,7 +142,8 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       const own = jobAssignmentId(job.id, job.run_attempt);
       const taken = own !== ours ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
       if (view.warm) d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
-      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken };
+      const started = view.changed && view.pool ? { started: { pool: view.pool, own, at: d.now(), createdAt: job.created_at } } : {};
+      return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken, ...started };
     }
     case "completed": {
       if (ours) {

@@ -65,6 +65,22 @@ export const statusBody = z
         delivered: count,
       }),
     ),
+    pools: z.array(
+      z.object({
+        pool: z.string(),
+        backend: z.enum(BACKENDS),
+        target: count.meta({ description: "Warm runners it keeps now (minIdle, or its schedule window's)" }),
+        maxRunners: count.nullable(),
+        idle: count,
+        busy: count,
+        booting: count,
+        warm: count.meta({ description: "Of idle and booting, those kept warm" }),
+        startup: z
+          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count })
+          .nullable()
+          .meta({ description: "Job start-up times (seconds): cumulative counts per bucket of 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600 s" }),
+      }),
+    ),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({

@@ -6,7 +6,7 @@ import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
-import { settleTaken } from "../pools/taken.ts";
+import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
@@ -90,7 +90,7 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     const id = parseId(c.req.param("id"));
     const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { held, ...view } = await c.var.path.claim(id, incarnation);
+    const { held, changed: _changed, ...view } = await c.var.path.claim(id, incarnation);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
   });
@@ -128,6 +128,7 @@ export function createApp(deps: AppDeps) {
     const t = outcome.teardown;
     if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunnerId), "runner teardown");
     if (outcome.taken) inBackground(c, d, settleTaken(d, outcome.taken), "after a runner took another job");
+    if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
     return c.json(outcome.body, outcome.status);
   });
 

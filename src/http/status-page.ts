@@ -3,6 +3,7 @@
 // Content-Security-Policy allows; the one stylesheet is allowed by its hash.
 import { html, raw } from "hono/html";
 import type { Status } from "../observe/status.ts";
+import { STARTUP_BUCKETS, type StartupHistogram } from "../state/startup-times.ts";
 
 export const REFRESH_SECONDS = 5;
 
@@ -47,6 +48,23 @@ function textCell(value: string | null) {
   return html`<td class="t" title="${shown}">${chars.slice(0, CELL_CHARS - 1).join("")}…</td>`;
 }
 
+/** "≤ 3 s": the bucket that holds the q-quantile of the pool's start-up times; "–" with none. */
+export function startupQuantile(h: StartupHistogram | null, q: number): string {
+  if (!h || h.count === 0) return "–";
+  const i = h.buckets.findIndex((n) => n >= q * h.count);
+  return i < 0 ? `> ${STARTUP_BUCKETS.at(-1)} s` : `≤ ${STARTUP_BUCKETS[i]} s`;
+}
+
+function poolsSection(pools: Status["pools"]) {
+  if (!pools.length) return "";
+  return html`<section aria-label="runner pools"><h2>Runner pools</h2>
+<table><thead><tr><th>Pool</th><th>Backend</th><th>Idle</th><th>Busy</th><th>Booting</th><th>Warm / target</th><th>Max</th><th>Start-up p50</th><th>p90</th><th>Jobs</th></tr></thead><tbody>
+${pools.map(
+  (p) => html`<tr>${textCell(p.pool)}<td>${p.backend}</td><td class="n">${p.idle}</td><td class="n">${p.busy}</td><td class="n">${p.booting}</td><td class="n">${p.warm} / ${p.target}</td><td class="n">${p.maxRunners ?? "–"}</td><td class="n">${startupQuantile(p.startup, 0.5)}</td><td class="n">${startupQuantile(p.startup, 0.9)}</td><td class="n">${p.startup?.count ?? 0}</td></tr>`,
+)}
+</tbody></table></section>`;
+}
+
 export function renderStatusPage(s: Status) {
   const backends = s.backends.map((b) => {
     const free = Math.max(0, b.capacity - b.slotsInUse);
@@ -81,6 +99,7 @@ ${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textC
 <p class="muted">As of ${s.at}; this page refreshes every ${REFRESH_SECONDS} s. Stream: ${s.stream.messages} messages, ${s.stream.published} published so far.</p>
 <h2>Health</h2>${problems}
 ${backends}
+${poolsSection(s.pools)}
 <h2>Most recent assignments</h2>${recent}
 </body></html>`;
 }

@@ -1,10 +1,21 @@
 // The snapshot in Prometheus text exposition format (version 0.0.4). Labels carry backend and
 // state names only: nothing secret, nothing from a payload.
 import type { Snapshot } from "./snapshot.ts";
+import { emptyHistogram, STARTUP_BUCKETS } from "../state/startup-times.ts";
 
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
 type Sample = [labels: Record<string, string>, value: number];
+
+/** A Prometheus histogram per pool, from the durable bucket counts (state/startup-times.ts). */
+function histogram(lines: string[], name: string, help: string, pools: Snapshot["pools"]): void {
+  lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+  for (const p of pools) {
+    const h = p.startup ?? emptyHistogram();
+    STARTUP_BUCKETS.forEach((le, i) => lines.push(`${name}_bucket{pool="${p.pool}",le="${le}"} ${h.buckets[i] ?? 0}`));
+    lines.push(`${name}_bucket{pool="${p.pool}",le="+Inf"} ${h.count}`, `${name}_sum{pool="${p.pool}"} ${h.sum}`, `${name}_count{pool="${p.pool}"} ${h.count}`);
+  }
+}
 
 export function formatMetrics(s: Snapshot): string {
   const lines: string[] = [];
@@ -39,5 +50,18 @@ export function formatMetrics(s: Snapshot): string {
   metric("gdr_stream_published_messages_total", "counter", "Assignment messages stored in the stream so far.", [[{}, s.stream.published]]);
   metric("gdr_stream_acked_messages_total", "counter", "Assignment messages acknowledged (or terminated) and removed so far.", [[{}, s.stream.acked]]);
   metric("gdr_consumer_delivered_messages_total", "counter", "Deliveries so far, redeliveries included.", per((b) => b.delivered));
+  if (s.pools.length) {
+    const pool = (pick: (p: Snapshot["pools"][number]) => number): Sample[] => s.pools.map((p) => [{ pool: p.pool }, pick(p)]);
+    metric(
+      "gdr_pool_runners",
+      "gauge",
+      "Runners of the pool: idle (up, waiting for a job), busy (running one), booting (asked for, not up yet).",
+      s.pools.flatMap((p) => (["idle", "busy", "booting"] as const).map((state): Sample => [{ pool: p.pool, state }, p[state]])),
+    );
+    metric("gdr_pool_warm_runners", "gauge", "Of the pool's idle and booting runners, those kept warm.", pool((p) => p.warm));
+    metric("gdr_pool_warm_target", "gauge", "Warm runners the pool keeps now (minIdle, or its schedule window's).", pool((p) => p.target));
+    metric("gdr_pool_max_runners", "gauge", "The pool's maxRunners (absent: only the backend's capacity caps it).", s.pools.flatMap((p): Sample[] => (p.maxRunners === null ? [] : [[{ pool: p.pool }, p.maxRunners]])));
+    histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
+  }
   return `${lines.join("\n")}\n`;
 }

@@ -5,6 +5,8 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import { consumerName, type Backend } from "../names.ts";
+import type { AssignmentRecord } from "../state/records.ts";
+import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
 
 /** One backend's figures; the states come from the records of the slot holders. */
 export interface BackendSnapshot {
@@ -28,17 +30,21 @@ export interface BackendSnapshot {
 export interface Snapshot {
   stream: { messages: number; published: number; acked: number };
   backends: BackendSnapshot[];
+  /** Per runner pool (RUNNER_POOLS); empty without the Gitea integration. */
+  pools: PoolSnapshot[];
 }
 
 export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
   return d.withState(async (state, handle) => {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
-    const [stream, backends] = await Promise.all([
+    const held: AssignmentRecord[] = [];
+    const [stream, backends, histograms] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }): Promise<BackendSnapshot> => {
           const [consumer, slots] = await Promise.all([jsm.consumers.info(d.config.stream, consumerName(backend)), state.admission.snapshot(backend)]);
           const records = await state.records.getMany(slots.holders);
+          for (const r of records.values()) held.push(r.value);
           const inState = (s: string) => [...records.values()].filter((r) => r.value.state === s).length;
           const pendingAtBackend = inState("backend_pending") + inState("capacity_wait") + inState("received");
           const readyForClaim = inState("backend_ready");
@@ -59,9 +65,10 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
           };
         }),
       ),
+      d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
     ]);
     const { messages, last_seq } = stream.state;
     // A work queue removes a message once it is acknowledged (or termed).
-    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends };
+    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()) };
   });
 }

@@ -22,6 +22,28 @@ export interface Taken {
 
 const MAX_HOPS = 8;
 
+/** A job started (its first in_progress) on a runner of `pool`, at epoch ms `at`. */
+export interface Started {
+  pool: string;
+  own: string;
+  at: number;
+  /** The job's created_at from the payload: when its own record is gone, the start is timed from it. */
+  createdAt?: string | undefined;
+}
+
+/**
+ * Records the job's start-up time in its pool's histogram: from when the dispatcher first saw it
+ * queued (its own record) to its in_progress. A payload time that does not parse is no time.
+ */
+export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
+  await d.withState(async (state) => {
+    const own = await state.records.get(s.own);
+    const queuedAt = own ? Date.parse(own.receivedAt) : Date.parse(s.createdAt ?? "");
+    if (!Number.isFinite(queuedAt) || queuedAt <= 0 || queuedAt > s.at) return;
+    await state.startups.observe(s.pool, (s.at - queuedAt) / 1_000);
+  });
+}
+
 export async function settleTaken(d: Dispatcher, t: Taken): Promise<void> {
   await d.withState(async (state) => {
     if (!t.warm) {

@@ -123,6 +123,37 @@ describe("warm runners", () => {
   });
 });
 
+describe("pools in /metrics and /v1/status", () => {
+  it("show each pool's runners, warm target and job start-up times, the same from every invocation", async () => {
+    const METRICS_TOKEN = "metrics-token-0123456789abcdef";
+    const { env, gitea } = await setup({ minIdle: 2, maxRunners: 6 }, {}, { METRICS_TOKEN });
+    const status = async () => (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as PoolsStatus;
+    await runUntil(env, gitea, async () => (await status()).pools[0]!.idle === 2);
+    await gitea.queue([{ labels: ["ubuntu-latest"] }, { labels: ["ubuntu-latest"] }]);
+    // Webhooks delivered as they come, as Gitea does; no cron tick is needed for a job to start.
+    for (const end = Date.now() + 20_000; !(await gitea.actions()).jobs.every((j) => j.status === "completed") && Date.now() < end; ) {
+      await gitea.deliver();
+      await sleep(20);
+    }
+    await runUntil(env, gitea, async () => (await status()).pools[0]!.idle === 2);
+    const { taken } = await gitea.actions();
+    const scrape = async () => (await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text()).split("\n");
+    const [first, second] = [await scrape(), await scrape()];
+    const series = (lines: string[]) => lines.filter((l) => l.startsWith("gdr_job_startup_duration_seconds") || l.startsWith("gdr_pool_"));
+    expect(series(first)).toEqual(series(second));
+    expect(first).toContain('gdr_job_startup_duration_seconds_count{pool="small"} 2');
+    expect(first).toContain('gdr_pool_warm_target{pool="small"} 2');
+    expect(first).toContain('gdr_pool_max_runners{pool="small"} 6');
+    expect(first).toContain('gdr_pool_runners{pool="small",state="idle"} 2');
+    expect(first).toContain('gdr_pool_runners{pool="small",state="busy"} 0');
+    // Both started within 2 s of being queued (the warm runners poll every 100 ms).
+    expect(taken.every((t) => t.at - t.queuedAt < 2_000)).toBe(true);
+    expect(first).toContain('gdr_job_startup_duration_seconds_bucket{pool="small",le="2"} 2');
+    expect((await status()).pools).toMatchObject([{ pool: "small", idle: 2, warm: 2, target: 2, maxRunners: 6, startup: { count: 2 } }]);
+  });
+});
+
+type PoolsStatus = { pools: { pool: string; idle: number; warm: number; target: number; startup: { count: number } | null }[] };
 const events = (name: string) => logs.events().filter((e) => e.event === name);
 const assignmentView = async (env: Env, id: string) =>
   (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; warm: boolean; giteaRunnerId: number | null };

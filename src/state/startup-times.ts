@@ -1,0 +1,47 @@
+// Job start-up time per pool (queued → a runner took it), as a Prometheus histogram kept durably:
+// one KV entry per pool with its bucket counts, sum and count, changed by compare-and-set when a
+// job starts. Every isolate's scrape reads the same entries (one request for every pool), so the
+// figures agree wherever /metrics is answered, and the cost does not grow with the number of jobs.
+import type { KV } from "@nats-io/kv";
+import { startupKey } from "../names.ts";
+import type { NatsHandle } from "../nats/connection.ts";
+import { casUpdate, readManyJson } from "./kv.ts";
+
+/** Upper bounds in seconds, as ARC's gha_job_startup_duration_seconds, fewer of them. */
+export const STARTUP_BUCKETS = [1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600] as const;
+
+export interface StartupHistogram {
+  /** Cumulative counts per bucket of STARTUP_BUCKETS (Prometheus's `le`), then +Inf as `count`. */
+  buckets: number[];
+  sum: number;
+  count: number;
+}
+
+export interface StartupTimes {
+  observe(pool: string, seconds: number): Promise<void>;
+  read(pools: readonly string[]): Promise<Map<string, StartupHistogram>>;
+}
+
+export function emptyHistogram(): StartupHistogram {
+  return { buckets: STARTUP_BUCKETS.map(() => 0), sum: 0, count: 0 };
+}
+
+export function addObservation(h: StartupHistogram, seconds: number): StartupHistogram {
+  const s = Math.max(0, seconds);
+  return { buckets: STARTUP_BUCKETS.map((le, i) => (h.buckets[i] ?? 0) + (s <= le ? 1 : 0)), sum: h.sum + s, count: h.count + 1 };
+}
+
+export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): StartupTimes {
+  return {
+    async observe(pool, seconds) {
+      await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => ({ value: addObservation(current?.value ?? emptyHistogram(), seconds), result: undefined }));
+    },
+    async read(pools) {
+      const found = await readManyJson<StartupHistogram>(handle, bucket, pools.map(startupKey));
+      return new Map(pools.flatMap((p) => {
+        const h = found.get(startupKey(p))?.value;
+        return h ? [[p, h] as const] : [];
+      }));
+    },
+  };
+}
