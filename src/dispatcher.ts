@@ -14,7 +14,7 @@ import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { retryTeardowns } from "./reconcile/teardown.ts";
-import { idleWarmCounts, maintainPools } from "./pools/maintain.ts";
+import { idleWarmCounts, keepsWarm, maintainPools } from "./pools/maintain.ts";
 import { enforceLifetimes } from "./pools/lifetime.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
@@ -175,6 +175,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
   let warm: Promise<Map<string, number>> | undefined;
   return {
     warmGraceMs: d.config.warmGraceMs,
+    warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     idleWarm: async (pool) => (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0,
     backend,

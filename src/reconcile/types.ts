@@ -24,6 +24,8 @@ export interface ProcessDeps {
   pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number; bootTimeoutMs: number }>;
   /** WARM_GRACE_MS: how long a new job waits for an idle warm runner of its pool before its own is asked for. */
   warmGraceMs: number;
+  /** Pools that keep warm runners (minIdle, or a schedule window): a grace is worth a read only for them. */
+  warmPools: ReadonlySet<string>;
   /** Warm runners of `pool` idle now (read once per pass). */
   idleWarm(pool: string): Promise<number>;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
