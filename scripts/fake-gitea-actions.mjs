@@ -16,7 +16,7 @@ const RESULT_NAMES = { RESULT_SUCCESS: 1, RESULT_FAILURE: 2, RESULT_CANCELLED: 3
 const iso = (ms = Date.now()) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 const labelName = (l) => (l.includes(":") ? l.slice(0, l.indexOf(":")) : l);
 
-export const newActions = () => ({ webhook: { url: undefined, secret: "" }, outbox: [], nextTask: 1, tasksVersion: 1, nextJob: 5000, taken: [] });
+export const newActions = (onTake) => ({ webhook: { url: undefined, secret: "" }, outbox: [], nextTask: 1, tasksVersion: 1, nextJob: 5000, taken: [], onTake });
 
 /** A job of a workflow run, as Gitea lists it; `repository` is "owner/name". */
 export function queueJob(g, job) {
@@ -34,6 +34,7 @@ export function queueJob(g, job) {
     url: `https://gitea.example.com/api/v1/repos/${repository}/actions/jobs/${id}`,
     html_url: `https://gitea.example.com/${repository}/actions/runs/${run}/jobs/0`,
     created_at: iso(),
+    queuedAt: Date.now(),
     started_at: ZERO,
     completed_at: ZERO,
     repository,
@@ -94,7 +95,9 @@ function take(g, runner) {
   Object.assign(job, { status: "in_progress", started_at: iso(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });
   runner.task = job.taskId;
   g.actions.tasksVersion++;
-  g.actions.taken.push({ job: job.id, runner: runner.name, at: Date.now(), queuedAt: Date.parse(job.created_at) });
+  const took = { job: job.id, runner: runner.name, at: Date.now(), queuedAt: job.queuedAt ?? Date.parse(job.created_at) };
+  g.actions.taken.push(took);
+  g.actions.onTake?.({ job: job.id, runner: runner.name, waitedMs: took.at - took.queuedAt });
   emit(g, "in_progress", job);
   // What a runner needs to run it; the fake runner reads only how long to take (`run_ms`).
   return { id: String(job.taskId), context: { repository: job.repository, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) }, secrets: {}, needs: {}, vars: {} };
@@ -110,9 +113,16 @@ function finish(g, job, conclusion) {
   if (runner?.ephemeral) g.runners.delete(runner.id);
 }
 
+/** A job as Gitea's REST API lists it: without what only this fake keeps. */
+export function publicJob(job) {
+  const { runMs: _r, taskId: _t, queuedAt: _q, repository: _repo, ...listed } = job;
+  return listed;
+}
+
 /** The workflow_job payload of `job` now, as Gitea builds it. */
 export function payloadOf(action, job) {
-  const { runMs: _r, taskId: _t, repository: named, ...listed } = job;
+  const { repository: named } = job;
+  const listed = publicJob(job);
   const repository = named ?? /\/repos\/([^/]+\/[^/]+)\/actions\//.exec(job.url ?? "")?.[1] ?? "acme/widgets";
   const [owner, name] = repository.split("/");
   const workflow_job = { ...listed, status: action === "completed" ? "completed" : job.status };

@@ -4,16 +4,17 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
-import { cancelJob, newActions, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
+import { cancelJob, newActions, publicJob, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
-function newInstance() {
-  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions() };
+function newInstance(onTake) {
+  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions(onTake) };
 }
 
-export function startFakeGitea() {
-  return startTenantServer(newInstance, serve, { contentType: "application/json;charset=utf-8" });
+/** `onTake({ job, runner, waitedMs })` hears each job a runner is given (npm start prints them). */
+export function startFakeGitea({ onTake } = {}) {
+  return startTenantServer(() => newInstance(onTake), serve, { contentType: "application/json;charset=utf-8" });
   async function serve({ req, res, text, url, path, tenant: g, send }) {
     // A slow Gitea (POST /_control/delay {"ms": …}): the REST API answers that much later.
     if (g.delayMs && path.startsWith("/api/v1/")) await new Promise((r) => setTimeout(r, g.delayMs));
@@ -52,7 +53,7 @@ export function startFakeGitea() {
       const page = Number(url.searchParams.get("page") ?? 1);
       const limit = Number(url.searchParams.get("limit") ?? 30);
       const all = g.jobs.filter((j) => !status || j.status === status);
-      return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit) });
+      return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit).map(publicJob) });
     }
     if (tail === "runners" && req.method === "GET") {
       if (!modern) return notFound();
@@ -81,7 +82,7 @@ export function startFakeGitea() {
       const repo = /^\/api\/v1\/(repos\/[^/]+\/[^/]+)\//.exec(path)[1];
       // A job belongs to one repository: asked under another, Gitea finds none.
       const job = g.jobs.find((j) => j.id === Number(one[1]) && (!j.url || j.url.includes(`/api/v1/${repo}/`)));
-      return job ? send(200, job) : notFound();
+      return job ? send(200, publicJob(job)) : notFound();
     }
     const del = /^runners\/(\d+)$/.exec(tail);
     if (del && req.method === "DELETE") {

@@ -1,6 +1,8 @@
 // npm start: the dispatcher on an embedded default stack. A throwaway nats-server, provisioning,
-// `wrangler dev` with cron ticks every few seconds, and simulated runners that become ready and
-// claim after a delay. Prints each assignment's progress. Ctrl-C stops everything.
+// `wrangler dev` with cron ticks every few seconds, a fake Gitea that hands jobs to polling runners
+// as Gitea does, and a fake backend whose runners boot (8 s), poll Gitea every 2 s and run one job.
+// A pool keeps two runners warm; a demo queues three jobs once they are up, and the progress says
+// which runner took which job, how long after it was queued. Ctrl-C stops everything.
 //
 // Pointed at a driver by configuration alone (environment or .dev.vars): POD_DRIVER / VM_DRIVER =
 // http | kubernetes | kubevirt. With K8S_API_URL the real cluster is used; without it an embedded
@@ -52,7 +54,9 @@ const stops = [];
 const nats = clusterSize > 1 ? await startNatsCluster({ size: clusterSize }) : await startNatsServer();
 stops.push(() => nats.stop());
 const natsUrl = clusterSize > 1 ? nats.natsUrl : nats.wsUrl;
-const backend = await startFakeBackend({ mode: { token: "local-backend-token", readyAfterMs: 1_500, autoClaimMs: 1_000, autoCompleteMs: 3_000 } });
+// Runners as act_runner behaves: booted after BOOT_MS, polling Gitea every 2 s, one job each.
+const BOOT_MS = Number(process.env.BOOT_MS ?? 8_000);
+const backend = await startFakeBackend({ mode: { token: "local-backend-token", runner: true, bootMs: BOOT_MS, fetchIntervalMs: 2_000, jobMs: 6_000 } });
 stops.push(() => backend.close());
 
 const vars = {
@@ -80,17 +84,27 @@ if (needsCluster && !vars.K8S_API_URL) {
   if (drivers.includes("kubevirt")) vars.RUNNER_VM_IMAGE ??= "registry.local/act-runner-vm:latest";
 }
 let fakeGitea;
-if (needsCluster && !vars.GITEA_URL) {
-  fakeGitea = await startFakeGitea();
+const DEMO_POOL = { name: "small", minIdle: 2, maxRunners: 6 };
+if (!vars.GITEA_URL) {
+  fakeGitea = await startFakeGitea({
+    onTake: ({ job, runner, waitedMs }) => console.log(`job ${job} → runner ${runner}, ${(waitedMs / 1000).toFixed(1)} s after it was queued${runner.includes("-warm-") ? " (a warm runner)" : ""}`),
+  });
   stops.push(() => fakeGitea.close());
-  const backendOf = vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm";
+  const backendOf = needsCluster ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
+  const labels = ["ubuntu-latest:docker://node:20-bookworm"];
   Object.assign(vars, {
     GITEA_URL: `${fakeGitea.url}/local`,
     GITEA_API_TOKEN: FAKE_GITEA.apiToken,
     GITEA_WEBHOOK_SECRET: randomBytes(16).toString("hex"),
     RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
-    RUNS_ON_ROUTES: JSON.stringify([{ backend: backendOf, labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
   });
+  if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES) {
+    // The embedded Kubernetes API does not run act_runner: warm runners there would never poll.
+    if (needsCluster) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
+    else vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: backendOf, labels }]);
+  }
+  // Gitea's webhook: the fake delivers each workflow_job to the Worker, signed with its secret.
+  await fetch(`${vars.GITEA_URL}/_control/webhook`, { method: "POST", body: JSON.stringify({ url: `${base}/v1/gitea/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }) });
 }
 await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfig(vars)));
 
@@ -130,7 +144,7 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
       seen.push(step);
       progress.set(e.assignment, seen);
       console.log(`${e.assignment} (${e.backend}): ${seen.join(" → ")}`);
-    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error"].includes(e.event)) {
+    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error", "warm_filled", "warm_took_job", "warm_converted", "taken_by_other", "warm_scaled_down", "warm_recycled", "boot_timeout", "boot_gave_up", "lifetime_reached"].includes(e.event)) {
       console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}${e.message ? `: ${e.message}` : ""}`);
     }
   });
@@ -152,6 +166,11 @@ Try:
   curl -s ${base}/healthz
   curl -s ${base}/metrics -H 'authorization: Bearer ${vars.METRICS_TOKEN}'
 Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
+  if (fakeGitea) {
+    console.log(`  # a workflow run queues a job in the embedded Gitea, which sends the webhook and hands the job to a runner:
+  curl -s -X POST ${vars.GITEA_URL}/_control/queue -d '[{"labels":["ubuntu-latest"]}]'`);
+  }
+  demo();
   if (vars.GITEA_WEBHOOK_SECRET) {
     const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
     const file = join(dir, "queued.json");
@@ -163,6 +182,21 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
     -H 'x-gitea-signature: ${sig}' --data-binary @${file}`);
   }
   console.log("");
+}
+
+/** Once the demo pool's warm runners are up: three jobs, two for the warm runners, one for a cold boot. */
+async function demo() {
+  if (!fakeGitea || !vars.RUNNER_POOLS || process.env.START_DEMO === "off") return;
+  const target = JSON.parse(vars.RUNNER_POOLS)[0]?.minIdle ?? 0;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1_000));
+    if (stopping) return;
+    const res = await fetch(`${base}/v1/status`, { headers: { authorization: `Bearer ${vars.DISPATCH_TOKEN}` } }).catch(() => undefined);
+    const pools = res?.ok ? (await res.json()).pools : [];
+    if (pools[0] && pools[0].idle >= target) break;
+  }
+  console.log(`\n${target} warm runners are up. Queueing ${target + 1} jobs: ${target} start on warm runners within about 2 s (their fetch interval), the last waits for a cold runner to boot (${BOOT_MS / 1000} s).`);
+  await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => ({ labels: ["ubuntu-latest"] }))) });
 }
 
 let stopping = false;

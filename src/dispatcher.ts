@@ -173,11 +173,18 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
 
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
   let warm: Promise<Map<string, number>> | undefined;
+  const promised = new Map<string, number>();
   return {
     warmGraceMs: d.config.warmGraceMs,
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
-    idleWarm: async (pool) => (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0,
+    takeIdleWarm: async (pool) => {
+      const idle = (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0;
+      const taken = promised.get(pool) ?? 0;
+      if (taken >= idle) return false;
+      promised.set(pool, taken + 1);
+      return true;
+    },
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },

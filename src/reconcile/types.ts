@@ -26,8 +26,11 @@ export interface ProcessDeps {
   warmGraceMs: number;
   /** Pools that keep warm runners (minIdle, or a schedule window): a grace is worth a read only for them. */
   warmPools: ReadonlySet<string>;
-  /** Warm runners of `pool` idle now (read once per pass). */
-  idleWarm(pool: string): Promise<number>;
+  /**
+   * Counts one of `pool`'s idle warm runners for a new job of this pass: true while the pass has
+   * handed out fewer than are idle (read once per pass), so that only as many jobs wait for one.
+   */
+  takeIdleWarm(pool: string): Promise<boolean>;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
   /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */
