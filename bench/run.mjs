@@ -23,6 +23,7 @@ import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
 import { measureSoak } from "./soak.mjs";
+import { measurePools } from "./pools.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
 // BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
@@ -361,6 +362,7 @@ const SECTIONS = {
     await provisioned(vars);
     return measureSoak({ vars, backendMode, startWorker, sendWebhook, log, jobs: SOAK_JOBS, perSec: SOAK_PER_SEC });
   },
+  pools: () => measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
   distance: () => measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
 };
 const only = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(",").map((x) => x.trim()) : undefined;
@@ -394,6 +396,12 @@ const ROWS = {
   ],
   isolates: (x) => [`| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`],
   distance: (x) => distanceRows(x, r),
+  pools: (p) => [
+    `| job start-up (queued → in_progress), burst of 10, runners boot ${p.bootMs / 1000} s, poll every ${p.fetchMs / 1000} s: warm (minIdle 10) | p50 ${r(p.warm.p50Ms)} ms, p99 ${r(p.warm.p99Ms)} ms | cold (minIdle 0): p50 ${r(p.cold.p50Ms)} ms, p99 ${r(p.cold.p99Ms)} ms | ${r(p.cold.p50Ms / p.warm.p50Ms, 1)}× | warm p50 ≤ 3 s; cold p50 ≥ boot |`,
+    `| runners made per job, ${p.long.jobs} jobs at minIdle 5, 4 a second | ${r(p.long.perJob, 3)} (${p.long.created} runners; ${p.long.warmTook} jobs on warm runners; start-up p50 ${r(p.long.p50Ms)} ms, p99 ${r(p.long.p99Ms)} ms) | bound 1 + (target + replaced) / jobs = ${r(p.long.bound, 3)} (${p.long.replaced} replaced) | | ≤ bound |`,
+    `| after a burst, back at the warm target (10) | ${r(p.backAtTargetMs)} ms after the last job was taken | boot + 5 s = ${r(p.bootMs + 5_000)} ms | | ≤ boot + 5 s |`,
+    `| target drops 10 → 2 (a window closes): surplus gone | after one tick (${r(p.surplus.tickMs)} ms): ${p.surplus.warmAfterOneTick} warm, ${p.surplus.idleAfterOneTick} idle | target ${p.surplus.target} | | ≤ one tick |`,
+  ],
   soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`],
 };
 

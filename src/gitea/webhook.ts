@@ -10,7 +10,7 @@ import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest 
 import { assignmentOfRunner } from "./identity.ts";
 import type { Pool } from "../pools/config.ts";
 import { poolsFor } from "../pools/route.ts";
-import type { Started, Taken } from "../pools/taken.ts";
+import { standInFor, type Started, type Taken } from "../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob } from "../state/records.ts";
 
@@ -154,9 +154,9 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
       }
-      // No runner of ours ran it (cancelled or skipped before pickup, or another runner did):
-      // its own assignment goes, unless its runner was claimed by another job meanwhile.
-      const own = jobAssignmentId(job.id, job.run_attempt);
+      // No runner of ours ran it (cancelled or skipped before pickup, or another runner did): its
+      // own assignment goes; when its runner already runs another job, the one standing for it.
+      const own = await standInFor(d, jobAssignmentId(job.id, job.run_attempt));
       const cancelled = await cancelAssignment(d, own, "cancelled", tombstoneOf(d.config.pools, job, payload.repository.full_name));
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };

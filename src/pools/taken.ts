@@ -56,6 +56,14 @@ export async function settleTaken(d: Dispatcher, t: Taken): Promise<void> {
   });
 }
 
+/**
+ * The assignment id standing for job `own` now (see standIn), for a job that ended without a
+ * runner (cancelled): `own` itself when nothing stands for it.
+ */
+export async function standInFor(d: Dispatcher, own: string): Promise<string> {
+  return (await d.withState((state) => standIn(state, own)))?.id ?? own;
+}
+
 /** The assignment standing for job `own` now: its own, or, where its runner ran another job, that job's, in turn. */
 async function standIn(state: State, own: string): Promise<AssignmentRecord | undefined> {
   let id = own;

@@ -62,4 +62,52 @@ describe("runners that poll Gitea for work", () => {
     expect(b.runners).toEqual([]);
     expect(b.deleted).toBe(5);
   });
+
+  it("a job cancelled before a runner took it: its runner goes; the other job still runs once; nothing is left", async () => {
+    const { env, gitea, backend } = await setup();
+    await backend.mode({ ...RUNNER, bootMs: 1_500 });
+    const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }, { labels: ["ubuntu-latest"] }]);
+    await runUntil(env, gitea, async () => (await backend.state()).created === 2);
+    await gitea.cancel(jobs[1]!);
+    await runUntil(env, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
+    const done = (await gitea.actions()).jobs;
+    expect(done.map((j) => j.conclusion)).toEqual(["success", "cancelled"]);
+    expect((await gitea.actions()).taken.map((t) => t.job)).toEqual([jobs[0]]);
+    // Its assignment ends, and whichever runner is left over goes too: none stays behind.
+    await runUntil(env, gitea, async () => (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0);
+    expect(await state(env, `gitea-${jobs[1]}-1`)).toBe("terminated");
+  });
+
+  it("a missed queued webhook: the sweep finds the job, and it runs once", async () => {
+    const { env, gitea, backend } = await setup({ GITEA_JOB_PAGES: 1 });
+    const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }]);
+    // Gitea's one delivery attempt failed: the Worker never hears this queued.
+    await gitea.deliver((d) => d.action === "queued");
+    await runUntil(env, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
+    expect(logs.events().filter((e) => e.event === "recovered").map((e) => e.assignment)).toEqual([`gitea-${jobs[0]}-1`]);
+    expect((await backend.state()).created).toBe(1);
+    expect(await state(env, `gitea-${jobs[0]}-1`)).toBe("completed");
+  });
+
+  it("a job cancelled after another job's runner took its place: the runner standing for it goes", async () => {
+    // No sweep: the first job's queued must stay unheard until it is sent.
+    const { env, gitea, backend } = await setup({ GITEA_JOB_PAGES: 0 });
+    await backend.mode({ ...RUNNER, bootMs: 300, jobMs: 5_000 });
+    const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }, { labels: ["ubuntu-latest"] }]);
+    const [first, second] = jobs as [number, number];
+    // The first job's queued is slow to come: the second's runner is made first, and Gitea hands
+    // it the oldest job, the first.
+    const held = await gitea.deliver((d) => d.job === first);
+    await runUntil(env, gitea, async () => (await gitea.actions()).taken.length === 1, 20_000);
+    expect((await gitea.actions()).taken[0]).toMatchObject({ job: first, runner: `gdr-gitea-${second}-1` });
+    await backend.mode({ ...RUNNER, bootMs: 60_000, jobMs: 5_000 });
+    await gitea.send(held);
+    await runUntil(env, gitea, async () => (await backend.state()).created === 2);
+    // The second job is cancelled before the first job's runner (its stand-in) boots.
+    await gitea.cancel(second);
+    await gitea.deliver();
+    expect(await state(env, `gitea-${first}-1`)).toBe("terminated");
+    await runUntil(env, gitea, async () => (await backend.state()).runners.length === 1);
+    expect((await backend.state()).runners.map((r) => r.id)).toEqual([`gitea-${second}-1`]);
+  });
 });
