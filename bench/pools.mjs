@@ -84,10 +84,11 @@ export async function measurePools({ varsFor, provisioned, startWorker, backendM
     }
     await waitFor(async () => (await long.gitea("actions")).jobs.filter((j) => ids.includes(j.id) && j.status === "completed").length === jobs, 300_000, `${jobs} jobs completed`);
     const created = (await backendCounts(long.vars)).created;
-    const replaced = long.worker.events.filter((e) => e.event === "warm_recycled" || e.event === "boot_timeout").length;
+    const count = (name) => long.worker.events.filter((e) => e.event === name).length;
+    const replaced = count("warm_recycled") + count("boot_timeout");
     const taken = (await long.gitea("actions")).taken.filter((t) => ids.includes(t.job));
     const waits = taken.map((t) => t.at - t.queuedAt);
-    perJob = { jobs, created, perJob: created / jobs, bound: 1 + (5 + replaced) / jobs, replaced, warmTook: taken.filter((t) => t.runner.includes("-warm-")).length, p50Ms: percentile(waits, 50), p99Ms: percentile(waits, 99) };
+    perJob = { jobs, created, perJob: created / jobs, bound: 1 + (5 + replaced) / jobs, replaced, warmTook: taken.filter((t) => t.runner.includes("-warm-")).length, warmFilled: count("warm_filled"), converted: count("warm_converted"), ended: count("taken_by_other"), p50Ms: percentile(waits, 50), p99Ms: percentile(waits, 99) };
   } finally {
     long.stop();
   }

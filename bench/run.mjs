@@ -398,7 +398,7 @@ const ROWS = {
   distance: (x) => distanceRows(x, r),
   pools: (p) => [
     `| job start-up (queued → in_progress), burst of 10, runners boot ${p.bootMs / 1000} s, poll every ${p.fetchMs / 1000} s: warm (minIdle 10) | p50 ${r(p.warm.p50Ms)} ms, p99 ${r(p.warm.p99Ms)} ms | cold (minIdle 0): p50 ${r(p.cold.p50Ms)} ms, p99 ${r(p.cold.p99Ms)} ms | ${r(p.cold.p50Ms / p.warm.p50Ms, 1)}× | warm p50 ≤ 3 s; cold p50 ≥ boot |`,
-    `| runners made per job, ${p.long.jobs} jobs at minIdle 5, 4 a second | ${r(p.long.perJob, 3)} (${p.long.created} runners; ${p.long.warmTook} jobs on warm runners; start-up p50 ${r(p.long.p50Ms)} ms, p99 ${r(p.long.p99Ms)} ms) | bound 1 + (target + replaced) / jobs = ${r(p.long.bound, 3)} (${p.long.replaced} replaced) | | ≤ bound |`,
+    `| runners made per job, ${p.long.jobs} jobs at minIdle 5, 4 a second | ${r(p.long.perJob, 3)} (${p.long.created} runners: ${p.long.warmFilled} warm fills, ${p.long.converted} job runners kept warm, ${p.long.ended} ended unused; ${p.long.warmTook} jobs on warm runners; start-up p50 ${r(p.long.p50Ms)} ms, p99 ${r(p.long.p99Ms)} ms) | bound 1 + (target + replaced) / jobs = ${r(p.long.bound, 3)} (${p.long.replaced} replaced) | | ≤ bound |`,
     `| after a burst, back at the warm target (10) | ${r(p.backAtTargetMs)} ms after the last job was taken | boot + 5 s = ${r(p.bootMs + 5_000)} ms | | ≤ boot + 5 s |`,
     `| target drops 10 → 2 (a window closes): surplus gone | after one tick (${r(p.surplus.tickMs)} ms): ${p.surplus.warmAfterOneTick} warm, ${p.surplus.idleAfterOneTick} idle | target ${p.surplus.target} | | ≤ one tick |`,
   ],

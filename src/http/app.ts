@@ -127,7 +127,11 @@ export function createApp(deps: AppDeps) {
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     const t = outcome.teardown;
     if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunnerId), "runner teardown");
-    if (outcome.taken) inBackground(c, d, settleTaken(d, outcome.taken), "after a runner took another job");
+    if (outcome.taken) {
+      // A warm runner's replacement is asked for now, not at the next tick.
+      const pass = (backend: Backend) => (d.config.eagerReconcile ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true }) : Promise.resolve());
+      inBackground(c, d, settleTaken(d, outcome.taken, pass), "after a runner took another job");
+    }
     if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
     return c.json(outcome.body, outcome.status);
   });

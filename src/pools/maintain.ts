@@ -25,7 +25,8 @@ export interface PoolSummary {
 /** Pools that keep warm runners, now or in some window. */
 export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
 
-export async function maintainPools(d: Dispatcher, state: State, only?: readonly string[]): Promise<PoolSummary[]> {
+/** `vacate`: warm runners that took a job whose settling runs this pass: their positions may be filled now. */
+export async function maintainPools(d: Dispatcher, state: State, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
   const all = await state.warm.list();
   // A pool with positions left from before (a target lowered to 0, a pool removed) is maintained
   // too, down to nothing.
@@ -38,7 +39,7 @@ export async function maintainPools(d: Dispatcher, state: State, only?: readonly
     pools.map(async (pool) => {
       const target = idleTarget(pool, new Date(now));
       const { slots, known } = planInputs(all.get(pool.name) ?? [], records);
-      const plan = planPool(target, slots, known, now, pool.maxIdleMs);
+      const plan = planPool(target, slots, known, now, pool.maxIdleMs, vacate);
       const summary: PoolSummary = { pool: pool.name, target, ...plan.counts, filled: 0, drained: 0 };
       for (const m of plan.move) {
         if (await state.warm.put(pool.name, m.to.index, m.id, m.to.revision)) await state.warm.clear(pool.name, m.from.index, m.from.revision);
@@ -67,7 +68,14 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
   const known = new Map<string, PlanRecord>();
   for (const s of slots) {
     const r = records.get(s.id)?.value;
-    if (r) known.set(s.id, { state: r.state, receivedAt: Date.parse(r.receivedAt), ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}) });
+    if (r) {
+      known.set(s.id, {
+        state: r.state,
+        receivedAt: Date.parse(r.receivedAt),
+        ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}),
+        ...(r.claimedAt ? { claimedAt: Date.parse(r.claimedAt) } : {}),
+      });
+    }
   }
   return { slots, known };
 }
@@ -77,13 +85,13 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
  * below its target: it takes an empty position (compare-and-set) and its record is marked warm.
  * False when the pool is full, or the runner took a job meanwhile.
  */
-export async function adoptWarm(d: Dispatcher, state: State, id: string, poolName: string): Promise<boolean> {
+export async function adoptWarm(d: Dispatcher, state: State, id: string, poolName: string, vacate: ReadonlySet<string> = new Set()): Promise<boolean> {
   const pool = d.config.pools.find((p) => p.name === poolName);
   if (!pool) return false;
   const now = d.now();
   const listed = (await state.warm.list()).get(pool.name) ?? [];
   const { slots, known } = planInputs(listed, await state.records.getMany(listed.map((s) => s.id)));
-  const plan = planPool(idleTarget(pool, new Date(now)), slots, known, now, pool.maxIdleMs);
+  const plan = planPool(idleTarget(pool, new Date(now)), slots, known, now, pool.maxIdleMs, vacate);
   for (const { index, revision } of plan.fill) {
     if (!(await state.warm.put(pool.name, index, id, revision))) continue;
     const r = await state.records.update(id, (r) => (WAITING.has(r.state) && !r.warm ? { ...r, warm: true } : undefined));

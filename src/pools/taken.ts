@@ -6,6 +6,7 @@
 // becomes warm if its pool is below its target, and is torn down otherwise; one not yet made is
 // never made.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
+import type { Backend } from "../names.ts";
 import { cancelAssignment } from "../gitea/cancel.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
@@ -44,16 +45,25 @@ export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
   });
 }
 
-export async function settleTaken(d: Dispatcher, t: Taken): Promise<void> {
-  await d.withState(async (state) => {
+/**
+ * Settles a job taken by a runner not made for it. The warm runner's position is this settling's
+ * to fill (kept from other passes for a moment, see warm-plan.ts): first with the runner made for
+ * the job it took, else with a new warm runner. `filled` hears the backend of a pool that got a
+ * new one, whose assignment waits for a pass.
+ */
+export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown> = async () => undefined): Promise<void> {
+  const backends = await d.withState(async (state) => {
     if (!t.warm) {
       if (t.own !== t.by) await state.records.update(t.by, (r) => (r.took ? undefined : { ...r, took: t.own }));
-      return;
+      return [];
     }
+    const vacate = new Set([t.by]);
     const surplus = await standIn(state, t.own);
-    if (surplus) await adoptOrEnd(d, state, surplus, t.by);
-    if (t.pool) await maintainPools(d, state, [t.pool]);
+    if (surplus) await adoptOrEnd(d, state, surplus, t.by, vacate);
+    const summaries = t.pool ? await maintainPools(d, state, [t.pool], vacate) : [];
+    return summaries.filter((s) => s.filled > 0).map((s) => d.config.pools.find((p) => p.name === s.pool)!.backend);
   });
+  await Promise.all([...new Set(backends)].map(filled));
 }
 
 /**
@@ -77,9 +87,9 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
   return undefined;
 }
 
-async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string): Promise<void> {
+async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<void> {
   const pool = r.placement?.pool;
-  if (r.runner && pool && (await adoptWarm(d, state, r.id, pool))) {
+  if (r.runner && pool && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
     return;
   }

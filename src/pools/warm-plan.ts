@@ -19,9 +19,19 @@ export interface PlanRecord {
   receivedAt: number;
   /** Epoch ms its backend first reported it up. */
   readyAt?: number;
+  /** Epoch ms its runner took a job. */
+  claimedAt?: number;
 }
 
-export type Occupant = "booting" | "idle" | "busy" | "ended";
+/**
+ * "leaving": it has just taken a job, and its position is kept for the settling of that job
+ * (pools/taken.ts), which may put there the runner made for the job it took; only then, or
+ * LEAVING_MS later, is the position empty.
+ */
+export type Occupant = "booting" | "idle" | "busy" | "leaving" | "ended";
+
+/** How long a position whose runner just took a job is kept for that job's own runner. */
+export const LEAVING_MS = 10_000;
 
 export interface WarmPlan {
   /** Empty positions below the target to fill with a new warm runner, at the revision read (0: none). */
@@ -39,16 +49,17 @@ export interface WarmPlan {
 /** A position whose runner has no record after this long is empty: its publish was lost. */
 export const UNRECORDED_GRACE_MS = 60_000;
 
-export function occupantOf(record: PlanRecord | undefined, slot: PlanSlot, now: number): Occupant {
+export function occupantOf(record: PlanRecord | undefined, slot: PlanSlot, now: number, vacate: ReadonlySet<string> = new Set()): Occupant {
   if (!record) return now - slot.since > UNRECORDED_GRACE_MS ? "ended" : "booting";
-  if (record.state === "claimed") return "busy";
+  if (record.state === "claimed") return !vacate.has(slot.id) && now - (record.claimedAt ?? 0) < LEAVING_MS ? "leaving" : "busy";
   if (record.state === "completed" || record.state === "terminated") return "ended";
   return record.state === "backend_ready" && record.readyAt !== undefined ? "idle" : "booting";
 }
 
-export function planPool(target: number, slots: readonly PlanSlot[], records: ReadonlyMap<string, PlanRecord>, now: number, maxIdleMs: number): WarmPlan {
+/** `vacate`: runners whose positions are empty now even if they took their job just now (the settling of that job plans). */
+export function planPool(target: number, slots: readonly PlanSlot[], records: ReadonlyMap<string, PlanRecord>, now: number, maxIdleMs: number, vacate: ReadonlySet<string> = new Set()): WarmPlan {
   const plan: WarmPlan = { fill: [], move: [], drain: [], clear: [], counts: { idle: 0, booting: 0 } };
-  const occupant = (s: PlanSlot) => occupantOf(records.get(s.id), s, now);
+  const occupant = (s: PlanSlot) => occupantOf(records.get(s.id), s, now, vacate);
   const live = slots.filter((s) => occupant(s) === "booting" || occupant(s) === "idle");
   const age = (s: PlanSlot) => records.get(s.id)?.receivedAt ?? s.since;
   // Idle too long: taken away and replaced (their positions are filled again below).
@@ -61,15 +72,17 @@ export function planPool(target: number, slots: readonly PlanSlot[], records: Re
   const kept = fresh.filter((s) => !surplus.includes(s));
   // Positions below the target that hold no kept runner are free; kept runners above it move down.
   const byIndex = new Map(slots.map((s) => [s.index, s]));
-  const free = Array.from({ length: target }, (_, index) => index).filter((index) => !kept.some((s) => s.index === index));
+  const held = new Set(slots.filter((s) => occupant(s) === "leaving").map((s) => s.index));
+  const free = Array.from({ length: target }, (_, index) => index).filter((index) => !kept.some((s) => s.index === index) && !held.has(index));
   for (const s of kept.filter((k) => k.index >= target)) {
-    const index = free.shift()!;
+    const index = free.shift();
+    if (index === undefined) break; // positions held for leaving runners: it moves at a later pass
     plan.move.push({ id: s.id, from: s, to: { index, revision: byIndex.get(index)?.revision ?? 0 } });
   }
   for (const index of free) plan.fill.push({ index, revision: byIndex.get(index)?.revision ?? 0 });
   const moved = new Set(plan.move.map((m) => m.from.index));
   const drained = new Set(plan.drain.map((d) => d.slot.index));
-  plan.clear = slots.filter((s) => s.index >= target && !moved.has(s.index) && !drained.has(s.index) && occupant(s) !== "booting" && occupant(s) !== "idle");
+  plan.clear = slots.filter((s) => s.index >= target && !moved.has(s.index) && !drained.has(s.index) && ["busy", "ended"].includes(occupant(s)));
   for (const s of kept) plan.counts[occupant(s) as "idle" | "booting"]++;
   return plan;
 }

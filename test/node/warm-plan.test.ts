@@ -30,6 +30,17 @@ describe("one pool's maintenance plan", () => {
     expect(p.drain).toEqual([]);
   });
 
+  it("keeps the position of a runner that just took a job for that job's settling; empties it for that settling, or 10 s on", () => {
+    const just: PlanRecord = { state: "claimed", receivedAt: NOW - 60_000, claimedAt: NOW - 9_999 };
+    const known = records([["w", just]]);
+    expect(plan(1, [slot(0, "w", 9)], known).fill).toEqual([]);
+    expect(planPool(1, [slot(0, "w", 9)], known, NOW, HOUR, new Set(["w"])).fill).toEqual([{ index: 0, revision: 9 }]);
+    expect(planPool(1, [slot(0, "w", 9)], known, NOW, HOUR, new Set(["other"])).fill).toEqual([]);
+    expect(plan(1, [slot(0, "w", 9)], records([["w", { ...just, claimedAt: NOW - 10_000 }]])).fill).toEqual([{ index: 0, revision: 9 }]);
+    // A kept position never counts as warm: the target still bounds the live ones.
+    expect(plan(2, [slot(0, "w", 9), slot(1, "a")], records([["w", just], ["a", idle(NOW - 100_000)]]))).toMatchObject({ fill: [], counts: { idle: 1, booting: 0 } });
+  });
+
   it("waits for the record of a runner just published; one that never got one is refilled after the grace", () => {
     expect(plan(1, [slot(0, "a", 7, NOW - UNRECORDED_GRACE_MS)], records([])).fill).toEqual([]);
     expect(plan(1, [slot(0, "a", 7, NOW - UNRECORDED_GRACE_MS - 1)], records([])).fill).toEqual([{ index: 0, revision: 7 }]);
