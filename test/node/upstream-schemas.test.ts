@@ -123,6 +123,23 @@ describe("the Worker's own schema check (schema-check.ts) agrees with ajv", () =
 });
 
 describe("Gitea REST calls against Gitea's own API description", () => {
+  it("disables a runner only where Gitea can (PATCH, newer than 1.25): 1.25 answers 405 or 404, and the client says it could not", async () => {
+    const calls: string[] = [];
+    const answers = [405, 404, 200];
+    const fakeFetch = (async (url: string, init: RequestInit) => {
+      calls.push(`${init.method} ${new URL(url).pathname} ${String(init.body)}`);
+      return new Response(null, { status: answers.shift() });
+    }) as typeof fetch;
+    const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com" }).gitea!;
+    const client = createGiteaClient(cfg, 1_000, fakeFetch);
+    expect([await client.disableRunner(12), await client.disableRunner(12), await client.disableRunner(12)]).toEqual([false, false, true]);
+    expect(calls[0]).toBe('PATCH /api/v1/admin/actions/runners/12 {"disabled":true}');
+    const operation = (doc: { paths: Record<string, Record<string, unknown>> }, method: string, path: string) =>
+      Object.entries(doc.paths).some(([template, ops]) => new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path) && method.toLowerCase() in ops);
+    expect(operation(load("gitea-main.json"), "PATCH", "/admin/actions/runners/12")).toBe(true);
+    expect(operation(load("gitea-v1.25.json"), "PATCH", "/admin/actions/runners/12")).toBe(false);
+  });
+
   const gitea = { "1.25": load("gitea-v1.25.json"), main: load("gitea-main.json") };
   const operation = (doc: { paths: Record<string, Record<string, unknown>> }, method: string, path: string) =>
     Object.entries(doc.paths).some(([template, ops]) => new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path) && method.toLowerCase() in ops);
@@ -135,6 +152,7 @@ describe("Gitea REST calls against Gitea's own API description", () => {
       if (url.includes("/jobs/")) return Response.json({ id: 1, run_id: 1, status: "queued" });
       if (url.includes("/jobs")) return Response.json({ total_count: 0, jobs: [] });
       if (init.method === "DELETE") return new Response(null, { status: 204 });
+      if (/\/runners\/\d+$/.test(url)) return Response.json({ id: 12, name: "gdr-x", busy: false, disabled: false });
       return Response.json({ total_count: 0, runners: [] });
     }) as typeof fetch;
     for (const scope of ["admin", "org:acme", "repo:acme/widgets"]) {
@@ -145,8 +163,9 @@ describe("Gitea REST calls against Gitea's own API description", () => {
       await client.listRunners(1, 50);
       await client.deleteRunner(12);
       await client.getJob("acme/widgets", 1187);
+      await client.getRunner(12);
     }
-    expect(calls).toHaveLength(15);
+    expect(calls).toHaveLength(18);
     const rest = calls.map((c) => c.replace(" /api/v1/", " /"));
     for (const [version, doc] of Object.entries(gitea)) {
       for (const call of rest) {
