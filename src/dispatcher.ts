@@ -176,6 +176,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
   const promised = new Map<string, number>();
   return {
     warmGraceMs: d.config.warmGraceMs,
+    countGiveUp: (pool) => state.startups.countGiveUp(pool),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     takeIdleWarm: async (pool) => {

@@ -76,7 +76,7 @@ export const statusBody = z
         booting: count,
         warm: count.meta({ description: "Of idle and booting, those kept warm" }),
         startup: z
-          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count })
+          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional() })
           .nullable()
           .meta({ description: "Job start-up times (seconds): cumulative counts per bucket of 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600 s" }),
       }),

@@ -61,6 +61,7 @@ export function formatMetrics(s: Snapshot): string {
     metric("gdr_pool_warm_runners", "gauge", "Of the pool's idle and booting runners, those kept warm.", pool((p) => p.warm));
     metric("gdr_pool_warm_target", "gauge", "Warm runners the pool keeps now (minIdle, or its schedule window's).", pool((p) => p.target));
     metric("gdr_pool_max_runners", "gauge", "The pool's maxRunners (absent: only the backend's capacity caps it).", s.pools.flatMap((p): Sample[] => (p.maxRunners === null ? [] : [[{ pool: p.pool }, p.maxRunners]])));
+    metric("gdr_pool_boot_give_ups_total", "counter", "Runners of the pool given up on: not up within bootTimeoutMs, 3 times over (boot_gave_up).", pool((p) => p.startup?.bootGiveUps ?? 0));
     histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
   }
   return `${lines.join("\n")}\n`;

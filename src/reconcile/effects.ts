@@ -48,6 +48,9 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
     : await write(deps.records);
   const place = placeOf(p);
   const gaveUp = effects.includes("give_up_boot") && after?.gaveUpAt === at;
+  if (gaveUp && place.pool) {
+    await deps.countGiveUp(place.pool).catch((err) => deps.sink.error("counting a boot give-up failed", { assignment: p.assignment!.id, reason: (err as Error).message }));
+  }
   const retried = effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt;
   if (effects.includes("release_slot") || gaveUp || retried) await deps.admission.release(place, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone. The Gitea

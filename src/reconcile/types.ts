@@ -26,6 +26,8 @@ export interface ProcessDeps {
   warmGraceMs: number;
   /** Pools that keep warm runners (minIdle, or a schedule window): a grace is worth a read only for them. */
   warmPools: ReadonlySet<string>;
+  /** Counts a runner given up on (never booted) in its pool's durable figures. */
+  countGiveUp(pool: string): Promise<void>;
   /**
    * Counts one of `pool`'s idle warm runners for a new job of this pass: true while the pass has
    * handed out fewer than are idle (read once per pass), so that only as many jobs wait for one.

@@ -15,10 +15,13 @@ export interface StartupHistogram {
   buckets: number[];
   sum: number;
   count: number;
+  /** Assignments of the pool given up on because their runners never booted (kept in the same entry: one read). */
+  bootGiveUps?: number;
 }
 
 export interface StartupTimes {
   observe(pool: string, seconds: number): Promise<void>;
+  countGiveUp(pool: string): Promise<void>;
   read(pools: readonly string[]): Promise<Map<string, StartupHistogram>>;
 }
 
@@ -28,13 +31,19 @@ export function emptyHistogram(): StartupHistogram {
 
 export function addObservation(h: StartupHistogram, seconds: number): StartupHistogram {
   const s = Math.max(0, seconds);
-  return { buckets: STARTUP_BUCKETS.map((le, i) => (h.buckets[i] ?? 0) + (s <= le ? 1 : 0)), sum: h.sum + s, count: h.count + 1 };
+  return { ...h, buckets: STARTUP_BUCKETS.map((le, i) => (h.buckets[i] ?? 0) + (s <= le ? 1 : 0)), sum: h.sum + s, count: h.count + 1 };
 }
 
 export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): StartupTimes {
   return {
     async observe(pool, seconds) {
       await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => ({ value: addObservation(current?.value ?? emptyHistogram(), seconds), result: undefined }));
+    },
+    async countGiveUp(pool) {
+      await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => {
+        const h = current?.value ?? emptyHistogram();
+        return { value: { ...h, bootGiveUps: (h.bootGiveUps ?? 0) + 1 }, result: undefined };
+      });
     },
     async read(pools) {
       const found = await readManyJson<StartupHistogram>(handle, bucket, pools.map(startupKey));

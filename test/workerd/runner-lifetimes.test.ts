@@ -7,7 +7,7 @@ import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, captureLogs, giteaControl, sleep, tick, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -23,7 +23,7 @@ const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
 const events = (name: string) => logs.events().filter((e) => e.event === name);
 
 async function setup(pool: Record<string, unknown>, runner: Record<string, unknown>) {
-  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0 });
+  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0, METRICS_TOKEN });
   await provisionEnv(env);
   const gitea = giteaControl(env);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -35,6 +35,7 @@ const record = (env: Env, id: string) => createDispatcher({ config: loadConfig(e
 /** Moves a record's clocks back: what the cron would find that much later. */
 const travel = (env: Env, id: string, change: (r: AssignmentRecord) => AssignmentRecord) =>
   createDispatcher({ config: loadConfig(env) }).withState((s) => s.records.update(id, change));
+const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
 
 async function until(done: () => Promise<boolean>, step: () => Promise<unknown>, timeoutMs = 20_000) {
@@ -68,6 +69,8 @@ describe("runner lifetimes", () => {
     expect(events("boot_gave_up").map((e) => e.assignment)).toEqual([id]);
     const given = (await record(env, id))!;
     expect(given).toMatchObject({ state: "terminated", bootAttempts: 3, reason: "its runner did not boot in 3 attempts" });
+    const metrics = await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text();
+    expect(metrics).toContain('gdr_pool_boot_give_ups_total{pool="small"} 1');
     // Its Gitea runner goes with the sweep; the job is still queued there.
     await tick(env);
     expect((await gitea.state()).runners).toEqual([]);
