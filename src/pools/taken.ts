@@ -88,8 +88,10 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
 }
 
 async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<void> {
+  // Admitted (its pool is in its record): its runner is made, or being made by a pass right now.
+  // One never admitted (still in its warm grace) is never made: it ends.
   const pool = r.placement?.pool;
-  if (r.runner && pool && (await adoptWarm(d, state, r.id, pool, vacate))) {
+  if (pool && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
     return;
   }
