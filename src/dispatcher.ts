@@ -171,12 +171,16 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   return dispatcher;
 }
 
+/** Gitea job statuses in which the job still needs a runner (or may again): anything else started or ended. */
+const STILL_WAITING = new Set(["queued", "waiting", "blocked"]);
+
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
   let warm: Promise<Map<string, number>> | undefined;
   const promised = new Map<string, number>();
   return {
     warmGraceMs: d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
+    ...(d.gitea && d.config.gitea?.apiToken ? { jobQueued: async (repository: string, id: number) => STILL_WAITING.has((await d.gitea!.getJob(repository, id))?.status ?? "queued") } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     takeIdleWarm: async (pool) => {

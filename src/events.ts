@@ -47,6 +47,7 @@ export const EVENT_NAMES = [
   "boot_timeout",
   "boot_gave_up",
   "lifetime_reached",
+  "job_started_elsewhere",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

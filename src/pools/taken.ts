@@ -7,6 +7,8 @@
 // never made.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
+import { isNatsUnavailable } from "../nats/connection.ts";
+import { isRetryable } from "../state/kv.ts";
 import { cancelAssignment } from "../gitea/cancel.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
@@ -52,7 +54,23 @@ export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
  * new one, whose assignment waits for a pass.
  */
 export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown> = async () => undefined): Promise<void> {
-  const backends = await d.withState(async (state) => {
+  // Nothing else settles it: a surplus runner would wait for its claim timeout. So through a
+  // leader election (or a server lost), on a connection of its own, for up to SETTLE_RETRY_MS.
+  const until = d.now() + SETTLE_RETRY_MS;
+  for (let attempt = 0, pause = 250; ; attempt++, pause = Math.min(pause * 2, 2_000)) {
+    try {
+      return await settleOnce(d, t, filled, attempt === 0 ? d.withState : d.withFreshState);
+    } catch (err) {
+      if (!(isRetryable(err) || isNatsUnavailable(err)) || d.now() + pause > until) throw err;
+      await new Promise((r) => setTimeout(r, pause));
+    }
+  }
+}
+
+const SETTLE_RETRY_MS = 20_000;
+
+async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown>, withState: Dispatcher["withFreshState"]): Promise<void> {
+  const backends = await withState(async (state) => {
     if (!t.warm) {
       if (t.own !== t.by) await state.records.update(t.by, (r) => (r.took ? undefined : { ...r, took: t.own }));
       return [];

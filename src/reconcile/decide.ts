@@ -49,7 +49,7 @@ export function bootRetryDelay(attempts: number): number {
 
 export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
 
-export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot"] as const;
+export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
 export type Effect = (typeof EFFECTS)[number];
 
 export interface Verdict {

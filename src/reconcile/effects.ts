@@ -28,6 +28,7 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
           const { readyAt: _forgotten, askedAt: _restarted, ...rest } = next;
           next = { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (next.bootAttempts ?? 0) + 1 } : {}) };
         }
+        if (effect === "end_unneeded") next = { ...next, state: "terminated", terminatedAt: at, reason: "its job started on another runner" };
         if (effect === "give_up_boot") {
           const bootAttempts = (next.bootAttempts ?? 0) + 1;
           next = { ...next, state: "terminated", terminatedAt: at, reason: `its runner did not boot in ${bootAttempts} attempts`, gaveUpAt: at, bootAttempts };
@@ -51,7 +52,7 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
   if (gaveUp && place.pool) {
     await deps.countGiveUp(place.pool).catch((err) => deps.sink.error("counting a boot give-up failed", { assignment: p.assignment!.id, reason: (err as Error).message }));
   }
-  const retried = effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt;
+  const retried = (effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt) || (effects.includes("end_unneeded") && after?.terminatedAt === at);
   if (effects.includes("release_slot") || gaveUp || retried) await deps.admission.release(place, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone. The Gitea
   // runner of one given up on goes with the sweep's next look (its record is terminated).

@@ -101,6 +101,14 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       continue;
     }
     if (step.next !== "done") throw new Error(`unprepared step ${step.next} for ${idOf(p)}`);
+    if (step.effects.includes("forget_ready_and_teardown") && (await startedElsewhere(deps, p))) {
+      // Not asked for again: the job it was made for runs (or ran) on another runner.
+      const ended: Verdict = { next: "done", action: { kind: "term", reason: "its job started on another runner" }, events: ["claim_timeout", "job_started_elsewhere"], effects: ["end_unneeded"] };
+      await applyEffects(deps, p, ended.effects, ref);
+      for (const event of ended.events) emit(deps, event, idOf(p), ended);
+      p.msg.term(ended.action.kind === "term" ? ended.action.reason : "");
+      return ended;
+    }
     const holding = holdUntil !== undefined && step.events.at(-1) === "claim_pending";
     const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined);
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
@@ -119,6 +127,17 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     else p.msg.term(step.action.reason);
     return step;
   }
+}
+
+/**
+ * At its claim timeout, a job's runner whose job Gitea no longer lists as queued is not needed:
+ * another runner took the job (a swap whose settling was lost) or it ended. A Gitea that cannot
+ * say keeps the usual course.
+ */
+async function startedElsewhere(deps: ProcessDeps, p: Prepared): Promise<boolean> {
+  const job = p.assignment?.job;
+  if (!job || p.known?.value.warm || !deps.jobQueued) return false;
+  return (await deps.jobQueued(job.repository, job.id).catch(() => true)) === false;
 }
 
 export function emit(deps: ProcessDeps, event: EventName, assignment: string, step?: Verdict) {

@@ -26,6 +26,8 @@ export interface ProcessDeps {
   warmGraceMs: number;
   /** Pools that keep warm runners (minIdle, or a schedule window): a grace is worth a read only for them. */
   warmPools: ReadonlySet<string>;
+  /** Whether Gitea still lists the job as queued; undefined without the Gitea API (a Gitea that cannot say answers true). */
+  jobQueued?: (repository: string, id: number) => Promise<boolean>;
   /** Counts a runner given up on (never booted) in its pool's durable figures. */
   countGiveUp(pool: string): Promise<void>;
   /**

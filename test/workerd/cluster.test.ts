@@ -9,7 +9,7 @@ import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { provision } from "../../src/layout.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { giteaTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { giteaTestEnv, poolsTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 import { assignmentViews, deliverJob, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";
@@ -216,6 +216,55 @@ describe.sequential.each([
       expect(b.runners).toEqual([]);
       expect(await streamState(env)).toEqual({ messages: 0, ackPending: 0, pending: 0 });
       console.info(JSON.stringify({ scenario: what, n: N, webhook503: answers.filter((a) => a.status === 503).length, recovered: logs.events().filter((e) => e.event === "recovered").length }));
+    } finally {
+      logs.restore();
+      for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
+    }
+  });
+});
+
+describe.sequential("warm pools on R3 with a node lost", () => {
+  it("maintenance from several isolates at once never keeps more than the target warm nor more than maxRunners, and every job runs once", { timeout: 180_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
+      const env = poolsTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), [{ name: "small", backend: "pod", labels: LABELS, minIdle: 3, maxRunners: 5 }], {
+        JETSTREAM_REPLICAS: 3, CAPACITY_POD: 10, CAPACITY_VM: 0, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, ACK_WAIT_MS: 14_000, GITEA_JOB_PAGES: 0,
+        // A runner left over by a settling the lost node cut short is found at its claim timeout.
+        CLAIM_TIMEOUT_MS: 5_000,
+      });
+      await provisionEnv(env);
+      await until("R3 layout healthy", () => health(env), (h) => h.ok);
+      const gitea = giteaControl(env);
+      const backend = backendControl(env);
+      await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+      await backend.mode({ runner: true, bootMs: 300, fetchIntervalMs: 100, jobMs: 300 });
+      const pool = async () => ((await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { pools: { warm: number; idle: number; busy: number; booting: number }[] }).pools[0]!;
+      const seen: { warm: number; live: number }[] = [];
+      const round = async () => {
+        await gitea.deliver();
+        // Three cron ticks at once: three isolates maintaining the pool together.
+        await Promise.all([tick(env), tick(env), tick(env)]);
+        const p = await pool().catch(() => undefined);
+        if (p) seen.push({ warm: p.warm, live: p.idle + p.busy + p.booting });
+      };
+      await until("3 warm runners", async () => (await round(), await pool()), (p) => p.idle === 3, 60_000);
+      // The records bucket's leader (warm positions, records) goes down, and comes back 10 s later.
+      const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
+      await node("kill", i);
+      const back = sleep(10_000).then(() => node("start", i));
+      const { jobs } = await gitea.queue(Array.from({ length: 6 }, () => ({ labels: ["ubuntu-latest"] })));
+      await until("6 jobs completed", async () => (await round().catch(() => undefined), await gitea.actions()), (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"), 120_000);
+      await back;
+      const { taken, jobs: done } = await gitea.actions();
+      expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
+      expect(taken.filter((t) => jobs.includes(t.job)).map((t) => t.job).sort()).toEqual([...jobs].sort());
+      // Never above the target warm, never above maxRunners live, whatever the isolates and the node did.
+      expect(Math.max(...seen.map((s) => s.warm))).toBeLessThanOrEqual(3);
+      expect(Math.max(...seen.map((s) => s.live))).toBeLessThanOrEqual(5);
+      expect((await backend.state()).maxLive).toBeLessThanOrEqual(5);
+      // Back at the target, and nothing else idle: a job runner whose job ran elsewhere is ended at its claim timeout.
+      await until("back at 3 warm, none else idle", async () => (await round(), await pool()), (p) => p.idle === 3 && p.warm === 3, 60_000);
     } finally {
       logs.restore();
       for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);

@@ -110,4 +110,32 @@ describe("runners that poll Gitea for work", () => {
     await runUntil(env, gitea, async () => (await backend.state()).runners.length === 1);
     expect((await backend.state()).runners.map((r) => r.id)).toEqual([`gitea-${second}-1`]);
   });
+
+  it("at its claim timeout, a job's runner whose job Gitea no longer lists as queued is ended, not asked for again", async () => {
+    for (const status of ["in_progress", "queued"] as const) {
+      logs.restore();
+      logs = captureLogs();
+      const { env, gitea, backend } = await setup({ CLAIM_TIMEOUT_MS: 1_000, GITEA_JOB_PAGES: 0 });
+      await backend.mode({ readyAfter: 0 }); // up at once, and never claims: as if its job went elsewhere
+      const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }]);
+      const id = `gitea-${jobs[0]}-1`;
+      await runUntil(env, gitea, async () => (await state(env, id)) === "backend_ready");
+      // What Gitea says of the job now: another runner took it (a settling that was lost), or not.
+      const listed = (await gitea.actions()).jobs.map((j) => ({ ...j, status }));
+      await gitea.jobs(listed);
+      await runUntil(env, gitea, async () => logs.events().some((e) => e.event === "claim_timeout" && e.assignment === id));
+      await sleep(200);
+      await tick(env);
+      const ended = logs.events().filter((e) => e.event === "job_started_elsewhere").map((e) => e.assignment);
+      if (status === "in_progress") {
+        expect(ended).toEqual([id]);
+        expect(await state(env, id)).toBe("terminated");
+        expect((await backend.state()).runners).toEqual([]);
+      } else {
+        // Still queued: torn down and asked for again, as before.
+        expect(ended).toEqual([]);
+        expect(await state(env, id)).not.toBe("terminated");
+      }
+    }
+  });
 });
