@@ -14,8 +14,8 @@ import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
 import { retryTeardowns } from "./reconcile/teardown.ts";
-import { idleWarmCounts, keepsWarm, maintainPools } from "./pools/maintain.ts";
-import { enforceLifetimes } from "./pools/lifetime.ts";
+import { idleWarmCounts, keepsWarm } from "./pools/maintain.ts";
+import { tendPools } from "./pools/tend.ts";
 import { createAdmission } from "./state/admission.ts";
 import { bindBucket, readManyJson } from "./state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
@@ -141,10 +141,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
       }
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
-      if (config.pools.length) {
-        await dispatcher.withState((state) => maintainPools(dispatcher, state)).catch((err) => sink.error("pool maintenance failed", { reason: (err as Error).message }));
-        await dispatcher.withState((state) => enforceLifetimes(dispatcher, state)).catch((err) => sink.error("runner lifetimes failed", { reason: (err as Error).message }));
-      }
+      if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },
     reconcile(trigger, budgetMs, { only, firstPullWaitMs, holdClaims, eager } = {}) {

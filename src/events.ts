@@ -48,6 +48,7 @@ export const EVENT_NAMES = [
   "boot_gave_up",
   "lifetime_reached",
   "job_started_elsewhere",
+  "warm_gone",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -160,3 +160,20 @@ export function giteaControl(env: Record<string, string>) {
     },
   };
 }
+
+/** Delivers the fake Gitea's webhooks and ticks the cron until `done`, as Gitea and the cron would; then delivers what is left. */
+export async function runUntil(env: Record<string, string>, gitea: ReturnType<typeof giteaControl>, done: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await done())) {
+    if (Date.now() > until) throw new Error("timed out");
+    await gitea.deliver();
+    await tick(env);
+    await sleep(50);
+  }
+  await gitea.deliver();
+}
+
+/** Runners the fake Gitea sees polling (online) and running no task. */
+export async function idleInGitea(gitea: ReturnType<typeof giteaControl>): Promise<number> {
+  return (await gitea.state()).runners.filter((r) => (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined).length;
+}

@@ -182,16 +182,18 @@ describe("runner lifecycle from Gitea's events", () => {
     expect(await (await deliver(env, foreign)).json()).toEqual({ ignored: "runner is not ours" });
 
     // Job 1187 goes away before any runner took it: its assignment's runner is busy with job
-    // 2000, so the assignment stays claimed and the runner stays up.
+    // 2000, so that assignment stays claimed and its runner stays up; the runner made for job
+    // 2000, which stood in for job 1187 since the swap, is the one no job needs now: it goes.
     const cancelled = clone(completedFixture);
     cancelled.workflow_job.conclusion = "cancelled";
     cancelled.workflow_job.runner_id = 0;
     cancelled.workflow_job.runner_name = "";
-    expect(await (await deliver(env, cancelled)).json()).toEqual({ ignored: "nothing to cancel for gitea-1187-1" });
+    expect(await (await deliver(env, cancelled)).json()).toEqual({ cancelled: "gitea-2000-1" });
     await sleep(50);
     expect(await view(env, "gitea-1187-1")).toMatchObject({ state: "claimed" });
-    expect((await backend.state()).runners.map((r) => r.id)).toContain("gitea-1187-1");
-    expect((await gitea.state()).runners.map((r) => r.id)).toContain(runnerOfA.id);
+    expect(await view(env, "gitea-2000-1")).toMatchObject({ state: "terminated" });
+    expect((await backend.state()).runners.map((r) => r.id)).toEqual(["gitea-1187-1"]);
+    expect((await gitea.state()).runners.map((r) => r.id)).toEqual([runnerOfA.id]);
   });
 
   it("a job cancelled before pickup is termed and its runner removed from the backend and Gitea", async () => {

@@ -5,7 +5,7 @@
 // fake backend (fake-runner.mjs).
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, type Captured, captureLogs, giteaControl, request, runUntil, sleep, tick } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -26,18 +26,6 @@ async function setup(overrides: Record<string, unknown> = {}) {
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
   await backendControl(env).mode(RUNNER);
   return { env, gitea, backend: backendControl(env) };
-}
-
-/** Delivers Gitea's webhooks and ticks until `done`, as Gitea and the cron would. */
-async function runUntil(env: Env, gitea: ReturnType<typeof giteaControl>, done: () => Promise<boolean>, timeoutMs = 30_000) {
-  const until = Date.now() + timeoutMs;
-  while (!(await done())) {
-    if (Date.now() > until) throw new Error("timed out");
-    await gitea.deliver();
-    await tick(env);
-    await sleep(50);
-  }
-  await gitea.deliver();
 }
 
 const state = async (env: Env, id: string) => ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state;

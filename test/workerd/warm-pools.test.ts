@@ -4,7 +4,7 @@
 // than jobs plus the warm target.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured, type Delivery } from "../harness/worker.ts";
+import { backendControl, bearer, type Captured, captureLogs, type Delivery, giteaControl, idleInGitea, request, runUntil, sleep, tick } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -16,7 +16,6 @@ beforeEach(() => {
 afterEach(() => logs.restore());
 
 type Env = Record<string, string>;
-type Gitea = ReturnType<typeof giteaControl>;
 const LABELS = ["ubuntu-latest:docker://node:20-bookworm", "small"];
 
 const poolsVar = (pool: Record<string, unknown>) => JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, ...pool }]);
@@ -30,20 +29,6 @@ async function setup(pool: Record<string, unknown>, runner: Record<string, unkno
   return { env, gitea, backend: backendControl(env) };
 }
 
-/** Delivers Gitea's webhooks and ticks until `done`. */
-async function runUntil(env: Env, gitea: Gitea, done: () => Promise<boolean>, timeoutMs = 30_000) {
-  const until = Date.now() + timeoutMs;
-  while (!(await done())) {
-    if (Date.now() > until) throw new Error("timed out");
-    await gitea.deliver();
-    await tick(env);
-    await sleep(50);
-  }
-  await gitea.deliver();
-}
-
-/** Runners Gitea sees polling and idle. */
-const idleInGitea = async (gitea: Gitea) => (await gitea.state()).runners.filter((r) => (r as { lastOnline?: number; task?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined).length;
 
 describe("warm runners", () => {
   it("are kept at minIdle; a job starts on one without a boot; it is replaced; no more runners than jobs plus the target", async () => {

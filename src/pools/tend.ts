@@ -1,0 +1,18 @@
+// What a cron tick does for the pools, before its reconcile pass: end warm runners gone from Gitea,
+// bring every pool to its warm target, and end runners past their lifetime. Each part's failure is
+// logged and the tick goes on.
+import type { Dispatcher } from "../dispatcher-types.ts";
+import { endGhosts } from "./ghosts.ts";
+import { enforceLifetimes } from "./lifetime.ts";
+import { maintainPools } from "./maintain.ts";
+
+export async function tendPools(d: Dispatcher): Promise<void> {
+  const failed = (what: string) => (err: unknown) => d.sink.error(`${what} failed`, { reason: (err as Error).message });
+  await d
+    .withState(async (state) => {
+      await endGhosts(d, state).catch(failed("looking for warm runners gone from Gitea"));
+      await maintainPools(d, state).catch(failed("pool maintenance"));
+      await enforceLifetimes(d, state).catch(failed("runner lifetimes"));
+    })
+    .catch(failed("pool upkeep"));
+}
