@@ -118,7 +118,7 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
   caller.runnerId === undefined || (caller.runnerId !== null && r.runner !== undefined && r.runner.id === caller.runnerId);
 
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
-export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}): Promise<Claimed> {
+export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}, took?: string): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let inWrite = false;
@@ -126,7 +126,9 @@ export async function claimAssignment(d: Dispatcher, id: string, caller: Caller 
     state.records.update(id, (r) => {
       changed = sameIncarnation(r, caller) && isRegistered(r, caller) && canClaim(r, caller);
       inWrite = changed && ASKED_FOR_BY_TOKEN.has(r.state);
-      return changed ? { ...r, state: "claimed", claimedAt: at } : undefined;
+      // `took`: the job its runner runs is another's (see pools/taken.ts), written with the claim
+      // so that whoever follows the swap after this claim finds it.
+      return changed ? { ...r, state: "claimed", claimedAt: at, ...(took && took !== id ? { took } : {}) } : undefined;
     }),
   );
   if (!record) throw new NotFound(`no assignment ${id}`);

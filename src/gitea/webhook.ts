@@ -136,11 +136,13 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
     case "in_progress": {
       if (!ours) return ignore(d, named ? "runner is not ours" : "no runner");
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
-      const view = await claimAssignment(d, ours, runner).catch(refusal(d, ours));
+      const view = await claimAssignment(d, ours, runner, jobAssignmentId(job.id, job.run_attempt)).catch(refusal(d, ours));
       if (typeof view === "string") return ignore(d, view === MISMATCH ? `runner is not the one registered for ${ours}` : view, ours);
       // Gitea hands a runner the oldest job it can take, which need not be the one it was made for.
       const own = jobAssignmentId(job.id, job.run_attempt);
-      const taken = own !== ours ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
+      // A warm runner's take leaves a runner too many, settled after answering; a cold runner's
+      // swap is written with its claim.
+      const taken = own !== ours && view.warm ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
       if (view.warm) d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
       const started = view.changed && view.pool ? { started: { pool: view.pool, own, at: d.now(), createdAt: job.created_at } } : {};
       return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken, ...started };

@@ -71,10 +71,8 @@ const SETTLE_RETRY_MS = 20_000;
 
 async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown>, withState: Dispatcher["withFreshState"]): Promise<void> {
   const backends = await withState(async (state) => {
-    if (!t.warm) {
-      if (t.own !== t.by) await state.records.update(t.by, (r) => (r.took ? undefined : { ...r, took: t.own }));
-      return [];
-    }
+    // A cold runner's swap is written with its claim (operations.ts): nothing more to settle.
+    if (!t.warm) return [];
     const vacate = new Set([t.by]);
     const surplus = await standIn(state, t.own);
     if (surplus) await adoptOrEnd(d, state, surplus, t.by, vacate);
@@ -106,6 +104,9 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
 }
 
 async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<void> {
+  // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
+  // concurrently): Gitea knows. A busy one is left to its claim.
+  if (r.runner && d.gitea && (await d.gitea.getRunner(r.runner.id).catch(() => null))?.busy) return;
   // Admitted (its pool is in its record): its runner is made, or being made by a pass right now.
   // One never admitted (still in its warm grace) is never made: it ends.
   const pool = r.placement?.pool;
