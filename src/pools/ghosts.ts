@@ -6,8 +6,8 @@
 // wins), so that its position is filled again. One runner list per tick, and only when a warm
 // runner is idle.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf } from "../state/records.ts";
+import { endRunner } from "./end.ts";
 
 /** A runner registered this recently may not be listed yet. */
 const LISTED_AFTER_MS = 2 * 60_000;
@@ -32,13 +32,10 @@ export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
   let ended = 0;
   for (const r of suspects) {
     if (listed.has(r.runner!.id)) continue;
-    const at = new Date(now).toISOString();
     const reason = "its runner is gone from Gitea: it ran a job whose webhooks were lost";
-    const after = await state.records.update(r.id, (c) => (c.state === "backend_ready" ? { ...c, state: "terminated", terminatedAt: at, reason } : undefined));
-    if (after?.terminatedAt !== at) continue;
+    const after = await endRunner(d, state, r.id, reason, (c) => c.state === "backend_ready", { inGitea: false });
+    if (!after) continue;
     const place = placementOf(after);
-    await state.admission.release(place, r.id);
-    await releaseRunner(d, r.id, place.backend, undefined);
     d.sink.event({ event: "warm_gone", assignment: r.id, backend: place.backend, ...(place.pool ? { pool: place.pool } : {}), reason });
     ended++;
   }

@@ -5,8 +5,8 @@
 // fails in Gitea: that is what the cap is for.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import { TERMINAL } from "../operations.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { endRunner } from "./end.ts";
 
 /** When a runner's life began: its registration, else when it was first asked for. */
 export function bornAt(r: AssignmentRecord): number {
@@ -22,13 +22,10 @@ export async function enforceLifetimes(d: Dispatcher, state: State): Promise<num
   for (const { value: r } of records.values()) {
     const cap = caps.get(r.placement?.pool ?? "");
     if (cap === undefined || TERMINAL.has(r.state) || d.now() - bornAt(r) <= cap) continue;
-    const at = new Date(d.now()).toISOString();
     const reason = `reached its pool's maxLifetimeMs (${cap} ms)`;
-    const after = await state.records.update(r.id, (c) => (TERMINAL.has(c.state) ? undefined : { ...c, state: "terminated", terminatedAt: at, reason }));
-    if (after?.terminatedAt !== at) continue;
+    const after = await endRunner(d, state, r.id, reason, (c) => !TERMINAL.has(c.state));
+    if (!after) continue;
     const place = placementOf(after);
-    await state.admission.release(place, r.id);
-    await releaseRunner(d, r.id, place.backend, after.runner?.id);
     d.sink.event({ event: "lifetime_reached", assignment: r.id, backend: place.backend, ...(place.pool ? { pool: place.pool } : {}), reason });
     ended++;
   }

@@ -8,6 +8,7 @@ import { publishAssignment } from "../publish.ts";
 import type { Pool } from "./config.ts";
 import { idleTarget } from "./schedule.ts";
 import { drainWarm } from "./drain.ts";
+import { WAITING } from "./end.ts";
 import { occupantOf, planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
@@ -99,8 +100,6 @@ export async function adoptWarm(d: Dispatcher, state: State, id: string, poolNam
   }
   return false;
 }
-
-const WAITING = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
 
 /** Idle warm runners of each pool now: every position, and the records it points at (three requests). */
 export async function idleWarmCounts(state: State, now: number): Promise<Map<string, number>> {

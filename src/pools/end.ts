@@ -1,0 +1,24 @@
+// Ending a runner the pools no longer want (taken away, gone from Gitea, past its lifetime): the
+// record first, by compare-and-set from a state `when` accepts, so that a claim or completion that
+// landed meanwhile wins; then its slots, its workload and its Gitea runner.
+import type { Dispatcher, State } from "../dispatcher-types.ts";
+import type { AssignmentState } from "../names.ts";
+import { releaseRunner } from "../reconcile/teardown.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
+
+/** States in which a runner waits for a job (asked for, booting, or up and idle). */
+export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
+
+/**
+ * The ended record, or null when `when` refused the record as it stood (or there was none).
+ * `inGitea: false` leaves the Gitea runner alone (one Gitea no longer has).
+ */
+export async function endRunner(d: Dispatcher, state: State, id: string, reason: string, when: (r: AssignmentRecord) => boolean, { inGitea = true } = {}): Promise<AssignmentRecord | null> {
+  const at = new Date(d.now()).toISOString();
+  const ended = await state.records.update(id, (r) => (when(r) ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined));
+  if (ended?.state !== "terminated" || ended.terminatedAt !== at) return null;
+  const place = placementOf(ended);
+  await state.admission.release(place, id);
+  await releaseRunner(d, id, place.backend, inGitea ? ended.runner?.id : undefined);
+  return ended;
+}
