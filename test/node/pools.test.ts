@@ -2,6 +2,9 @@
 // path, RUNS_ON_ROUTES as pools, which pools can run a job, and schedule windows read in a time zone.
 import { describe, expect, it } from "vitest";
 import { loadConfig, type ConfigError } from "../../src/config.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import type { InvalidInput } from "../../src/domain-errors.ts";
+import { publishAssignment } from "../../src/publish.ts";
 import { jobAssignment } from "../../src/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
 import { giteaTestEnv } from "../harness/env.ts";
@@ -202,5 +205,16 @@ describe("RUNNER_POOLS in the configuration", () => {
     expect(problems({ ...noGitea, POD_DRIVER: "http", VM_DRIVER: "http", CAPACITY_VM: "0" })).toEqual(["RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea"]);
     const { RUNNER_POOLS: _p, ...neither } = env([small]);
     expect(problems(neither)).toEqual(["RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with GITEA_URL"]);
+  });
+
+  it("an assignment from the API is refused, naming the field, when it names an unknown pool, a first pool on another backend, or sets warm", async () => {
+    const config = loadConfig(env([small, large]));
+    const d = createDispatcher({ config, sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
+    const base = { version: 1, id: "api-1", backend: "pod", labels: ["ubuntu-latest"] };
+    const fields = async (body: object) => ((await publishAssignment(d, body).catch((e: unknown) => e)) as InvalidInput).fields;
+    expect(await fields({ ...base, pools: ["small", "nope"] })).toEqual([{ field: "pools.1", message: "no pool nope is configured (RUNNER_POOLS)" }]);
+    expect(await fields({ ...base, pools: ["large"] })).toEqual([{ field: "pools.0", message: "pool large runs on vm, not on the assignment's backend pod" }]);
+    expect(await fields({ ...base, pools: ["small"], warm: true })).toEqual([{ field: "warm", message: "is set by the dispatcher's own pool maintenance only" }]);
+    expect(await fields({ ...base, pools: ["Small"] })).toEqual([expect.objectContaining({ field: "pools.0" })]);
   });
 });
