@@ -55,7 +55,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
   for (const s of [child.stdout, child.stderr]) {
     createInterface({ input: s }).on("line", (line) => {
       if (lastLines.push(line) > 20) lastLines.shift();
-      if (process.env.BENCH_LOG) appendFileSync(process.env.BENCH_LOG, `${line}\n`);
+      if (process.env.BENCH_LOG) appendFileSync(process.env.BENCH_LOG, `${Date.now()} ${port} ${line}\n`);
       if (/ready on/i.test(line)) ready();
       const i = line.indexOf('{"event"');
       if (i >= 0) {

@@ -93,7 +93,10 @@ export async function adoptWarm(d: Dispatcher, state: State, id: string, poolNam
   const listed = (await state.warm.list()).get(pool.name) ?? [];
   const { slots, known } = planInputs(listed, await state.records.getMany(listed.map((s) => s.id)));
   const plan = planPool(idleTarget(pool, new Date(now)), slots, known, now, pool.maxIdleMs, vacate);
-  for (const { index, revision } of plan.fill) {
+  // The position the settling vacated first: another empty one is another settling's, or a tick's.
+  const vacated = new Set(slots.filter((s) => vacate.has(s.id)).map((s) => s.index));
+  const fill = [...plan.fill].sort((a, b) => Number(vacated.has(b.index)) - Number(vacated.has(a.index)));
+  for (const { index, revision } of fill) {
     if (!(await state.warm.put(pool.name, index, id, revision))) continue;
     const r = await state.records.update(id, (r) => (WAITING.has(r.state) && !r.warm ? { ...r, warm: true } : undefined));
     return r?.warm === true && WAITING.has(r.state);

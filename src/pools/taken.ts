@@ -68,14 +68,26 @@ export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Bac
 }
 
 const SETTLE_RETRY_MS = 20_000;
+/** Below the hold on a vacated position (LEAVING_MS in warm-plan.ts): no other pass fills it meanwhile. */
+const BUSY_WAIT_MS = 8_000;
+const BUSY_POLL_MS = 250;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown>, withState: Dispatcher["withFreshState"]): Promise<void> {
   const backends = await withState(async (state) => {
     // A cold runner's swap is written with its claim (operations.ts): nothing more to settle.
     if (!t.warm) return [];
     const vacate = new Set([t.by]);
-    const surplus = await standIn(state, t.own);
-    if (surplus) await adoptOrEnd(d, state, surplus, t.by, vacate);
+    // A surplus runner Gitea says is busy took a job whose in_progress is on its way: once its
+    // claim (and swap) is written, the runner standing for the job is the next in the chain. Not
+    // waited for, that one would idle until its claim timeout while a new warm runner is made.
+    const until = d.now() + BUSY_WAIT_MS;
+    for (let surplus = await standIn(state, t.own); surplus && (await adoptOrEnd(d, state, surplus, t.by, vacate)) === "busy"; ) {
+      const busy = surplus;
+      while (d.now() < until && (await state.records.get(busy.id))?.state === busy.state) await sleep(BUSY_POLL_MS);
+      if (d.now() >= until) break;
+      surplus = await standIn(state, t.own);
+    }
     const summaries = t.pool ? await maintainPools(d, state, [t.pool], vacate) : [];
     return summaries.filter((s) => s.filled > 0).map((s) => d.config.pools.find((p) => p.name === s.pool)!.backend);
   });
@@ -103,19 +115,20 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
   return undefined;
 }
 
-async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<void> {
+async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
   // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
   // concurrently): Gitea knows. A busy one is left to its claim.
-  if (r.runner && d.gitea && (await d.gitea.getRunner(r.runner.id).catch(() => null))?.busy) return;
+  if (r.runner && d.gitea && (await d.gitea.getRunner(r.runner.id).catch(() => null))?.busy) return "busy";
   // Admitted (its pool is in its record): its runner is made, or being made by a pass right now.
   // One never admitted (still in its warm grace) is never made: it ends.
   const pool = r.placement?.pool;
   if (pool && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
-    return;
+    return "settled";
   }
   const cancelled = await cancelAssignment(d, r.id, `its job ran on warm runner ${by}`);
-  if (!cancelled) return;
+  if (!cancelled) return "settled";
   d.sink.event({ event: "taken_by_other", assignment: r.id, backend: r.backend, ...(pool ? { pool } : {}), reason: `its job ran on warm runner ${by}` });
   await releaseRunner(d, r.id, placementOf(cancelled.record).backend, cancelled.record.runner?.id);
+  return "settled";
 }

@@ -51,8 +51,10 @@ export const UNRECORDED_GRACE_MS = 60_000;
 
 export function occupantOf(record: PlanRecord | undefined, slot: PlanSlot, now: number, vacate: ReadonlySet<string> = new Set()): Occupant {
   if (!record) return now - slot.since > UNRECORDED_GRACE_MS ? "ended" : "booting";
-  if (record.state === "claimed") return !vacate.has(slot.id) && now - (record.claimedAt ?? 0) < LEAVING_MS ? "leaving" : "busy";
-  if (record.state === "completed" || record.state === "terminated") return "ended";
+  // A short job may be over before its settling is: the position is held all the same.
+  const leaving = record.claimedAt !== undefined && !vacate.has(slot.id) && now - record.claimedAt < LEAVING_MS;
+  if (record.state === "claimed") return leaving ? "leaving" : "busy";
+  if (record.state === "completed" || record.state === "terminated") return leaving ? "leaving" : "ended";
   return record.state === "backend_ready" && record.readyAt !== undefined ? "idle" : "booting";
 }
 

@@ -4,7 +4,8 @@
 import { describe, expect, inject, it } from "vitest";
 import type { Config } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { maintainPools } from "../../src/pools/maintain.ts";
+import { adoptWarm, maintainPools } from "../../src/pools/maintain.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
 import { poolsTestEnv, provisionEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
@@ -40,5 +41,24 @@ describe("pool maintenance from many isolates at once", () => {
     const positions = await createDispatcher({ config, sink: silent }).withState(({ warm }) => warm.list());
     expect(positions.get("small")?.map((p) => p.index)).toEqual([0, 1, 2]);
     expect(new Set(positions.get("small")?.map((p) => p.id))).toEqual(new Set([first[2], ...second]));
+  });
+
+  it("a job's runner made warm takes the position its settling vacated, not another one left empty", async () => {
+    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }));
+    const d = createDispatcher({ config, sink: silent });
+    await race(config, 1);
+    await d.withState(async (state) => {
+      const [p0, p1] = (await state.warm.list()).get("small")!;
+      // Position 0's runner took a job long ago (empty to any pass); position 1's just now, and
+      // this settling vacates it.
+      const claimed = (ago: number) => (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - ago).toISOString() });
+      await state.records.update(p0!.id, claimed(60_000));
+      await state.records.update(p1!.id, claimed(0));
+      await state.records.offer({ version: 1, id: "gitea-77-1", backend: "pod", workload: "gdr-gitea-77-1", labels: ["ubuntu-latest"], createdAt: new Date().toISOString() });
+      expect(await adoptWarm(d, state, "gitea-77-1", "small", new Set([p1!.id]))).toBe(true);
+      const after = (await state.warm.list()).get("small")!;
+      expect(after.find((p) => p.index === 1)?.id).toBe("gitea-77-1");
+      expect(after.find((p) => p.index === 0)?.id).toBe(p0!.id);
+    });
   });
 });

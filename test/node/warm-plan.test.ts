@@ -37,6 +37,13 @@ describe("one pool's maintenance plan", () => {
     expect(planPool(1, [slot(0, "w", 9)], known, NOW, HOUR, new Set(["w"])).fill).toEqual([{ index: 0, revision: 9 }]);
     expect(planPool(1, [slot(0, "w", 9)], known, NOW, HOUR, new Set(["other"])).fill).toEqual([]);
     expect(plan(1, [slot(0, "w", 9)], records([["w", { ...just, claimedAt: NOW - 10_000 }]])).fill).toEqual([{ index: 0, revision: 9 }]);
+    // Its job may be over before its settling is: the position is still kept, for as long.
+    for (const state of ["completed", "terminated"] as const) {
+      const over = records([["w", { ...just, state }]]);
+      expect(plan(1, [slot(0, "w", 9)], over).fill).toEqual([]);
+      expect(planPool(1, [slot(0, "w", 9)], over, NOW, HOUR, new Set(["w"])).fill).toEqual([{ index: 0, revision: 9 }]);
+      expect(plan(1, [slot(0, "w", 9)], records([["w", { ...just, state, claimedAt: NOW - 10_000 }]])).fill).toEqual([{ index: 0, revision: 9 }]);
+    }
     // A kept position never counts as warm: the target still bounds the live ones.
     expect(plan(2, [slot(0, "w", 9), slot(1, "a")], records([["w", just], ["a", idle(NOW - 100_000)]]))).toMatchObject({ fill: [], counts: { idle: 1, booting: 0 } });
   });

@@ -106,6 +106,46 @@ describe("warm runners", () => {
     await runUntil({ ...env, RUNNER_POOLS: poolsVar({ minIdle: 0 }) }, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
     expect((await gitea.actions()).jobs.find((j) => j.id === jobs[0])?.conclusion).toBe("success");
   });
+
+  it("a warm runner takes a job whose runner is busy with another: once that one's in_progress comes, the runner standing for it becomes warm, and none is made", async () => {
+    const { env, gitea, backend } = await setup({ minIdle: 1 }, { jobMs: 8_000 }, { WARM_GRACE_MS: 0 });
+    await runUntil(env, gitea, async () => (await idleInGitea(gitea)) === 1);
+    // Only queued webhooks go through; the rest wait, as behind a slow deliverer.
+    const held: Delivery[] = [];
+    const until = async (done: () => Promise<boolean>) => {
+      for (const end = Date.now() + 20_000; !(await done()); await sleep(50)) {
+        if (Date.now() > end) throw new Error("timed out");
+        held.push(...(await gitea.deliver((d) => d.action !== "queued")));
+        await tick(env);
+      }
+      held.push(...(await gitea.deliver((d) => d.action !== "queued")));
+    };
+    const idle = async (name: string) => (await gitea.state()).runners.some((r) => r.name === name && (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined);
+    const takenBy = async (job: number) => (await gitea.actions()).taken.find((t) => t.job === job)?.runner;
+    // The warm runner takes job A; A's own runner, made at once, comes up idle.
+    const [a] = (await gitea.queue([{ labels: ["ubuntu-latest"] }])).jobs as [number];
+    await until(async () => (await takenBy(a))?.startsWith("gdr-warm-small-") === true && (await idle(`gdr-gitea-${a}-1`)));
+    // Job B: A's runner takes it at once; B's own runner comes up to find nothing.
+    const [b] = (await gitea.queue([{ labels: ["ubuntu-latest"] }])).jobs as [number];
+    await until(async () => (await takenBy(b)) === `gdr-gitea-${a}-1` && (await idle(`gdr-gitea-${b}-1`)));
+    expect((await backend.state()).created).toBe(3);
+    // The warm runner's in_progress comes while A's runner's is still on its way; then that one.
+    const warmTook = held.filter((d) => d.action === "in_progress" && d.job === a);
+    const aTook = held.filter((d) => d.action === "in_progress" && d.job === b);
+    expect([warmTook.length, aTook.length]).toEqual([1, 1]);
+    const settling = gitea.send(warmTook);
+    await sleep(1_000);
+    await gitea.send(aTook);
+    await settling;
+    expect(events("warm_converted").map((e) => e.assignment)).toEqual([`gitea-${b}-1`]);
+    expect(events("warm_filled")).toHaveLength(1);
+    await gitea.send(held.filter((d) => !warmTook.includes(d) && !aTook.includes(d)));
+    await runUntil(env, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"), 40_000);
+    for (let i = 0; i < 3; i++) await tick(env);
+    // Two jobs, one warm runner: three runners, B's the warm one now.
+    expect((await backend.state()).created).toBe(3);
+    expect(await idle(`gdr-gitea-${b}-1`)).toBe(true);
+  }, 60_000);
 });
 
 describe("pools in /metrics and /v1/status", () => {
