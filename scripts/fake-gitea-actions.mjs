@@ -86,10 +86,17 @@ function answer(g, rpc, req, text, send) {
   return send(200, { state: { id: String(job.taskId), result: msg.state?.result ?? 0 }, sentOutputs: [] });
 }
 
-/** Gitea's pick: the oldest queued job whose every runs-on label is one of the runner's label names. */
+/** Whether a job of `repository` ("owner/name") is in a scope: the instance, its owner (org or user), or itself. */
+export function inScope(scope = { kind: "admin" }, repository) {
+  const [owner, repo] = repository.toLowerCase().split("/");
+  if (scope.kind === "admin") return true;
+  return scope.owner === owner && (scope.kind !== "repo" || scope.repo === repo);
+}
+
+/** Gitea's pick: the oldest queued job of the runner's scope whose every runs-on label is one of the runner's label names. */
 function take(g, runner) {
   const names = new Set(runner.labels.map(labelName));
-  const fits = (j) => j.status === "queued" && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
+  const fits = (j) => j.status === "queued" && inScope(runner.scope, j.repository ?? "acme/widgets") && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
   const job = g.jobs.filter(fits).sort((a, b) => a.id - b.id)[0];
   if (!job) return undefined;
   Object.assign(job, { status: "in_progress", started_at: iso(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });

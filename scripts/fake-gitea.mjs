@@ -4,12 +4,14 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
-import { cancelJob, newActions, publicJob, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
+import { cancelJob, inScope, newActions, publicJob, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
 function newInstance(onTake) {
-  return { version: "1.25.0", runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions(onTake) };
+  // `users`: owners that are users, not organisations (lower case); `scopeTokens`: registration
+  // tokens of the scopes other than the instance's, by "org:x" | "user:x" | "repo:o/r".
+  return { version: "1.25.0", users: new Set(), scopeTokens: new Map(), runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions(onTake) };
 }
 
 /** `onTake({ job, runner, waitedMs })` hears each job a runner is given (npm start prints them). */
@@ -31,8 +33,11 @@ export function startFakeGitea({ onTake } = {}) {
         return send(400, { code: "invalid_argument", message: "invalid JSON" });
       }
       if (!msg.token || !msg.name) return send(400, { code: "invalid_argument", message: "missing runner token, name" });
-      if (msg.token !== g.registrationToken) return send(404, { code: "not_found", message: "runner registration token not found" });
-      const runner = { id: g.nextRunnerId++, uuid: randomUUID(), token: randomBytes(20).toString("hex"), name: msg.name, version: msg.version ?? "", labels: msg.labels ?? [], ephemeral: msg.ephemeral === true };
+      // A registration token belongs to one scope, and so does the runner it registers.
+      const at = msg.token === g.registrationToken ? { kind: "admin" } : [...g.scopeTokens].find(([, t]) => t === msg.token)?.[0];
+      if (!at) return send(404, { code: "not_found", message: "runner registration token not found" });
+      const scope = typeof at === "string" ? scopeOfKey(at) : at;
+      const runner = { id: g.nextRunnerId++, uuid: randomUUID(), token: randomBytes(20).toString("hex"), name: msg.name, version: msg.version ?? "", labels: msg.labels ?? [], ephemeral: msg.ephemeral === true, scope };
       g.runners.set(runner.id, runner);
       g.registrations++;
       // protojson renders int64 as a string.
@@ -42,35 +47,48 @@ export function startFakeGitea({ onTake } = {}) {
     if (runnerRpc(g, path, req, text, send)) return;
     if (!path.startsWith("/api/v1/")) return notFound();
     if (req.headers.authorization !== `token ${g.apiToken}`) return send(401, { message: "token is required", url: "http://gitea.example.com/api/swagger" });
-    const scope = /^\/api\/v1\/(admin|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/(.*)$/.exec(path);
-    if (!scope) return notFound();
-    const [, , tail] = scope;
-    if (tail === "runners/registration-token" && req.method === "POST") return send(200, { token: g.registrationToken });
+    const scoped = /^\/api\/v1\/(admin|user|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/(.*)$/.exec(path);
+    if (!scoped) return notFound();
+    const [, where, tail] = scoped;
+    // Gitea's context: the instance (admin), an organisation, a user (the token's own, or the one
+    // an administrator's token names in Sudo), or a repository. Names are case-insensitive.
+    const parts = decodeURIComponent(where).toLowerCase().split("/");
+    const scope =
+      parts[0] === "admin" ? { kind: "admin" } : parts[0] === "user" ? { kind: "user", owner: (req.headers.sudo ?? "admin").toLowerCase() } : parts[0] === "orgs" ? { kind: "org", owner: parts[1] } : { kind: "repo", owner: parts[1], repo: parts[2] };
+    if (scope.kind === "org" && g.users.has(scope.owner)) return notFound();
+    if (tail === "runners/registration-token" && req.method === "POST") {
+      if (scope.kind === "admin") return send(200, { token: g.registrationToken });
+      const key = keyOfScope(scope);
+      if (!g.scopeTokens.has(key)) g.scopeTokens.set(key, `reg-${randomBytes(8).toString("hex")}`);
+      return send(200, { token: g.scopeTokens.get(key) });
+    }
+    // A runner is seen and changed only from its own scope, or the instance's (Gitea's EditableInContext).
+    const editable = (r) => scope.kind === "admin" || (r.scope ?? { kind: "admin" }).kind === scope.kind && keyOfScope(r.scope) === keyOfScope(scope);
     const modern = g.version >= "1.25";
     if (tail === "jobs" && req.method === "GET") {
       if (!modern) return notFound();
       const status = url.searchParams.get("status");
       const page = Number(url.searchParams.get("page") ?? 1);
       const limit = Number(url.searchParams.get("limit") ?? 30);
-      const all = g.jobs.filter((j) => !status || j.status === status);
+      const all = g.jobs.filter((j) => (!status || j.status === status) && inScope(scope, j.repository ?? "acme/widgets"));
       return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit).map(publicJob) });
     }
     if (tail === "runners" && req.method === "GET") {
       if (!modern) return notFound();
       const page = Number(url.searchParams.get("page") ?? 1);
       const limit = Number(url.searchParams.get("limit") ?? 30);
-      const all = [...g.runners.values()].map(apiRunner);
+      const all = [...g.runners.values()].filter(editable).map(apiRunner);
       return send(200, { total_count: all.length, runners: all.slice((page - 1) * limit, page * limit) });
     }
     const oneRunner = /^runners\/(\d+)$/.exec(tail);
     if (oneRunner && req.method === "GET") {
       const r = g.runners.get(Number(oneRunner[1]));
-      return r ? send(200, apiRunner(r)) : notFound();
+      return r && editable(r) ? send(200, apiRunner(r)) : notFound();
     }
     // Gitea after 1.25: a disabled runner is handed no task.
     if (oneRunner && req.method === "PATCH" && g.version >= "1.26") {
       const r = g.runners.get(Number(oneRunner[1]));
-      if (!r) return notFound();
+      if (!r || !editable(r)) return notFound();
       const body = JSON.parse(text || "{}");
       if (typeof body.disabled !== "boolean") return send(422, { message: "nil Disabled field", url: "http://gitea.example.com/api/swagger" });
       r.disabled = body.disabled;
@@ -87,11 +105,21 @@ export function startFakeGitea({ onTake } = {}) {
     const del = /^runners\/(\d+)$/.exec(tail);
     if (del && req.method === "DELETE") {
       if (g.failDelete.includes(Number(del[1]))) return send(500, { message: "internal server error", url: "http://gitea.example.com/api/swagger" });
-      if (!g.runners.delete(Number(del[1]))) return notFound();
+      const r = g.runners.get(Number(del[1]));
+      if (!r || !editable(r)) return notFound();
+      g.runners.delete(r.id);
       res.writeHead(204);
       return res.end();
     }
     return notFound();
+  }
+  function keyOfScope(s) {
+    return s.kind === "admin" ? "admin" : s.kind === "repo" ? `repo:${s.owner}/${s.repo}` : `${s.kind}:${s.owner}`;
+  }
+  function scopeOfKey(key) {
+    const [kind, rest] = key.split(/:(.*)/s);
+    const [owner, repo] = rest.split("/");
+    return kind === "repo" ? { kind, owner, repo } : { kind, owner };
   }
   /** Gitea's ActionRunner: busy while it runs a task; "offline" until it polled once. */
   function apiRunner(r) {
@@ -120,6 +148,10 @@ export function startFakeGitea({ onTake } = {}) {
     if (what === "delay" && method === "POST") {
       g.delayMs = JSON.parse(text).ms;
       return send(200, { delayMs: g.delayMs });
+    }
+    if (what === "users" && method === "POST") {
+      g.users = new Set(JSON.parse(text).map((u) => u.toLowerCase()));
+      return send(200, {});
     }
     if (what === "version" && method === "POST") {
       g.version = JSON.parse(text).version;

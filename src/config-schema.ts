@@ -2,6 +2,7 @@
 // with. Messages name the variable's rule, never its value.
 import { z } from "zod";
 import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
+import { RUNNER_SCOPES } from "./gitea/scope.ts";
 
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
@@ -97,6 +98,7 @@ export const envSchema = z.object({
     .string()
     .regex(/^(admin|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name>" })
     .default("admin"),
+  RUNNER_SCOPE: z.enum(RUNNER_SCOPES, { message: `must be one of ${RUNNER_SCOPES.join(", ")}` }).default("instance"),
   RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
   RUNS_ON_ROUTES: z.string().optional(),
   RUNNER_POOLS: z.string().optional(),

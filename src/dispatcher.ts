@@ -9,6 +9,7 @@ import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient, type TokenCache } from "./gitea/client.ts";
 import { obtainRunnerIdentity } from "./gitea/identity.ts";
+import { parseScope, registrationScope } from "./gitea/scope.ts";
 import { sweepGitea } from "./gitea/sweep.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
@@ -129,7 +130,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       };
       if (!config.gitea || !gitea) return { request };
       // A runner of a pool has that pool's labels: a spilled job's are not its first pool's.
-      const identity = await obtainRunnerIdentity(config.gitea, gitea, { ...assignment, labels: pool?.labels ?? assignment.labels }, record, reserved, now);
+      // A warm runner has no job to follow: it is registered where its pool says (config.ts checks one is said).
+      const scope = pool?.scope ? parseScope(pool.scope) : registrationScope(record.warm ? "instance" : config.gitea.runnerScope, config.gitea.scope, assignment.job?.repository);
+      const identity = await obtainRunnerIdentity(config.gitea, gitea, { ...assignment, labels: pool?.labels ?? assignment.labels }, record, reserved, now, scope);
       return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),

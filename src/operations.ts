@@ -20,6 +20,8 @@ export interface AssignmentView {
   reason: string | null;
   /** Id of the Gitea runner registered for it, if any. */
   giteaRunnerId: number | null;
+  /** Where in Gitea that runner is registered (a scope key); null: GITEA_SCOPE, or none. */
+  giteaRunnerScope: string | null;
   /** The pool that admitted it, once admitted. */
   pool: string | null;
   /** Its runner is kept warm for its pool (RUNNER_POOLS minIdle). */
@@ -40,9 +42,15 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
     terminatedAt: r.terminatedAt ?? null,
     reason: r.reason ?? null,
     giteaRunnerId: r.runner?.id ?? null,
+    giteaRunnerScope: r.runner?.scope ?? null,
     pool: r.placement?.pool ?? null,
     warm: r.warm === true,
   };
+}
+
+/** The view's Gitea runner, where Gitea keeps it. */
+export function giteaRunnerOf(v: Pick<AssignmentView, "giteaRunnerId" | "giteaRunnerScope">): { id: number; scope?: string } | undefined {
+  return v.giteaRunnerId === null ? undefined : { id: v.giteaRunnerId, ...(v.giteaRunnerScope ? { scope: v.giteaRunnerScope } : {}) };
 }
 
 export function parseId(raw: string): string {

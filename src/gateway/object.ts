@@ -92,9 +92,9 @@ export class NatsGateway extends DurableObject {
     if (!config.gitea) return undefined;
     // Keyed by a hash: the map holds no credentials in its keys.
     const key = await sha256Key(JSON.stringify([config.gitea.url, config.gitea.scope, config.gitea.apiToken]));
-    for (const [k, t] of this.#giteaTokens) if (k !== key && (t.until ?? 0) < Date.now()) this.#giteaTokens.delete(k);
+    for (const [k, t] of this.#giteaTokens) if (k !== key && [...t.values()].every((kept) => kept.until < Date.now())) this.#giteaTokens.delete(k);
     let tokens = this.#giteaTokens.get(key);
-    if (!tokens) this.#giteaTokens.set(key, (tokens = {}));
+    if (!tokens) this.#giteaTokens.set(key, (tokens = new Map()));
     return tokens;
   }
 

@@ -1,7 +1,8 @@
 // Gitea's HTTP surface that the dispatcher uses: the runner Register RPC (Connect JSON, as
 // act_runner calls it) and the REST API (`Authorization: token …`), scoped per GITEA_SCOPE.
 import { z } from "zod";
-import type { GiteaConfig, GiteaScope } from "./config.ts";
+import type { GiteaConfig } from "./config.ts";
+import { parseScope, scopeKey, scopePath, type GiteaScope, type RegistrationScope } from "./scope.ts";
 import { withTimeout } from "../reconcile/limit.ts";
 import { UpstreamError } from "../status-error.ts";
 
@@ -39,79 +40,96 @@ export class GiteaFeatureMissing extends GiteaError {
   override readonly name = "GiteaFeatureMissing";
 }
 
-export function scopePath(scope: GiteaScope): string {
-  if (scope.kind === "org") return `/api/v1/orgs/${encodeURIComponent(scope.org)}/actions`;
-  if (scope.kind === "repo") return `/api/v1/repos/${encodeURIComponent(scope.owner)}/${encodeURIComponent(scope.repo)}/actions`;
-  return "/api/v1/admin/actions";
+/** A runner and the scope it was registered at (a scope key; absent: GITEA_SCOPE). */
+export interface RunnerAt {
+  id: number;
+  scope?: string | undefined;
 }
 
 export interface GiteaClient {
-  registrationToken(): Promise<string>;
-  register(req: { name: string; labels: string[]; version: string }): Promise<RegisteredRunner>;
+  /**
+   * A registration token for `scope` (default GITEA_SCOPE) and the scope it registers at: an
+   * owner's is its organisation's, or, when Gitea has no such organisation, its user's.
+   */
+  registrationToken(scope?: RegistrationScope): Promise<{ token: string; scope: GiteaScope }>;
+  register(req: { name: string; labels: string[]; version: string; scope?: RegistrationScope | undefined }): Promise<RegisteredRunner & { scope: GiteaScope }>;
   listQueuedJobs(page: number, limit: number): Promise<{ total: number; jobs: ApiJob[] }>;
-  listRunners(page: number, limit: number): Promise<{ total: number; runners: { id: number; name: string }[] }>;
+  /** Runners of `scope` (scope key; default GITEA_SCOPE). */
+  listRunners(page: number, limit: number, scope?: string): Promise<{ total: number; runners: { id: number; name: string }[] }>;
   /** One job of a repository (Gitea 1.25+: GET /repos/{owner}/{repo}/actions/jobs/{job_id}); null when Gitea has none. */
   getJob(repository: string, id: number): Promise<ApiJob | null>;
-  deleteRunner(id: number): Promise<void>;
+  deleteRunner(runner: RunnerAt): Promise<void>;
   /** One runner (busy: it runs a task now); null when Gitea has none. */
-  getRunner(id: number): Promise<RunnerDetail | null>;
+  getRunner(runner: RunnerAt): Promise<RunnerDetail | null>;
   /**
    * Stops Gitea handing the runner tasks (PATCH `{disabled: true}`, newer than Gitea 1.25). False
    * when this Gitea cannot (404/405), or has no such runner.
    */
-  disableRunner(id: number): Promise<boolean>;
+  disableRunner(runner: RunnerAt): Promise<boolean>;
 }
 
 /**
- * Where a fetched registration token is kept: by default the client's own (one invocation); the
- * NATS gateway keeps one per Gitea across its passes, so that a pass does not wait for a token
- * fetch before its first registration. A kept token is fetched anew after TOKEN_TTL_MS, and at
- * once when Gitea no longer knows it (an operator reset it).
+ * Where fetched registration tokens are kept, by scope key: by default the client's own (one
+ * invocation); the NATS gateway keeps one map per Gitea across its passes, so that a pass does
+ * not wait for a token fetch before its first registration. A kept token is fetched anew after
+ * TOKEN_TTL_MS, and at once when Gitea no longer knows it (an operator reset it).
  */
-export interface TokenCache {
-  token?: Promise<string>;
-  until?: number;
-}
+export type TokenCache = Map<string, { token: Promise<{ token: string; scope: GiteaScope }>; until: number }>;
 
 export const TOKEN_TTL_MS = 60_000;
 
-export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: typeof fetch = (i, init) => fetch(i, init), tokens: TokenCache = {}): GiteaClient {
+export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: typeof fetch = (i, init) => fetch(i, init), tokens: TokenCache = new Map()): GiteaClient {
   const base = cfg.url;
-  const scoped = scopePath(cfg.scope);
-  const call = async (what: string, path: string, init: RequestInit, auth = true): Promise<Response> => {
+  const call = async (what: string, path: string, init: RequestInit, auth = true, sudo?: string): Promise<Response> => {
     if (auth && !cfg.apiToken) throw new GiteaError(`${what}: GITEA_API_TOKEN is not set`);
-    const headers = { accept: "application/json", ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}), ...(init.headers as Record<string, string>) };
+    const headers = { accept: "application/json", ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}), ...(sudo ? { sudo } : {}), ...(init.headers as Record<string, string>) };
     try {
       return await withTimeout(timeoutMs, (signal) => doFetch(`${base}${path}`, { ...init, headers, signal }));
     } catch (err) {
       throw new GiteaError(`${what}: ${(err as Error).name === "TimeoutError" ? "timed out" : "request failed"}`);
     }
   };
+  /** A call about the runners of `scope` (a scope key; default GITEA_SCOPE): `tail` under its path. */
+  const scoped = (what: string, scope: GiteaScope | string | undefined, tail: string, init: RequestInit) => {
+    const at = scopePath(typeof scope === "string" ? parseScope(scope) : (scope ?? cfg.scope));
+    return call(what, `${at.path}/${tail}`, init, true, at.sudo);
+  };
   const json = async <T>(what: string, res: Response, schema: z.ZodType<T>): Promise<T> => {
     const parsed = schema.safeParse(await res.json().catch(() => undefined));
     if (!parsed.success) throw new GiteaError(`${what}: unexpected response body`, res.status);
     return parsed.data;
   };
-  const forget = (token: Promise<string>) => {
-    if (tokens.token === token) Object.assign(tokens, { token: undefined, until: undefined });
+  const forget = (key: string, token: Promise<unknown>) => {
+    if (tokens.get(key)?.token === token) tokens.delete(key);
   };
   const fail = async (what: string, res: Response): Promise<never> => {
     await res.body?.cancel();
     throw new GiteaError(`${what}: Gitea answered ${res.status}`, res.status);
   };
+  const tokenAt = async (scope: GiteaScope): Promise<Response> => scoped("registration token", scope, "runners/registration-token", { method: "POST" });
+  const tokenOf = async (res: Response) => (await json("registration token", res, z.object({ token: z.string().min(1) }))).token;
+  /** An owner's token: its organisation's; 404 (no such organisation) means a user, whose own is asked for as that user. */
+  const resolveToken = async (scope: RegistrationScope): Promise<{ token: string; scope: GiteaScope }> => {
+    let at: GiteaScope = scope.kind === "owner" ? { kind: "org", org: scope.owner } : scope;
+    let res = await tokenAt(at);
+    if (res.status === 404 && scope.kind === "owner") {
+      await res.body?.cancel();
+      at = { kind: "user", user: scope.owner };
+      res = await tokenAt(at);
+    }
+    if (!res.ok) return fail("registration token", res);
+    return { token: await tokenOf(res), scope: at };
+  };
   return {
-    registrationToken() {
-      if (cfg.registrationToken) return Promise.resolve(cfg.registrationToken);
-      if (!tokens.token || Date.now() >= (tokens.until ?? 0)) {
-        const fetched = (async () => {
-          const res = await call("registration token", `${scoped}/runners/registration-token`, { method: "POST" });
-          if (!res.ok) return fail("registration token", res);
-          return (await json("registration token", res, z.object({ token: z.string().min(1) }))).token;
-        })();
-        Object.assign(tokens, { token: fetched, until: Date.now() + TOKEN_TTL_MS });
-        fetched.catch(() => forget(fetched));
-      }
-      return tokens.token!;
+    registrationToken(scope = cfg.scope) {
+      if (cfg.registrationToken && scopeKey(scope) === scopeKey(cfg.scope)) return Promise.resolve({ token: cfg.registrationToken, scope: cfg.scope });
+      const key = scopeKey(scope);
+      const kept = tokens.get(key);
+      if (kept && Date.now() < kept.until) return kept.token;
+      const fetched = resolveToken(scope);
+      tokens.set(key, { token: fetched, until: Date.now() + TOKEN_TTL_MS });
+      fetched.catch(() => forget(key, fetched));
+      return fetched;
     },
     async register(req) {
       const attempt = async (token: string) =>
@@ -125,26 +143,29 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
           },
           false,
         );
-      const kept = this.registrationToken();
-      let res = await attempt(await kept);
+      const key = scopeKey(req.scope ?? cfg.scope);
+      const kept = this.registrationToken(req.scope);
+      let { token, scope } = await kept;
+      let res = await attempt(token);
       // 404: Gitea no longer knows the token (reset since it was fetched). One retry with a new one.
-      if (res.status === 404 && !cfg.registrationToken) {
+      if (res.status === 404 && token !== cfg.registrationToken) {
         await res.body?.cancel();
-        forget(kept);
-        res = await attempt(await this.registrationToken());
+        forget(key, kept);
+        ({ token, scope } = await this.registrationToken(req.scope));
+        res = await attempt(token);
       }
       if (!res.ok) return fail("register runner", res);
-      return (await json("register runner", res, registerResponse)).runner;
+      return { ...(await json("register runner", res, registerResponse)).runner, scope };
     },
     async listQueuedJobs(page, limit) {
-      const res = await call("list queued jobs", `${scoped}/jobs?status=queued&page=${page}&limit=${limit}`, { method: "GET" });
+      const res = await scoped("list queued jobs", undefined, `jobs?status=queued&page=${page}&limit=${limit}`, { method: "GET" });
       if (res.status === 404) throw new GiteaFeatureMissing("list queued jobs: Gitea answered 404 (needs Gitea 1.25+)", 404);
       if (!res.ok) return fail("list queued jobs", res);
       const body = await json("list queued jobs", res, jobsPage);
       return { total: body.total_count, jobs: body.jobs ?? [] };
     },
-    async listRunners(page, limit) {
-      const res = await call("list runners", `${scoped}/runners?page=${page}&limit=${limit}`, { method: "GET" });
+    async listRunners(page, limit, scope) {
+      const res = await scoped("list runners", scope, `runners?page=${page}&limit=${limit}`, { method: "GET" });
       if (res.status === 404) throw new GiteaFeatureMissing("list runners: Gitea answered 404 (needs Gitea 1.25+)", 404);
       if (!res.ok) return fail("list runners", res);
       const body = await json("list runners", res, runnersPage);
@@ -157,21 +178,21 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
       if (!res.ok) return fail("get job", res);
       return json("get job", res, apiJobSchema);
     },
-    async getRunner(id) {
-      const res = await call("get runner", `${scoped}/runners/${id}`, { method: "GET" });
+    async getRunner({ id, scope }) {
+      const res = await scoped("get runner", scope, `runners/${id}`, { method: "GET" });
       if (res.status === 404) return drain(res, null);
       if (!res.ok) return fail("get runner", res);
       return json("get runner", res, runnerDetail);
     },
-    async disableRunner(id) {
-      const res = await call("disable runner", `${scoped}/runners/${id}`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ disabled: true }) });
+    async disableRunner({ id, scope }) {
+      const res = await scoped("disable runner", scope, `runners/${id}`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ disabled: true }) });
       await res.body?.cancel();
       if (res.status === 404 || res.status === 405) return false;
       if (!res.ok) await fail("disable runner", res);
       return true;
     },
-    async deleteRunner(id) {
-      const res = await call("delete runner", `${scoped}/runners/${id}`, { method: "DELETE" });
+    async deleteRunner({ id, scope }) {
+      const res = await scoped("delete runner", scope, `runners/${id}`, { method: "DELETE" });
       await res.body?.cancel();
       if (res.status !== 204 && res.status !== 200 && res.status !== 404) await fail("delete runner", res);
     },

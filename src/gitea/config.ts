@@ -1,7 +1,7 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
 
-export type GiteaScope = { kind: "admin" } | { kind: "org"; org: string } | { kind: "repo"; owner: string; repo: string };
+import type { GiteaScope, RunnerScope } from "./scope.ts";
 
 /** The Gitea integration's settings, validated with the rest of the configuration (config.ts). */
 export interface GiteaConfig {
@@ -10,6 +10,8 @@ export interface GiteaConfig {
   registrationToken: string | undefined;
   apiToken: string | undefined;
   scope: GiteaScope;
+  /** Where each job's runner is registered (RUNNER_SCOPE); a pool's own scope wins. */
+  runnerScope: RunnerScope;
   runnerNamePrefix: string;
   /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
   identityKey: Uint8Array;
@@ -45,15 +47,4 @@ function decodeKey(text: string | undefined): Uint8Array | undefined {
   } catch {
     return undefined;
   }
-}
-
-/** "admin" | "org:<name>" | "repo:<owner>/<name>", already checked by the schema. */
-export function parseScope(text: string): GiteaScope {
-  const [kind, rest = ""] = text.split(/:(.*)/s);
-  if (kind === "org") return { kind: "org", org: rest };
-  if (kind === "repo") {
-    const [owner = "", repo = ""] = rest.split("/");
-    return { kind: "repo", owner, repo };
-  }
-  return { kind: "admin" };
 }

@@ -130,6 +130,8 @@ async function cleanRunner({ d, records, admission, registering, summary }: Clea
   const place = record ? placementOf(record) : undefined;
   const reserved = record && !record.runner ? (await registering(place!.backend)).has(id) : false;
   const verdict = cleanupVerdict(record, runnerId, d.now(), limits, reserved);
+  // Listed at GITEA_SCOPE; where the record says it was registered, it is deleted there.
+  const at = { id: runnerId, ...(record?.runner?.id === runnerId && record.runner.scope ? { scope: record.runner.scope } : {}) };
   if (verdict === "keep") return;
   if (verdict === "delete_and_forget") {
     // Forget the identity first, so the next delivery registers afresh instead of reusing it.
@@ -142,11 +144,11 @@ async function cleanRunner({ d, records, admission, registering, summary }: Clea
   if (record && verdict === "delete_and_forget") {
     // Its slot and any registration reservation go too: the next delivery starts from scratch.
     await admission.release(place!, id);
-    if (!(await releaseRunner(d, id, place!.backend, runnerId))) return;
+    if (!(await releaseRunner(d, id, place!.backend, at))) return;
   } else if (record && FINISHED.has(record.state)) {
     // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
-    if (!(await releaseRunner(d, id, place!.backend, runnerId))) return;
-  } else await d.gitea!.deleteRunner(runnerId);
+    if (!(await releaseRunner(d, id, place!.backend, at))) return;
+  } else await d.gitea!.deleteRunner(at);
   summary.runnersDeleted++;
   d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
 }

@@ -2,7 +2,8 @@
 import { z } from "zod";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { completeAssignmentRun, claimAssignment, RunnerMismatch } from "../operations.ts";
+import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../operations.ts";
+import type { RunnerAt } from "./client.ts";
 import { cancelAssignment, type Tombstone } from "./cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../domain-errors.ts";
@@ -12,7 +13,7 @@ import type { Pool } from "../pools/config.ts";
 import { poolsFor } from "../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
-import { placementOf, recordJob } from "../state/records.ts";
+import { placementOf, recordJob, runnerAt } from "../state/records.ts";
 
 const id = z.number().int().nonnegative();
 const MAX_REPOSITORY_CHARS = 256;
@@ -57,7 +58,7 @@ export interface WebhookOutcome {
 export interface Teardown {
   id: string;
   backend: Backend;
-  giteaRunnerId: number | undefined;
+  giteaRunner: RunnerAt | undefined;
 }
 
 /** An assignment names at most this many pools (assignment.ts). */
@@ -151,7 +152,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
-          const teardown = view.changed ? { teardown: { id: ours, backend: view.runsOn, giteaRunnerId: view.giteaRunnerId ?? undefined } } : {};
+          const teardown = view.changed ? { teardown: { id: ours, backend: view.runsOn, giteaRunner: giteaRunnerOf(view) } } : {};
           return { status: 200, body: { completed: ours }, ...teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
@@ -163,7 +164,7 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
       const { record, contended } = cancelled;
-      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: placementOf(record).backend, giteaRunnerId: record.runner?.id }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
+      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: placementOf(record).backend, giteaRunner: runnerAt(record) }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
     }
     default:
       // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.

@@ -27,6 +27,7 @@ export const assignmentView = z
     terminatedAt: timestamp.nullable(),
     reason: z.string().nullable(),
     giteaRunnerId: z.number().int().nullable(),
+    giteaRunnerScope: z.string().nullable().meta({ description: "Where in Gitea its runner is registered (RUNNER_SCOPE): org:<name>, user:<name> or repo:<owner>/<name>; null for GITEA_SCOPE" }),
     pool: z.string().nullable().meta({ description: "The runner pool that admitted it (RUNNER_POOLS), once admitted" }),
     warm: z.boolean().meta({ description: "Its runner is kept warm for its pool, for any job" }),
   })

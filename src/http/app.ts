@@ -4,7 +4,7 @@ import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import { parseId } from "../operations.ts";
+import { giteaRunnerOf, parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
@@ -101,7 +101,7 @@ export function createApp(deps: AppDeps) {
     const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
     const { contended, changed, runsOn, ...view } = await c.var.path.complete(id, incarnation);
     // Only the call that completed it tears the runner down; a repeat changes nothing.
-    if (changed) inBackground(c, d, releaseRunner(d, id, runsOn, view.giteaRunnerId ?? undefined), "teardown after complete");
+    if (changed) inBackground(c, d, releaseRunner(d, id, runsOn, giteaRunnerOf(view)), "teardown after complete");
     if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
   });
@@ -126,7 +126,7 @@ export function createApp(deps: AppDeps) {
     if (outcome.record) inBackground(c, d, c.var.path.record(outcome.record), "record after webhook");
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     const t = outcome.teardown;
-    if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunnerId), "runner teardown");
+    if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunner), "runner teardown");
     if (outcome.taken) {
       // A warm runner's replacement is asked for now, not at the next tick.
       const pass = (backend: Backend) => (d.config.eagerReconcile ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true }) : Promise.resolve());

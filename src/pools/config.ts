@@ -9,6 +9,7 @@ import { routeSchema, routesSchema, type Route } from "../gitea/routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
 
 const HOUR_MS = 3_600_000;
+const SCOPE_TEXT = /^(admin|(org|user):[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/;
 
 const timeZone = z.string().refine(
   (tz) => {
@@ -48,6 +49,11 @@ const poolSchema = z
     bootTimeoutMs: z.number().int().min(10_000).default(10 * 60_000),
     maxLifetimeMs: z.number().int().min(60_000).default(6 * HOUR_MS),
     priority: z.number().int().min(0).max(1_000_000).default(100),
+    /** Where all its runners are registered, as GITEA_SCOPE is written; unset, RUNNER_SCOPE decides for job runners and GITEA_SCOPE for warm ones. */
+    scope: z
+      .string()
+      .regex(SCOPE_TEXT, { message: "must be admin, org:<name>, user:<name> or repo:<owner>/<name>" })
+      .optional(),
   })
   .superRefine((pool, ctx) => {
     const cap = pool.maxRunners ?? Infinity;

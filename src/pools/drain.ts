@@ -5,17 +5,17 @@
 // deletion is the one window left (README, Known limits). The record is then ended by
 // compare-and-set, which a claim that landed meanwhile makes fail.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { placementOf } from "../state/records.ts";
+import { placementOf, runnerAt } from "../state/records.ts";
 import { endRunner, WAITING } from "./end.ts";
 
 /** True when the runner was taken away; false when it had taken a job, or was gone already. */
 export async function drainWarm(d: Dispatcher, state: State, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
-  const runnerId = record.runner?.id;
-  if (runnerId !== undefined && d.gitea) {
-    await d.gitea.disableRunner(runnerId).catch(() => false);
-    const seen = await d.gitea.getRunner(runnerId);
+  const runner = runnerAt(record);
+  if (runner && d.gitea) {
+    await d.gitea.disableRunner(runner).catch(() => false);
+    const seen = await d.gitea.getRunner(runner);
     if (seen?.busy) {
       d.sink.event({ event: "warm_busy", assignment: id, backend: record.backend, pool, reason: "Gitea says it runs a task: left to finish it" });
       return false;

@@ -4,7 +4,7 @@
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { AssignmentState } from "../names.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
-import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 
 /** States in which a runner waits for a job (asked for, booting, or up and idle). */
 export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
@@ -19,6 +19,6 @@ export async function endRunner(d: Dispatcher, state: State, id: string, reason:
   if (ended?.state !== "terminated" || ended.terminatedAt !== at) return null;
   const place = placementOf(ended);
   await state.admission.release(place, id);
-  await releaseRunner(d, id, place.backend, inGitea ? ended.runner?.id : undefined);
+  await releaseRunner(d, id, place.backend, inGitea ? runnerAt(ended) : undefined);
   return ended;
 }

@@ -3,10 +3,11 @@
 // Gitea deletes it (ephemeral), while its record still says it waits idle, holding a warm position
 // until maxIdleMs. The cron tick looks for those: a warm runner registered a while ago that Gitea
 // no longer lists is gone, and its record is ended (compare-and-set: a claim that came meanwhile
-// wins), so that its position is filled again. One runner list per tick, and only when a warm
-// runner is idle.
+// wins), so that its position is filled again. One runner list per tick and scope, and only when
+// a warm runner is idle.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { placementOf } from "../state/records.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { listedBy } from "../gitea/scope.ts";
 import { endRunner } from "./end.ts";
 
 /** A runner registered this recently may not be listed yet. */
@@ -21,23 +22,35 @@ export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
   const now = d.now();
   const suspects = records.filter((r) => r.warm && r.state === "backend_ready" && r.runner && now - Date.parse(r.runner.registeredAt) > LISTED_AFTER_MS);
   if (!suspects.length) return 0;
-  const listed = new Set<number>();
-  for (let page = 1; page <= gitea.jobPages; page++) {
-    const { runners } = await d.gitea.listRunners(page, PAGE);
-    for (const r of runners) listed.add(r.id);
-    // A runner list cut short by GITEA_JOB_PAGES says nothing of the runners after it.
-    if (runners.length < PAGE) break;
-    if (page === gitea.jobPages) return 0;
+  // Listed at GITEA_SCOPE, or, for a pool registered elsewhere, at that pool's scope.
+  const byScope = new Map<string | undefined, AssignmentRecord[]>();
+  for (const r of suspects) {
+    const at = listedBy(gitea.scope, r.runner!.scope) ? undefined : r.runner!.scope;
+    byScope.set(at, [...(byScope.get(at) ?? []), r]);
   }
   let ended = 0;
-  for (const r of suspects) {
-    if (listed.has(r.runner!.id)) continue;
-    const reason = "its runner is gone from Gitea: it ran a job whose webhooks were lost";
-    const after = await endRunner(d, state, r.id, reason, (c) => c.state === "backend_ready", { inGitea: false });
-    if (!after) continue;
-    const place = placementOf(after);
-    d.sink.event({ event: "warm_gone", assignment: r.id, backend: place.backend, ...(place.pool ? { pool: place.pool } : {}), reason });
-    ended++;
+  for (const [scope, group] of byScope) {
+    const listed = await listAll(d, gitea.jobPages, scope);
+    for (const r of listed ? group : []) {
+      if (listed!.has(r.runner!.id)) continue;
+      const reason = "its runner is gone from Gitea: it ran a job whose webhooks were lost";
+      const after = await endRunner(d, state, r.id, reason, (c) => c.state === "backend_ready", { inGitea: false });
+      if (!after) continue;
+      const place = placementOf(after);
+      d.sink.event({ event: "warm_gone", assignment: r.id, backend: place.backend, ...(place.pool ? { pool: place.pool } : {}), reason });
+      ended++;
+    }
   }
   return ended;
+}
+
+/** Ids of the runners Gitea lists at `scope`; undefined when the list is longer than `pages` pages (it says nothing of the rest). */
+async function listAll(d: Dispatcher, pages: number, scope: string | undefined): Promise<Set<number> | undefined> {
+  const listed = new Set<number>();
+  for (let page = 1; page <= pages; page++) {
+    const { runners } = await d.gitea!.listRunners(page, PAGE, scope);
+    for (const r of runners) listed.add(r.id);
+    if (runners.length < PAGE) return listed;
+  }
+  return undefined;
 }

@@ -11,8 +11,9 @@ import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
 import { cancelAssignment } from "../gitea/cancel.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
-import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";
+import { scopeKey, warmScopeKey } from "../gitea/scope.ts";
 
 /** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
 export interface Taken {
@@ -118,17 +119,22 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
 async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
   // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
   // concurrently): Gitea knows. A busy one is left to its claim.
-  if (r.runner && d.gitea && (await d.gitea.getRunner(r.runner.id).catch(() => null))?.busy) return "busy";
+  const runner = runnerAt(r);
+  if (runner && d.gitea && (await d.gitea.getRunner(runner).catch(() => null))?.busy) return "busy";
   // Admitted (its pool is in its record): its runner is made, or being made by a pass right now.
   // One never admitted (still in its warm grace) is never made: it ends.
   const pool = r.placement?.pool;
-  if (pool && (await adoptWarm(d, state, r.id, pool, vacate))) {
+  // Only a runner registered where the pool's warm runners are may become one: a runner of one
+  // repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
+  const gitea = d.config.gitea;
+  const fits = !gitea || !r.runner || (r.runner.scope ?? scopeKey(gitea.scope)) === warmScopeKey(d.config.pools.find((p) => p.name === pool)?.scope, gitea.scope);
+  if (pool && fits && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
     return "settled";
   }
   const cancelled = await cancelAssignment(d, r.id, `its job ran on warm runner ${by}`);
   if (!cancelled) return "settled";
   d.sink.event({ event: "taken_by_other", assignment: r.id, backend: r.backend, ...(pool ? { pool } : {}), reason: `its job ran on warm runner ${by}` });
-  await releaseRunner(d, r.id, placementOf(cancelled.record).backend, cancelled.record.runner?.id);
+  await releaseRunner(d, r.id, placementOf(cancelled.record).backend, runnerAt(cancelled.record));
   return "settled";
 }

@@ -2,6 +2,8 @@
 // cron tick (never from a repeated request: see TeardownList).
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
+import type { RunnerAt } from "../gitea/client.ts";
+import { listedBy } from "../gitea/scope.ts";
 
 /**
  * Tears down the runner of a finished assignment: at the backend, then in Gitea. The Gitea runner
@@ -10,7 +12,7 @@ import type { Backend } from "../names.ts";
  * visible, a failed backend teardown is listed for the tick (`remember`, on by default). Resolves
  * false when something is left.
  */
-export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunnerId: number | undefined, { remember = true } = {}): Promise<boolean> {
+export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunner: RunnerAt | undefined, { remember = true } = {}): Promise<boolean> {
   const failed = (reason: unknown) => {
     d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (reason as Error).message });
     return false;
@@ -18,14 +20,15 @@ export async function releaseRunner(d: Dispatcher, id: string, backend: Backend,
   try {
     await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
   } catch (err) {
-    const sweepSees = giteaRunnerId !== undefined && d.gitea !== undefined;
+    const sweepSees = giteaRunner !== undefined && d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope);
     if (remember && !sweepSees) {
-      await d.withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString() })).catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));
+      const runner = giteaRunner && d.gitea ? { runner: giteaRunner } : {};
+      await d.withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString(), ...runner })).catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));
     }
     return failed(err);
   }
-  if (giteaRunnerId === undefined || !d.gitea) return true;
-  return d.gitea.deleteRunner(giteaRunnerId).then(() => true, failed);
+  if (giteaRunner === undefined || !d.gitea) return true;
+  return d.gitea.deleteRunner(giteaRunner).then(() => true, failed);
 }
 
 /** Teardowns one tick retries at most: each is a backend call, bounded by the invocation's limits. */
@@ -37,7 +40,7 @@ export async function retryTeardowns(d: Dispatcher): Promise<number> {
   let done = 0;
   await Promise.all(
     pending.map(async (t) => {
-      if (!(await releaseRunner(d, t.id, t.backend, undefined, { remember: false }))) return;
+      if (!(await releaseRunner(d, t.id, t.backend, t.runner, { remember: false }))) return;
       await d.withState((s) => s.teardowns.done(t.id));
       d.sink.event({ event: "teardown_retried", assignment: t.id, backend: t.backend, reason: `failed first at ${t.since}` });
       done++;

@@ -67,6 +67,13 @@ export interface RunnerRef {
   registeredAt: string;
   /** base64(iv ‖ ciphertext) of the `.runner` JSON, bound to the assignment id. */
   sealed: string;
+  /** The scope key it was registered at (gitea/scope.ts), when not GITEA_SCOPE. */
+  scope?: string;
+}
+
+/** Its Gitea runner, where Gitea keeps it; undefined when none was registered. */
+export function runnerAt(r: AssignmentRecord): { id: number; scope?: string } | undefined {
+  return r.runner ? { id: r.runner.id, ...(r.runner.scope ? { scope: r.runner.scope } : {}) } : undefined;
 }
 
 export interface OfferResult {

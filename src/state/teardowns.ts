@@ -14,6 +14,8 @@ export interface PendingTeardown {
   backend: Backend;
   /** Failed at first then (ISO time). */
   since: string;
+  /** Its Gitea runner, when the sweep's runner list does not show it (registered at another scope). */
+  runner?: { id: number; scope?: string };
 }
 
 /** Teardowns to retry. `add` is idempotent per id; `list` returns at most `limit`, oldest first. */

@@ -2,7 +2,7 @@
 // backend's control API.
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from "cloudflare:test";
 import { env as bindings } from "cloudflare:workers";
-import { vi } from "vitest";
+import { afterEach, beforeEach, vi } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
 import { currentClaimToken, TEST_SECRETS } from "./env.ts";
@@ -72,6 +72,16 @@ export function captureLogs(): Captured {
     }),
     restore: () => spies.forEach((s) => s.mockRestore()),
   };
+}
+
+/** Logs captured around each test of the file that calls it (in its top level): the current test's. */
+export function logsOfEachTest(): () => Captured {
+  let logs: Captured | undefined;
+  beforeEach(() => {
+    logs = captureLogs();
+  });
+  afterEach(() => logs?.restore());
+  return () => logs!;
 }
 
 export interface FakeRunner {

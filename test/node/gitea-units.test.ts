@@ -2,7 +2,8 @@ import { InvalidInput } from "../../src/domain-errors.ts";
 import { describe, expect, inject, it, vi } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { createGiteaClient, scopePath, TOKEN_TTL_MS, type GiteaClient, type TokenCache } from "../../src/gitea/client.ts";
+import { createGiteaClient, TOKEN_TTL_MS, type GiteaClient, type TokenCache } from "../../src/gitea/client.ts";
+import { scopePath } from "../../src/gitea/scope.ts";
 import { assignmentOfRunner, obtainRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/gitea/identity.ts";
 import { labelName, matchRoute, type Route } from "../../src/gitea/routes.ts";
 import { cleanupVerdict, repositoryOf } from "../../src/gitea/sweep.ts";
@@ -114,11 +115,11 @@ describe("runner identity", () => {
     const config = await provisionEnv(env);
     let registrations = 0;
     const fake: GiteaClient = {
-      registrationToken: async () => "reg",
+      registrationToken: async () => ({ token: "reg", scope: { kind: "admin" } }),
       register: async (req) => {
         registrations++;
         await new Promise((r) => setTimeout(r, 50));
-        return { id: registrations, uuid: `u${registrations}`, token: `t${registrations}`, name: req.name, labels: req.labels };
+        return { id: registrations, uuid: `u${registrations}`, token: `t${registrations}`, name: req.name, labels: req.labels, scope: { kind: "admin" } };
       },
       listQueuedJobs: async () => ({ total: 0, jobs: [] }),
       listRunners: async () => ({ total: 0, runners: [] }),
@@ -166,6 +167,29 @@ describe("Gitea configuration", () => {
     expect(loadConfig({ ...base, GITEA_SCOPE: "org:acme" }).gitea?.scope).toEqual({ kind: "org", org: "acme" });
     expect(loadConfig({ ...base, GITEA_SCOPE: "repo:acme/widgets" }).gitea?.scope).toEqual({ kind: "repo", owner: "acme", repo: "widgets" });
   });
+  it("RUNNER_SCOPE: instance by default; owner or repository need the API token, and a warm pool a scope of its own", () => {
+    expect(loadConfig(base).gitea?.runnerScope).toBe("instance");
+    expect(loadConfig({ ...base, RUNNER_SCOPE: "repository" }).gitea?.runnerScope).toBe("repository");
+    expect(problems({ ...base, RUNNER_SCOPE: "repo" })).toEqual(["RUNNER_SCOPE must be one of instance, owner, repository"]);
+    const staticToken = { ...base, GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" };
+    expect(loadConfig(staticToken).gitea?.runnerScope).toBe("instance");
+    expect(problems({ ...staticToken, RUNNER_SCOPE: "owner" })).toEqual(["RUNNER_SCOPE=owner needs GITEA_API_TOKEN: each owner's registration token is fetched with it"]);
+    const pool = (p: Record<string, unknown>) => ({ ...base, RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: ["x"], ...p }]) });
+    // Warm runners have no repository: under repository scope, their pool must say where they go.
+    expect(problems({ ...pool({ minIdle: 1 }), RUNNER_SCOPE: "repository" })).toEqual([
+      'RUNNER_POOLS: pool "small" keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=repository',
+    ]);
+    expect(problems({ ...pool({ schedule: [{ cron: "* 8-17 * * *", minIdle: 2 }] }), RUNNER_SCOPE: "owner" })).toHaveLength(1);
+    expect(problems({ ...pool({ minIdle: 1 }), RUNNER_SCOPE: "instance" })).toEqual([]);
+    expect(problems({ ...pool({ minIdle: 1, scope: "org:acme" }), RUNNER_SCOPE: "repository" })).toEqual([]);
+    expect(problems({ ...pool({ minIdle: 0 }), RUNNER_SCOPE: "repository" })).toEqual([]);
+    expect(problems(pool({ scope: "team:acme" }))).toEqual(['RUNNER_POOLS[0]["scope"] must be admin, org:<name>, user:<name> or repo:<owner>/<name> (pool "small")']);
+    expect(problems({ ...pool({ scope: "org:acme" }), GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" })).toEqual([
+      'RUNNER_POOLS: pool "small" has scope org:acme, whose registration token is fetched with GITEA_API_TOKEN, which is not set',
+    ]);
+    expect(problems({ ...pool({ scope: "admin" }), GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" })).toEqual([]);
+  });
+
   it("reports every Gitea problem at once without echoing secrets", () => {
     const found = problems({
       ...base,
@@ -190,9 +214,10 @@ describe("Gitea configuration", () => {
 
 describe("Gitea client", () => {
   it("scopes the REST paths per GITEA_SCOPE", () => {
-    expect(scopePath({ kind: "admin" })).toBe("/api/v1/admin/actions");
-    expect(scopePath({ kind: "org", org: "acme" })).toBe("/api/v1/orgs/acme/actions");
-    expect(scopePath({ kind: "repo", owner: "acme", repo: "widgets" })).toBe("/api/v1/repos/acme/widgets/actions");
+    expect(scopePath({ kind: "admin" })).toEqual({ path: "/api/v1/admin/actions" });
+    expect(scopePath({ kind: "org", org: "acme" })).toEqual({ path: "/api/v1/orgs/acme/actions" });
+    expect(scopePath({ kind: "repo", owner: "acme", repo: "widgets" })).toEqual({ path: "/api/v1/repos/acme/widgets/actions" });
+    expect(scopePath({ kind: "user", user: "alice" })).toEqual({ path: "/api/v1/user/actions", sudo: "alice" });
   });
 
   it("fetches the registration token once per client, with the API token, from the scoped path", async () => {
@@ -229,7 +254,7 @@ describe("Gitea client", () => {
       return Response.json({ runner: { id: "12", uuid: "u", token: "rt", name: "gdr-x", labels: ["a"] } });
     }) as typeof fetch;
     const cfg = loadConfig(giteaTestEnv("ws://x:1", "http://b", "https://git.example.com")).gitea!;
-    const kept: TokenCache = {};
+    const kept: TokenCache = new Map();
     const req = { name: "gdr-x", labels: ["a"], version: "v" };
     await createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req);
     await createGiteaClient(cfg, 1_000, fakeFetch, kept).register(req);

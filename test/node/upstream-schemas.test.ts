@@ -132,7 +132,7 @@ describe("Gitea REST calls against Gitea's own API description", () => {
     }) as typeof fetch;
     const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com" }).gitea!;
     const client = createGiteaClient(cfg, 1_000, fakeFetch);
-    expect([await client.disableRunner(12), await client.disableRunner(12), await client.disableRunner(12)]).toEqual([false, false, true]);
+    expect([await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 })]).toEqual([false, false, true]);
     expect(calls[0]).toBe('PATCH /api/v1/admin/actions/runners/12 {"disabled":true}');
     const operation = (doc: { paths: Record<string, Record<string, unknown>> }, method: string, path: string) =>
       Object.entries(doc.paths).some(([template, ops]) => new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path) && method.toLowerCase() in ops);
@@ -161,11 +161,22 @@ describe("Gitea REST calls against Gitea's own API description", () => {
       await client.registrationToken();
       await client.listQueuedJobs(1, 50);
       await client.listRunners(1, 50);
-      await client.deleteRunner(12);
+      await client.deleteRunner({ id: 12 });
       await client.getJob("acme/widgets", 1187);
-      await client.getRunner(12);
+      await client.getRunner({ id: 12 });
     }
-    expect(calls).toHaveLength(18);
+    // Runners registered per owner or repository (RUNNER_SCOPE): tokens, lookups and deletions there.
+    const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com" }).gitea!;
+    const client = createGiteaClient(cfg, 1_000, fakeFetch);
+    for (const scope of ["user:alice", "org:acme", "repo:acme/widgets"]) {
+      await client.getRunner({ id: 12, scope });
+      await client.deleteRunner({ id: 12, scope });
+      await client.listRunners(1, 50, scope);
+    }
+    await client.registrationToken({ kind: "user", user: "alice" });
+    await client.registrationToken({ kind: "owner", owner: "acme" });
+    expect(calls).toHaveLength(29);
+    expect(calls.slice(18)).toContain("POST /api/v1/user/actions/runners/registration-token");
     const rest = calls.map((c) => c.replace(" /api/v1/", " /"));
     for (const [version, doc] of Object.entries(gitea)) {
       for (const call of rest) {
