@@ -2,7 +2,7 @@
 // secrets never appear in an error.
 import { parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
 import { envSchema, type LocationHint } from "./config-schema.ts";
-import { parseGiteaSecrets, type GiteaConfig } from "./gitea/config.ts";
+import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "./gitea/config.ts";
 import { parseScope } from "./gitea/scope.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 import { checkPools } from "./pools/check.ts";
@@ -154,15 +154,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
           cleanupGraceMs: e.CLEANUP_GRACE_MS,
         }
       : undefined;
-  if (e.RUNNER_SCOPE !== "instance" && e.GITEA_URL && !e.GITEA_API_TOKEN) problems.push(`RUNNER_SCOPE=${e.RUNNER_SCOPE} needs GITEA_API_TOKEN: each ${e.RUNNER_SCOPE}'s registration token is fetched with it`);
-  for (const p of e.RUNNER_SCOPE === "instance" ? [] : pools) {
-    // A warm runner has no job yet, so no owner or repository: it is registered where its pool says.
-    const warm = p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
-    if (warm && !p.scope) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=${e.RUNNER_SCOPE}`);
-  }
-  for (const p of e.GITEA_URL && !e.GITEA_API_TOKEN ? pools : []) {
-    if (p.scope && p.scope !== e.GITEA_SCOPE) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} has scope ${p.scope}, whose registration token is fetched with GITEA_API_TOKEN, which is not set`);
-  }
+  if (e.GITEA_URL) checkScopes(e, pools, problems);
   if (e.RUNNER_POOLS && !e.GITEA_URL) problems.push("RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea");
   checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, kubernetes, problems);
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {

@@ -1,6 +1,7 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
 
+import type { Pool } from "../pools/config.ts";
 import type { GiteaScope, RunnerScope } from "./scope.ts";
 
 /** The Gitea integration's settings, validated with the rest of the configuration (config.ts). */
@@ -46,5 +47,20 @@ function decodeKey(text: string | undefined): Uint8Array | undefined {
     return key.length === 32 ? key : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * RUNNER_SCOPE and the pools' scopes against the rest: a scope other than GITEA_SCOPE needs the
+ * API token (its registration token is fetched), and under owner or repository a pool that keeps
+ * warm runners must say where they go (they have no job, so no owner or repository).
+ */
+export function checkScopes(e: { RUNNER_SCOPE: RunnerScope; GITEA_SCOPE: string; GITEA_API_TOKEN?: string | undefined }, pools: readonly Pool[], problems: string[]): void {
+  const mode = e.RUNNER_SCOPE;
+  if (mode !== "instance" && !e.GITEA_API_TOKEN) problems.push(`RUNNER_SCOPE=${mode} needs GITEA_API_TOKEN: each ${mode}'s registration token is fetched with it`);
+  for (const p of pools) {
+    const warm = p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
+    if (mode !== "instance" && warm && !p.scope) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=${mode}`);
+    if (!e.GITEA_API_TOKEN && p.scope && p.scope !== e.GITEA_SCOPE) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} has scope ${p.scope}, whose registration token is fetched with GITEA_API_TOKEN, which is not set`);
   }
 }
