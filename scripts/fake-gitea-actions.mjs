@@ -99,7 +99,7 @@ function take(g, runner) {
   const fits = (j) => j.status === "queued" && inScope(runner.scope, j.repository ?? "acme/widgets") && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
   const job = g.jobs.filter(fits).sort((a, b) => a.id - b.id)[0];
   if (!job) return undefined;
-  Object.assign(job, { status: "in_progress", started_at: iso(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });
+  Object.assign(job, { status: "in_progress", started_at: iso(), startedMs: Date.now(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });
   runner.task = job.taskId;
   g.actions.tasksVersion++;
   const took = { job: job.id, runner: runner.name, at: Date.now(), queuedAt: job.queuedAt ?? Date.parse(job.created_at) };
@@ -111,7 +111,7 @@ function take(g, runner) {
 }
 
 function finish(g, job, conclusion) {
-  Object.assign(job, { status: "completed", conclusion, completed_at: iso() });
+  Object.assign(job, { status: "completed", conclusion, completed_at: iso(), completedMs: Date.now() });
   g.actions.tasksVersion++;
   const runner = job.runner_id !== undefined ? g.runners.get(job.runner_id) : undefined;
   if (runner) runner.task = undefined;
@@ -122,7 +122,7 @@ function finish(g, job, conclusion) {
 
 /** A job as Gitea's REST API lists it: without what only this fake keeps. */
 export function publicJob(job) {
-  const { runMs: _r, taskId: _t, queuedAt: _q, repository: _repo, ...listed } = job;
+  const { runMs: _r, taskId: _t, queuedAt: _q, repository: _repo, startedMs: _s, completedMs: _c, ...listed } = job;
   return listed;
 }
 

@@ -7,6 +7,7 @@ import { parseScope } from "./gitea/scope.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 import { checkPools } from "./pools/check.ts";
 import { parsePools, type Pool } from "./pools/config.ts";
+import { NO_QUOTAS, type Quotas } from "./quotas/config.ts";
 import type { NatsAuth } from "./nats/connection.ts";
 
 export type { NatsAuth };
@@ -52,6 +53,10 @@ export interface Config {
   pools: Pool[];
   /** WARM_GRACE_MS: a new job waits this long for an idle warm runner of its pool before its own is asked for. */
   warmGraceMs: number;
+  /** FAIR_SHARE: a full backend's free slots go by turn (quotas/), not first come first served. */
+  fairShare: boolean;
+  /** QUOTAS: limits per owner and repository, weights per owner. */
+  quotas: Quotas;
 }
 
 export interface GatewaySettings {
@@ -189,6 +194,9 @@ export function loadConfig(env: Record<string, unknown>): Config {
     gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
     pools,
     warmGraceMs: e.WARM_GRACE_MS,
+    fairShare: e.FAIR_SHARE === "on",
+    // QUOTAS is not read yet: its limits need a ledger that holds across isolates (#22).
+    quotas: NO_QUOTAS,
   };
 }
 

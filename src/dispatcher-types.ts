@@ -11,6 +11,7 @@ import type { NatsHandle } from "./nats/connection.ts";
 import type { PreparedRequest } from "./reconcile/process.ts";
 import type { Admission, Placement } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
+import type { WaitSet } from "./state/wait-set.ts";
 import type { TeardownList } from "./state/teardowns.ts";
 import type { WarmSlots } from "./state/warm-slots.ts";
 import type { StartupTimes } from "./state/startup-times.ts";
@@ -34,6 +35,7 @@ export interface State {
   teardowns: TeardownList;
   warm: WarmSlots;
   startups: StartupTimes;
+  waiting: WaitSet;
 }
 
 export interface Dispatcher {

@@ -23,6 +23,8 @@ import { createRecordStore, incarnationOf, placementOf } from "./state/records.t
 import { createTeardownList } from "./state/teardowns.ts";
 import { createWarmSlots } from "./state/warm-slots.ts";
 import { createStartupTimes } from "./state/startup-times.ts";
+import { createWaitSet } from "./state/wait-set.ts";
+import { limitsOf, weightOf } from "./quotas/config.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -86,6 +88,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
+      waiting: createWaitSet(handle, names),
     };
     return deps.decorateState ? deps.decorateState(state) : state;
   };
@@ -200,6 +203,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     needsIdentity: d.config.gitea !== undefined,
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
+    ...(d.config.fairShare ? { waiting: { set: state.waiting, rules: { weight: (o: string) => weightOf(d.config.quotas, o), limits: (r: string) => limitsOf(d.config.quotas, r) } } } : {}),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
     sink: d.sink,

@@ -43,6 +43,7 @@ export const EVENT_NAMES = [
   "warm_took_job",
   "warm_converted",
   "taken_by_other",
+  "turn_given",
   "warm_grace",
   "boot_timeout",
   "boot_gave_up",

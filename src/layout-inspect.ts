@@ -2,7 +2,7 @@
 // configuration, and, on a cluster, replicas without a leader or falling behind. Each problem
 // says how to fix it. Never creates anything.
 import { RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
-import { admissionStreams, bucketNames, desiredConsumer, maybe, type LayoutConfig } from "./layout.ts";
+import { admissionStreams, bucketNames, desiredConsumer, maybe, waitStreamConfig, type LayoutConfig } from "./layout.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
 export interface LayoutReport {
@@ -51,6 +51,10 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
       problems.push(...replicaProblems(`stream ${want.name}`, info.config.num_replicas, info.cluster, cfg.replicas));
     }
   }
+  const waiting = waitStreamConfig(cfg);
+  const info = await maybe(() => jsm.streams.info(waiting.name));
+  if (!info) problems.push(`stream ${waiting.name} is missing (${PROVISION})`);
+  else problems.push(...replicaProblems(`stream ${waiting.name}`, info.config.num_replicas, info.cluster, cfg.replicas));
   for (const bucket of Object.values(bucketNames(cfg))) {
     const info = await maybe(() => jsm.streams.info(`KV_${bucket}`));
     if (!info) problems.push(`KV bucket ${bucket} is missing (${PROVISION})`);

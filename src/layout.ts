@@ -5,7 +5,7 @@ import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
 import type { BackendConfig, Config } from "./config.ts";
-import { assignmentSubject, consumerName, legacyAdmissionBucket, poolSlotPrefix, poolSlotsStream, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, type Backend } from "./names.ts";
+import { assignmentSubject, consumerName, legacyAdmissionBucket, poolSlotPrefix, poolSlotsStream, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, waitStream, type Backend } from "./names.ts";
 import type { Pool } from "./pools/config.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
@@ -68,6 +68,15 @@ export function admissionStreams(cfg: LayoutConfig): (Partial<StreamConfig> & { 
   ];
 }
 
+/**
+ * The wait set (fair share, see state/wait-set.ts): kept until taken out, never discarded; a job
+ * put in twice within the hour (a pass that died before its ack) is one entry.
+ */
+export function waitStreamConfig(cfg: LayoutConfig): Partial<StreamConfig> & { name: string } {
+  const names = { stream: cfg.stream, subjectBase: cfg.subjectBase };
+  return { retention: RetentionPolicy.Limits, storage: StorageType.File, discard: DiscardPolicy.Old, allow_direct: true, num_replicas: cfg.replicas, name: waitStream(names), subjects: [`${cfg.subjectBase}.waiting.*.*.*`], max_msgs: -1, duplicate_window: nanos(DUPLICATE_WINDOW_MS) };
+}
+
 /** JetStream cannot keep the asked-for replicas (a single server, or too few JetStream servers). */
 export class ReplicasUnavailable extends Error {
   override readonly name = "ReplicasUnavailable";
@@ -113,7 +122,7 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
       done.push(`consumer ${want.name}: created`);
     }
   }
-  for (const want of admissionStreams(cfg)) {
+  for (const want of [...admissionStreams(cfg), waitStreamConfig(cfg)]) {
     const info = await maybe(() => jsm.streams.info(want.name));
     if (info) {
       await jsm.streams.update(want.name, { ...info.config, ...want });

@@ -74,6 +74,16 @@ export function registrationSubjects(names: NatsNames): string[] {
   return [`${names.subjectBase}.registering.*.*`];
 }
 
+/** Jobs waiting for a slot, out of the consumer (fair share, see state/wait-set.ts). */
+export function waitStream(names: NatsNames): string {
+  return `${names.stream}_waiting`;
+}
+
+/** Subjects of a backend's waiting jobs: `<prefix>.<owner>.<repository>`. */
+export function waitPrefix(names: NatsNames, backend: Backend): string {
+  return `${names.subjectBase}.waiting.${backend}`;
+}
+
 /** Assignment ids may hold dots, which separate subject tokens; '=' is never in an id. */
 export function subjectToken(id: string): string {
   return id.replaceAll(".", "=");

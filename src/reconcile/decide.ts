@@ -16,6 +16,8 @@ export interface Facts {
   readyAt?: number;
   reason?: string;
   admitted?: boolean;
+  /** Not admitted, it waits its turn in the wait set (fair share) rather than in the consumer. */
+  waitSet?: boolean;
   /** "auth_error": the backend refused our credentials (401/403), retried like any error but loud. */
   backend?: "error" | "auth_error" | "pending" | "ready";
   /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
@@ -49,7 +51,7 @@ export function bootRetryDelay(attempts: number): number {
 
 export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
 
-export const EFFECTS = ["mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
+export const EFFECTS = ["enter_wait_set", "mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
 export type Effect = (typeof EFFECTS)[number];
 
 export interface Verdict {
@@ -99,6 +101,9 @@ export function decide(f: Facts, p: Policy): Step {
   // Exact, not RETRY_DELAY_MS: the grace is measured against the warm runners' fetch interval.
   if (f.warmGraceMs !== undefined && f.warmGraceMs > 0 && f.admitted === undefined) return verdict({ kind: "nak", delayMs: f.warmGraceMs }, ["warm_grace"]);
   if (f.admitted === undefined) return { next: "admit" };
+  // Its assignment is kept in the wait set before the message is acked: a pass with a free slot
+  // publishes it again when its turn comes (quotas/admit-waiting.ts).
+  if (!f.admitted && f.waitSet) return verdict({ kind: "ack" }, ["capacity_wait"], ["enter_wait_set", "mark_waiting"]);
   if (!f.admitted) return verdict(nak(capacityWaitDelay(f.jitter)), ["capacity_wait"], ["mark_waiting"]);
   // A runner the backend reported ready is left alone until its claim timeout, as the reference's
   // WaitClaimed does: asking again would cost a backend call per delivery, and one failed call

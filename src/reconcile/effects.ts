@@ -2,7 +2,8 @@
 // compare-and-set write, then the slot release and the teardown it calls for.
 import type { Effect } from "./decide.ts";
 import { isRetryable } from "../state/kv.ts";
-import type { AssignmentRecord, RecordStore, RunnerRef } from "../state/records.ts";
+import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
+import { waitEntryOf } from "../quotas/admit-waiting.ts";
 import { placeOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
@@ -40,6 +41,7 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
   // A new registration must reach the record: while the records bucket elects a leader, reads
   // still answer but writes fail for seconds, and the pass's connection may have died with its
   // server. Keep trying, on a new connection, rather than register twice.
+  if (effects.includes("enter_wait_set") && deps.waiting) await deps.waiting.set.add(deps.backend, waitEntryOf(p), incarnationOf(p.known.value));
   const write = (records: RecordStore) => records.updateFrom(p.known!, change);
   const after = ref
     ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {

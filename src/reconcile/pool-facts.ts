@@ -2,7 +2,8 @@
 // admitted before), its grace for a warm runner, and the boot and claim limits of its pool.
 import type { Policy } from "./decide.ts";
 import type { Placement } from "../state/admission.ts";
-import { placementOf } from "../state/records.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import type { Assignment } from "../assignment.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
 /**
@@ -10,10 +11,9 @@ import type { Prepared, ProcessDeps } from "./types.ts";
  * else each of its pools (spill-over), else its own backend. A pool no longer configured is
  * skipped; with none left, its own backend takes it.
  */
-export function placesOf(deps: ProcessDeps, p: Prepared): Placement[] {
-  const record = p.known!.value;
+export function placesOf(deps: Pick<ProcessDeps, "pools" | "backend">, record: AssignmentRecord, assignment: Pick<Assignment, "pools">): Placement[] {
   if (record.placement) return [record.placement];
-  const places = (p.assignment!.pools ?? []).flatMap((pool) => {
+  const places = (assignment.pools ?? []).flatMap((pool) => {
     const found = deps.pools.get(pool);
     return found ? [{ backend: found.backend, pool }] : [];
   });

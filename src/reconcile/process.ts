@@ -53,13 +53,19 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   );
   await Promise.all(batch.filter((p) => decide(p.facts, deps.policy).next === "admit").map((p) => graceFor(deps, p)));
   const admitting = batch.filter((p) => decide(p.facts, deps.policy).next === "admit");
-  if (admitting.length) {
-    const reserve = new Set(deps.needsIdentity ? admitting.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
-    const candidates = admitting.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p) }));
+  // Fair share: while others wait their turn, a job joins them, unless its turn came already.
+  if (deps.waiting && admitting.some((p) => !p.known!.value.chosen) && (await deps.waiting.set.any(deps.backend))) {
+    for (const p of admitting) if (!p.known!.value.chosen) Object.assign(p.facts, { admitted: false, waitSet: true });
+  }
+  const trying = admitting.filter((p) => p.facts.admitted === undefined);
+  if (trying.length) {
+    const reserve = new Set(deps.needsIdentity ? trying.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
+    const candidates = trying.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p.known!.value, p.assignment!) }));
     const { admitted, reserved } = await deps.admission.placeMany(candidates, reserve);
-    for (const p of admitting) {
+    for (const p of trying) {
       const placement = admitted.get(p.assignment!.id);
       p.facts.admitted = placement !== undefined;
+      if (!placement && deps.waiting) p.facts.waitSet = true;
       if (placement) p.placement = placement;
       p.reserved = reserved.has(p.assignment!.id);
       if (p.facts.admitted) emit(deps, "capacity_acquired", idOf(p));

@@ -7,9 +7,12 @@ import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "./limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
+import { admitWaiting } from "../quotas/admit-waiting.ts";
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;
+/** Rounds of turn-giving in one pass: each publishes waiting jobs that the next round pulls. */
+const MAX_TURN_ROUNDS = 8;
 /** Messages reconciled at once per backend; backend calls are limited separately. */
 const PROCESS_CONCURRENCY = 16;
 
@@ -53,60 +56,71 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   let pulls = 0;
   const waitUntil = Math.min(started + (opts.firstPullWaitMs ?? 0), opts.deadline);
-  while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
-    const wait = Math.max(0, waitUntil - deps.now());
-    // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
-    // at the first message, which may be a new assignment that must not wait for the rest of the
-    // window (passes after a claim wait for its runner's message; new ones arrive meanwhile).
-    const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
-    const fresh = batch.filter((m) => !seen.has(m.seq));
-    // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
-    // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
-    const revisitDelay = fresh.length ? Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())) : minRevisitDelay;
-    for (const m of batch) {
-      if (seen.has(m.seq)) m.nak(revisitDelay);
-      seen.add(m.seq);
-    }
-    summary.fetched += fresh.length;
-    summary.revisited += batch.length - fresh.length;
-    if (!fresh.length) break;
-    let prepared: Prepared[];
-    try {
-      prepared = await prepareBatch(deps, fresh, opts.deadline);
-    } catch (err) {
-      // The state store failed for the whole batch: hand it back at once rather than leave it to AckWait.
-      summary.errors += fresh.length;
-      deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
-      for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
-      continue;
-    }
-    await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
-      try {
-        const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
-        const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
-        if (verdict.held) held.push(p);
-        else if (verdict.events.includes("deferred")) summary.deferred++;
-        else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
-      } catch (err) {
-        summary.errors++;
-        deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
-        p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+  // With fair share, a round of pulls ends by giving free slots to waiting jobs by turn; their
+  // assignments, published again, are what the next round pulls.
+  for (let round = 0; round <= MAX_TURN_ROUNDS; round++) {
+    pulls = 0;
+    while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
+      const wait = Math.max(0, waitUntil - deps.now());
+      // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
+      // at the first message, which may be a new assignment that must not wait for the rest of the
+      // window (passes after a claim wait for its runner's message; new ones arrive meanwhile).
+      const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
+      const fresh = batch.filter((m) => !seen.has(m.seq));
+      // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
+      // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
+      const revisitDelay = fresh.length ? Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())) : minRevisitDelay;
+      for (const m of batch) {
+        if (seen.has(m.seq)) m.nak(revisitDelay);
+        seen.add(m.seq);
       }
-    });
-    // Registrations of this batch that failed or never started (the budget ran out) end their
-    // reservation: holding it would make the next delivery wait out its lease. One that did
-    // register keeps it until the lease ends (see Prepared.registered).
-    const reserved = prepared.filter((p) => p.reserved && !p.registered);
-    // Held where each was admitted: a job spilled to another backend's pool reserved there.
-    for (const backend of new Set(reserved.map((p) => p.placement?.backend ?? deps.backend))) {
-      const ids = reserved.filter((p) => (p.placement?.backend ?? deps.backend) === backend).map((p) => p.assignment!.id);
-      await deps.admission.endRegistrations(backend, ids).catch((err) => {
-        deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
+      summary.fetched += fresh.length;
+      summary.revisited += batch.length - fresh.length;
+      if (!fresh.length) break;
+      let prepared: Prepared[];
+      try {
+        prepared = await prepareBatch(deps, fresh, opts.deadline);
+      } catch (err) {
+        // The state store failed for the whole batch: hand it back at once rather than leave it to AckWait.
+        summary.errors += fresh.length;
+        deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
+        for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+        continue;
+      }
+      await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
+        try {
+          const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
+          const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
+          if (verdict.held) held.push(p);
+          else if (verdict.events.includes("deferred")) summary.deferred++;
+          else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
+        } catch (err) {
+          summary.errors++;
+          deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
+          p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+        }
       });
+      // Registrations of this batch that failed or never started (the budget ran out) end their
+      // reservation: holding it would make the next delivery wait out its lease. One that did
+      // register keeps it until the lease ends (see Prepared.registered).
+      const reserved = prepared.filter((p) => p.reserved && !p.registered);
+      // Held where each was admitted: a job spilled to another backend's pool reserved there.
+      for (const backend of new Set(reserved.map((p) => p.placement?.backend ?? deps.backend))) {
+        const ids = reserved.filter((p) => (p.placement?.backend ?? deps.backend) === backend).map((p) => p.assignment!.id);
+        await deps.admission.endRegistrations(backend, ids).catch((err) => {
+          deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
+        });
+      }
+      if (batch.length < opts.batchSize && wait === 0) break;
+      // Within a waiting window (after a claim) the pass stays for the message it waits for.
+      if (opts.untilNew && wait === 0 && fresh.some((m) => m.deliveryCount === 1)) break;
     }
-    if (batch.length < opts.batchSize && wait === 0) break;
-    // Within a waiting window (after a claim) the pass stays for the message it waits for.
-    if (opts.untilNew && wait === 0 && fresh.some((m) => m.deliveryCount === 1)) break;
+    if (!deps.waiting || deps.now() >= opts.deadline) break;
+    const given = await admitWaiting(deps, Infinity).catch((err: unknown) => {
+      deps.sink.error("giving turns failed", { backend: deps.backend, reason: (err as Error).message });
+      return 0;
+    });
+    if (!given) break;
   }
   await holdForClaims(deps, held, summary).catch((err) => {
     deps.sink.error("holding for claims failed", { backend: deps.backend, reason: (err as Error).message });

@@ -9,6 +9,13 @@ import type { Admission, Placement } from "../state/admission.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord, RecordStore, RunnerRef } from "../state/records.ts";
 import type { Facts, Policy } from "./decide.ts";
+import type { WaitSet } from "../state/wait-set.ts";
+import type { ShareRules } from "../quotas/fair-share.ts";
+
+export interface WaitingDeps {
+  set: WaitSet;
+  rules: ShareRules;
+}
 
 export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
 
@@ -35,6 +42,8 @@ export interface ProcessDeps {
    * handed out fewer than are idle (read once per pass), so that only as many jobs wait for one.
    */
   takeIdleWarm(pool: string): Promise<boolean>;
+  /** Fair share (FAIR_SHARE=on): jobs that find no slot, or others waiting, wait their turn in the wait set. */
+  waiting?: WaitingDeps;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */
   needsIdentity: boolean;
   /** Records are replicated (JETSTREAM_REPLICAS > 1): a read may come from a replica that lags. */

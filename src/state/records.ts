@@ -31,6 +31,8 @@ export interface AssignmentRecord {
   job?: { repository: string; name?: string };
   /** The Gitea runner registered for this assignment; its `.runner` file is sealed (AES-256-GCM). */
   runner?: RunnerRef;
+  /** Its turn in the wait set came (fair share): admitted as it comes, ahead of those still waiting. */
+  chosen?: true;
   /**
    * The pool that admitted it, and that pool's backend (where its runner runs, which a spilled
    * job's is not the backend whose queue it waits in). Kept from the first admission on: its

@@ -1,0 +1,81 @@
+// Giving free slots to waiting jobs, by turn (fair share): while the pass's backend has room, the
+// job whose turn it is (fair-share.ts) is marked chosen, admitted, and its assignment published to
+// the consumer again; only then is it taken out of the wait set. A pass that dies between two
+// steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
+// idempotent, and the publish carries one message id per entry, which JetStream keeps once.
+import { decodeAssignment } from "../assignment.ts";
+import { placesOf } from "../reconcile/pool-facts.ts";
+import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
+import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
+import { ownerOf } from "./config.ts";
+import { pickNext, taken, type Shares } from "./fair-share.ts";
+
+/** Jobs with no repository (published through the API) wait as one owner of their own. */
+const NO_REPOSITORY = { owner: "-", repository: "-/-" };
+/** Repositories looked at per pass: the oldest job of each. */
+const HEADS = 64;
+const SETTLED = new Set(["claimed", "completed", "terminated"]);
+
+/** What the wait set keeps of a delivery that waits. */
+export function waitEntryOf(p: Prepared): WaitEntry {
+  const at = ownerOf(p.assignment?.job?.repository) ?? NO_REPOSITORY;
+  return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: btoa(String.fromCharCode(...p.msg.data)) };
+}
+
+/** Gives at most `max` free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
+export async function admitWaiting(deps: ProcessDeps, max: number): Promise<number> {
+  const w = deps.waiting;
+  if (!w || max <= 0) return 0;
+  let heads = await w.set.heads(deps.backend, HEADS);
+  if (!heads.length) return 0;
+  let shares = await heldNow(deps, heads);
+  let given = 0;
+  while (given < max) {
+    const next = pickNext(shares, w.rules);
+    if (!next) break;
+    const head = heads.find((h) => h.seq === next.seq)!;
+    const outcome = await giveTurn(deps, w, head);
+    if (outcome === "full") break;
+    const after = await w.set.next(deps.backend, head.repository, head.seq);
+    heads = [...heads.filter((h) => h !== head), ...(after ? [after] : [])];
+    shares = outcome === "admitted" ? taken({ ...shares, heads }, next) : { ...shares, heads };
+    if (outcome === "admitted") given++;
+  }
+  return given;
+}
+
+async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full"> {
+  const data = Uint8Array.from(atob(head.data), (c) => c.charCodeAt(0));
+  const decoded = decodeAssignment(data, deps.trustDomain);
+  const known = await deps.records.get(head.id);
+  // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
+  if (!decoded.ok || !known || SETTLED.has(known.state)) {
+    await w.set.remove(head.seq);
+    return "gone";
+  }
+  const chosen = known.chosen ? known : await deps.records.update(head.id, (r) => (SETTLED.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
+  if (!chosen?.chosen) {
+    await w.set.remove(head.seq);
+    return "gone";
+  }
+  const { admitted } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }]);
+  if (!admitted.has(head.id)) return "full";
+  await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
+  await w.set.remove(head.seq);
+  deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
+  return "admitted";
+}
+
+/** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests). */
+async function heldNow(deps: ProcessDeps, heads: WaitHead[]): Promise<Shares> {
+  const holders = await deps.admission.holders(deps.backend);
+  const records = await deps.records.getMany(holders);
+  const heldByOwner = new Map<string, number>();
+  const heldByRepository = new Map<string, number>();
+  for (const { value } of records.values()) {
+    const at = ownerOf(value.job?.repository) ?? NO_REPOSITORY;
+    heldByOwner.set(at.owner, (heldByOwner.get(at.owner) ?? 0) + 1);
+    heldByRepository.set(at.repository, (heldByRepository.get(at.repository) ?? 0) + 1);
+  }
+  return { heads, heldByOwner, heldByRepository };
+}

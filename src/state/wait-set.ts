@@ -1,0 +1,88 @@
+// The wait set: jobs that wait for a slot of a full backend (fair share, FAIR_SHARE=on), out of the
+// consumer. JetStream delivers a consumer's messages in order and MaxAckPending bounds how many are
+// out at once, so one owner's backlog at the head would hold back everyone's, and a job nak'd
+// again and again would meet MaxDeliver. A waiting job's assignment is put here instead (before its
+// message is acked), one subject per backend and repository, first in first out within it; a pass
+// with a free slot picks whose turn it is (quotas/fair-share.ts), publishes that assignment to the
+// consumer again, and only then removes it from here. Each step is idempotent, so a pass that dies
+// between them leaves the job here to be picked again, never lost.
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { maybe } from "../layout.ts";
+import type { NatsHandle } from "../nats/connection.ts";
+import { assignmentSubject, waitPrefix, waitStream, type Backend, type NatsNames } from "../names.ts";
+import { readBatch } from "./kv.ts";
+
+/** A waiting job, as kept: its assignment (as published), and whose it is (lower case). */
+export interface WaitEntry {
+  id: string;
+  owner: string;
+  repository: string;
+  /** The assignment message's data, base64: published again, unchanged, when its turn comes. */
+  data: string;
+}
+
+/** A waiting job at the head of its repository: `seq` orders the wait set. */
+export type WaitHead = WaitEntry & { seq: number };
+
+export interface WaitSet {
+  /** Puts a job in; a second put of the same id within the stream's duplicate window is dropped. */
+  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<void>;
+  /** Whether any job waits for `backend` (one request). */
+  any(backend: Backend): Promise<boolean>;
+  /** The oldest waiting job of each repository that has one, up to `limit` repositories. */
+  heads(backend: Backend, limit: number): Promise<WaitHead[]>;
+  /** The oldest waiting job of one repository after `afterSeq`, if any. */
+  next(backend: Backend, repository: string, afterSeq: number): Promise<WaitHead | undefined>;
+  /** Publishes a waiting job's assignment to `backend`'s consumer again; one message per `msgId`. */
+  republish(backend: Backend, data: Uint8Array, msgId: string): Promise<void>;
+  /** Takes a job out (its turn came, or it ended meanwhile). */
+  remove(seq: number): Promise<void>;
+  /** Jobs waiting per repository, for the status page and metrics (one request). */
+  counts(backend: Backend): Promise<Map<string, number>>;
+}
+
+/** Subject tokens cannot hold dots; '=' is never in an owner or repository name. */
+const token = (name: string) => name.replaceAll(".", "=");
+const name = (tok: string) => tok.replaceAll("=", ".");
+
+export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
+  const stream = waitStream(names);
+  let manager: Promise<JetStreamManager> | undefined;
+  const jsm = () => (manager ??= jetstreamManager(handle.nc, { checkAPI: false }));
+  const subject = (backend: Backend, repository: string) => {
+    const [owner = "", repo = ""] = repository.split("/");
+    return `${waitPrefix(names, backend)}.${token(owner)}.${token(repo)}`;
+  };
+  const repositoryOf = (backend: Backend, subj: string) => subj.slice(waitPrefix(names, backend).length + 1).split(".").map(name).join("/");
+  const head = (seq: number, data: Uint8Array): WaitHead => ({ ...(JSON.parse(new TextDecoder().decode(data)) as WaitEntry), seq });
+  return {
+    async add(backend, entry, incarnation) {
+      await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` });
+    },
+    async any(backend) {
+      // The last entry of any of the backend's subjects: none, nobody waits.
+      const last = await maybe(async () => (await jsm()).direct.getMessage(stream, { last_by_subj: `${waitPrefix(names, backend)}.>` }));
+      return last !== undefined && last !== null;
+    },
+    async heads(backend, limit) {
+      const lasts = (await maybe(() => readBatch(handle, stream, { multi_last: [`${waitPrefix(names, backend)}.>`] }))) ?? [];
+      const repos = lasts.slice(0, limit).map((m) => repositoryOf(backend, m.subject));
+      const found = await Promise.all(repos.map((r) => this.next(backend, r, 0)));
+      return found.filter((h): h is WaitHead => h !== undefined);
+    },
+    async next(backend, repository, afterSeq) {
+      const m = await maybe(async () => (await jsm()).direct.getMessage(stream, { next_by_subj: subject(backend, repository), seq: afterSeq + 1 }));
+      return m ? head(m.seq, m.data) : undefined;
+    },
+    async republish(backend, data, msgId) {
+      await handle.js.publish(assignmentSubject(names, backend), data, { msgID: msgId });
+    },
+    async remove(seq) {
+      await maybe(async () => (await jsm()).streams.deleteMessage(stream, seq, false));
+    },
+    async counts(backend) {
+      const info = await maybe(async () => (await jsm()).streams.info(stream, { subjects_filter: `${waitPrefix(names, backend)}.>` }));
+      return new Map(Object.entries(info?.state.subjects ?? {}).map(([s, n]) => [repositoryOf(backend, s), n]));
+    },
+  };
+}

@@ -1,0 +1,50 @@
+// The wait set (state/wait-set.ts) against the real nats-server: first in first out per
+// repository, the oldest of each repository as the heads, a job put in twice kept once, names
+// that are not what they seem (dots, "constructor") kept apart, and a republish kept once per id.
+import { jetstreamManager } from "@nats-io/jetstream";
+import { describe, expect, inject, it } from "vitest";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import { consumerName } from "../../src/names.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { provisionEnv, testEnv } from "../harness/env.ts";
+
+const nats = inject("natsWsUrl");
+const backendUrl = inject("backendUrl");
+const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
+const entry = (id: string, repository: string) => ({ id, owner: repository.split("/")[0]!, repository, data: btoa(`{"id":"${id}"}`) });
+
+describe("the wait set", () => {
+  it("keeps each repository's jobs in order, lists the oldest of each, and takes them out by sequence", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      expect(await waiting.any("pod")).toBe(false);
+      for (const [id, repo] of [["a1", "a/mono"], ["a2", "a/mono"], ["b1", "b/fix"], ["c1", "constructor/app.v2"], ["a3", "a/mono"]] as const) await waiting.add("pod", entry(id, repo), "inc");
+      // The same job again (a pass that died before its ack): one entry.
+      await waiting.add("pod", entry("a2", "a/mono"), "inc");
+      expect(await waiting.any("pod")).toBe(true);
+      expect(await waiting.any("vm")).toBe(false);
+      const heads = await waiting.heads("pod", 64);
+      expect(heads.map((h) => [h.id, h.repository]).sort()).toEqual([["a1", "a/mono"], ["b1", "b/fix"], ["c1", "constructor/app.v2"]]);
+      expect(Object.fromEntries(await waiting.counts("pod"))).toEqual({ "a/mono": 3, "b/fix": 1, "constructor/app.v2": 1 });
+      const a1 = heads.find((h) => h.id === "a1")!;
+      const a2 = await waiting.next("pod", "a/mono", a1.seq);
+      expect(a2?.id).toBe("a2");
+      await waiting.remove(a1.seq);
+      expect((await waiting.heads("pod", 64)).find((h) => h.repository === "a/mono")?.id).toBe("a2");
+      expect((await waiting.next("pod", "a/mono", (await waiting.next("pod", "a/mono", a2!.seq))!.seq))).toBeUndefined();
+      // A limit on the repositories looked at.
+      expect(await waiting.heads("pod", 1)).toHaveLength(1);
+    });
+  });
+
+  it("a republished assignment reaches the consumer once per message id", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    const data = new TextEncoder().encode('{"id":"x"}');
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      await waiting.republish("pod", data, "x.turn-7");
+      await waiting.republish("pod", data, "x.turn-7");
+    });
+    const pending = await withNats(config, async (h) => (await (await jetstreamManager(h.nc)).consumers.info(config.stream, consumerName("pod"))).num_pending);
+    expect(pending).toBe(1);
+  });
+});

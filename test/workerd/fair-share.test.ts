@@ -1,0 +1,121 @@
+// Fair share of a full backend (FAIR_SHARE=on), against the real nats-server, the fake Gitea that
+// hands each polling runner the oldest job of its own repository (RUNNER_SCOPE=repository) and
+// fake act_runners: a one-job fix queued behind a 200-job backlog gets the first slot freed after
+// it, a third repository's jobs the next ones, and every job runs exactly once.
+import { describe, expect, inject, it } from "vitest";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { backendControl, bearer, giteaControl, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
+
+const nats = inject("natsWsUrl");
+const backendUrl = inject("backendUrl");
+const giteaUrl = inject("giteaUrl");
+const logs = logsOfEachTest();
+
+const CAPACITY = 10;
+/** a/mono's first ten run this long: everything is queued and delivered before a slot frees. */
+const LONG_MS = 40_000;
+const runMs = () => 2_000 + Math.floor(Math.random() * 2_000);
+
+async function setup(vars: Record<string, unknown>) {
+  const env = giteaTestEnv(nats, backendUrl, giteaUrl, { RETRY_DELAY_MS: 50, CAPACITY_POD: CAPACITY, RUNNER_SCOPE: "repository", GITEA_JOB_PAGES: 0, ...vars });
+  await provisionEnv(env);
+  const gitea = giteaControl(env);
+  await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+  await backendControl(env).mode({ runner: true, bootMs: 100, fetchIntervalMs: 50, jobMs: 2_000 });
+  return { env, gitea, backend: backendControl(env) };
+}
+
+/** Delivers Gitea's webhooks as they come and ticks now and then, until every job completed. */
+async function runAll(env: Record<string, string>, gitea: ReturnType<typeof giteaControl>, timeoutMs: number) {
+  const end = Date.now() + timeoutMs;
+  const sending: Promise<void>[] = [];
+  for (let i = 0; ; i++) {
+    const { jobs } = await gitea.actions();
+    if (jobs.every((j) => j.status === "completed")) return void (await Promise.all(sending));
+    if (Date.now() > end) throw new Error(`timed out: ${jobs.filter((j) => j.status !== "completed").length} jobs left`);
+    // Gitea's deliverer sends from a queue, in the background: a delivery does not wait for the last.
+    for (const d of await gitea.deliver(() => true)) sending.push(gitea.send([d]));
+    if (i % 20 === 0) await tick(env);
+    await sleep(20);
+  }
+}
+
+const stateOf = async (env: Record<string, string>, id: string) => ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state?: string }).state;
+async function until(done: () => Promise<boolean>, timeoutMs: number) {
+  for (const end = Date.now() + timeoutMs; !(await done()); await sleep(100)) if (Date.now() > end) throw new Error("timed out");
+}
+
+describe("fair share of a full backend", () => {
+  it("200 jobs of a/mono, then 1 of b/fix, then 5 of c/app: b/fix gets the next slot, c/app the ones after; each job runs once", async () => {
+    const { env, gitea, backend } = await setup({ FAIR_SHARE: "on" });
+    const t0 = Date.now();
+    // The first ten of a/mono's hold the backend while everything is queued and delivered.
+    const mono = (await gitea.queue(Array.from({ length: 200 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: "a/mono", runMs: i < CAPACITY ? LONG_MS + 400 * i : runMs() })))).jobs;
+    await gitea.deliver();
+    const [fix] = (await gitea.queue([{ labels: ["ubuntu-latest"], repository: "b/fix", runMs: runMs() }])).jobs as [number];
+    await gitea.deliver();
+    const app = (await gitea.queue(Array.from({ length: 5 }, () => ({ labels: ["ubuntu-latest"], repository: "c/app", runMs: runMs() })))).jobs;
+    await gitea.deliver();
+    const ids = [fix, ...app].map((id) => `gitea-${id}-1`);
+    // Webhooks delivered and the cron ticking meanwhile, as Gitea and Cloudflare would.
+    await until(async () => {
+      await gitea.deliver();
+      await tick(env);
+      return (await Promise.all(ids.map((id) => stateOf(env, id)))).every((s) => s === "capacity_wait");
+    }, LONG_MS - 5_000);
+    console.info(JSON.stringify({ scenario: "fair share", queuedAndWaitingMs: Date.now() - t0 }));
+    expect((await gitea.actions()).taken).toHaveLength(CAPACITY);
+    const waiting = logs().events().length;
+    const started = Date.now();
+    await runAll(env, gitea, 150_000);
+    const wallMs = Date.now() - started;
+    const turns = logs().events().slice(waiting).filter((e) => e.event === "turn_given").map((e) => String(e.assignment));
+    // The first slot freed goes to the fix (b holds none, and waited longer than c); c/app's
+    // five come within the next ten, interleaved with a/mono's as their holdings even out (a
+    // pass decides from what the holders were when it looked), not after a/mono's backlog.
+    expect(turns[0]).toBe(ids[0]);
+    expect(turns.slice(1, 11).filter((id) => ids.slice(1).includes(id)).sort()).toEqual(ids.slice(1).sort());
+    // Every job ran once, each on the runner of its own repository.
+    const { jobs, taken } = await gitea.actions();
+    expect(jobs.filter((j) => j.conclusion === "success")).toHaveLength(206);
+    expect(taken).toHaveLength(206);
+    expect(new Set(taken.map((t) => t.job)).size).toBe(206);
+    expect((await backend.state()).created).toBe(206);
+    // Utilisation: the slots' time spent running jobs, over the time from the first start to the last end.
+    const times = jobs as unknown as { startedMs: number; completedMs: number }[];
+    const runTime = times.reduce((sum, j) => sum + (j.completedMs - j.startedMs), 0);
+    const span = Math.max(...times.map((j) => j.completedMs)) - Math.min(...times.map((j) => j.startedMs));
+    const utilisation = runTime / (CAPACITY * span);
+    console.info(JSON.stringify({ scenario: "fair share", wallMs, utilisation, mono: mono.length }));
+    // 0.85 to 0.89 here (2 cores, everything on one machine; first come first served measures
+    // 0.87 the same way): the goal of 0.9 is the bench's to show. This guards the gross misses,
+    // such as turns given only once per cron tick.
+    expect(utilisation).toBeGreaterThanOrEqual(0.8);
+  }, 240_000);
+
+  it("a job cancelled while it waits its turn is never provisioned, and leaves the wait set; the others run once; no message is redelivered while waiting", async () => {
+    const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", CAPACITY_POD: 1 });
+    const [first, second, third] = (await gitea.queue(["a/one", "b/two", "c/three"].map((repository) => ({ labels: ["ubuntu-latest"], repository, runMs: 1_500 })))).jobs as [number, number, number];
+    await gitea.deliver();
+    await until(async () => {
+      await gitea.deliver();
+      await tick(env);
+      return (await stateOf(env, `gitea-${third}-1`)) === "capacity_wait" && (await stateOf(env, `gitea-${second}-1`)) === "capacity_wait";
+    }, 15_000);
+    await gitea.cancel(second);
+    await runAll(env, gitea, 30_000);
+    expect(await stateOf(env, `gitea-${second}-1`)).toBe("terminated");
+    await until(async () => {
+      await gitea.deliver();
+      await tick(env);
+      return (await backend.state()).runners.length === 0;
+    }, 15_000);
+    expect((await backend.state()).created).toBe(2);
+    expect((await gitea.actions()).taken.map((t) => t.job).sort()).toEqual([first, third].sort());
+    // The cancelled one's entry is gone once a pass gives turns again; nothing waits.
+    await tick(env);
+    const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { redelivered: number }[] };
+    expect(status.backends[0]!.redelivered).toBe(0);
+    expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toEqual([`gitea-${third}-1`]);
+  }, 60_000);
+});
