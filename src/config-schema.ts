@@ -100,6 +100,7 @@ export const envSchema = z.object({
     .default("admin"),
   RUNNER_SCOPE: z.enum(RUNNER_SCOPES, { message: `must be one of ${RUNNER_SCOPES.join(", ")}` }).default("instance"),
   FAIR_SHARE: z.enum(["on", "off"], { message: "must be on or off" }).default("off"),
+  QUOTAS: z.string().optional(),
   RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
   RUNS_ON_ROUTES: z.string().optional(),
   RUNNER_POOLS: z.string().optional(),

@@ -7,7 +7,7 @@ import { parseScope } from "./gitea/scope.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 import { checkPools } from "./pools/check.ts";
 import { parsePools, type Pool } from "./pools/config.ts";
-import { NO_QUOTAS, type Quotas } from "./quotas/config.ts";
+import { NO_QUOTAS, parseQuotas, type Quotas } from "./quotas/config.ts";
 import type { NatsAuth } from "./nats/connection.ts";
 
 export type { NatsAuth };
@@ -128,6 +128,8 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const giteaParts = raw.GITEA_URL ? parseGiteaSecrets(raw, problems) : undefined;
   const text = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : undefined);
   const pools: Pool[] = (raw.GITEA_URL ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
+  const quotas = parseQuotas(text("QUOTAS"), problems);
+  if (quotas !== NO_QUOTAS && raw.FAIR_SHARE !== "on") problems.push("QUOTAS needs FAIR_SHARE=on: a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const { backends, kubernetes } = parseBackends(
@@ -195,8 +197,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     pools,
     warmGraceMs: e.WARM_GRACE_MS,
     fairShare: e.FAIR_SHARE === "on",
-    // QUOTAS is not read yet: its limits need a ledger that holds across isolates (#22).
-    quotas: NO_QUOTAS,
+    quotas: quotas ?? NO_QUOTAS,
   };
 }
 

@@ -12,6 +12,7 @@ import type { PreparedRequest } from "./reconcile/process.ts";
 import type { Admission, Placement } from "./state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "./state/records.ts";
 import type { WaitSet } from "./state/wait-set.ts";
+import type { QuotaLedger } from "./state/quota-ledger.ts";
 import type { TeardownList } from "./state/teardowns.ts";
 import type { WarmSlots } from "./state/warm-slots.ts";
 import type { StartupTimes } from "./state/startup-times.ts";
@@ -36,6 +37,7 @@ export interface State {
   warm: WarmSlots;
   startups: StartupTimes;
   waiting: WaitSet;
+  quotas: QuotaLedger;
 }
 
 export interface Dispatcher {

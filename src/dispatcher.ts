@@ -24,7 +24,9 @@ import { createTeardownList } from "./state/teardowns.ts";
 import { createWarmSlots } from "./state/warm-slots.ts";
 import { createStartupTimes } from "./state/startup-times.ts";
 import { createWaitSet } from "./state/wait-set.ts";
-import { limitsOf, weightOf } from "./quotas/config.ts";
+import { hasLimits, shareRules } from "./quotas/config.ts";
+import { withQuotaRelease } from "./quotas/limits.ts";
+import { createQuotaLedger } from "./state/quota-ledger.ts";
 import type { Dispatcher, State } from "./dispatcher-types.ts";
 
 /**
@@ -85,11 +87,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
       admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
+      quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
       waiting: createWaitSet(handle, names),
     };
+    if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
     return deps.decorateState ? deps.decorateState(state) : state;
   };
 
@@ -203,7 +207,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     needsIdentity: d.config.gitea !== undefined,
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
-    ...(d.config.fairShare ? { waiting: { set: state.waiting, rules: { weight: (o: string) => weightOf(d.config.quotas, o), limits: (r: string) => limitsOf(d.config.quotas, r) } } } : {}),
+    ...(d.config.fairShare ? { waiting: { set: state.waiting, rules: shareRules(d.config.quotas), ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}) } } : {}),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
     sink: d.sink,

@@ -7,6 +7,7 @@ export const EVENT_NAMES = [
   "invalid",
   "conflict",
   "capacity_wait",
+  "quota_wait",
   "capacity_acquired",
   "backend_retry",
   "backend_auth",

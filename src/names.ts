@@ -6,6 +6,7 @@ export type Backend = (typeof BACKENDS)[number];
 export const ASSIGNMENT_STATES = [
   "received",
   "capacity_wait",
+  "quota_wait",
   "backend_pending",
   "backend_ready",
   "claimed",

@@ -81,7 +81,7 @@ export function canClaim(r: AssignmentRecord, caller: Caller = {}): boolean {
 }
 
 /** States a token holder's claim may find while the pass that asked for its runner is still writing. */
-const ASKED_FOR_BY_TOKEN = new Set<AssignmentState>(["received", "capacity_wait"]);
+const ASKED_FOR_BY_TOKEN = new Set<AssignmentState>(["received", "capacity_wait", "quota_wait"]);
 
 /** A claim's outcome; `held` when a pass holds the message and will ack it within moments; `changed` when this call claimed it. */
 export type Claimed = AssignmentView & { held: boolean; changed: boolean };

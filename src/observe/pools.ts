@@ -23,7 +23,7 @@ export interface PoolSnapshot {
   startup: StartupHistogram | null;
 }
 
-const BOOTING = new Set(["received", "capacity_wait", "backend_pending"]);
+const BOOTING = new Set(["received", "capacity_wait", "quota_wait", "backend_pending"]);
 
 export function poolSnapshots(pools: readonly Pool[], holders: readonly AssignmentRecord[], histograms: ReadonlyMap<string, StartupHistogram>, now: number): PoolSnapshot[] {
   return pools.map((p) => {

@@ -7,7 +7,7 @@ import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 
 /** States in which a runner waits for a job (asked for, booting, or up and idle). */
-export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "backend_pending", "backend_ready"]);
+export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready"]);
 
 /**
  * The ended record, or null when `when` refused the record as it stood (or there was none).

@@ -9,6 +9,7 @@ import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
 import { ownerOf } from "./config.ts";
 import { pickNext, taken, type Shares } from "./fair-share.ts";
+import { releaseQuota, takeQuota } from "./limits.ts";
 
 /** Jobs with no repository (published through the API) wait as one owner of their own. */
 const NO_REPOSITORY = { owner: "-", repository: "-/-" };
@@ -36,6 +37,13 @@ export async function admitWaiting(deps: ProcessDeps, max: number): Promise<numb
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome = await giveTurn(deps, w, head);
     if (outcome === "full") break;
+    // At a QUOTAS limit the pick thought it was under (another pass took the place): its
+    // repository waits for this pass.
+    if (outcome === "limited") {
+      heads = heads.filter((h) => h.repository !== head.repository);
+      shares = { ...shares, heads };
+      continue;
+    }
     const after = await w.set.next(deps.backend, head.repository, head.seq);
     heads = [...heads.filter((h) => h !== head), ...(after ? [after] : [])];
     shares = outcome === "admitted" ? taken({ ...shares, heads }, next) : { ...shares, heads };
@@ -44,7 +52,7 @@ export async function admitWaiting(deps: ProcessDeps, max: number): Promise<numb
   return given;
 }
 
-async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full"> {
+async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "limited"> {
   const data = Uint8Array.from(atob(head.data), (c) => c.charCodeAt(0));
   const decoded = decodeAssignment(data, deps.trustDomain);
   const known = await deps.records.get(head.id);
@@ -58,8 +66,14 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
     await w.set.remove(head.seq);
     return "gone";
   }
+  const repository = decoded.assignment.job?.repository;
+  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
+  if (quota === "refused") return "limited";
   const { admitted } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }]);
-  if (!admitted.has(head.id)) return "full";
+  if (!admitted.has(head.id)) {
+    if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
+    return "full";
+  }
   await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
   await w.set.remove(head.seq);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });

@@ -75,6 +75,16 @@ export function limitsOf(q: Quotas, repository: string): { owner?: number; repos
   return { ...(owner !== undefined ? { owner } : {}), ...(repo !== undefined ? { repository: repo } : {}) };
 }
 
+/** Whether any concurrent-runner limit is set (the ledger is used only then). */
+export function hasLimits(q: Quotas): boolean {
+  return q.defaultOwnerLimit !== undefined || q.defaultRepositoryLimit !== undefined || [...q.owners.values()].some((o) => o.limit !== undefined) || [...q.repositories.values()].some((r) => r.limit !== undefined);
+}
+
+/** QUOTAS as the fair share reads it. */
+export function shareRules(q: Quotas): { weight(owner: string): number; limits(repository: string): { owner?: number; repository?: number } } {
+  return { weight: (owner) => weightOf(q, owner), limits: (repository) => limitsOf(q, repository) };
+}
+
 /** An owner's weight in the fair share (1 unless QUOTAS says otherwise). */
 export function weightOf(q: Quotas, owner: string): number {
   return q.owners.get(owner.toLowerCase())?.weight ?? 1;

@@ -18,6 +18,8 @@ export interface Facts {
   admitted?: boolean;
   /** Not admitted, it waits its turn in the wait set (fair share) rather than in the consumer. */
   waitSet?: boolean;
+  /** Not admitted because its owner or repository is at its QUOTAS limit. */
+  quota?: boolean;
   /** "auth_error": the backend refused our credentials (401/403), retried like any error but loud. */
   backend?: "error" | "auth_error" | "pending" | "ready";
   /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
@@ -51,7 +53,7 @@ export function bootRetryDelay(attempts: number): number {
 
 export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
 
-export const EFFECTS = ["enter_wait_set", "mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
+export const EFFECTS = ["enter_wait_set", "mark_quota_wait", "mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
 export type Effect = (typeof EFFECTS)[number];
 
 export interface Verdict {
@@ -103,6 +105,7 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.admitted === undefined) return { next: "admit" };
   // Its assignment is kept in the wait set before the message is acked: a pass with a free slot
   // publishes it again when its turn comes (quotas/admit-waiting.ts).
+  if (!f.admitted && f.waitSet && f.quota) return verdict({ kind: "ack" }, ["quota_wait"], ["enter_wait_set", "mark_quota_wait"]);
   if (!f.admitted && f.waitSet) return verdict({ kind: "ack" }, ["capacity_wait"], ["enter_wait_set", "mark_waiting"]);
   if (!f.admitted) return verdict(nak(capacityWaitDelay(f.jitter)), ["capacity_wait"], ["mark_waiting"]);
   // A runner the backend reported ready is left alone until its claim timeout, as the reference's

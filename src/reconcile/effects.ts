@@ -21,6 +21,7 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
     if (!settled.has(next.state)) {
       for (const effect of effects) {
         if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
+        if (effect === "mark_quota_wait" && next.state !== "quota_wait") next = { ...next, state: "quota_wait" };
         if (effect === "mark_pending" && (next.state !== "backend_pending" || !next.askedAt)) next = { ...next, state: "backend_pending", askedAt: next.askedAt ?? at };
         if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) {
           next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };

@@ -48,5 +48,9 @@ export function policyOf(deps: ProcessDeps, p: Prepared): Policy {
 const WARM_MARGIN_MS = 5 * 60_000;
 
 /** Where this delivery's runner is: as admitted now, else as its record says. */
-export const placeOf = (p: Prepared): Placement => p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend });
+export const placeOf = (p: Prepared): Placement => {
+  const repository = p.assignment?.job?.repository.toLowerCase();
+  const place = p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend });
+  return repository?.includes("/") ? { ...place, repository } : place;
+};
 

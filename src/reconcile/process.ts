@@ -10,6 +10,7 @@ import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
+import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";
@@ -57,6 +58,7 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   if (deps.waiting && admitting.some((p) => !p.known!.value.chosen) && (await deps.waiting.set.any(deps.backend))) {
     for (const p of admitting) if (!p.known!.value.chosen) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
+  const quotaTaken = await takeQuotas(deps, admitting.filter((p) => p.facts.admitted === undefined));
   const trying = admitting.filter((p) => p.facts.admitted === undefined);
   if (trying.length) {
     const reserve = new Set(deps.needsIdentity ? trying.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
@@ -66,12 +68,26 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
       const placement = admitted.get(p.assignment!.id);
       p.facts.admitted = placement !== undefined;
       if (!placement && deps.waiting) p.facts.waitSet = true;
+      if (!placement && quotaTaken.has(p.assignment!.id)) await releaseQuota(deps.waiting!.ledger!, p.assignment!.id, p.assignment!.job?.repository);
       if (placement) p.placement = placement;
       p.reserved = reserved.has(p.assignment!.id);
       if (p.facts.admitted) emit(deps, "capacity_acquired", idOf(p));
     }
   }
   return batch;
+}
+
+/** QUOTAS: takes each job's places; one at a limit waits (quota_wait). The ids that took places. */
+async function takeQuotas(deps: ProcessDeps, batch: Prepared[]): Promise<Set<string>> {
+  const ledger = deps.waiting?.ledger;
+  const taken = new Set<string>();
+  if (!ledger) return taken;
+  for (const p of batch) {
+    const got = await takeQuota(ledger, deps.waiting!.rules, p.assignment!.id, p.assignment!.job?.repository);
+    if (got === "taken") taken.add(p.assignment!.id);
+    if (got === "refused") Object.assign(p.facts, { admitted: false, waitSet: true, quota: true });
+  }
+  return taken;
 }
 
 /**

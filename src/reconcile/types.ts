@@ -10,11 +10,14 @@ import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord, RecordStore, RunnerRef } from "../state/records.ts";
 import type { Facts, Policy } from "./decide.ts";
 import type { WaitSet } from "../state/wait-set.ts";
+import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { ShareRules } from "../quotas/fair-share.ts";
 
 export interface WaitingDeps {
   set: WaitSet;
   rules: ShareRules;
+  /** QUOTAS limits, when any is set. */
+  ledger?: QuotaLedger;
 }
 
 export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";

@@ -30,6 +30,8 @@ export interface AdmissionResult {
 export interface Placement {
   backend: Backend;
   pool?: string;
+  /** Its job's repository, lower case: a release gives its QUOTAS places back (quotas/). */
+  repository?: string;
 }
 
 /** An id and the places it may run, tried in order. */

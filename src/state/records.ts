@@ -59,8 +59,10 @@ export interface AssignmentRecord {
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
-export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement">): { backend: Backend; pool?: string } {
-  return r.placement ?? { backend: r.backend };
+export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job">): { backend: Backend; pool?: string; repository?: string } {
+  // The repository (lower case) tells a release which QUOTAS places to give back.
+  const repository = r.job?.repository?.toLowerCase();
+  return { ...(r.placement ?? { backend: r.backend }), ...(repository?.includes("/") ? { repository } : {}) };
 }
 
 export interface RunnerRef {

@@ -207,6 +207,7 @@ describe("JetStream handoff against nats-server", () => {
         expect.stringMatching(`stream ${config.stream} is missing`),
         expect.stringMatching(`stream ${config.stream}_slots_pod is missing`),
         expect.stringMatching(`stream ${config.stream}_registering is missing`),
+        expect.stringMatching(`stream ${config.stream}_waiting is missing`),
         expect.stringMatching(`KV bucket ${config.stream}_records is missing`),
       ]);
     });
@@ -223,6 +224,7 @@ describe("JetStream handoff against nats-server", () => {
         expect.stringMatching(`stream ${config.stream} is missing`),
         expect.stringMatching(`stream ${config.stream}_slots_pod is missing`),
         expect.stringMatching(`stream ${config.stream}_registering is missing`),
+        expect.stringMatching(`stream ${config.stream}_waiting is missing`),
         expect.stringMatching(`KV bucket ${config.stream}_records is missing`),
       ]);
       expect(await provision(h, config)).toContain(`stream ${config.stream}: created (R1)`);

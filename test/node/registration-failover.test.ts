@@ -15,10 +15,10 @@ const silent = { event: () => undefined, summary: () => undefined, error: () => 
 function countingGitea() {
   const gitea = { registrations: 0 } as GiteaClient & { registrations: number };
   Object.assign(gitea, {
-    registrationToken: async () => "reg",
+    registrationToken: async () => ({ token: "reg", scope: { kind: "admin" } }),
     register: async (req: { name: string; labels: string[] }) => {
       gitea.registrations++;
-      return { id: gitea.registrations, uuid: `u${gitea.registrations}`, token: `t${gitea.registrations}`, name: req.name, labels: req.labels };
+      return { id: gitea.registrations, uuid: `u${gitea.registrations}`, token: `t${gitea.registrations}`, name: req.name, labels: req.labels, scope: { kind: "admin" } };
     },
     listQueuedJobs: async () => ({ total: 0, jobs: [] }),
     listRunners: async () => ({ total: 0, runners: [] }),

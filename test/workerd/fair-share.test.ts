@@ -118,4 +118,38 @@ describe("fair share of a full backend", () => {
     expect(status.backends[0]!.redelivered).toBe(0);
     expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toEqual([`gitea-${third}-1`]);
   }, 60_000);
+
+  it("QUOTAS: an owner at its limit waits (quota_wait) while others run; a lowered limit ends no runner, and admits none until under it", async () => {
+    const quotas = (limit: number) => JSON.stringify({ owners: { A: { limit } } });
+    const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", QUOTAS: quotas(2) });
+    const a = (await gitea.queue(Array.from({ length: 6 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: i % 2 ? "a/one" : "A/two", runMs: 1_500 })))).jobs;
+    const b = (await gitea.queue(Array.from({ length: 2 }, () => ({ labels: ["ubuntu-latest"], repository: "b/x", runMs: 1_500 })))).jobs;
+    const running = async (ids: number[]) => (await gitea.actions()).jobs.filter((j) => ids.includes(j.id) && j.status === "in_progress").length;
+    // Once two of a's run, every Worker sees the limit drop to 1 (webhooks and ticks alike).
+    const low = { ...env, QUOTAS: quotas(1) };
+    const giteaLow = giteaControl(low);
+    let most = 0;
+    let lowered = false;
+    let under = false;
+    let mostUnder = 0;
+    await until(async () => {
+      await (lowered ? giteaLow : gitea).deliver();
+      await tick(lowered ? low : env);
+      const now = await running(a);
+      most = Math.max(most, now);
+      if (lowered && now <= 1) under = true;
+      if (under) mostUnder = Math.max(mostUnder, now);
+      if (!lowered && now === 2) lowered = true;
+      return (await gitea.actions()).jobs.every((j) => j.status === "completed");
+    }, 45_000);
+    expect(most).toBe(2);
+    expect(logs().events().some((e) => e.event === "quota_wait")).toBe(true);
+    // b's ran though a's waited; every job ran once, none cut short.
+    const { jobs } = await gitea.actions();
+    expect(jobs.filter((j) => j.conclusion === "success").map((j) => j.id).sort()).toEqual([...a, ...b].sort());
+    expect((await backend.state()).created).toBe(8);
+    // Lowered with two running: both ran to the end; once under the new limit, never above it.
+    expect(lowered && under).toBe(true);
+    expect(mostUnder).toBe(1);
+  }, 60_000);
 });

@@ -1,0 +1,71 @@
+// QUOTAS limits on the real nats-server (state/quota-ledger.ts): taken by many connections at once,
+// an owner's and a repository's limits each hold exactly; a place refused by the second gives the
+// first back; a lowered limit takes no place away but admits no new one; ids that are not what
+// they seem ("constructor") are ids like any other.
+import { Kvm } from "@nats-io/kv";
+import { describe, expect, inject, it } from "vitest";
+import { recordsBucket } from "../../src/names.ts";
+import { withNats } from "../../src/nats/connection.ts";
+import { readManyJson } from "../../src/state/kv.ts";
+import { createQuotaLedger, type QuotaLedger } from "../../src/state/quota-ledger.ts";
+import type { Config } from "../../src/config.ts";
+import { provisionEnv, testEnv } from "../harness/env.ts";
+
+const nats = inject("natsWsUrl");
+const backendUrl = inject("backendUrl");
+
+/** `fn` with a ledger on a connection of its own, as one invocation would have. */
+const withLedger = <T>(config: Config, fn: (ledger: QuotaLedger) => Promise<T>, now = Date.now) =>
+  withNats(config, async (h) => {
+    const bucket = recordsBucket({ stream: config.stream, subjectBase: config.subjectBase });
+    const kv = await new Kvm(h.js).open(bucket);
+    return fn(createQuotaLedger(kv, (keys) => readManyJson(h, bucket, keys), 60_000, now));
+  });
+
+describe("the quota ledger", () => {
+  it("holds an owner's limit exactly when many take at once, and a repository's inside it", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    const takes = await Promise.all(Array.from({ length: 16 }, (_, i) => withLedger(config, (l) => l.take("acme", `acme/r${i % 2}`, `job-${i}`, { owner: 5, repository: 3 }))));
+    expect(takes.filter(Boolean)).toHaveLength(5);
+    expect(await withLedger(config, (l) => l.held(["acme", "other"]))).toEqual(new Map([["acme", 5], ["other", 0]]));
+    // A take again by a holder holds; a new one is refused.
+    const holder = `job-${takes.indexOf(true)}`;
+    expect(await withLedger(config, (l) => l.take("acme", `acme/r${Number(holder.slice(4)) % 2}`, holder, { owner: 5, repository: 3 }))).toBe(true);
+    expect(await withLedger(config, (l) => l.take("acme", "acme/r9", "job-new", { owner: 5 }))).toBe(false);
+  });
+
+  it("a repository at its limit refuses, and the owner's place taken for it is given back", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await withLedger(config, async (l) => {
+      expect(await l.take("acme", "acme/mono", "constructor", { owner: 10, repository: 1 })).toBe(true);
+      expect(await l.take("acme", "acme/mono", "toString", { owner: 10, repository: 1 })).toBe(false);
+      expect((await l.held(["acme"])).get("acme")).toBe(1);
+      expect(await l.take("acme", "acme/app", "toString", { owner: 10, repository: 1 })).toBe(true);
+      await l.release("acme", "acme/mono", "constructor");
+      expect((await l.held(["acme"])).get("acme")).toBe(1);
+      expect(await l.take("acme", "acme/mono", "job-3", { owner: 10, repository: 1 })).toBe(true);
+    });
+  });
+
+  it("a limit lowered below the live count takes nothing away and admits nothing new until it is under", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await withLedger(config, async (l) => {
+      for (const id of ["a", "b", "c"]) expect(await l.take("acme", "acme/x", id, { owner: 3 })).toBe(true);
+      expect(await l.take("acme", "acme/x", "d", { owner: 2 })).toBe(false);
+      expect((await l.held(["acme"])).get("acme")).toBe(3);
+      await l.release("acme", "acme/x", "a");
+      expect(await l.take("acme", "acme/x", "d", { owner: 2 })).toBe(false);
+      await l.release("acme", "acme/x", "b");
+      expect(await l.take("acme", "acme/x", "d", { owner: 2 })).toBe(true);
+    });
+  });
+
+  it("a place whose release was lost ends after its lease", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    let clock = Date.now();
+    await withLedger(config, (l) => l.take("acme", "acme/x", "lost", { owner: 1 }), () => clock);
+    expect(await withLedger(config, (l) => l.take("acme", "acme/x", "next", { owner: 1 }), () => clock + 59_999)).toBe(false);
+    clock += 60_001;
+    expect(await withLedger(config, (l) => l.take("acme", "acme/x", "next", { owner: 1 }), () => clock)).toBe(true);
+  });
+});
