@@ -55,13 +55,14 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
       `consumer pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
       `stream ${stream}_slots_pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
       `stream ${stream}_registering has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `stream ${stream}_waiting has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
       `KV bucket ${stream}_records has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
     ]);
 
     const config = loadConfig(r3);
     const done = await withNats(config, (h) => provision(h, config));
     expect(done).toEqual(
-      expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `stream ${stream}_slots_pod: updated (R1 → R3)`, `stream ${stream}_registering: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`]),
+      expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `stream ${stream}_slots_pod: updated (R1 → R3)`, `stream ${stream}_registering: updated (R1 → R3)`, `stream ${stream}_waiting: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`]),
     );
     const after = await until("R3 layout healthy", () => health(r3), (h) => h.ok);
     expect(after.stream).toMatchObject({ replicas: 3, messages: 5 });
