@@ -18,7 +18,10 @@ export interface BackendSnapshot {
   queued: number;
   ackPending: number;
   redelivered: number;
-  /** Delivered and not acknowledged, without a slot: waiting for capacity (or being looked at right now). */
+  /**
+   * Delivered and not acknowledged, without a slot: waiting for capacity (or being looked at right
+   * now); with FAIR_SHARE=on, and the jobs in the wait set, waiting their turn (or a QUOTAS limit).
+   */
   waitingForCapacity: number;
   pendingAtBackend: number;
   readyForClaim: number;
@@ -42,7 +45,12 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }): Promise<BackendSnapshot> => {
-          const [consumer, slots] = await Promise.all([jsm.consumers.info(d.config.stream, consumerName(backend)), state.admission.snapshot(backend)]);
+          const [consumer, slots, turns] = await Promise.all([
+            jsm.consumers.info(d.config.stream, consumerName(backend)),
+            state.admission.snapshot(backend),
+            // One more request, with fair share only: the wait set's count per repository.
+            d.config.fairShare ? state.waiting.counts(backend) : new Map<string, number>(),
+          ]);
           const records = await state.records.getMany(slots.holders);
           for (const r of records.values()) held.push(r.value);
           const inState = (s: string) => [...records.values()].filter((r) => r.value.state === s).length;
@@ -57,7 +65,7 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
             ackPending: consumer.num_ack_pending,
             redelivered: consumer.num_redelivered,
             // A slot holder not yet claimed still has its message out; every other one out is waiting.
-            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim),
+            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim) + [...turns.values()].reduce((a, b) => a + b, 0),
             pendingAtBackend,
             readyForClaim,
             running: inState("claimed"),

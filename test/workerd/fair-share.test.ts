@@ -103,6 +103,9 @@ describe("fair share of a full backend", () => {
       await tick(env);
       return (await stateOf(env, `gitea-${third}-1`)) === "capacity_wait" && (await stateOf(env, `gitea-${second}-1`)) === "capacity_wait";
     }, 15_000);
+    // Both wait their turn, out of the consumer: /v1/status counts them.
+    const status = async () => (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { waitingForCapacity: number; redelivered: number }[] };
+    expect((await status()).backends[0]!.waitingForCapacity).toBe(2);
     await gitea.cancel(second);
     await runAll(env, gitea, 30_000);
     expect(await stateOf(env, `gitea-${second}-1`)).toBe("terminated");
@@ -115,8 +118,8 @@ describe("fair share of a full backend", () => {
     expect((await gitea.actions()).taken.map((t) => t.job).sort()).toEqual([first, third].sort());
     // The cancelled one's entry is gone once a pass gives turns again; nothing waits.
     await tick(env);
-    const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { redelivered: number }[] };
-    expect(status.backends[0]!.redelivered).toBe(0);
+    expect((await status()).backends[0]!.redelivered).toBe(0);
+    expect((await status()).backends[0]!.waitingForCapacity).toBe(0);
     expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toEqual([`gitea-${third}-1`]);
   }, 60_000);
 
