@@ -15,6 +15,9 @@ export const ASSIGNMENT_STATES = [
 ] as const;
 export type AssignmentState = (typeof ASSIGNMENT_STATES)[number];
 
+/** States a runner reached (claimed) or an assignment ended in: nothing more is asked for it. */
+export const SETTLED_STATES: ReadonlySet<AssignmentState> = new Set(["claimed", "completed", "terminated"]);
+
 export interface NatsNames {
   stream: string;
   subjectBase: string;

@@ -4,6 +4,7 @@
 // steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../assignment.ts";
+import { SETTLED_STATES } from "../names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
@@ -15,7 +16,6 @@ import { releaseQuota, takeQuota } from "./limits.ts";
 const NO_REPOSITORY = { owner: "-", repository: "-/-" };
 /** Repositories looked at per pass: the oldest job of each. */
 const HEADS = 64;
-const SETTLED = new Set(["claimed", "completed", "terminated"]);
 
 /** What the wait set keeps of a delivery that waits. */
 export function waitEntryOf(p: Prepared): WaitEntry {
@@ -23,15 +23,15 @@ export function waitEntryOf(p: Prepared): WaitEntry {
   return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: btoa(String.fromCharCode(...p.msg.data)) };
 }
 
-/** Gives at most `max` free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
-export async function admitWaiting(deps: ProcessDeps, max: number): Promise<number> {
+/** Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
+export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   const w = deps.waiting;
-  if (!w || max <= 0) return 0;
+  if (!w) return 0;
   let heads = await w.set.heads(deps.backend, HEADS);
   if (!heads.length) return 0;
   let shares = await heldNow(deps, heads);
   let given = 0;
-  while (given < max) {
+  for (;;) {
     const next = pickNext(shares, w.rules);
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
@@ -57,11 +57,11 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
   const decoded = decodeAssignment(data, deps.trustDomain);
   const known = await deps.records.get(head.id);
   // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
-  if (!decoded.ok || !known || SETTLED.has(known.state)) {
+  if (!decoded.ok || !known || SETTLED_STATES.has(known.state)) {
     await w.set.remove(head.seq);
     return "gone";
   }
-  const chosen = known.chosen ? known : await deps.records.update(head.id, (r) => (SETTLED.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
+  const chosen = known.chosen ? known : await deps.records.update(head.id, (r) => (SETTLED_STATES.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
   if (!chosen?.chosen) {
     await w.set.remove(head.seq);
     return "gone";

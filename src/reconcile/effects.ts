@@ -1,13 +1,13 @@
 // Carrying out a verdict's effects: all of its record changes (and a new runner identity) in one
 // compare-and-set write, then the slot release and the teardown it calls for.
 import type { Effect } from "./decide.ts";
+import { SETTLED_STATES } from "../names.ts";
 import { isRetryable } from "../state/kv.ts";
 import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { waitEntryOf } from "../quotas/admit-waiting.ts";
 import { placeOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
-const settled = new Set(["claimed", "completed", "terminated"]);
 
 /** All of a verdict's record changes, and a new runner identity, in one write. */
 export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined, holdUntil?: number): Promise<AssignmentRecord | null> {
@@ -18,7 +18,7 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
     const { pool, backend } = p.placement ?? {};
     if (pool !== undefined && backend !== undefined && !next.placement) next = { ...next, placement: { pool, backend } };
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
-    if (!settled.has(next.state)) {
+    if (!SETTLED_STATES.has(next.state)) {
       for (const effect of effects) {
         if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
         if (effect === "mark_quota_wait" && next.state !== "quota_wait") next = { ...next, state: "quota_wait" };

@@ -2,7 +2,7 @@
 // admitted before), its grace for a warm runner, and the boot and claim limits of its pool.
 import type { Policy } from "./decide.ts";
 import type { Placement } from "../state/admission.ts";
-import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { placedRepository, placementOf, type AssignmentRecord } from "../state/records.ts";
 import type { Assignment } from "../assignment.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
@@ -48,9 +48,8 @@ export function policyOf(deps: ProcessDeps, p: Prepared): Policy {
 const WARM_MARGIN_MS = 5 * 60_000;
 
 /** Where this delivery's runner is: as admitted now, else as its record says. */
-export const placeOf = (p: Prepared): Placement => {
-  const repository = p.assignment?.job?.repository.toLowerCase();
-  const place = p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend });
-  return repository?.includes("/") ? { ...place, repository } : place;
-};
+export const placeOf = (p: Prepared): Placement => ({
+  ...(p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend })),
+  ...placedRepository(p.assignment?.job?.repository),
+});
 

@@ -116,7 +116,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       if (opts.untilNew && wait === 0 && fresh.some((m) => m.deliveryCount === 1)) break;
     }
     if (!deps.waiting || deps.now() >= opts.deadline) break;
-    const given = await admitWaiting(deps, Infinity).catch((err: unknown) => {
+    const given = await admitWaiting(deps).catch((err: unknown) => {
       deps.sink.error("giving turns failed", { backend: deps.backend, reason: (err as Error).message });
       return 0;
     });

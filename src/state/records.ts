@@ -60,9 +60,13 @@ export interface AssignmentRecord {
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
 export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job">): { backend: Backend; pool?: string; repository?: string } {
-  // The repository (lower case) tells a release which QUOTAS places to give back.
-  const repository = r.job?.repository?.toLowerCase();
-  return { ...(r.placement ?? { backend: r.backend }), ...(repository?.includes("/") ? { repository } : {}) };
+  return { ...(r.placement ?? { backend: r.backend }), ...placedRepository(r.job?.repository) };
+}
+
+/** A job's repository as a placement carries it (lower case): a release gives its QUOTAS places back. */
+export function placedRepository(repository: string | undefined): { repository?: string } {
+  const lower = repository?.toLowerCase();
+  return lower?.includes("/") ? { repository: lower } : {};
 }
 
 export interface RunnerRef {
