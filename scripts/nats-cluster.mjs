@@ -10,7 +10,7 @@ import { wsconnect } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { startNatsServer } from "./nats-server.mjs";
 
-async function freePort() {
+async function pickFreePort() {
   const server = createServer();
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
   const { port } = server.address();
@@ -19,17 +19,22 @@ async function freePort() {
 }
 
 /**
- * @param {{ size?: number }} [options]
+ * `freePort` picks each port (a test passes one that returns a taken port first).
+ * @param {{ size?: number, freePort?: () => Promise<number> }} [options]
  * @returns a cluster: `wsUrls` (one per node), `natsUrl` (comma-separated ws URLs, as NATS_URL),
  * `nodes` ({ name, wsUrl, up }), kill(i), start(i), nodeOf(serverName), stop().
  */
-export async function startNatsCluster({ size = 3 } = {}) {
+export async function startNatsCluster({ size = 3, freePort = pickFreePort } = {}) {
   const id = randomUUID().slice(0, 6);
   const root = mkdtempSync(join(tmpdir(), "gdr-cluster-"));
   const specs = [];
-  for (let i = 0; i < size; i++) {
-    specs.push({ name: `gdr-${id}-n${i + 1}`, store: join(root, `n${i + 1}`), ports: { nats: await freePort(), websocket: await freePort() }, route: await freePort() });
-  }
+  const pickPorts = async () => {
+    specs.length = 0;
+    for (let i = 0; i < size; i++) rmSync(join(root, `n${i + 1}`), { recursive: true, force: true });
+    for (let i = 0; i < size; i++) {
+      specs.push({ name: `gdr-${id}-n${i + 1}`, store: join(root, `n${i + 1}`), ports: { nats: await freePort(), websocket: await freePort() }, route: await freePort() });
+    }
+  };
   const configOf = (spec) => `
 cluster {
   name: gdr-${id}
@@ -37,7 +42,7 @@ cluster {
   routes: [${specs.filter((s) => s !== spec).map((s) => `"nats-route://127.0.0.1:${s.route}"`).join(", ")}]
 }`;
   const start = (spec) => startNatsServer({ name: spec.name, storeDir: spec.store, ports: spec.ports, extraConfig: configOf(spec) });
-  const servers = await Promise.all(specs.map(start));
+  const servers = await startAll(pickPorts, () => specs.map(start));
   const wsUrls = servers.map((s) => s.wsUrl);
   const cluster = {
     wsUrls,
@@ -70,6 +75,19 @@ cluster {
   };
   await waitForJetStream(wsUrls, { replicas: size });
   return cluster;
+}
+
+// A port picked free can be taken by another process (a test's own nats-server, on -1) before
+// the node binds it: then every node is stopped and the cluster starts again on fresh ports.
+async function startAll(pickPorts, startEach, attempts = 5) {
+  for (let attempt = 1; ; attempt++) {
+    await pickPorts();
+    const started = await Promise.allSettled(startEach());
+    const failed = started.find((r) => r.status === "rejected");
+    if (!failed) return started.map((r) => r.value);
+    await Promise.all(started.filter((r) => r.status === "fulfilled").map((r) => r.value.stop()));
+    if (attempt >= attempts || !/address already in use/.test(String(failed.reason?.message))) throw failed.reason;
+  }
 }
 
 /**

@@ -8,6 +8,8 @@ import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { freePort } from "../../bench/lib.mjs";
 import { findNatsServer } from "../../scripts/nats-server.mjs";
+import { startNatsCluster } from "../../scripts/nats-cluster.mjs";
+import { createServer } from "node:net";
 import { loadConfig } from "../../src/config.ts";
 import { testEnv } from "../harness/env.ts";
 
@@ -65,6 +67,23 @@ describe("first run", () => {
     expect(run.stderr).toContain(`provision failed: cannot reach NATS at ws://127.0.0.1:${port} (NATS_URL)`);
     expect(run.stderr).not.toMatch(/hunter2|admin|abc/);
   });
+
+  it("a cluster whose picked port is taken before a node binds it starts again on fresh ports", async () => {
+    // As when another suite's nats-server is given that port by the kernel: CI failed this way.
+    const taken = createServer();
+    await new Promise<void>((r) => taken.listen(0, "127.0.0.1", () => r()));
+    const takenPort = (taken.address() as { port: number }).port;
+    let picks = 0;
+    const cluster = await startNatsCluster({ size: 3, freePort: async () => (picks++ === 1 ? takenPort : freePort()) });
+    try {
+      expect(picks).toBeGreaterThan(9);
+      expect(cluster.wsUrls).toHaveLength(3);
+      expect(cluster.wsUrls.join()).not.toContain(`:${takenPort}`);
+    } finally {
+      await cluster.stop();
+      taken.close();
+    }
+  }, 60_000);
 
   it("a negative capacity says non-negative", () => {
     const problems = (env: Record<string, unknown>) => {
