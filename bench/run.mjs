@@ -23,6 +23,7 @@ import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
 import { measureSoak } from "./soak.mjs";
+import { measureFairness } from "./fairness.mjs";
 import { measurePools } from "./pools.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
@@ -363,6 +364,7 @@ const SECTIONS = {
     return measureSoak({ vars, backendMode, startWorker, sendWebhook, log, jobs: SOAK_JOBS, perSec: SOAK_PER_SEC });
   },
   pools: () => measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
+  fairness: () => measureFairness({ varsFor, provisioned, startWorker, backendMode, webhookSecret, proxy, nats: nats.wsUrl, log }),
   distance: () => measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
 };
 const only = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(",").map((x) => x.trim()) : undefined;
@@ -401,6 +403,12 @@ const ROWS = {
     `| runners made per job, ${p.long.jobs} jobs at minIdle 5, 4 a second | ${r(p.long.perJob, 3)} (${p.long.created} runners: ${p.long.warmFilled} warm fills, ${p.long.converted} job runners kept warm, ${p.long.ended} ended unused; ${p.long.warmTook} jobs on warm runners; start-up p50 ${r(p.long.p50Ms)} ms, p99 ${r(p.long.p99Ms)} ms) | bound 1 + (target + replaced) / jobs = ${r(p.long.bound, 3)} (${p.long.replaced} replaced) | | ≤ bound |`,
     `| after a burst, back at the warm target (10) | ${r(p.backAtTargetMs.gitea)} ms after the last job was taken (idle and polling in Gitea); ${r(p.backAtTargetMs.status)} ms in /v1/status (a cron tick every ${p.tickMs / 1000} s sees them up) | boot + 5 s = ${r(p.bootMs + 5_000)} ms | | ≤ boot + 5 s |`,
     `| target drops 10 → 2 (a window closes): surplus gone | after one tick (${r(p.surplus.tickMs)} ms): ${p.surplus.warmAfterOneTick} warm, ${p.surplus.idleAfterOneTick} idle | target ${p.surplus.target} | | ≤ one tick |`,
+  ],
+  fairness: (f) => [
+    `| b/fix behind 200 jobs of a/mono, capacity ${f.capacity}: queued → runner asked for, → in_progress | ${r(f.fair.fix.toRunnerAskedMs)} ms, ${r(f.fair.fix.toInProgressMs)} ms (c/app's 5: p50 ${r(f.fair.appToInProgressP50Ms)} ms) | first come first served, RUNNER_SCOPE=instance: ${r(f.fifo.fix.toRunnerAskedMs)} ms, ${r(f.fifo.fix.toInProgressMs)} ms (c/app p50 ${r(f.fifo.appToInProgressP50Ms)} ms) | ${r(f.fifo.fix.toInProgressMs / f.fair.fix.toInProgressMs, 1)}× | first slot freed |`,
+    `| jobs/s of the 206, runners of 2-4 s (boot 0.1 s, poll 0.2 s) | ${r(f.fair.jobsPerSec, 2)} (${r(f.fair.ofCeiling, 2)} of the ceiling ${r(f.fair.ceiling, 2)}); ${f.fair.completed} completed, ${f.fair.takenTwice} taken twice | ${r(f.fifo.jobsPerSec, 2)} (${r(f.fifo.ofCeiling, 2)} of the ceiling) | | ≥ 0.9 of the ceiling |`,
+    `| a backlog of ${f.backlog.jobs} jobs at capacity ${f.capacity}, fair share on | ${f.backlog.completed} completed (${f.backlog.created} runners) in ${r(f.backlog.wallMs / 1000)} s; ${r(f.backlog.deliveriesPerJob, 2)} deliveries per job; ${f.backlog.maxDeliveriesAdvisories} MaxDeliver advisories; ${f.backlog.leftInStream} left in the stream | | | every job completes |`,
+    `| cost per assignment: NATS operations, Worker CPU | ${r(f.fair.natsOpsPerAssignment, 1)} ops, ${r(f.fair.workerCpuMsPerAssignment, 1)} ms | ${r(f.fifo.natsOpsPerAssignment, 1)} ops, ${r(f.fifo.workerCpuMsPerAssignment, 1)} ms | ${r(f.fair.natsOpsPerAssignment / f.fifo.natsOpsPerAssignment, 2)} | |`,
   ],
   soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`],
 };

@@ -99,8 +99,9 @@ export const envSchema = z.object({
     .regex(/^(admin|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name>" })
     .default("admin"),
   RUNNER_SCOPE: z.enum(RUNNER_SCOPES, { message: `must be one of ${RUNNER_SCOPES.join(", ")}` }).default("instance"),
-  FAIR_SHARE: z.enum(["on", "off"], { message: "must be on or off" }).default("off"),
+  FAIR_SHARE: z.enum(["on", "off"], { message: "must be on or off" }).default("on"),
   QUOTAS: z.string().optional(),
+  STATUS_TOP_OWNERS: intFrom(0, 1_000).default(10),
   RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
   RUNS_ON_ROUTES: z.string().optional(),
   RUNNER_POOLS: z.string().optional(),

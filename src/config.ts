@@ -41,6 +41,8 @@ export interface Config {
   metricsToken: string | undefined;
   /** Password of the status page (HTTP Basic, any user name); the page does not exist without it. */
   statusToken: string | undefined;
+  /** STATUS_TOP_OWNERS: owners listed by name in /metrics, /status and /v1/status; the rest sum as `other`. */
+  statusTopOwners: number;
   claimSigningKey: string;
   backendTimeoutMs: number;
   /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
@@ -129,7 +131,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const text = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : undefined);
   const pools: Pool[] = (raw.GITEA_URL ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
   const quotas = parseQuotas(text("QUOTAS"), problems);
-  if (quotas !== NO_QUOTAS && raw.FAIR_SHARE !== "on") problems.push("QUOTAS needs FAIR_SHARE=on: a job at its limit waits its turn in the wait set");
+  if (quotas !== NO_QUOTAS && raw.FAIR_SHARE === "off") problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const { backends, kubernetes } = parseBackends(
@@ -189,6 +191,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     dispatchToken: e.DISPATCH_TOKEN,
     metricsToken: e.METRICS_TOKEN,
     statusToken: e.STATUS_TOKEN,
+    statusTopOwners: e.STATUS_TOP_OWNERS,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",

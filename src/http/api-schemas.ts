@@ -60,6 +60,7 @@ export const statusBody = z
         ackPending: count,
         redelivered: count,
         waitingForCapacity: count,
+        waitingForQuota: count.meta({ description: "In the wait set, held back by a QUOTAS limit of their owner or repository" }),
         pendingAtBackend: count,
         readyForClaim: count,
         running: count,
@@ -82,6 +83,9 @@ export const statusBody = z
           .meta({ description: "Job start-up times (seconds): cumulative counts per bucket of 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600 s" }),
       }),
     ),
+    owners: z
+      .array(z.object({ owner: z.string(), runners: count, waitingForCapacity: count, waitingForQuota: count }))
+      .meta({ description: "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository" }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({
@@ -98,6 +102,22 @@ export const statusBody = z
     ),
   })
   .meta({ id: "Status" });
+
+const seconds = z.number().nonnegative();
+const usageFigures = {
+  jobs: count.meta({ description: "Jobs queued in the window" }),
+  runnerSeconds: seconds.meta({ description: "From each runner asked of the backend to its job's end (or now)" }),
+  queuedToRunning: z.object({ count, meanSeconds: seconds.nullable(), p50Seconds: seconds.nullable(), p95Seconds: seconds.nullable() }).meta({ description: "From queued to in_progress, over the window's jobs a runner took" }),
+};
+export const usageBody = z
+  .object({
+    since: timestamp,
+    until: timestamp,
+    owners: z.array(z.object({ owner: z.string(), ...usageFigures, repositories: z.array(z.object({ repository: z.string(), ...usageFigures })) })),
+    scanned: count.meta({ description: "Records read" }),
+    truncated: z.boolean().meta({ description: "The scan stopped at 50,000 records: ask for a narrower window" }),
+  })
+  .meta({ id: "Usage" });
 
 /**
  * What a webhook delivery did: queued an assignment, claimed, completed or cancelled one, left a

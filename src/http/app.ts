@@ -3,7 +3,6 @@ import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
 import { giteaRunnerOf, parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
@@ -14,6 +13,9 @@ import { readStatus } from "../observe/status.ts";
 import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
+import { readUsage, usageWindow } from "../observe/usage.ts";
+import { RECORD_TTL_MS } from "../layout.ts";
+import { recordsBucket, type Backend } from "../names.ts";
 import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
 import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../gitea/webhook.ts";
@@ -165,6 +167,15 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     return c.json(await readStatus(d), 200, { "cache-control": "no-store" });
+  });
+
+  app.get("/v1/usage", async (c) => {
+    const d = c.var.d;
+    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
+    const window = usageWindow({ since: c.req.query("since"), until: c.req.query("until") }, d.now(), RECORD_TTL_MS);
+    if (Array.isArray(window)) throw new HttpError(400, `invalid usage window: ${window.map((i) => `${i.field} ${i.message}`).join("; ")}`, window);
+    const usage = await d.withState((_state, handle) => readUsage(handle, recordsBucket(d.config), window.since, window.until, d.now()));
+    return c.json(usage, 200, { "cache-control": "no-store" });
   });
 
   app.get("/openapi.json", (c) => c.json(openApiDocument()));

@@ -4,7 +4,7 @@ import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-ope
 import { z } from "zod";
 import { assignmentRequestSchema, assignmentIdSchema } from "../assignment.ts";
 import { workflowJobPayload } from "../gitea/webhook.ts";
-import { assignmentView, errorBody, healthBody, publishedBody, statusBody, webhookBody } from "./api-schemas.ts";
+import { assignmentView, errorBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";
 
 const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });
 const error = (description: string) => json(errorBody, description);
@@ -68,6 +68,12 @@ function build() {
   r.registerPath({
     method: "get", path: "/v1/status", summary: "The status page's data", security: sec(dispatch),
     responses: { 200: json(statusBody, "Per backend, the most recent assignments, health problems."), ...pick(401, 500, 503) },
+  });
+  r.registerPath({
+    method: "get", path: "/v1/usage", summary: "Runner use per owner and repository over a window", security: sec(dispatch),
+    description: "From the durable records (kept 7 days): jobs queued in [since, until), their runner seconds and their time from queued to running. `until` defaults to now, `since` to a day before `until`.",
+    request: { query: z.object({ since: z.string().optional().meta({ description: "RFC 3339" }), until: z.string().optional().meta({ description: "RFC 3339" }) }) },
+    responses: { 200: json(usageBody, "Per owner, busiest first, and per repository."), ...pick(400, 401, 500, 503) },
   });
   r.registerPath({ method: "get", path: "/openapi.json", summary: "This document", responses: { 200: { description: "OpenAPI 3.1.", content: { "application/json": { schema: z.object({}).loose() } } } } });
 

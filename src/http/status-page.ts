@@ -65,12 +65,21 @@ ${pools.map(
 </tbody></table></section>`;
 }
 
+function ownersSection(owners: Status["owners"]) {
+  if (!owners.length) return "";
+  return html`<section aria-label="busiest owners"><h2>Busiest owners</h2>
+<table><thead><tr><th>Owner</th><th>Runners</th><th>Waiting for capacity</th><th>Waiting at a quota limit</th></tr></thead><tbody>
+${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td><td class="n">${o.waitingForCapacity}</td><td class="n">${o.waitingForQuota}</td></tr>`)}
+</tbody></table></section>`;
+}
+
 export function renderStatusPage(s: Status) {
   const backends = s.backends.map((b) => {
     const free = Math.max(0, b.capacity - b.slotsInUse);
     const rows: [string, number][] = [
       ["Queued", b.queued],
       ["Waiting for capacity", b.waitingForCapacity],
+      ["Waiting at a quota limit", b.waitingForQuota],
       ["Pending at the backend", b.pendingAtBackend],
       ["Ready, waiting for the claim", b.readyForClaim],
       ["Running", b.running],
@@ -100,6 +109,7 @@ ${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textC
 <h2>Health</h2>${problems}
 ${backends}
 ${poolsSection(s.pools)}
+${ownersSection(s.owners)}
 <h2>Most recent assignments</h2>${recent}
 </body></html>`;
 }

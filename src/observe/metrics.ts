@@ -1,5 +1,5 @@
-// The snapshot in Prometheus text exposition format (version 0.0.4). Labels carry backend and
-// state names only: nothing secret, nothing from a payload.
+// The snapshot in Prometheus text exposition format (version 0.0.4). Labels carry backend, pool,
+// state and owner names only (an owner is a Gitea user or organisation name): nothing secret.
 import type { Snapshot } from "./snapshot.ts";
 import { emptyHistogram, STARTUP_BUCKETS } from "../state/startup-times.ts";
 
@@ -37,6 +37,7 @@ export function formatMetrics(s: Snapshot): string {
   const states: [string, (b: Snapshot["backends"][number]) => number][] = [
     ["received", (b) => b.queued],
     ["capacity_wait", (b) => b.waitingForCapacity],
+    ["quota_wait", (b) => b.waitingForQuota],
     ["backend_pending", (b) => b.pendingAtBackend],
     ["backend_ready", (b) => b.readyForClaim],
     ["claimed", (b) => b.running],
@@ -50,6 +51,15 @@ export function formatMetrics(s: Snapshot): string {
   metric("gdr_stream_published_messages_total", "counter", "Assignment messages stored in the stream so far.", [[{}, s.stream.published]]);
   metric("gdr_stream_acked_messages_total", "counter", "Assignment messages acknowledged (or terminated) and removed so far.", [[{}, s.stream.acked]]);
   metric("gdr_consumer_delivered_messages_total", "counter", "Deliveries so far, redeliveries included.", per((b) => b.delivered));
+  // Bounded: STATUS_TOP_OWNERS owners by name, the rest as owner="other".
+  const owner = (pick: (o: Snapshot["owners"][number]) => number): Sample[] => s.owners.map((o) => [{ owner: escapeLabel(o.owner) }, pick(o)]);
+  metric("gdr_owner_runners", "gauge", "Slots held by the owner's jobs on every backend (the busiest owners; the rest as other).", owner((o) => o.runners));
+  metric(
+    "gdr_owner_waiting_jobs",
+    "gauge",
+    "The owner's jobs waiting their turn in the wait set: for a free slot (capacity_wait) or under a QUOTAS limit (quota_wait).",
+    s.owners.flatMap((o): Sample[] => [[{ owner: escapeLabel(o.owner), state: "capacity_wait" }, o.waitingForCapacity], [{ owner: escapeLabel(o.owner), state: "quota_wait" }, o.waitingForQuota]]),
+  );
   if (s.pools.length) {
     const pool = (pick: (p: Snapshot["pools"][number]) => number): Sample[] => s.pools.map((p) => [{ pool: p.pool }, pick(p)]);
     metric(
@@ -65,4 +75,9 @@ export function formatMetrics(s: Snapshot): string {
     histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
   }
   return `${lines.join("\n")}\n`;
+}
+
+/** Gitea names hold no quote or backslash; escaped all the same, as the format requires. */
+function escapeLabel(v: string): string {
+  return v.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
 }

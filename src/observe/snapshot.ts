@@ -6,6 +6,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { Dispatcher } from "../dispatcher-types.ts";
 import { consumerName, type Backend } from "../names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
+import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
 
 /** One backend's figures; the states come from the records of the slot holders. */
@@ -26,6 +27,8 @@ export interface BackendSnapshot {
   pendingAtBackend: number;
   readyForClaim: number;
   running: number;
+  /** In the wait set, held back by a QUOTAS limit of their owner or repository (quota_wait). */
+  waitingForQuota: number;
   /** Deliveries so far, redeliveries included (JetStream's own count). */
   delivered: number;
 }
@@ -35,16 +38,19 @@ export interface Snapshot {
   backends: BackendSnapshot[];
   /** Per runner pool (RUNNER_POOLS); empty without the Gitea integration. */
   pools: PoolSnapshot[];
+  /** The busiest owners (STATUS_TOP_OWNERS), then `other`: runners held and jobs waiting. */
+  owners: OwnerSnapshot[];
 }
 
 export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
   return d.withState(async (state, handle) => {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
     const held: AssignmentRecord[] = [];
-    const [stream, backends, histograms] = await Promise.all([
+    const waiting = new Map<string, number>();
+    const [stream, counted, histograms] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
-        d.config.backends.map(async ({ backend, capacity }): Promise<BackendSnapshot> => {
+        d.config.backends.map(async ({ backend, capacity }) => {
           const [consumer, slots, turns] = await Promise.all([
             jsm.consumers.info(d.config.stream, consumerName(backend)),
             state.admission.snapshot(backend),
@@ -53,10 +59,11 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
           ]);
           const records = await state.records.getMany(slots.holders);
           for (const r of records.values()) held.push(r.value);
+          for (const [repository, n] of turns) waiting.set(repository, (waiting.get(repository) ?? 0) + n);
           const inState = (s: string) => [...records.values()].filter((r) => r.value.state === s).length;
           const pendingAtBackend = inState("backend_pending") + inState("capacity_wait") + inState("received");
           const readyForClaim = inState("backend_ready");
-          return {
+          const figures: Omit<BackendSnapshot, "waitingForQuota"> = {
             backend,
             capacity,
             slotsInUse: slots.holders.length,
@@ -71,12 +78,19 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
             running: inState("claimed"),
             delivered: consumer.delivered.consumer_seq,
           };
+          return { figures, turns };
         }),
       ),
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
     ]);
+    // Which waiting jobs a QUOTAS limit holds back depends on every backend's holders.
+    const limited = atQuotaLimit(held, d.config.quotas);
+    const backends = counted.map(({ figures, turns }): BackendSnapshot => {
+      const quota = [...turns].reduce((sum, [repository, n]) => sum + (limited(repository) ? n : 0), 0);
+      return { ...figures, waitingForCapacity: figures.waitingForCapacity - quota, waitingForQuota: quota };
+    });
     const { messages, last_seq } = stream.state;
     // A work queue removes a message once it is acknowledged (or termed).
-    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()) };
+    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, d.config.quotas, d.config.statusTopOwners) };
   });
 }

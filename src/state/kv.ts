@@ -38,8 +38,11 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
   return found;
 }
 
-/** A batch direct get: the last message of each subject (multi_last), or `batch` messages from `seq`. */
-export type DirectBatchRequest = { multi_last: string[] } | { seq: number; batch: number };
+/**
+ * A batch direct get: the last message of each subject (multi_last), or `batch` messages from
+ * `seq` or from `start_time`, of the subjects `next_by_subj` matches when given.
+ */
+export type DirectBatchRequest = { multi_last: string[] } | (({ seq: number } | { start_time: string }) & { batch: number; next_by_subj?: string });
 
 /**
  * Every message of a batch direct get, read to the end of the batch, on a subscription of our

@@ -190,12 +190,13 @@ describe("Gitea configuration", () => {
     expect(problems({ ...pool({ scope: "admin" }), GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" })).toEqual([]);
   });
 
-  it("QUOTAS: read with FAIR_SHARE=on only; a bad one is a problem naming its field", () => {
+  it("QUOTAS: read with fair share on (the default) only; a bad one is a problem naming its field", () => {
     const quotas = JSON.stringify({ default: { owner: 4 }, owners: { Acme: { weight: 2 } } });
     expect(loadConfig({ ...base, FAIR_SHARE: "on", QUOTAS: quotas }).quotas.owners.get("acme")).toEqual({ weight: 2 });
-    expect(loadConfig({ ...base, FAIR_SHARE: "on" }).fairShare).toBe(true);
-    expect(loadConfig(base).fairShare).toBe(false);
-    expect(problems({ ...base, QUOTAS: quotas })).toEqual(["QUOTAS needs FAIR_SHARE=on: a job at its limit waits its turn in the wait set"]);
+    expect(loadConfig({ ...base, QUOTAS: quotas }).quotas.owners.get("acme")).toEqual({ weight: 2 });
+    expect(loadConfig(base).fairShare).toBe(true);
+    expect(loadConfig({ ...base, FAIR_SHARE: "off" }).fairShare).toBe(false);
+    expect(problems({ ...base, FAIR_SHARE: "off", QUOTAS: quotas })).toEqual(["QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set"]);
     expect(problems({ ...base, FAIR_SHARE: "on", QUOTAS: JSON.stringify({ owners: { acme: { weight: 0 } } }) })).toEqual(['QUOTAS["owners"]["acme"]["weight"] must be above 0']);
     expect(problems({ ...base, FAIR_SHARE: "yes" })).toEqual(["FAIR_SHARE must be on or off"]);
   });

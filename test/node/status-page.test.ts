@@ -60,12 +60,16 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
   expect(counts).toEqual({
     Queued: 1,
     "Waiting for capacity": 1,
+    "Waiting at a quota limit": 0,
     "Pending at the backend": 0,
     "Ready, waiting for the claim": 1,
     Running: 1,
     "Registrations under way": 0,
   });
   expect(text).toContain("Healthy: /healthz names no problem.");
+  // Busiest owners: acme holds both slots, and sp-3 waits its turn (fair share, the default).
+  const owners = await page.getByRole("region", { name: "busiest owners" }).locator("tbody tr").allInnerTexts();
+  expect(owners).toEqual(["acme\t2\t1\t0"]);
   const rows = await page.locator("tbody tr").allInnerTexts();
   expect(rows.find((r) => r.startsWith("sp-1"))).toMatch(/^sp-1\tacme\/widgets\tbuild\tclaimed\t\d+ s\t–$/);
   expect(rows.find((r) => r.startsWith("sp-4"))).toMatch(/^sp-4\tacme\/widgets\tdocs\treceived\t\d+ s\t–$/);

@@ -12,6 +12,7 @@ const giteaUrl = inject("giteaUrl");
 const logs = logsOfEachTest();
 
 const CAPACITY = 10;
+const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 /** a/mono's first ten run this long: everything is queued and delivered before a slot frees. */
 const LONG_MS = 40_000;
 const runMs = () => 2_000 + Math.floor(Math.random() * 2_000);
@@ -125,7 +126,7 @@ describe("fair share of a full backend", () => {
 
   it("QUOTAS: an owner at its limit waits (quota_wait) while others run; a lowered limit ends no runner, and admits none until under it", async () => {
     const quotas = (limit: number) => JSON.stringify({ owners: { A: { limit } } });
-    const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", QUOTAS: quotas(2) });
+    const { env, gitea, backend } = await setup({ QUOTAS: quotas(2), METRICS_TOKEN });
     const a = (await gitea.queue(Array.from({ length: 6 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: i % 2 ? "a/one" : "A/two", runMs: 1_500 })))).jobs;
     const b = (await gitea.queue(Array.from({ length: 2 }, () => ({ labels: ["ubuntu-latest"], repository: "b/x", runMs: 1_500 })))).jobs;
     const running = async (ids: number[]) => (await gitea.actions()).jobs.filter((j) => ids.includes(j.id) && j.status === "in_progress").length;
@@ -136,6 +137,9 @@ describe("fair share of a full backend", () => {
     let lowered = false;
     let under = false;
     let mostUnder = 0;
+    // What the operator sees while a's wait at the limit and b's run: a's as quota_wait.
+    type Owners = { owners: { owner: string; runners: number; waitingForCapacity: number; waitingForQuota: number }[]; backends: { waitingForQuota: number }[] };
+    let seen: { status: Owners; metrics: string } | undefined;
     await until(async () => {
       await (lowered ? giteaLow : gitea).deliver();
       await tick(lowered ? low : env);
@@ -143,10 +147,23 @@ describe("fair share of a full backend", () => {
       most = Math.max(most, now);
       if (lowered && now <= 1) under = true;
       if (under) mostUnder = Math.max(mostUnder, now);
-      if (!lowered && now === 2) lowered = true;
+      if (!lowered && now === 2) {
+        const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Owners;
+        const owner = status.owners.find((o) => o.owner === "a");
+        if (!seen && owner && owner.runners === 2 && owner.waitingForQuota > 0) seen = { status, metrics: await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text() };
+        lowered = seen !== undefined;
+      }
       return (await gitea.actions()).jobs.every((j) => j.status === "completed");
     }, 45_000);
     expect(most).toBe(2);
+    // a's jobs (owner A and a, one owner) wait at the quota; none of them for capacity.
+    const a1 = seen!.status.owners.find((o) => o.owner === "a")!;
+    expect(a1.waitingForCapacity).toBe(0);
+    expect(seen!.status.backends[0]!.waitingForQuota).toBe(a1.waitingForQuota);
+    expect(seen!.status.owners.map((o) => o.owner)).not.toContain("A");
+    expect(seen!.metrics).toContain(`gdr_owner_runners{owner="a"} 2`);
+    expect(seen!.metrics).toContain(`gdr_owner_waiting_jobs{owner="a",state="quota_wait"} ${a1.waitingForQuota}`);
+    expect(seen!.metrics).toContain(`gdr_assignments{backend="pod",state="quota_wait"} ${a1.waitingForQuota}`);
     expect(logs().events().some((e) => e.event === "quota_wait")).toBe(true);
     // b's ran though a's waited; every job ran once, none cut short.
     const { jobs } = await gitea.actions();
