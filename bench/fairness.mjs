@@ -116,6 +116,8 @@ async function measureBacklog({ varsFor, provisioned, startWorker, backendMode, 
     const wallMs = Date.now() - started;
     const state = await fetch(`${vars.POD_BACKEND_URL}/_control/state?brief`).then((r) => r.json());
     const jsm = await jetstreamManager(nc);
+    // The last runners' messages are acked by the pass after their claim: wait for it (a tick).
+    for (let i = 0; i < 40 && (await jsm.streams.info(vars.ASSIGNMENT_STREAM)).state.messages > 0; i++) await new Promise((r) => setTimeout(r, 250));
     const consumer = await jsm.consumers.info(vars.ASSIGNMENT_STREAM, "pod");
     const stream = await jsm.streams.info(vars.ASSIGNMENT_STREAM);
     return { jobs, completed: completed(), created: state.created, wallMs, deliveriesPerJob: consumer.delivered.consumer_seq / jobs, leftInStream: stream.state.messages, maxDeliveriesAdvisories: maxDelivered };

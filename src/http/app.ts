@@ -203,8 +203,9 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
   if (!d.config.eagerReconcile) return;
   // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
   // waiting for capacity (1 to 3 s, spread at random: wait for the longest). Wait for them, so that
-  // the ack, or the freed slot, is taken now rather than at the next cron tick.
-  const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" ? capacityWaitDelay(1) : undefined;
+  // the ack, or the freed slot, is taken now rather than at the next cron tick. With fair share
+  // those wait in the wait set instead, and the pass gives the slot from there at once.
+  const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" && !d.config.fairShare ? capacityWaitDelay(1) : undefined;
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
   inBackground(c, d, c.var.path.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);

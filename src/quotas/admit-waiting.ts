@@ -16,6 +16,12 @@ import { releaseQuota, takeQuota } from "./limits.ts";
 const NO_REPOSITORY = { owner: "-", repository: "-/-" };
 /** Repositories looked at per pass: the oldest job of each. */
 const HEADS = 64;
+/**
+ * Turns refused a slot in a row before the pass gives up: the first may be refused by its pool's
+ * cap (maxRunners) while the backend has room for the next job, of another pool; a few in a row
+ * mean the backend itself is full.
+ */
+const FULL_IN_A_ROW = 3;
 
 /** What the wait set keeps of a delivery that waits. */
 export function waitEntryOf(p: Prepared): WaitEntry {
@@ -31,15 +37,17 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   if (!heads.length) return 0;
   let shares = await heldNow(deps, heads);
   let given = 0;
+  let full = 0;
   for (;;) {
     const next = pickNext(shares, w.rules);
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome = await giveTurn(deps, w, head);
-    if (outcome === "full") break;
-    // At a QUOTAS limit the pick thought it was under (another pass took the place): its
-    // repository waits for this pass.
-    if (outcome === "limited") {
+    if (outcome === "full" && ++full >= FULL_IN_A_ROW) break;
+    if (outcome !== "full") full = 0;
+    // At a QUOTAS limit the pick thought it was under (another pass took the place), or its pool
+    // is full: its repository waits for this pass.
+    if (outcome === "limited" || outcome === "full") {
       heads = heads.filter((h) => h.repository !== head.repository);
       shares = { ...shares, heads };
       continue;

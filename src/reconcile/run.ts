@@ -87,10 +87,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
         for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
         continue;
       }
+      let intoWaitSet = false;
       await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
         try {
           const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
           const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
+          if (verdict.effects.includes("enter_wait_set")) intoWaitSet = true;
           if (verdict.held) held.push(p);
           else if (verdict.events.includes("deferred")) summary.deferred++;
           else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
@@ -111,9 +113,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
           deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
         });
       }
-      if (batch.length < opts.batchSize && wait === 0) break;
+      // A short batch means the consumer is drained, unless MaxAckPending (the capacity) cut it
+      // short: jobs that went into the wait set were acked, and more may wait behind them, the
+      // assignments of turns given among them.
+      if (batch.length < opts.batchSize && wait === 0 && !intoWaitSet) break;
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
-      if (opts.untilNew && wait === 0 && fresh.some((m) => m.deliveryCount === 1)) break;
+      if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
     if (!deps.waiting || deps.now() >= opts.deadline) break;
     const given = await admitWaiting(deps).catch((err: unknown) => {

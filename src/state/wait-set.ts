@@ -6,7 +6,7 @@
 // with a free slot picks whose turn it is (quotas/fair-share.ts), publishes that assignment to the
 // consumer again, and only then removes it from here. Each step is idempotent, so a pass that dies
 // between them leaves the job here to be picked again, never lost.
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { maybe } from "../layout.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { assignmentSubject, waitPrefix, waitStream, type Backend, type NatsNames } from "../names.ts";
@@ -39,6 +39,15 @@ export interface WaitSet {
   remove(seq: number): Promise<void>;
   /** Jobs waiting per repository, for the status page and metrics (one request). */
   counts(backend: Backend): Promise<Map<string, number>>;
+}
+
+/**
+ * A message deleted already: the server says 10043 "sequence <n> not found" for one inside the
+ * stream, 10057 "no message found" for one at or below its first sequence.
+ */
+function isGoneAlready(err: unknown): boolean {
+  if (!(err instanceof JetStreamApiError)) return false;
+  return (err.code === 10043 && /^sequence \d+ not found$/i.test(err.message)) || (err.code === 10057 && /^no message found$/i.test(err.message));
 }
 
 /** Subject tokens cannot hold dots; '=' is never in an owner or repository name. */
@@ -78,7 +87,10 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       await handle.js.publish(assignmentSubject(names, backend), data, { msgID: msgId });
     },
     async remove(seq) {
-      await maybe(async () => (await jsm()).streams.deleteMessage(stream, seq, false));
+      // Removed already, by another pass that gave the same turn: done.
+      await maybe(async () => (await jsm()).streams.deleteMessage(stream, seq, false)).catch((err: unknown) => {
+        if (!isGoneAlready(err)) throw err;
+      });
     },
     async counts(backend) {
       const info = await maybe(async () => (await jsm()).streams.info(stream, { subjects_filter: `${waitPrefix(names, backend)}.>` }));

@@ -3,7 +3,7 @@
 // fake act_runners: a one-job fix queued behind a 200-job backlog gets the first slot freed after
 // it, a third repository's jobs the next ones, and every job runs exactly once.
 import { describe, expect, inject, it } from "vitest";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { giteaTestEnv, poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, giteaControl, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
@@ -173,4 +173,41 @@ describe("fair share of a full backend", () => {
     expect(lowered && under).toBe(true);
     expect(mostUnder).toBe(1);
   }, 60_000);
+
+  it("a pool at its maxRunners holds back its own jobs, not the backend's other pools' waiting behind them", async () => {
+    const pools = [
+      { name: "small", backend: "pod", labels: ["small"], maxRunners: 1 },
+      { name: "big", backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm"] },
+    ];
+    const env = poolsTestEnv(nats, backendUrl, giteaUrl, pools, { RETRY_DELAY_MS: 50, CAPACITY_POD: CAPACITY, CAPACITY_VM: 0, RUNNER_SCOPE: "repository", GITEA_JOB_PAGES: 0 });
+    await provisionEnv(env);
+    const gitea = giteaControl(env);
+    await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+    await backendControl(env).mode({ runner: true, bootMs: 100, fetchIntervalMs: 100, jobMs: 1_000 });
+    // small's first job runs 12 s; its others and b/y wait for small's one place; c's jobs, of
+    // the big pool, queued after them all, find them waiting and wait their turn too.
+    const small = (await gitea.queue([12_000, 500, 500].map((runMs) => ({ labels: ["small"], repository: "a/x", runMs })))).jobs;
+    const [by] = (await gitea.queue([{ labels: ["small"], repository: "b/y", runMs: 500 }])).jobs as [number];
+    await gitea.deliver();
+    await until(async () => {
+      await gitea.deliver();
+      await tick(env);
+      return (await stateOf(env, `gitea-${by}-1`)) === "capacity_wait";
+    }, 10_000);
+    const big = (await gitea.queue([1, 2].map(() => ({ labels: ["ubuntu-latest"], repository: "c/z", runMs: 500 })))).jobs;
+    await until(async () => {
+      await gitea.deliver();
+      await tick(env);
+      return (await gitea.actions()).jobs.filter((j) => big.includes(j.id)).every((j) => j.status === "completed");
+    }, 10_000);
+    // The big pool's jobs ran while small's first still held its one place.
+    const { jobs } = await gitea.actions();
+    expect(jobs.find((j) => j.id === small[0])!.status).toBe("in_progress");
+    await runAll(env, gitea, 40_000);
+    // Every job ran once; small never ran two at once.
+    const times = ((await gitea.actions()).jobs as unknown as { id: number; startedMs: number; completedMs: number; conclusion: string }[]).filter((j) => [...small, by].includes(j.id));
+    expect(times.every((j) => j.conclusion === "success")).toBe(true);
+    const sorted = [...times].sort((a, b) => a.startedMs - b.startedMs);
+    for (let i = 1; i < sorted.length; i++) expect(sorted[i]!.startedMs).toBeGreaterThanOrEqual(sorted[i - 1]!.completedMs);
+  }, 90_000);
 });
