@@ -73,12 +73,18 @@ export async function startFakeBackend({ mode = {} } = {}) {
     }
     let runner = s.runners.get(id);
     if (!runner) {
-      runner = { id, puts: 0, created: Date.now(), claimUrl: body.claimUrl, claimToken: body.claimToken, completeUrl: body.completeUrl };
+      // Its job's owner (lower case, as Gitea's are case-insensitive): live runners are counted per owner too.
+      const owner = body.assignment?.job?.repository?.split("/")[0]?.toLowerCase();
+      runner = { id, puts: 0, created: Date.now(), claimUrl: body.claimUrl, claimToken: body.claimToken, completeUrl: body.completeUrl, owner };
       s.runners.set(id, runner);
       s.created = (s.created ?? 0) + 1;
       // Live from creation until its runner completes or it is deleted: what capacity bounds.
       (s.live ??= new Set()).add(id);
       s.maxLive = Math.max(s.maxLive ?? 0, s.live.size);
+      if (owner) {
+        const live = [...s.live].filter((r) => s.runners.get(r)?.owner === owner).length;
+        (s.maxLiveByOwner ??= Object.create(null))[owner] = Math.max(s.maxLiveByOwner[owner] ?? 0, live);
+      }
       if (s.mode.runner && body.runner) {
         const r = runner;
         const stop = startRunner(body, s.mode, (e) => {
@@ -143,6 +149,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
         calls: s.calls,
         maxInFlight: s.maxInFlight ?? 0,
         maxLive: s.maxLive ?? 0,
+        maxLiveByOwner: s.maxLiveByOwner ?? {},
         failed: s.failed ?? 0,
         hung: s.hung ?? 0,
         deleted: s.deleted ?? 0,

@@ -82,8 +82,10 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
     if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
     return "full";
   }
-  await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
+  const first = await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
   await w.set.remove(head.seq);
+  // Another pass gave this turn at the same time: one turn, told once.
+  if (!first) return "gone";
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
   return "admitted";
 }

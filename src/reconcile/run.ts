@@ -117,6 +117,8 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // short: jobs that went into the wait set were acked, and more may wait behind them, the
       // assignments of turns given among them.
       if (batch.length < opts.batchSize && wait === 0 && !intoWaitSet) break;
+      // Their acks must reach the server before the next pull, or it still counts them pending.
+      if (intoWaitSet) await flushNats(handle.nc);
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }

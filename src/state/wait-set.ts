@@ -33,8 +33,8 @@ export interface WaitSet {
   heads(backend: Backend, limit: number): Promise<WaitHead[]>;
   /** The oldest waiting job of one repository after `afterSeq`, if any. */
   next(backend: Backend, repository: string, afterSeq: number): Promise<WaitHead | undefined>;
-  /** Publishes a waiting job's assignment to `backend`'s consumer again; one message per `msgId`. */
-  republish(backend: Backend, data: Uint8Array, msgId: string): Promise<void>;
+  /** Publishes a waiting job's assignment to `backend`'s consumer again; one message per `msgId` (false: one was there). */
+  republish(backend: Backend, data: Uint8Array, msgId: string): Promise<boolean>;
   /** Takes a job out (its turn came, or it ended meanwhile). */
   remove(seq: number): Promise<void>;
   /** Jobs waiting per repository, for the status page and metrics (one request). */
@@ -84,7 +84,7 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       return m ? head(m.seq, m.data) : undefined;
     },
     async republish(backend, data, msgId) {
-      await handle.js.publish(assignmentSubject(names, backend), data, { msgID: msgId });
+      return !(await handle.js.publish(assignmentSubject(names, backend), data, { msgID: msgId })).duplicate;
     },
     async remove(seq) {
       // Removed already, by another pass that gave the same turn: done.

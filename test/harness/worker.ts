@@ -99,6 +99,8 @@ export interface FakeBackendState {
   maxInFlight: number;
   /** Most runners alive at once: created, and neither completed nor deleted. */
   maxLive: number;
+  /** Most live runners at once per owner of their job (lower case). */
+  maxLiveByOwner: Record<string, number>;
   /** Calls the flaky mode failed with 503, answered too late, and runners deleted. */
   failed: number;
   hung: number;

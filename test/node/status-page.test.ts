@@ -39,8 +39,8 @@ const post = (id: string, name: string) =>
 it("shows the numbers per backend and the recent assignments, in a real browser", { timeout: 120_000 }, async () => {
   for (const [id, name] of [["sp-1", "build"], ["sp-2", "test"], ["sp-3", "lint"], ["sp-4", "docs"]]) expect((await post(id!, name!)).status).toBe(202);
   // A cron pass hands out two (MaxAckPending = capacity 2) and provisions both; sp-1 claims; the
-  // next pass acks it and hands out sp-3, which finds no slot (and is parked for the rest of the
-  // pass while sp-2 is held for its claim). sp-4 stays queued.
+  // next pass acks it and hands out sp-3, which finds no slot and waits its turn in the wait set
+  // (fair share), and so does sp-4 behind it; sp-2 is held for its claim.
   await worker.tick();
   const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, { method: "POST", headers: { authorization: `Bearer ${await currentClaimToken((path) => fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}` } }), "sp-1")}` } });
   expect(claim.status).toBe(200);
@@ -57,9 +57,11 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
 
   expect(backend).toContain("2 of 2 slots used, 0 free");
   const counts = Object.fromEntries(backend.split("\n").map((l) => /^(.+?)\t(\d+)$/.exec(l)).filter((m) => m).map((m) => [m![1], Number(m![2])]));
+  // Fair share (the default): sp-3 finds no slot and goes into the wait set, and the pass pulls on
+  // past MaxAckPending: sp-4, behind it, waits there too.
   expect(counts).toEqual({
-    Queued: 1,
-    "Waiting for capacity": 1,
+    Queued: 0,
+    "Waiting for capacity": 2,
     "Waiting at a quota limit": 0,
     "Pending at the backend": 0,
     "Ready, waiting for the claim": 1,
@@ -67,12 +69,12 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
     "Registrations under way": 0,
   });
   expect(text).toContain("Healthy: /healthz names no problem.");
-  // Busiest owners: acme holds both slots, and sp-3 waits its turn (fair share, the default).
+  // Busiest owners: acme holds both slots, and sp-3 and sp-4 wait their turn.
   const owners = await page.getByRole("region", { name: "busiest owners" }).locator("tbody tr").allInnerTexts();
-  expect(owners).toEqual(["acme\t2\t1\t0"]);
+  expect(owners).toEqual(["acme\t2\t2\t0"]);
   const rows = await page.locator("tbody tr").allInnerTexts();
   expect(rows.find((r) => r.startsWith("sp-1"))).toMatch(/^sp-1\tacme\/widgets\tbuild\tclaimed\t\d+ s\t–$/);
-  expect(rows.find((r) => r.startsWith("sp-4"))).toMatch(/^sp-4\tacme\/widgets\tdocs\treceived\t\d+ s\t–$/);
+  expect(rows.find((r) => r.startsWith("sp-4"))).toMatch(/^sp-4\tacme\/widgets\tdocs\tcapacity_wait\t\d+ s\t–$/);
   // The page asks for nothing from anywhere else, and the browser blocked nothing.
   const blocked: string[] = [];
   page.on("console", (m) => m.type() === "error" && blocked.push(m.text()));

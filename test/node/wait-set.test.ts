@@ -48,8 +48,8 @@ describe("the wait set", () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     const data = new TextEncoder().encode('{"id":"x"}');
     await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
-      await waiting.republish("pod", data, "x.turn-7");
-      await waiting.republish("pod", data, "x.turn-7");
+      expect(await waiting.republish("pod", data, "x.turn-7")).toBe(true);
+      expect(await waiting.republish("pod", data, "x.turn-7")).toBe(false);
     });
     const pending = await withNats(config, async (h) => (await (await jetstreamManager(h.nc)).consumers.info(config.stream, consumerName("pod"))).num_pending);
     expect(pending).toBe(1);

@@ -272,3 +272,49 @@ describe.sequential("warm pools on R3 with a node lost", () => {
     }
   });
 });
+
+describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
+  it("several isolates at once never run more of an owner's jobs than its limit, while the ledger's leader is down; every job runs once", { timeout: 180_000 }, async () => {
+    const logs = captureLogs();
+    try {
+      const env = giteaTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), {
+        JETSTREAM_REPLICAS: 3, CAPACITY_POD: 10, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, ACK_WAIT_MS: 14_000,
+        // Webhooks that fail while the leader is down are lost (Gitea sends each once): the sweep finds their jobs.
+        GITEA_JOB_PAGES: 5,
+        RUNNER_SCOPE: "repository", QUOTAS: JSON.stringify({ default: { owner: 2 }, owners: { Beta: { limit: 1 } } }),
+      });
+      await provisionEnv(env);
+      await until("R3 layout healthy", () => health(env), (h) => h.ok);
+      const gitea = giteaControl(env);
+      const backend = backendControl(env);
+      await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+      await backend.mode({ runner: true, bootMs: 100, fetchIntervalMs: 100, jobMs: 300 });
+      const repos = ["alpha/one", "Alpha/two", "beta/x", "gamma/y"];
+      const { jobs } = await gitea.queue(Array.from({ length: 16 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: repos[i % repos.length]!, runMs: 800 })));
+      // The records bucket holds the ledger: its leader goes down as the jobs come, back 10 s later.
+      const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
+      await node("kill", i);
+      const back = sleep(10_000).then(() => node("start", i));
+      const round = async () => {
+        // Webhooks and three cron ticks at once: isolates admitting and giving turns together.
+        await Promise.all([gitea.deliver(), tick(env), tick(env), tick(env)]);
+      };
+      await until("16 jobs completed", async () => (await round().catch(() => undefined), await gitea.actions()), (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"), 150_000);
+      await back;
+      const { taken, jobs: done } = await gitea.actions();
+      expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
+      expect(taken.filter((t) => jobs.includes(t.job)).map((t) => t.job).sort()).toEqual([...jobs].sort());
+      // Counted at the backend: never more live runners of an owner than its limit; beta's is 1.
+      const { maxLiveByOwner, created } = await backend.state();
+      expect(Object.keys(maxLiveByOwner).sort()).toEqual(["alpha", "beta", "gamma"]);
+      expect(maxLiveByOwner.alpha).toBe(2);
+      expect(maxLiveByOwner.beta).toBe(1);
+      expect(maxLiveByOwner.gamma).toBeLessThanOrEqual(2);
+      expect(created).toBe(16);
+      expect(logs.events().some((e) => e.event === "quota_wait")).toBe(true);
+    } finally {
+      logs.restore();
+      for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
+    }
+  });
+});

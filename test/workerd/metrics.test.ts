@@ -89,8 +89,13 @@ it("answers 404 without METRICS_TOKEN, 401 for a token one character off, and th
   }
 });
 
-it("counts the assignments waiting for capacity apart from those queued and those running", async () => {
-  const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 2, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 50, METRICS_TOKEN });
+// First come first served, the pass stops at MaxAckPending and two stay queued; with fair share,
+// the one that finds no slot goes into the wait set, acked, and the pass pulls on: all three wait.
+it.each([
+  ["off", { received: 2, capacity_wait: 1 }],
+  ["on", { received: 0, capacity_wait: 3 }],
+])("counts the assignments waiting for capacity apart from those queued and those running (FAIR_SHARE=%s)", async (fairShare, waiting) => {
+  const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 2, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 50, METRICS_TOKEN, FAIR_SHARE: fairShare });
   const config = await provisionEnv(env);
   const logs = captureLogs();
   const post = (id: string) => request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"] }) });
@@ -100,11 +105,11 @@ it("counts the assignments waiting for capacity apart from those queued and thos
     expect((await createDispatcher({ config }).reconcile("test", 5_000))[0]).toMatchObject({ fetched: 2 });
     expect((await request(env, "/v1/assignments/w-1/claim", { method: "POST", headers: bearer(await claimTokenOf(env, "w-1")) })).status).toBe(200);
     await sleep(100);
-    // The pass acks the claimed one; the next is handed out and finds no slot; two stay queued.
+    // The pass acks the claimed one; the next is handed out and finds no slot.
     await createDispatcher({ config }).reconcile("test", 5_000);
     const parsed = parsePrometheusTextFormat(await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text()) as Parsed;
     const states = Object.fromEntries(["received", "capacity_wait", "backend_pending", "backend_ready", "claimed"].map((state) => [state, valueOf(parsed, "gdr_assignments", { backend: "pod", state })]));
-    expect(states).toEqual({ received: 2, capacity_wait: 1, backend_pending: 0, backend_ready: 1, claimed: 1 });
+    expect(states).toEqual({ ...waiting, backend_pending: 0, backend_ready: 1, claimed: 1 });
     expect(valueOf(parsed, "gdr_slots_in_use", { backend: "pod" })).toBe(2);
   } finally {
     logs.restore();
