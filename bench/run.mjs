@@ -13,7 +13,7 @@ import { natsServerVersion, startNatsServer } from "../scripts/nats-server.mjs";
 import { startWsProxy } from "../scripts/ws-proxy.mjs";
 import { encodeAssignment } from "../src/assignment.ts";
 import { loadConfig } from "../src/config.ts";
-import { giteaSignature } from "../src/gitea/signature.ts";
+import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { busyBetween, cpuTimes, load, percentile, startWorker, treeCpu } from "./lib.mjs";

@@ -25,7 +25,7 @@ import { simulateCluster } from "./simulate-cluster.mjs";
 import { loadProvisionConfig } from "../src/config.ts";
 import { provision } from "../src/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { giteaSignature } from "../src/gitea/signature.ts";
+import { giteaSignature } from "../src/forge/gitea/signature.ts";
 
 const PORT = Number(process.env.PORT ?? 8787);
 const TICK_MS = Number(process.env.TICK_MS ?? 5_000);

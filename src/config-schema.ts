@@ -2,7 +2,7 @@
 // with. Messages name the variable's rule, never its value.
 import { z } from "zod";
 import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
-import { RUNNER_SCOPES } from "./gitea/scope.ts";
+import { RUNNER_SCOPES } from "./forge/gitea/scope.ts";
 
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;

@@ -2,8 +2,8 @@
 // secrets never appear in an error.
 import { parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
 import { envSchema, type LocationHint } from "./config-schema.ts";
-import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "./gitea/config.ts";
-import { parseScope } from "./gitea/scope.ts";
+import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "./forge/gitea/config.ts";
+import { parseScope } from "./forge/gitea/scope.ts";
 import { BACKENDS, type Backend } from "./names.ts";
 import { checkPools } from "./pools/check.ts";
 import { parsePools, type Pool } from "./pools/config.ts";
@@ -13,8 +13,8 @@ import type { NatsAuth } from "./nats/connection.ts";
 export type { NatsAuth };
 
 export type { BackendConfig, KubernetesConfig };
-export type { GiteaConfig } from "./gitea/config.ts";
-export type { GiteaScope } from "./gitea/scope.ts";
+export type { GiteaConfig } from "./forge/gitea/config.ts";
+export type { GiteaScope } from "./forge/gitea/scope.ts";
 
 /** Validated configuration. Secrets live here and nowhere else; never log this object. */
 export interface Config {

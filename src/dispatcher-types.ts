@@ -5,7 +5,7 @@ import type { Assignment } from "./assignment.ts";
 import type { RunnerBackend } from "./backends/types.ts";
 import type { Config } from "./config.ts";
 import type { BatchSummary, EventSink } from "./events.ts";
-import type { GiteaClient } from "./gitea/client.ts";
+import type { GiteaClient } from "./forge/gitea/client.ts";
 import type { Backend } from "./names.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 import type { PreparedRequest } from "./reconcile/process.ts";

@@ -2,7 +2,7 @@
 // connection (directPath), or in the gateway Durable Object on its warm one (gateway/client.ts).
 import type { Dispatcher, ReconcileOptions } from "./dispatcher-types.ts";
 import type { BatchSummary } from "./events.ts";
-import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "./gitea/webhook.ts";
+import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "./forge/gitea/webhook.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "./operations.ts";
 import { publishAssignment, recordAssignment, type Published } from "./publish.ts";
 import type { Assignment } from "./assignment.ts";

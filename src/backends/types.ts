@@ -1,5 +1,5 @@
 import type { Assignment } from "../assignment.ts";
-import type { RunnerFile } from "../gitea/identity.ts";
+import type { RunnerFile } from "../forge/gitea/identity.ts";
 import { UpstreamError } from "../status-error.ts";
 
 export type RunnerStatus = "ready" | "pending";

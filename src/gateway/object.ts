@@ -9,11 +9,11 @@ import { createDispatcher, type ReconcileOptions } from "../dispatcher.ts";
 import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
 import { consoleSink } from "../events.ts";
-import type { WebhookOutcome } from "../gitea/webhook.ts";
+import type { WebhookOutcome } from "../forge/gitea/webhook.ts";
 import { recordAssignment, type Published } from "../publish.ts";
 import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
-import type { TokenCache } from "../gitea/client.ts";
+import type { TokenCache } from "../forge/gitea/client.ts";
 import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
 
 /** A request path call (not a pass) is answered within this, or answered Unavailable. */

@@ -18,8 +18,8 @@ import { RECORD_TTL_MS } from "../layout.ts";
 import { recordsBucket, type Backend } from "../names.ts";
 import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
 import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
-import { parseWorkflowJob } from "../gitea/webhook.ts";
-import { verifyGiteaSignature } from "../gitea/signature.ts";
+import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
+import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
 

@@ -3,7 +3,7 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-openapi";
 import { z } from "zod";
 import { assignmentRequestSchema, assignmentIdSchema } from "../assignment.ts";
-import { workflowJobPayload } from "../gitea/webhook.ts";
+import { workflowJobPayload } from "../forge/gitea/webhook.ts";
 import { assignmentView, errorBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";
 
 const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });

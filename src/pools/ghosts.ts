@@ -7,7 +7,7 @@
 // a warm runner is idle.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
-import { listedBy } from "../gitea/scope.ts";
+import { listedBy } from "../forge/gitea/scope.ts";
 import { endRunner } from "./end.ts";
 
 /** A runner registered this recently may not be listed yet. */

@@ -9,11 +9,11 @@ import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
-import { cancelAssignment } from "../gitea/cancel.ts";
+import { cancelAssignment } from "../forge/gitea/cancel.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";
-import { scopeKey, warmScopeKey } from "../gitea/scope.ts";
+import { scopeKey, warmScopeKey } from "../forge/gitea/scope.ts";
 
 /** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
 export interface Taken {

@@ -2,8 +2,8 @@
 // cron tick (never from a repeated request: see TeardownList).
 import type { Dispatcher } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
-import type { RunnerAt } from "../gitea/client.ts";
-import { listedBy } from "../gitea/scope.ts";
+import type { RunnerAt } from "../forge/gitea/client.ts";
+import { listedBy } from "../forge/gitea/scope.ts";
 
 /**
  * Tears down the runner of a finished assignment: at the backend, then in Gitea. The Gitea runner

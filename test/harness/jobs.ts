@@ -1,5 +1,5 @@
 // Shared by the load and fault suites: Gitea job payloads, signed deliveries, bounded concurrency.
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { TEST_SECRETS } from "./env.ts";
 import { answerMs, bearer, request } from "./worker.ts";
 

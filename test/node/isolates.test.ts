@@ -5,7 +5,7 @@
 // gets one assignment, registration and runner; no compare-and-set gives up. ISOLATES_N (40).
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startWorker } from "../../bench/lib.mjs";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { queuedFixture } from "../harness/fixtures.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 

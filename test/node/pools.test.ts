@@ -5,7 +5,7 @@ import { loadConfig, type ConfigError } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import type { InvalidInput } from "../../src/domain-errors.ts";
 import { publishAssignment } from "../../src/publish.ts";
-import { jobAssignment } from "../../src/gitea/webhook.ts";
+import { jobAssignment } from "../../src/forge/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
 import { giteaTestEnv } from "../harness/env.ts";
 import { poolsFor } from "../../src/pools/route.ts";

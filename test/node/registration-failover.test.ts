@@ -5,7 +5,7 @@ import { describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
 import { createDispatcher, type State } from "../../src/dispatcher.ts";
-import type { GiteaClient } from "../../src/gitea/client.ts";
+import type { GiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignmentSubject } from "../../src/names.ts";
 import { NatsUnavailable, withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";

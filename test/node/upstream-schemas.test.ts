@@ -12,7 +12,7 @@ import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
 import type { RunnerRequest } from "../../src/backends/types.ts";
 import { loadConfig } from "../../src/config.ts";
-import { createGiteaClient } from "../../src/gitea/client.ts";
+import { createGiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignment, giteaTestEnv } from "../harness/env.ts";
 
 const dir = new URL("../fixtures/upstream-schemas/", import.meta.url);

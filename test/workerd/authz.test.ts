@@ -1,6 +1,6 @@
 // Every credential check, and that a refused request changes nothing.
 import { describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
 import { streamState } from "../harness/nats.ts";
 import { claimTokenOf, bearer, captureLogs, request } from "../harness/worker.ts";

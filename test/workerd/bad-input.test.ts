@@ -2,7 +2,7 @@
 // an invalid message published, every rejection names the field, and the Worker keeps serving.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { loadConfig } from "../../src/config.ts";
 import { assignmentSubject } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";

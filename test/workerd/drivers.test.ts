@@ -1,7 +1,7 @@
 // The whole flow once per Kubernetes driver, inside workerd: webhook → assignment → Secret and Pod
 // (or VMI) → in_progress → acked → completed → everything deleted.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
 import { streamState } from "../harness/nats.ts";
 import { bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";

@@ -185,7 +185,7 @@ describe("NATS gateway", () => {
         get: () => ({ call: () => Promise.reject(new Error("Durable Object reset because its code was updated.")) }),
       };
       const raw = JSON.stringify(withJob(queuedFixture, 850_000));
-      const { giteaSignature } = await import("../../src/gitea/signature.ts");
+      const { giteaSignature } = await import("../../src/forge/gitea/signature.ts");
       const { TEST_SECRETS } = await import("../harness/env.ts");
       const headers = { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) };
       const ctx = createExecutionContext();

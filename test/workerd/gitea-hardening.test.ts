@@ -4,7 +4,7 @@
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, withJob } from "../harness/jobs.ts";

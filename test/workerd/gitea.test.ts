@@ -1,7 +1,7 @@
 // Gitea integration inside workerd: signed webhooks, JIT ephemeral runners, the sweep for missed
 // deliveries and stale runners. Against the real nats-server, a fake Gitea and the fake backend.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { loadConfig } from "../../src/config.ts";
 import { withNats } from "../../src/nats/connection.ts";

@@ -3,7 +3,7 @@
 import { expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { handleWorkflowJob, parseWorkflowJob } from "../../src/gitea/webhook.ts";
+import { handleWorkflowJob, parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
 import { captureLogs, sleep } from "../harness/worker.ts";
 import { queuedFixture } from "../harness/fixtures.ts";

@@ -3,7 +3,7 @@
 // backend) when it is full; each runner is registered with its pool's labels and asked of its
 // pool's backend with its pool's template.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/gitea/signature.ts";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, tickUntil, type Captured, type FakeBackendState } from "../harness/worker.ts";
 import { queuedFixture } from "../harness/fixtures.ts";

@@ -1,15 +1,15 @@
 // The cron side of the Gitea integration. Gitea sends each webhook once and never retries, so
 // every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
 // registered that no assignment needs any more, in Gitea and at the backend.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
-import type { Admission } from "../state/admission.ts";
-import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
+import type { Dispatcher, State } from "../../dispatcher-types.ts";
+import type { Backend } from "../../names.ts";
+import type { Admission } from "../../state/admission.ts";
+import { placementOf, type AssignmentRecord, type RecordStore } from "../../state/records.ts";
+import { releaseRunner } from "../../reconcile/teardown.ts";
 import { GiteaFeatureMissing } from "./client.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
-import { isNatsUnavailable } from "../nats/connection.ts";
+import { isNatsUnavailable } from "../../nats/connection.ts";
 
 const PAGE_LIMIT = 50;
 const FINISHED = new Set(["completed", "terminated"]);

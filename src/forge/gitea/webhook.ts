@@ -1,19 +1,19 @@
 // Gitea `workflow_job` deliveries, after the signature was checked on the raw bytes.
 import { z } from "zod";
-import type { Dispatcher } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
-import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../operations.ts";
+import type { Dispatcher } from "../../dispatcher-types.ts";
+import type { Backend } from "../../names.ts";
+import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../operations.ts";
 import type { RunnerAt } from "./client.ts";
 import { cancelAssignment, type Tombstone } from "./cancel.ts";
-import { publishAssignment, type PublishOptions, type Published } from "../publish.ts";
-import { Conflict, InvalidInput, NotFound } from "../domain-errors.ts";
-import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../assignment.ts";
+import { publishAssignment, type PublishOptions, type Published } from "../../publish.ts";
+import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
+import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
 import { assignmentOfRunner } from "./identity.ts";
-import type { Pool } from "../pools/config.ts";
-import { poolsFor } from "../pools/route.ts";
-import { standInFor, type Started, type Taken } from "../pools/taken.ts";
+import type { Pool } from "../../pools/config.ts";
+import { poolsFor } from "../../pools/route.ts";
+import { standInFor, type Started, type Taken } from "../../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
-import { placementOf, recordJob, runnerAt } from "../state/records.ts";
+import { placementOf, recordJob, runnerAt } from "../../state/records.ts";
 
 const id = z.number().int().nonnegative();
 const MAX_REPOSITORY_CHARS = 256;

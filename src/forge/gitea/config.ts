@@ -1,7 +1,7 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
 
-import type { Pool } from "../pools/config.ts";
+import type { Pool } from "../../pools/config.ts";
 import type { GiteaScope, RunnerScope } from "./scope.ts";
 
 /** The Gitea integration's settings, validated with the rest of the configuration (config.ts). */

@@ -2,9 +2,9 @@
 // the backend only the resulting identity (act_runner's `.runner` file). The registration token
 // never leaves the Worker; the identity is kept sealed in the assignment's record so that every
 // retry reuses it, and a reservation in the admission pool makes one assignment register once.
-import { assignmentIdSchema, type Assignment } from "../assignment.ts";
+import { assignmentIdSchema, type Assignment } from "../../assignment.ts";
 import type { GiteaConfig } from "./config.ts";
-import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
+import type { AssignmentRecord, RunnerRef } from "../../state/records.ts";
 import type { GiteaClient } from "./client.ts";
 import { scopeKey, type RegistrationScope } from "./scope.ts";
 

@@ -1,4 +1,4 @@
-import { timingSafeEqual } from "../crypto.ts";
+import { timingSafeEqual } from "../../crypto.ts";
 
 /** Lowercase hex HMAC-SHA256 of `body` under `secret`: what Gitea sends as X-Gitea-Signature. */
 export async function giteaSignature(secret: string, body: Uint8Array): Promise<string> {

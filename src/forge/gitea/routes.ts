@@ -1,6 +1,6 @@
 // Which backend and runner labels serve a job: Gitea's own matching rule, first route wins.
 import { z } from "zod";
-import { BACKENDS } from "../names.ts";
+import { BACKENDS } from "../../names.ts";
 
 export const routeSchema = z.strictObject({
   backend: z.enum(BACKENDS),
