@@ -22,7 +22,7 @@ export function formatMetrics(s: Snapshot): string {
   const metric = (name: string, type: "gauge" | "counter", help: string, samples: Sample[]) => {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
     for (const [labels, value] of samples) {
-      const l = Object.entries(labels).map(([k, v]) => `${k}="${v}"`).join(",");
+      const l = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(",");
       lines.push(`${name}${l ? `{${l}}` : ""} ${value}`);
     }
   };
@@ -52,13 +52,13 @@ export function formatMetrics(s: Snapshot): string {
   metric("gdr_stream_acked_messages_total", "counter", "Assignment messages acknowledged (or terminated) and removed so far.", [[{}, s.stream.acked]]);
   metric("gdr_consumer_delivered_messages_total", "counter", "Deliveries so far, redeliveries included.", per((b) => b.delivered));
   // Bounded: STATUS_TOP_OWNERS owners by name, the rest as owner="other".
-  const owner = (pick: (o: Snapshot["owners"][number]) => number): Sample[] => s.owners.map((o) => [{ owner: escapeLabel(o.owner) }, pick(o)]);
+  const owner = (pick: (o: Snapshot["owners"][number]) => number): Sample[] => s.owners.map((o) => [{ owner: o.owner }, pick(o)]);
   metric("gdr_owner_runners", "gauge", "Slots held by the owner's jobs on every backend (the busiest owners; the rest as other).", owner((o) => o.runners));
   metric(
     "gdr_owner_waiting_jobs",
     "gauge",
     "The owner's jobs waiting their turn in the wait set: for a free slot (capacity_wait) or under a QUOTAS limit (quota_wait).",
-    s.owners.flatMap((o): Sample[] => [[{ owner: escapeLabel(o.owner), state: "capacity_wait" }, o.waitingForCapacity], [{ owner: escapeLabel(o.owner), state: "quota_wait" }, o.waitingForQuota]]),
+    s.owners.flatMap((o): Sample[] => [[{ owner: o.owner, state: "capacity_wait" }, o.waitingForCapacity], [{ owner: o.owner, state: "quota_wait" }, o.waitingForQuota]]),
   );
   if (s.pools.length) {
     const pool = (pick: (p: Snapshot["pools"][number]) => number): Sample[] => s.pools.map((p) => [{ pool: p.pool }, pick(p)]);
@@ -77,7 +77,7 @@ export function formatMetrics(s: Snapshot): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** Gitea names hold no quote or backslash; escaped all the same, as the format requires. */
+/** Every label value, as the format requires (Gitea and pool names hold no quote or backslash, but a label must never break a line). */
 function escapeLabel(v: string): string {
   return v.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
 }

@@ -1,7 +1,7 @@
 // Who uses the runners right now, per owner, at a bounded size: the busiest owners by live
 // runners (then by jobs waiting), the rest summed as `other`. Built from what the snapshot reads
 // anyway (the slot holders' records and the wait set's counts), so it costs no request.
-import { limitsOf, ownerOf, type Quotas } from "../quotas/config.ts";
+import { limitsOf, ownerOf, whoseJob, type Quotas } from "../quotas/config.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 
 /** What an owner holds and waits for. `-` stands for jobs with no repository; `other` for the rest (and an owner named so). */
@@ -16,20 +16,17 @@ export interface OwnerSnapshot {
 }
 
 export const OTHER_OWNERS = "other";
-const NONE = "-";
 
 /**
  * Rows for the `top` busiest owners and one `other` row for the rest (only when there is a rest).
- * A repository's waiting jobs count as quota_wait while its owner or the repository holds as many
- * runners as its limit: what the wait set would say of them if asked now.
+ * A repository's waiting jobs count as quota_wait where `limited` says (atQuotaLimit).
  */
-export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMap<string, number>, quotas: Quotas, top: number): OwnerSnapshot[] {
+export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMap<string, number>, limited: (repository: string) => boolean, top: number): OwnerSnapshot[] {
   const rows = new Map<string, OwnerSnapshot>();
   const row = (owner: string) => rows.get(owner) ?? rows.set(owner, { owner, runners: 0, waitingForCapacity: 0, waitingForQuota: 0 }).get(owner)!;
-  for (const r of held) row(ownerOf(r.job?.repository)?.owner ?? NONE).runners++;
-  const limited = atQuotaLimit(held, quotas);
+  for (const r of held) row(whoseJob(r.job?.repository).owner).runners++;
   for (const [repository, count] of waiting) {
-    const r = row(ownerOf(repository)?.owner ?? NONE);
+    const r = row(whoseJob(repository).owner);
     if (limited(repository)) r.waitingForQuota += count;
     else r.waitingForCapacity += count;
   }
@@ -48,7 +45,11 @@ export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMa
   return [...sorted.slice(0, top), other];
 }
 
-/** Whether a repository's jobs are held back by a QUOTAS limit, given the live runners `held`. */
+/**
+ * Whether a repository's jobs are held back by a QUOTAS limit, given the live runners `held`:
+ * while its owner or the repository holds as many runners as its limit, what the wait set would
+ * say of them if asked now.
+ */
 export function atQuotaLimit(held: readonly AssignmentRecord[], quotas: Quotas): (repository: string) => boolean {
   const count = new Map<string, number>();
   for (const r of held) {

@@ -63,6 +63,7 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
           const inState = (s: string) => [...records.values()].filter((r) => r.value.state === s).length;
           const pendingAtBackend = inState("backend_pending") + inState("capacity_wait") + inState("received");
           const readyForClaim = inState("backend_ready");
+          // Without the wait set's jobs, added below.
           const figures: Omit<BackendSnapshot, "waitingForQuota"> = {
             backend,
             capacity,
@@ -72,7 +73,7 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
             ackPending: consumer.num_ack_pending,
             redelivered: consumer.num_redelivered,
             // A slot holder not yet claimed still has its message out; every other one out is waiting.
-            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim) + [...turns.values()].reduce((a, b) => a + b, 0),
+            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim),
             pendingAtBackend,
             readyForClaim,
             running: inState("claimed"),
@@ -83,14 +84,20 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
       ),
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
     ]);
-    // Which waiting jobs a QUOTAS limit holds back depends on every backend's holders.
+    // Which jobs in the wait set a QUOTAS limit holds back depends on every backend's holders;
+    // the others wait for capacity, as the delivered ones without a slot do.
     const limited = atQuotaLimit(held, d.config.quotas);
     const backends = counted.map(({ figures, turns }): BackendSnapshot => {
-      const quota = [...turns].reduce((sum, [repository, n]) => sum + (limited(repository) ? n : 0), 0);
-      return { ...figures, waitingForCapacity: figures.waitingForCapacity - quota, waitingForQuota: quota };
+      let quota = 0;
+      let capacity = 0;
+      for (const [repository, n] of turns) {
+        if (limited(repository)) quota += n;
+        else capacity += n;
+      }
+      return { ...figures, waitingForCapacity: figures.waitingForCapacity + capacity, waitingForQuota: quota };
     });
     const { messages, last_seq } = stream.state;
     // A work queue removes a message once it is acknowledged (or termed).
-    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, d.config.quotas, d.config.statusTopOwners) };
+    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, limited, d.config.statusTopOwners) };
   });
 }

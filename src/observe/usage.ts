@@ -6,7 +6,7 @@ import type { StoredMsg } from "@nats-io/jetstream";
 import type { FieldIssue } from "../assignment.ts";
 import { RECORD_PREFIX } from "../names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { ownerOf } from "../quotas/config.ts";
+import { whoseJob } from "../quotas/config.ts";
 import { isKvValue, readBatch } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 
@@ -66,7 +66,7 @@ export function summarizeUsage(records: readonly AssignmentRecord[], since: numb
   const inWindow = (r: AssignmentRecord | undefined) => r !== undefined && !r.tombstone && Date.parse(r.createdAt) >= since && Date.parse(r.createdAt) < until;
   const rows = new Map<string, { jobs: number; seconds: number; waits: number[] }>();
   const row = (repository: string) => rows.get(repository) ?? rows.set(repository, { jobs: 0, seconds: 0, waits: [] }).get(repository)!;
-  const where = (r: AssignmentRecord) => ownerOf(r.job?.repository)?.repository ?? "-/-";
+  const where = (r: AssignmentRecord) => whoseJob(r.job?.repository).repository;
   for (const r of records) {
     if (inWindow(r) && r.job) row(where(r)).jobs++;
     const ran = r.took ? byId.get(r.took) : r.job ? r : undefined;

@@ -8,12 +8,10 @@ import { SETTLED_STATES } from "../names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
-import { ownerOf } from "./config.ts";
+import { whoseJob } from "./config.ts";
 import { pickNext, taken, type Shares } from "./fair-share.ts";
 import { releaseQuota, takeQuota } from "./limits.ts";
 
-/** Jobs with no repository (published through the API) wait as one owner of their own. */
-const NO_REPOSITORY = { owner: "-", repository: "-/-" };
 /** Repositories looked at per pass: the oldest job of each. */
 const HEADS = 64;
 /**
@@ -25,7 +23,7 @@ const FULL_IN_A_ROW = 3;
 
 /** What the wait set keeps of a delivery that waits. */
 export function waitEntryOf(p: Prepared): WaitEntry {
-  const at = ownerOf(p.assignment?.job?.repository) ?? NO_REPOSITORY;
+  const at = whoseJob(p.assignment?.job?.repository);
   return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: btoa(String.fromCharCode(...p.msg.data)) };
 }
 
@@ -97,7 +95,7 @@ async function heldNow(deps: ProcessDeps, heads: WaitHead[]): Promise<Shares> {
   const heldByOwner = new Map<string, number>();
   const heldByRepository = new Map<string, number>();
   for (const { value } of records.values()) {
-    const at = ownerOf(value.job?.repository) ?? NO_REPOSITORY;
+    const at = whoseJob(value.job?.repository);
     heldByOwner.set(at.owner, (heldByOwner.get(at.owner) ?? 0) + 1);
     heldByRepository.set(at.repository, (heldByRepository.get(at.repository) ?? 0) + 1);
   }

@@ -66,6 +66,14 @@ export function ownerOf(repository: string | undefined): { owner: string; reposi
   return owner && name ? { owner, repository: `${owner}/${name}` } : undefined;
 }
 
+/** Jobs with no repository (published through the API) count as one owner of their own, `-`. */
+export const NO_REPOSITORY = { owner: "-", repository: "-/-" } as const;
+
+/** Whose a job is, lower case: its repository's owner, or NO_REPOSITORY. */
+export function whoseJob(repository: string | undefined): { owner: string; repository: string } {
+  return ownerOf(repository) ?? NO_REPOSITORY;
+}
+
 /** The concurrent-runner limits that apply to a job of `repository` (undefined: no limit). */
 export function limitsOf(q: Quotas, repository: string): { owner?: number; repository?: number } {
   const at = ownerOf(repository);
