@@ -117,6 +117,17 @@ async function leaderOf(env: Record<string, string>, stream: string): Promise<nu
   return Number(m[1]) - 1;
 }
 
+/** Provisions `env` on the cluster (R3, healthy), the fake Gitea sending it webhooks, and act_runner-like runners. */
+async function withGiteaOnR3(env: Record<string, string>, runner: { bootMs: number }) {
+  await provisionEnv(env);
+  await until("R3 layout healthy", () => health(env), (h) => h.ok);
+  const gitea = giteaControl(env);
+  const backend = backendControl(env);
+  await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+  await backend.mode({ runner: true, fetchIntervalMs: 100, jobMs: 300, ...runner });
+  return { gitea, backend };
+}
+
 type Fault = (env: Record<string, string>) => Promise<string>;
 const killLeader = (stream: (env: Record<string, string>) => string): Fault => async (env) => {
   const i = await leaderOf(env, stream(env));
@@ -234,12 +245,7 @@ describe.sequential("warm pools on R3 with a node lost", () => {
         // A runner left over by a settling the lost node cut short is found at its claim timeout.
         CLAIM_TIMEOUT_MS: 5_000,
       });
-      await provisionEnv(env);
-      await until("R3 layout healthy", () => health(env), (h) => h.ok);
-      const gitea = giteaControl(env);
-      const backend = backendControl(env);
-      await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
-      await backend.mode({ runner: true, bootMs: 300, fetchIntervalMs: 100, jobMs: 300 });
+      const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 300 });
       const pool = async () => ((await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { pools: { warm: number; idle: number; busy: number; booting: number }[] }).pools[0]!;
       const seen: { warm: number; live: number }[] = [];
       const round = async () => {
@@ -283,12 +289,7 @@ describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
         GITEA_JOB_PAGES: 5,
         RUNNER_SCOPE: "repository", QUOTAS: JSON.stringify({ default: { owner: 2 }, owners: { Beta: { limit: 1 } } }),
       });
-      await provisionEnv(env);
-      await until("R3 layout healthy", () => health(env), (h) => h.ok);
-      const gitea = giteaControl(env);
-      const backend = backendControl(env);
-      await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
-      await backend.mode({ runner: true, bootMs: 100, fetchIntervalMs: 100, jobMs: 300 });
+      const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 100 });
       const repos = ["alpha/one", "Alpha/two", "beta/x", "gamma/y"];
       const { jobs } = await gitea.queue(Array.from({ length: 16 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: repos[i % repos.length]!, runMs: 800 })));
       // The records bucket holds the ledger: its leader goes down as the jobs come, back 10 s later.
