@@ -7,7 +7,7 @@
 // (through the counting proxy) and the Worker's CPU.
 import { wsconnect } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { percentile as pick, treeCpu } from "./lib.mjs";
+import { giteaControl, percentile as pick, treeCpu } from "./lib.mjs";
 
 const CAPACITY = 10;
 const runMs = () => 2_000 + Math.floor(Math.random() * 2_000);
@@ -20,7 +20,7 @@ export async function measureFairness({ varsFor, provisioned, startWorker, backe
     await backendMode(vars, { runner: true, bootMs: 100, fetchIntervalMs: 200, jobMs: 2_000 });
     const tag = `fair-${vars.ASSIGNMENT_STREAM}`;
     const worker = await startWorker({ ...vars, NATS_URL: proxy.url(tag) });
-    const gitea = (what, body) => fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
+    const gitea = giteaControl(vars);
     const ticker = setInterval(() => worker.tick().catch(() => undefined), TICK_MS);
     try {
       await gitea("webhook", { url: `${worker.url}/v1/gitea/webhook`, secret: webhookSecret });

@@ -164,3 +164,8 @@ export async function load(n, concurrency, fn) {
   latencies.sort((a, b) => a - b);
   return { rps: (n / elapsed) * 1000, p50: percentile(latencies, 50), p99: percentile(latencies, 99), elapsedMs: elapsed };
 }
+
+/** The fake Gitea's control API for the tenant of `vars`: GET without a body, POST with one; JSON back. */
+export function giteaControl(vars) {
+  return (what, body) => fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
+}

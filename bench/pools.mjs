@@ -2,7 +2,7 @@
 // Gitea every 2 s, one job each), the fake Gitea handing jobs out and sending the webhooks to the
 // Worker. Cold against warm start-up for a burst, runners made per job over a long run, the time
 // back to the warm target after a burst, and the time until the surplus is gone when the target drops.
-import { percentile as pick } from "./lib.mjs";
+import { giteaControl, percentile as pick } from "./lib.mjs";
 
 const percentile = (xs, p) => pick([...xs].sort((a, b) => a - b), p);
 
@@ -17,7 +17,7 @@ export async function measurePools({ varsFor, provisioned, startWorker, backendM
     await provisioned(vars);
     await backendMode(vars, { runner: true, bootMs: BOOT_MS, fetchIntervalMs: FETCH_MS, jobMs: 1_000 });
     const worker = await startWorker(vars);
-    const gitea = (what, body) => fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
+    const gitea = giteaControl(vars);
     await gitea("webhook", { url: `${worker.url}/v1/gitea/webhook`, secret: webhookSecret });
     const ticker = setInterval(() => worker.tick().catch(() => undefined), TICK_MS);
     await worker.tick();
