@@ -85,7 +85,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
         const live = [...s.live].filter((r) => s.runners.get(r)?.owner === owner).length;
         (s.maxLiveByOwner ??= Object.create(null))[owner] = Math.max(s.maxLiveByOwner[owner] ?? 0, live);
       }
-      if (s.mode.runner && body.runner) {
+      if (s.mode.runner && (body.runner || body.forgejo)) {
         const r = runner;
         const stop = startRunner(body, s.mode, (e) => {
           if (e.event === "done" || e.event === "stopped") running.delete(stop);

@@ -4,6 +4,8 @@
 // `run_ms` or `jobMs`, reports the result with UpdateTask, tells the dispatcher it completed (as
 // the pod's script does, best effort) and exits. Deleting its workload stops it wherever it is.
 
+// With FORGE=forgejo it is `forgejo-runner one-job --handle <h> --wait` instead: it declares its
+// labels, then asks FetchSingleTask for its handle's job only, every fetch interval, until it has it.
 const rpc = (file, name, body) =>
   fetch(`${file.address}/api/actions/runner.v1.RunnerService/${name}`, {
     method: "POST",
@@ -14,7 +16,9 @@ const rpc = (file, name, body) =>
 
 /** Starts the runner of `request` (a PUT body); `on(event)` hears booted, task, done, stopped. Returns stop(). */
 export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobMs = 1_000 }, on = () => undefined) {
-  const file = request.runner;
+  const forgejo = request.forgejo;
+  const file = forgejo ? { address: forgejo.url, uuid: forgejo.uuid, token: forgejo.token } : request.runner;
+  const fetchTask = (version) => (forgejo ? rpc(file, "FetchSingleTask", { tasksVersion: version, ...(forgejo.handle ? { handle: forgejo.handle } : {}) }) : rpc(file, "FetchTask", { tasksVersion: version }));
   let stopped = false;
   let timer;
   const wait = (ms) => new Promise((r) => (timer = setTimeout(r, ms)));
@@ -22,9 +26,10 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
     await wait(bootMs);
     if (stopped) return;
     on({ event: "booted" });
+    if (forgejo) await rpc(file, "Declare", { version: "12.8.0", labels: forgejo.labels }).then((r) => r.body?.cancel()).catch(() => undefined);
     let version = "0";
     while (!stopped) {
-      const res = await rpc(file, "FetchTask", { tasksVersion: version }).catch(() => undefined);
+      const res = await fetchTask(version).catch(() => undefined);
       // Deleted in Gitea (401): an ephemeral runner's identity is gone, so is its reason to live.
       if (res?.status === 401) break;
       const body = res?.ok ? await res.json().catch(() => ({})) : {};

@@ -4,6 +4,10 @@ import { z } from "zod";
 import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
 import { RUNNER_SCOPES } from "./forge/gitea/scope.ts";
 
+/** FORGE: which forge the jobs come from. */
+export const FORGES = ["gitea", "forgejo"] as const;
+export type ForgeKind = (typeof FORGES)[number];
+
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
 export type LocationHint = (typeof LOCATION_HINTS)[number];
@@ -90,13 +94,14 @@ export const envSchema = z.object({
   NATS_GATEWAY: z.enum(["on", "off"], { message: "must be on or off" }).default("on"),
   NATS_GATEWAY_SHARDS: intFrom(1, 64).default(1),
   NATS_GATEWAY_LOCATION: z.enum(LOCATION_HINTS, { message: `must be one of ${LOCATION_HINTS.join(", ")}` }).optional(),
+  FORGE: z.enum(FORGES, { message: `must be one of ${FORGES.join(", ")}` }).default("gitea"),
   GITEA_URL: httpUrl.optional(),
   GITEA_WEBHOOK_SECRET: optionalString,
   GITEA_RUNNER_REGISTRATION_TOKEN: optionalString,
   GITEA_API_TOKEN: optionalString,
   GITEA_SCOPE: z
     .string()
-    .regex(/^(admin|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name>" })
+    .regex(/^(admin|user|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name> (or user, with FORGE=forgejo)" })
     .default("admin"),
   RUNNER_SCOPE: z.enum(RUNNER_SCOPES, { message: `must be one of ${RUNNER_SCOPES.join(", ")}` }).default("instance"),
   FAIR_SHARE: z.enum(["on", "off"], { message: "must be on or off" }).default("on"),
@@ -110,6 +115,7 @@ export const envSchema = z.object({
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),
   CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
   WARM_GRACE_MS: intFrom(0, 600_000).default(5_000),
+  FORGEJO_POLL_MS: intFrom(1_000, 60_000).default(3_000),
   POD_DRIVER: z.enum(DRIVERS).default("http"),
   VM_DRIVER: z.enum(DRIVERS).default("http"),
   K8S_API_URL: httpUrl.optional(),

@@ -1,7 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
-import { envSchema, type LocationHint } from "./config-schema.ts";
+import { envSchema, type ForgeKind, type LocationHint } from "./config-schema.ts";
+import { parseForgejoConfig, type ForgejoConfig } from "./forge/forgejo/config.ts";
 import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "./forge/gitea/config.ts";
 import { parseScope } from "./forge/gitea/scope.ts";
 import { BACKENDS, type Backend } from "./names.ts";
@@ -47,8 +48,12 @@ export interface Config {
   backendTimeoutMs: number;
   /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
   eagerReconcile: boolean;
-  /** Gitea integration; undefined when GITEA_URL is unset. */
+  /** FORGE: where jobs come from. */
+  forge: ForgeKind;
+  /** Gitea integration; undefined when GITEA_URL is unset, or with FORGE=forgejo. */
   gitea: GiteaConfig | undefined;
+  /** Forgejo integration (FORGE=forgejo). */
+  forgejo: ForgejoConfig | undefined;
   /** NATS_GATEWAY*: the request path's warm connection (src/gateway/). */
   gateway: GatewaySettings;
   /** RUNNER_POOLS (or RUNS_ON_ROUTES as pools); none without the Gitea integration. */
@@ -127,9 +132,10 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const parsed = envSchema.safeParse(raw);
   const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
   const auth = parseAuth(env, problems);
-  const giteaParts = raw.GITEA_URL ? parseGiteaSecrets(raw, problems) : undefined;
+  const forgejo = raw.FORGE === "forgejo";
+  const giteaParts = raw.GITEA_URL && !forgejo ? parseGiteaSecrets(raw, problems) : undefined;
   const text = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : undefined);
-  const pools: Pool[] = (raw.GITEA_URL ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
+  const pools: Pool[] = (raw.GITEA_URL || forgejo ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
   const quotas = parseQuotas(text("QUOTAS"), problems);
   if (quotas !== NO_QUOTAS && raw.FAIR_SHARE === "off") problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
@@ -151,7 +157,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     problems,
   );
   const gitea =
-    e.GITEA_URL && giteaParts
+    e.GITEA_URL && giteaParts && e.FORGE === "gitea"
       ? {
           ...giteaParts,
           url: e.GITEA_URL,
@@ -163,7 +169,11 @@ export function loadConfig(env: Record<string, unknown>): Config {
           cleanupGraceMs: e.CLEANUP_GRACE_MS,
         }
       : undefined;
-  if (e.GITEA_URL) checkScopes(e, pools, problems);
+  const forgejoConfig = e.FORGE === "forgejo" ? parseForgejoConfig(raw, e, pools, problems) : undefined;
+  if (e.GITEA_URL && e.FORGE === "gitea") {
+    checkScopes(e, pools, problems);
+    if (e.GITEA_SCOPE === "user") problems.push("GITEA_SCOPE=user is Forgejo's (FORGE=forgejo); with Gitea use admin, org:<name> or repo:<owner>/<name>");
+  }
   if (e.RUNNER_POOLS && !e.GITEA_URL) problems.push("RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea");
   checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, kubernetes, problems);
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
@@ -195,7 +205,9 @@ export function loadConfig(env: Record<string, unknown>): Config {
     claimSigningKey: e.CLAIM_SIGNING_KEY,
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",
+    forge: e.FORGE,
     gitea,
+    forgejo: forgejoConfig,
     gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
     pools,
     warmGraceMs: e.WARM_GRACE_MS,

@@ -16,6 +16,9 @@ import type { QuotaLedger } from "./state/quota-ledger.ts";
 import type { TeardownList } from "./state/teardowns.ts";
 import type { WarmSlots } from "./state/warm-slots.ts";
 import type { StartupTimes } from "./state/startup-times.ts";
+import type { HandleIndex } from "./state/handles.ts";
+import type { ForgeHealthStore } from "./state/forge-health.ts";
+import type { Forge } from "./forge/types.ts";
 
 export interface ReconcileOptions {
   only?: Backend[];
@@ -38,6 +41,10 @@ export interface State {
   startups: StartupTimes;
   waiting: WaitSet;
   quotas: QuotaLedger;
+  /** Forgejo job handles and the assignment each is bound to. */
+  handles: HandleIndex;
+  /** How the forge's poller fares (FORGE=forgejo). */
+  forgeHealth: ForgeHealthStore;
 }
 
 export interface Dispatcher {
@@ -54,6 +61,8 @@ export interface Dispatcher {
   runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement): Promise<PreparedRequest>;
   /** The Gitea client, when the integration is configured. */
   gitea: GiteaClient | undefined;
+  /** The forge runners are registered with (FORGE), when one is configured. */
+  forge: Forge<Dispatcher> | undefined;
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
   reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;

@@ -8,9 +8,12 @@ import { consoleSink, type EventSink } from "./events.ts";
 import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient, type TokenCache } from "./forge/gitea/client.ts";
-import { obtainRunnerIdentity } from "./forge/gitea/identity.ts";
-import { parseScope, registrationScope } from "./forge/gitea/scope.ts";
-import { sweepGitea } from "./forge/gitea/sweep.ts";
+import { createGiteaForge } from "./forge/gitea/forge.ts";
+import { createForgejoClient, type ForgejoClient } from "./forge/forgejo/client.ts";
+import { createForgejoForge } from "./forge/forgejo/forge.ts";
+import type { Forge } from "./forge/types.ts";
+import { createHandleIndex } from "./state/handles.ts";
+import { createForgeHealthStore } from "./state/forge-health.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
 import { reconcileBackend } from "./reconcile/run.ts";
@@ -49,6 +52,8 @@ export interface DispatcherDeps {
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
   gitea?: GiteaClient;
+  /** The Forgejo client (FORGE=forgejo); by default one on fetch. */
+  forgejo?: ForgejoClient;
   /** Bound on each Gitea call when the caller has less time than BACKEND_TIMEOUT_MS (a gateway call). */
   giteaTimeoutMs?: number;
   /** Where the Gitea client keeps its registration token; by default its own (this invocation). */
@@ -77,6 +82,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
   const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens)) : undefined;
+  const forge = createForge(config, deps, gitea, now);
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 
@@ -92,6 +98,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
       waiting: createWaitSet(handle, names),
+      handles: createHandleIndex(recordsKv),
+      forgeHealth: createForgeHealthStore(recordsKv),
     };
     if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
     return deps.decorateState ? deps.decorateState(state) : state;
@@ -125,6 +133,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       if (session && !deps.borrowed) await closeNats(session.handle.nc);
     },
     gitea,
+    forge,
     async runnerRequest(assignment, record, reserved, placement = placementOf(record)) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
       const pool = config.pools.find((p) => p.name === placement.pool);
@@ -135,21 +144,18 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         completeUrl: `${base}/complete`,
         ...(pool ? { pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}) } } : {}),
       };
-      if (!config.gitea || !gitea) return { request };
+      if (!forge) return { request };
       // A runner of a pool has that pool's labels: a spilled job's are not its first pool's.
-      // A warm runner has no job to follow: it is registered where its pool says (config.ts checks one is said).
-      const scope = pool?.scope ? parseScope(pool.scope) : registrationScope(record.warm ? "instance" : config.gitea.runnerScope, config.gitea.scope, assignment.job?.repository);
-      const identity = await obtainRunnerIdentity(config.gitea, gitea, { ...assignment, labels: pool?.labels ?? assignment.labels }, record, reserved, now, scope);
-      return identity.kind === "busy" ? "busy" : { request: { ...request, runner: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
+      const outcome = await forge.identity(assignment, pool?.labels ?? assignment.labels, record, reserved, pool);
+      if (outcome === "busy") return "busy";
+      const { identity, ref } = outcome;
+      const credentials = identity.forge === "gitea" ? { runner: identity.file } : { forgejo: identity.runner };
+      return { request: { ...request, ...credentials }, ...(ref ? { ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
     async tick(trigger) {
       const started = now();
-      if (config.gitea) {
-        await dispatcher
-          .withState((state) => sweepGitea(dispatcher, state))
-          .catch((err) => sink.error("gitea sweep failed", { reason: (err as Error).message }));
-      }
+      await forge?.tick(dispatcher);
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
       if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
@@ -204,7 +210,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     admission: state.admission,
     runnersFor: d.runnersFor,
     pools: new Map(d.config.pools.map((p) => [p.name, p])),
-    needsIdentity: d.config.gitea !== undefined,
+    needsIdentity: d.forge !== undefined,
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
     ...(d.config.fairShare ? { waiting: { set: state.waiting, rules: shareRules(d.config.quotas), ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}) } } : {}),
@@ -213,4 +219,11 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     sink: d.sink,
     now: d.now,
   };
+}
+
+function createForge(config: Config, deps: DispatcherDeps, gitea: GiteaClient | undefined, now: () => number): Forge<Dispatcher> | undefined {
+  if (config.gitea && gitea) return createGiteaForge(config.gitea, gitea, now);
+  const f = config.forgejo;
+  if (!f) return undefined;
+  return createForgejoForge(f, deps.forgejo ?? createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity) }), now);
 }

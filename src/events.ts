@@ -51,6 +51,11 @@ export const EVENT_NAMES = [
   "lifetime_reached",
   "job_started_elsewhere",
   "warm_gone",
+  "forgejo_poll_failed",
+  "forgejo_poll_recovered",
+  "handle_conflict",
+  "unbindable_job",
+  "poller_armed",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -5,9 +5,11 @@ import { GATEWAY_BINDING, gatewayPath } from "./gateway/client.ts";
 import type { NatsGateway } from "./gateway/object.ts";
 import { createApp } from "./http/app.ts";
 import { directPath } from "./request-path.ts";
+import { NO_POLLER_BINDING, pollerOf } from "./forge/forgejo/binding.ts";
 
 // Every export of this module is an entry point to workerd: the handlers and the Durable Object class.
 export { NatsGateway } from "./gateway/object.ts";
+export { ForgejoPoller } from "./forge/forgejo/object.ts";
 
 const NO_BINDING = `NATS_GATEWAY=on, but the Durable Object binding ${GATEWAY_BINDING} is missing: each request opens its own NATS connection. Add the binding and migration of wrangler.jsonc, or set NATS_GATEWAY=off`;
 
@@ -37,9 +39,21 @@ export default {
   async scheduled(controller, env, _ctx) {
     const d = dispatcherOf(env);
     try {
+      if (d.config.forgejo) await armPoller(env, d);
       await d.tick(`cron ${controller.cron}`);
     } finally {
       await d.close();
     }
   },
 } satisfies ExportedHandler<Record<string, unknown>>;
+
+/** The cron tick makes sure the Forgejo poller's alarm is set (an eviction or a deploy may have lost it). */
+async function armPoller(env: Record<string, unknown>, d: ReturnType<typeof dispatcherOf>): Promise<void> {
+  const poller = pollerOf(env, d.config);
+  if (!poller) return d.sink.error(NO_POLLER_BINDING);
+  try {
+    if (await poller.arm(d.config)) d.sink.event({ event: "poller_armed", assignment: "-", backend: undefined, reason: "the poller's alarm was not set" });
+  } catch (err) {
+    d.sink.error("arming the forgejo poller failed", { reason: (err as Error).message });
+  }
+}

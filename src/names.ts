@@ -120,3 +120,12 @@ export function startupKey(pool: string): string {
   return `${STARTUP_PREFIX}.${pool}`;
 }
 export const STARTUP_PREFIX = "h";
+
+/** A Forgejo job handle bound to its assignment (see state/handles.ts), kept in the records bucket. */
+export function handleKey(handle: string): string {
+  return `${HANDLE_PREFIX}.${handle}`;
+}
+export const HANDLE_PREFIX = "fh";
+
+/** The Forgejo poller's health (see state/forge-health.ts), kept in the records bucket. */
+export const FORGE_HEALTH_KEY = "fp";

@@ -4,6 +4,7 @@ import type { RunnerRequest, RunnerBackend, RunnerStatus } from "./types.ts";
 import type { KubeObject } from "./kubernetes/api.ts";
 import { mergeTemplate } from "./kubernetes/merge.ts";
 import { ownedMetadata, type ObjectNames } from "./kubernetes/names.ts";
+import { forgejoCloudInit } from "./kubernetes/forgejo-runner.ts";
 import { phaseStatus, requireIdentity, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
 
 export interface VmDriverOptions extends WorkloadOptions {
@@ -15,6 +16,7 @@ const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().enco
 
 /** cloud-init user data: identity and claim token to files (0600), act_runner once, then power off. */
 export function cloudInit(request: RunnerRequest): string {
+  if (request.forgejo) return forgejoCloudInit({ ...request, forgejo: request.forgejo });
   const runner = requireIdentity(request);
   return [
     "#cloud-config",

@@ -1,5 +1,6 @@
 import type { Assignment } from "../assignment.ts";
 import type { RunnerFile } from "../forge/gitea/identity.ts";
+import type { ForgejoRunnerIdentity } from "../forge/types.ts";
 import { UpstreamError } from "../status-error.ts";
 
 export type RunnerStatus = "ready" | "pending";
@@ -12,6 +13,8 @@ export interface RunnerRequest {
   completeUrl: string;
   /** The runner's identity (act_runner's `.runner` file) when Gitea integration is on. */
   runner?: RunnerFile;
+  /** With FORGE=forgejo instead: what `forgejo-runner one-job` starts with, bound to its job's handle. */
+  forgejo?: ForgejoRunnerIdentity;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
   pool?: { name: string; template?: Record<string, unknown> };
 }

@@ -40,6 +40,7 @@ export const healthBody = z
     problems: z.array(z.string()),
     warnings: z.array(z.string()).optional().describe("What works, but not as configured (a missing NATS gateway binding)."),
     error: z.string().optional(),
+    forge: z.object({ kind: z.enum(["gitea", "forgejo"]), version: z.string().optional(), ok: z.boolean() }).optional().describe("FORGE=forgejo: the version Forgejo reports, read at start-up and every 10 minutes."),
     stream: z.object({ name: z.string(), messages: z.number().int(), replicas: z.number().int(), leader: z.string().optional() }).optional(),
     consumers: z.record(z.string(), z.object({ pending: z.number().int(), ackPending: z.number().int(), redelivered: z.number().int() })).optional(),
   })
@@ -133,3 +134,6 @@ export const webhookBody = z
     z.object({ ignored: z.string() }),
   ])
   .meta({ id: "WebhookOutcome" });
+
+/** What a Forgejo run-level delivery did: the poller looks now, or nothing and why. */
+export const forgejoWebhookBody = z.union([z.object({ run: z.number().int(), polled: z.literal(true) }), z.object({ ignored: z.string() })]).meta({ id: "ForgejoWebhookOutcome" });

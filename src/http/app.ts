@@ -20,6 +20,8 @@ import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
 import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
 import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
+import { parseActionRun, runEventOf, verifyForgejoSignature } from "../forge/forgejo/webhook.ts";
+import { NO_POLLER_BINDING, pollerOf } from "../forge/forgejo/binding.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
@@ -136,6 +138,23 @@ export function createApp(deps: AppDeps) {
     }
     if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
     return c.json(outcome.body, outcome.status);
+  });
+
+  app.post("/v1/forgejo/webhook", async (c) => {
+    const d = c.var.d;
+    const f = d.config.forgejo;
+    if (!f?.webhookSecret) throw new HttpError(404, f ? "Forgejo webhooks are not configured (GITEA_WEBHOOK_SECRET)" : "Forgejo integration is not configured (FORGE=forgejo)");
+    const raw = await readLimited(c.req.raw, f.webhookMaxBytes);
+    // Nothing is parsed, logged or acted on before the signature holds.
+    if (!(await verifyForgejoSignature(c.req.raw.headers, raw, f.webhookSecret))) throw new HttpError(401, "missing or invalid X-Forgejo-Signature");
+    requireJsonContentType(c.req.raw, " (set the webhook's content type to application/json in Forgejo)");
+    const event = runEventOf(c.req.raw.headers);
+    if (!event) return c.json({ ignored: `event ${c.req.header("x-forgejo-event-type") ?? c.req.header("x-forgejo-event") ?? "(none)"}` }, 202);
+    const run = parseActionRun(raw).run;
+    const poller = pollerOf(c.env, d.config);
+    if (!poller) throw new HttpError(503, NO_POLLER_BINDING);
+    inBackground(c, d, poller.pollNow(d.config), "poll after a run ended");
+    return c.json({ run: run.id, polled: true }, 202);
   });
 
   // Prometheus scrapes with METRICS_TOKEN; without that secret there is no such endpoint.

@@ -3,6 +3,8 @@
 import type { Config } from "../config.ts";
 import { inspect } from "../layout-inspect.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
+import { createForgejoClient } from "../forge/forgejo/client.ts";
+import { forgejoVersion } from "../forge/forgejo/version.ts";
 
 /** How long one answer serves every unauthenticated /healthz of an isolate. */
 export const HEALTH_TTL_MS = 3_000;
@@ -42,6 +44,16 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
   } catch (err) {
     return { status: 503, body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`] } };
   }
-  const { ok, problems } = report;
-  return { status: ok ? 200 : 503, body: detailed ? { ...report, nats: { ok: true } } : { ok, nats: { ok: true }, problems } };
+  const forge = await forgeCheck(config);
+  const problems = [...report.problems, ...(forge?.problem ? [forge.problem] : [])];
+  const ok = report.ok && !forge?.problem;
+  const forgeBody = forge ? { forge: { kind: config.forge, ...(forge.version ? { version: forge.version } : {}), ok: !forge.problem } } : {};
+  return { status: ok ? 200 : 503, body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody } };
+}
+
+/** FORGE=forgejo: the version Forgejo reports, and what is wrong with it (see forge/forgejo/version.ts). */
+function forgeCheck(config: Config): Promise<{ version?: string; problem?: string }> | undefined {
+  const f = config.forgejo;
+  if (!f) return undefined;
+  return forgejoVersion(f.url, createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, 2_000) }));
 }

@@ -4,7 +4,8 @@ import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-ope
 import { z } from "zod";
 import { assignmentRequestSchema, assignmentIdSchema } from "../assignment.ts";
 import { workflowJobPayload } from "../forge/gitea/webhook.ts";
-import { assignmentView, errorBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";
+import { actionRunPayload } from "../forge/forgejo/webhook.ts";
+import { assignmentView, errorBody, forgejoWebhookBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";
 
 const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });
 const error = (description: string) => json(errorBody, description);
@@ -27,6 +28,7 @@ function build() {
   const dispatch = r.registerComponent("securitySchemes", "dispatchToken", { type: "http", scheme: "bearer", description: "DISPATCH_TOKEN: the operator API." });
   const claim = r.registerComponent("securitySchemes", "claimToken", { type: "http", scheme: "bearer", description: "The claim token of one incarnation of the assignment (its record's creation): '<incarnation>.' + base64url(HMAC-SHA256(CLAIM_SIGNING_KEY, 'claim:' + id + ':' + incarnation)), handed to its runner. A token of an earlier record under the same id is refused (403)." });
   const signature = r.registerComponent("securitySchemes", "giteaSignature", { type: "apiKey", in: "header", name: "X-Gitea-Signature", description: "HMAC-SHA256 of the raw body with GITEA_WEBHOOK_SECRET, hex (or X-Hub-Signature-256: sha256=<hex>)." });
+  const forgejoSignature = r.registerComponent("securitySchemes", "forgejoSignature", { type: "apiKey", in: "header", name: "X-Forgejo-Signature", description: "HMAC-SHA256 of the raw body with GITEA_WEBHOOK_SECRET, hex (or X-Hub-Signature-256: sha256=<hex>)." });
   const metrics = r.registerComponent("securitySchemes", "metricsToken", { type: "http", scheme: "bearer", description: "METRICS_TOKEN." });
   const status = r.registerComponent("securitySchemes", "statusPassword", { type: "http", scheme: "basic", description: "Any user name, STATUS_TOKEN as the password." });
   const sec = (s: { name: string }) => [{ [s.name]: [] }];
@@ -56,6 +58,12 @@ function build() {
     method: "post", path: "/v1/gitea/webhook", summary: "Gitea's workflow_job deliveries", security: sec(signature),
     request: { body: { required: true, content: { "application/json": { schema: workflowJobPayload } } } },
     responses: { 200: json(webhookBody, "Handled, or ignored with the reason."), 202: json(webhookBody, "Queued, or ignored with the reason."), ...pick(400, 401, 404, 413, 415, 500, 503) },
+  });
+  r.registerPath({
+    method: "post", path: "/v1/forgejo/webhook", summary: "Forgejo's action_run_* deliveries (FORGE=forgejo)", security: sec(forgejoSignature),
+    description: "A run ended: the poller looks at the waiting list now, and the run's jobs that left it end there with their runners. Other events are ignored (202).",
+    request: { body: { required: true, content: { "application/json": { schema: actionRunPayload } } } },
+    responses: { 202: json(forgejoWebhookBody, "The poller looks now, or ignored with the reason."), ...pick(400, 401, 404, 413, 415, 500, 503) },
   });
   r.registerPath({
     method: "get", path: "/metrics", summary: "Prometheus text exposition", security: sec(metrics),

@@ -74,6 +74,10 @@ export function formatMetrics(s: Snapshot): string {
     metric("gdr_pool_boot_give_ups_total", "counter", "Runners of the pool given up on: not up within bootTimeoutMs, 3 times over (boot_gave_up).", pool((p) => p.startup?.bootGiveUps ?? 0));
     histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
   }
+  if (s.forgePoll) {
+    metric("gdr_forgejo_poll_failures_total", "counter", "Polls of Forgejo's waiting list that failed (no answer, or not Forgejo 15's); nothing is concluded from them.", [[{}, s.forgePoll.failuresTotal]]);
+    metric("gdr_forgejo_poll_failing", "gauge", "1 while the last poll of Forgejo's waiting list failed.", [[{}, s.forgePoll.failing ? 1 : 0]]);
+  }
   return `${lines.join("\n")}\n`;
 }
 

@@ -40,6 +40,8 @@ export interface Snapshot {
   pools: PoolSnapshot[];
   /** The busiest owners (STATUS_TOP_OWNERS), then `other`: runners held and jobs waiting. */
   owners: OwnerSnapshot[];
+  /** FORGE=forgejo: how the poller fares (absent with Gitea). */
+  forgePoll?: { failuresTotal: number; failing: boolean };
 }
 
 export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
@@ -47,7 +49,7 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
     const held: AssignmentRecord[] = [];
     const waiting = new Map<string, number>();
-    const [stream, counted, histograms] = await Promise.all([
+    const [stream, counted, histograms, forgeHealth] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }) => {
@@ -83,6 +85,7 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
         }),
       ),
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
+      d.config.forgejo ? state.forgeHealth.get() : null,
     ]);
     // Which jobs in the wait set a QUOTAS limit holds back depends on every backend's holders;
     // the others wait for capacity, as the delivered ones without a slot do.
@@ -98,6 +101,6 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
     });
     const { messages, last_seq } = stream.state;
     // A work queue removes a message once it is acknowledged (or termed).
-    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, limited, d.config.statusTopOwners) };
+    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, limited, d.config.statusTopOwners), ...(d.config.forgejo ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}) };
   });
 }

@@ -6,7 +6,7 @@ import type { RunnerAt } from "../forge/gitea/client.ts";
 import { listedBy } from "../forge/gitea/scope.ts";
 
 /**
- * Tears down the runner of a finished assignment: at the backend, then in Gitea. The Gitea runner
+ * Tears down the runner of a finished assignment: at the backend, then in the forge. The forge's runner
  * goes only once the backend workload is gone, so a failed teardown stays visible to the sweep,
  * which retries it (the runner list is the durable to-do list). Without a Gitea runner to keep it
  * visible, a failed backend teardown is listed for the tick (`remember`, on by default). Resolves
@@ -20,15 +20,16 @@ export async function releaseRunner(d: Dispatcher, id: string, backend: Backend,
   try {
     await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
   } catch (err) {
-    const sweepSees = giteaRunner !== undefined && d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope);
+    // Forgejo runners are all registered at GITEA_SCOPE, where the cleanup lists them.
+    const sweepSees = giteaRunner !== undefined && (d.config.forgejo !== undefined || (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
     if (remember && !sweepSees) {
-      const runner = giteaRunner && d.gitea ? { runner: giteaRunner } : {};
+      const runner = giteaRunner && d.forge ? { runner: giteaRunner } : {};
       await d.withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString(), ...runner })).catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));
     }
     return failed(err);
   }
-  if (giteaRunner === undefined || !d.gitea) return true;
-  return d.gitea.deleteRunner(giteaRunner).then(() => true, failed);
+  if (giteaRunner === undefined || !d.forge) return true;
+  return d.forge.deleteRunner(giteaRunner).then(() => true, failed);
 }
 
 /** Teardowns one tick retries at most: each is a backend call, bounded by the invocation's limits. */

@@ -89,3 +89,20 @@ export function poolsTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: st
   const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(natsWsUrl, backendUrl, giteaUrl, { CAPACITY_VM: 10, ...overrides });
   return { VM_BACKEND_URL: `${env.POD_BACKEND_URL}-vm`, VM_BACKEND_TOKEN: TEST_SECRETS.BACKEND_TOKEN, ...env, RUNNER_POOLS: JSON.stringify(pools) };
 }
+
+/** Worker variables for FORGE=forgejo against the fake Forgejo (its own tenant per stream name). */
+export function forgejoTestEnv(natsWsUrl: string, backendUrl: string, forgejoUrl: string, overrides: Record<string, unknown> = {}): Record<string, string> {
+  const env = testEnv(natsWsUrl, backendUrl, overrides);
+  return {
+    FORGE: "forgejo",
+    GITEA_URL: `${forgejoUrl}/${env.ASSIGNMENT_STREAM}`,
+    GITEA_API_TOKEN: "forgejo-api-token-0000",
+    GITEA_WEBHOOK_SECRET: TEST_SECRETS.WEBHOOK_SECRET,
+    RUNNER_IDENTITY_KEY: TEST_SECRETS.RUNNER_IDENTITY_KEY,
+    RUNS_ON_ROUTES: JSON.stringify(TEST_ROUTES),
+    // Polls are driven by the tests (runDurableObjectAlarm); the alarm's own period stays out of the way.
+    FORGEJO_POLL_MS: "60000",
+    ...env,
+    ...Object.fromEntries(Object.entries(overrides).map(([k, v]) => [k, String(v)])),
+  };
+}

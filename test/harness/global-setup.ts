@@ -4,6 +4,7 @@ import type { TestProject } from "vitest/node";
 import { startNatsServer } from "../../scripts/nats-server.mjs";
 import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
+import { startFakeForgejo } from "../../scripts/fake-forgejo.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
 import { startWsProxy } from "../../scripts/ws-proxy.mjs";
 import { startRestartableNats } from "./restartable-nats.ts";
@@ -14,6 +15,7 @@ declare module "vitest" {
     natsWsUrl: string;
     backendUrl: string;
     giteaUrl: string;
+    forgejoUrl: string;
     kubernetesUrl: string;
     /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
     natsProxyUrl: string;
@@ -37,6 +39,8 @@ export default async function setup(project: TestProject) {
   const gitea = await startFakeGitea();
   project.provide("backendUrl", backend.url);
   project.provide("giteaUrl", gitea.url);
+  const forgejo = await startFakeForgejo();
+  project.provide("forgejoUrl", forgejo.url);
   const kubernetes = await startFakeKubernetes();
   project.provide("kubernetesUrl", kubernetes.url);
   const proxy = await startWsProxy({ upstream: server.wsUrl });
@@ -60,6 +64,7 @@ export default async function setup(project: TestProject) {
     await slowProxy.close();
     await kubernetes.close();
     await gitea.close();
+    await forgejo.close();
     await backend.close();
     await server.stop();
   };

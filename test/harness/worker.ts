@@ -5,12 +5,14 @@ import { env as bindings } from "cloudflare:workers";
 import { afterEach, beforeEach, vi } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
+import { POLLER_BINDING } from "../../src/forge/forgejo/binding.ts";
 import { currentClaimToken, TEST_SECRETS } from "./env.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
 
 /** The test's variables, with the gateway's Durable Object binding of wrangler.jsonc (NATS_GATEWAY decides whether it is used). */
 export function withBindings(env: Record<string, string>): Record<string, unknown> {
-  return { [GATEWAY_BINDING]: (bindings as unknown as Record<string, unknown>)[GATEWAY_BINDING], ...env };
+  const b = bindings as unknown as Record<string, unknown>;
+  return { [GATEWAY_BINDING]: b[GATEWAY_BINDING], [POLLER_BINDING]: b[POLLER_BINDING], ...env };
 }
 
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {

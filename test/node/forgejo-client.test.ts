@@ -84,7 +84,7 @@ describe("the Forgejo client", () => {
     const refused = await client.registerRunner({ kind: "admin" }, "r").catch((e: ForgejoError) => e);
     expect(refused).toBeInstanceOf(ForgejoError);
     expect((refused as ForgejoError).status).toBe(401);
-    expect((refused as ForgejoError).message).toContain("FORGEJO_API_TOKEN is not accepted");
+    expect((refused as ForgejoError).message).toContain("GITEA_API_TOKEN is not accepted");
     expect((refused as ForgejoError).message).not.toContain(TOKEN);
     status = 422; // a failed binding: the name is required
     await expect(client.registerRunner({ kind: "admin" }, "")).rejects.toMatchObject({ status: 422 });

@@ -5,6 +5,7 @@ import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
 import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
+import { FORGEJO_SECRET_DIR, forgejoSecretData, oneJobArgs, oneJobScript } from "./forgejo-runner.ts";
 export { DEFAULT_RUNNER_IMAGE } from "../config.ts";
 
 
@@ -22,19 +23,25 @@ export interface PodDriverOptions extends WorkloadOptions {
 
 /** The Secret both drivers create: `.runner` and the claim token, never in the workload's spec. */
 export function runnerSecret(names: ObjectNames, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
-  const runner = requireIdentity(request);
+  const data = request.forgejo ? forgejoSecretData({ ...request, forgejo: request.forgejo }) : { ".runner": JSON.stringify(requireIdentity(request)), "claim-token": request.claimToken };
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: ownedMetadata(names, request.assignment.id),
-    stringData: { ".runner": JSON.stringify(runner), "claim-token": request.claimToken, ...extra },
+    stringData: { ...data, ...extra },
   };
 }
 
 export function requireIdentity(request: RunnerRequest): RunnerFile {
-  if (!request.runner) throw new BackendError("no runner identity: the kubernetes and kubevirt drivers need the Gitea integration (GITEA_URL)");
+  if (!request.runner) throw new BackendError("no runner identity: the kubernetes and kubevirt drivers need a forge (GITEA_URL)");
   return request.runner;
+}
+
+/** The runner container's command and where it mounts the Secret: act_runner for Gitea, forgejo-runner one-job for Forgejo. */
+function runnerCommand(request: RunnerRequest): { command: string[]; mountPath: string } {
+  if (!request.forgejo) return { command: ["/bin/sh", "-c", RUN_SCRIPT], mountPath: "/etc/gitea-runner" };
+  return { command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(request.forgejo, FORGEJO_SECRET_DIR)], mountPath: FORGEJO_SECRET_DIR };
 }
 
 // act_runner's image registers when /data/.runner is missing; copying the identity in first makes it
@@ -49,6 +56,7 @@ const RUN_SCRIPT = [
 ].join("\n");
 
 export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pick<PodDriverOptions, "image" | "template">): KubeObject {
+  const { command, mountPath } = runnerCommand(request);
   const base = {
     apiVersion: "v1",
     kind: "Pod",
@@ -61,13 +69,13 @@ export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
         {
           name: "runner",
           image: opts.image,
-          command: ["/bin/sh", "-c", RUN_SCRIPT],
+          command,
           env: [
             { name: "GDR_ASSIGNMENT_ID", value: request.assignment.id },
             { name: "GDR_CLAIM_URL", value: request.claimUrl },
             { name: "GDR_COMPLETE_URL", value: request.completeUrl },
           ],
-          volumeMounts: [{ name: "runner-identity", mountPath: "/etc/gitea-runner", readOnly: true }],
+          volumeMounts: [{ name: "runner-identity", mountPath, readOnly: true }],
         },
       ],
       volumes: [{ name: "runner-identity", secret: { secretName: names.name, defaultMode: 0o400 } }],

@@ -52,6 +52,9 @@ export type ForgejoJob = z.infer<typeof forgejoJobSchema>;
 const jobList = z.array(forgejoJobSchema).nullable();
 const registered = z.object({ id: int64, uuid: z.string().min(1), token: z.string().min(1) });
 export type ForgejoRunner = z.infer<typeof registered>;
+const listedRunner = z.looseObject({ id: int64, name: z.string().optional(), ephemeral: z.boolean().optional(), status: z.string().optional() });
+export type ListedRunner = z.infer<typeof listedRunner>;
+const serverVersion = z.looseObject({ version: z.string() });
 
 export interface ForgejoClient {
   /** Jobs `waiting` or `running` in the scope (one request; Forgejo does not paginate it), newest first. */
@@ -60,6 +63,12 @@ export interface ForgejoClient {
   registerRunner(scope: ForgejoScope, name: string): Promise<ForgejoRunner>;
   /** Deletes a runner; one Forgejo does not have (404) is gone already. */
   deleteRunner(scope: ForgejoScope, id: number): Promise<void>;
+  /** One runner of the scope; null when Forgejo has none (an ephemeral runner is deleted after its job). */
+  getRunner(scope: ForgejoScope, id: number): Promise<ListedRunner | null>;
+  /** One page of the scope's own runners (a bare array; `page` from 1). */
+  listRunners(scope: ForgejoScope, page: number, limit: number): Promise<ListedRunner[]>;
+  /** The server's version string (`GET /version`), e.g. "15.0.3+gitea-1.22.0". */
+  version(): Promise<string>;
 }
 
 export interface ForgejoClientOptions {
@@ -85,7 +94,7 @@ export function createForgejoClient(opts: ForgejoClientOptions): ForgejoClient {
     });
   const refuse = async (res: Response, what: string): Promise<never> => {
     await res.body?.cancel();
-    const why = res.status === 401 ? " (FORGEJO_API_TOKEN is not accepted)" : res.status === 403 || res.status === 404 ? " (the token may lack the scope's rights, or Actions is off there)" : "";
+    const why = res.status === 401 ? " (GITEA_API_TOKEN is not accepted)" : res.status === 403 || res.status === 404 ? " (the token may lack the scope's rights, or Actions is off there)" : "";
     throw new ForgejoError(`Forgejo answered ${res.status} to ${what}${why}`, res.status);
   };
   const json = async <T>(res: Response, schema: z.ZodType<T>, what: string): Promise<T> => {
@@ -111,6 +120,27 @@ export function createForgejoClient(opts: ForgejoClientOptions): ForgejoClient {
       const res = await call("DELETE", path);
       if (res.status === 204 || res.status === 404 || res.ok) return void (await res.body?.cancel());
       return refuse(res, `DELETE ${path}`);
+    },
+    async getRunner(scope, id) {
+      const path = `${forgejoScopePath(scope)}/actions/runners/${id}`;
+      const res = await call("GET", path);
+      if (res.status === 404) {
+        await res.body?.cancel();
+        return null;
+      }
+      if (!res.ok) return refuse(res, `GET ${path}`);
+      return json(res, listedRunner, `GET ${path}`);
+    },
+    async listRunners(scope, page, limit) {
+      const path = `${forgejoScopePath(scope)}/actions/runners`;
+      const res = await call("GET", `${path}?page=${page}&limit=${limit}`);
+      if (!res.ok) return refuse(res, `GET ${path}`);
+      return json(res, z.array(listedRunner), `GET ${path}`);
+    },
+    async version() {
+      const res = await call("GET", "/version");
+      if (!res.ok) return refuse(res, "GET /version");
+      return (await json(res, serverVersion, "GET /version")).version;
     },
   };
 }

@@ -40,7 +40,7 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
   return { webhookSecret, registrationToken, apiToken, identityKey };
 }
 
-function decodeKey(text: string | undefined): Uint8Array | undefined {
+export function decodeKey(text: string | undefined): Uint8Array | undefined {
   if (!text) return undefined;
   try {
     const key = Uint8Array.from(atob(text.trim()), (c) => c.charCodeAt(0));

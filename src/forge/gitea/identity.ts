@@ -44,7 +44,8 @@ async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
 }
 
-export async function sealIdentity(key: Uint8Array, assignmentId: string, file: RunnerFile): Promise<string> {
+/** Seals a runner's credentials (AES-256-GCM, bound to the assignment id): a Gitea `.runner` file, or a Forgejo runner's. */
+export async function sealIdentity(key: Uint8Array, assignmentId: string, file: object): Promise<string> {
   const iv = crypto.getRandomValues(new Uint8Array(12));
   const data = new TextEncoder().encode(JSON.stringify(file));
   const ct = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(assignmentId) }, await aesKey(key), data));
@@ -54,14 +55,14 @@ export async function sealIdentity(key: Uint8Array, assignmentId: string, file: 
   return b64(out);
 }
 
-export async function openIdentity(key: Uint8Array, assignmentId: string, sealed: string): Promise<RunnerFile> {
+export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string): Promise<T> {
   const bytes = unb64(sealed);
   const plain = await crypto.subtle.decrypt(
     { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
     await aesKey(key),
     bytes.slice(12),
   );
-  return JSON.parse(new TextDecoder().decode(plain)) as RunnerFile;
+  return JSON.parse(new TextDecoder().decode(plain)) as T;
 }
 
 export type IdentityResult = { kind: "ready"; file: RunnerFile; ref?: RunnerRef } | { kind: "busy" };

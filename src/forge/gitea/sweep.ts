@@ -6,7 +6,7 @@ import type { Backend } from "../../names.ts";
 import type { Admission } from "../../state/admission.ts";
 import { placementOf, type AssignmentRecord, type RecordStore } from "../../state/records.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
-import { GiteaFeatureMissing } from "./client.ts";
+import { GiteaFeatureMissing, type RunnerAt } from "./client.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { isNatsUnavailable } from "../../nats/connection.ts";
@@ -63,7 +63,7 @@ export async function sweepGitea(d: Dispatcher, { records, admission }: State): 
  * Runs `fn` on one listed item. One bad item (a name we cannot key, a runner Gitea will not
  * delete) is an event, and the sweep goes on; NATS being unreachable ends the sweep instead.
  */
-async function eachItem(d: Dispatcher, what: string, fn: () => Promise<void>): Promise<void> {
+export async function eachItem(d: Dispatcher, what: string, fn: () => Promise<void>): Promise<void> {
   try {
     await fn();
   } catch (err) {
@@ -109,24 +109,31 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admi
     for (const runner of runners) {
       // Names are anybody's to choose: what does not name a valid assignment id is not ours.
       const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
-      if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner({ d, records, admission, registering, summary }, runner.id, id));
+      const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => d.gitea!.deleteRunner(at) };
+      if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
     }
     if (runners.length < PAGE_LIMIT) break;
   }
 }
 
-interface CleanContext {
+/** What cleaning one listed runner needs (Gitea's sweep, Forgejo's cleanup). */
+export interface CleanContext {
   d: Dispatcher;
   records: RecordStore;
   admission: Admission;
   registering: (backend: Backend) => Promise<Set<string>>;
-  summary: SweepSummary;
+  summary: Pick<SweepSummary, "runnersDeleted">;
+  /** CLEANUP_GRACE_MS */
+  graceMs: number;
+  /** Deletes the runner in the forge only (the backend's workload stays). */
+  deleteRunner: (at: RunnerAt) => Promise<void>;
 }
 
-async function cleanRunner({ d, records, admission, registering, summary }: CleanContext, runnerId: number, id: string) {
+/** Deletes a runner named after assignment `id` when no assignment needs it (cleanupVerdict). */
+export async function cleanRunner({ d, records, admission, registering, summary, graceMs, deleteRunner }: CleanContext, runnerId: number, id: string) {
   const record = await records.get(id);
   const warmIdleMs = d.config.pools.find((p) => p.name === record?.placement?.pool)?.maxIdleMs;
-  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs: d.config.gitea!.cleanupGraceMs, ...(warmIdleMs ? { warmIdleMs } : {}) };
+  const limits = { claimTimeoutMs: d.config.claimTimeoutMs, graceMs, ...(warmIdleMs ? { warmIdleMs } : {}) };
   const place = record ? placementOf(record) : undefined;
   const reserved = record && !record.runner ? (await registering(place!.backend)).has(id) : false;
   const verdict = cleanupVerdict(record, runnerId, d.now(), limits, reserved);
@@ -148,7 +155,7 @@ async function cleanRunner({ d, records, admission, registering, summary }: Clea
   } else if (record && FINISHED.has(record.state)) {
     // Still listed after its job ended: the teardown at the backend failed. Retried until it holds.
     if (!(await releaseRunner(d, id, place!.backend, at))) return;
-  } else await d.gitea!.deleteRunner(at);
+  } else await deleteRunner(at);
   summary.runnersDeleted++;
   d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
 }

@@ -1,0 +1,63 @@
+// How a workload runs forgejo-runner bound to its job (FORGE=forgejo): `one-job --handle <h>
+// --wait` takes exactly that job attempt, and with `--token-url file:…` the runner's token is read
+// from the Secret, never from the spec. Arguments reach the shell as "$@", never spliced into it.
+import type { ForgejoRunnerIdentity } from "../../forge/types.ts";
+import type { RunnerRequest } from "../types.ts";
+
+/** Where the Pod mounts the Secret (`token`, `claim-token`). */
+export const FORGEJO_SECRET_DIR = "/etc/forgejo-runner";
+/** Where cloud-init writes them in a VM. */
+export const FORGEJO_VM_DIR = "/var/lib/forgejo-runner";
+
+/** forgejo-runner's arguments: the connection, one `--label` per label, the handle, and wait for the task. */
+export function oneJobArgs(runner: ForgejoRunnerIdentity, dir: string): string[] {
+  return [
+    "one-job",
+    "--url",
+    runner.url,
+    "--uuid",
+    runner.uuid,
+    "--token-url",
+    `file:${dir}/token`,
+    ...runner.labels.flatMap((l) => ["--label", l]),
+    ...(runner.handle ? ["--handle", runner.handle] : []),
+    "--wait",
+  ];
+}
+
+/** Runs the job, then reports completion with the claim token (best effort), and exits with the runner's status. */
+export function oneJobScript(dir: string): string {
+  return [
+    "set -u",
+    'forgejo-runner "$@"; rc=$?',
+    `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${dir}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
+    "exit $rc",
+  ].join("\n");
+}
+
+/** The Secret's data: the runner's token and the claim token. */
+export function forgejoSecretData(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): Record<string, string> {
+  return { token: request.forgejo.token, "claim-token": request.claimToken };
+}
+
+/** Single-quoted for sh: nothing inside is expanded. */
+export const shellQuote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
+
+const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+
+/** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
+export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): string {
+  const dir = FORGEJO_VM_DIR;
+  const script = [`export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`, `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`, oneJobScript(dir), ""].join("\n");
+  const file = (path: string, content: string, permissions: string) => [`  - path: ${path}`, `    permissions: '${permissions}'`, "    encoding: b64", `    content: ${b64(content)}`];
+  return [
+    "#cloud-config",
+    "write_files:",
+    ...file(`${dir}/token`, request.forgejo.token, "0600"),
+    ...file(`${dir}/claim-token`, request.claimToken, "0600"),
+    ...file(`${dir}/run.sh`, script, "0700"),
+    "runcmd:",
+    `  - [sh, -c, 'cd ${dir} && sh ./run.sh; poweroff']`,
+    "",
+  ].join("\n");
+}

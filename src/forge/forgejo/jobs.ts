@@ -1,0 +1,100 @@
+// Forgejo jobs as assignments, and what one poll of the waiting list means: pure, no I/O.
+import type { AssignmentRequest } from "../../assignment.ts";
+import type { Pool } from "../../pools/config.ts";
+import { poolsFor } from "../../pools/route.ts";
+import type { ForgejoJob, ForgejoScope } from "./client.ts";
+
+/** An assignment names at most this many pools (assignment.ts). */
+const MAX_POOLS_PER_JOB = 16;
+
+export function forgejoAssignmentId(jobId: number, attempt: number | undefined): string {
+  return `forgejo-${jobId}-${attempt ?? 1}`;
+}
+
+/** The message id a job attempt is published under: a second poll, or a second isolate, stores nothing new. */
+export function forgejoMsgId(job: Pick<ForgejoJob, "id" | "attempt" | "handle">): string {
+  return `${forgejoAssignmentId(job.id, job.attempt)}.${job.handle ?? ""}`;
+}
+
+/**
+ * "owner/name" where the scope names them; Forgejo lists a job with ids only (`owner_id`,
+ * `repo_id`), so elsewhere the ids stand in: `id-<owner id>/id-<repo id>` (characters a NATS key
+ * and a metric label keep as they are). Fair share and QUOTAS key by this.
+ */
+export function repositoryOfJob(scope: ForgejoScope, job: Pick<ForgejoJob, "owner_id" | "repo_id">): string {
+  if (scope.kind === "repo") return `${scope.owner}/${scope.repo}`;
+  const repo = `id-${job.repo_id ?? 0}`;
+  return scope.kind === "org" ? `${scope.org}/${repo}` : `id-${job.owner_id ?? 0}/${repo}`;
+}
+
+/** The assignment request of a waiting job, or undefined when no pool can run it. */
+export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, job: ForgejoJob): AssignmentRequest | undefined {
+  const candidates = poolsFor(pools, job.runs_on ?? []).slice(0, MAX_POOLS_PER_JOB);
+  const first = candidates[0];
+  if (!first) return undefined;
+  return {
+    version: 1,
+    id: forgejoAssignmentId(job.id, job.attempt),
+    backend: first.backend,
+    labels: first.labels,
+    pools: candidates.map((p) => p.name),
+    // Forgejo lists no run id with a job; 0 says so.
+    job: { id: job.id, runId: 0, attempt: job.attempt ?? 1, repository: repositoryOfJob(scope, job), ...(job.name ? { name: job.name.slice(0, 256) } : {}), ...(job.handle ? { handle: job.handle } : {}) },
+  };
+}
+
+/** A job attempt the poller published, as it keeps it between polls. */
+export interface KnownJob {
+  /** Its assignment id. */
+  id: string;
+  job: number;
+  attempt: number;
+  handle: string;
+  /** Seen running with a task: its claim was made. */
+  claimed?: true;
+  /** When it was first missing from the list (it ended, or was cancelled). */
+  goneSince?: number;
+  /** Not published, and not to be again: why (an event said so once). */
+  skipped?: "unbindable" | "no_route" | "conflict";
+}
+
+export interface PollPlan {
+  /** Waiting, with a handle, not published yet. */
+  publish: ForgejoJob[];
+  /** Published, now running with a task: claim. */
+  claim: KnownJob[];
+  /** Published, no longer listed: it ended or was cancelled. */
+  gone: KnownJob[];
+  /** Waiting without a handle (created before Forgejo 15): no runner can be bound to it. */
+  unbindable: ForgejoJob[];
+  /** Listed under a known attempt with another handle than the one published. */
+  conflicting: ForgejoJob[];
+}
+
+export const jobKey = (job: number, attempt: number | undefined) => `${job}-${attempt ?? 1}`;
+
+/** What one poll's list means, given what earlier polls published. Pure. */
+export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[]): PollPlan {
+  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [] };
+  const listed = new Set<string>();
+  for (const job of jobs) {
+    const key = jobKey(job.id, job.attempt);
+    listed.add(key);
+    const k = known.get(key);
+    if (k && job.handle !== undefined && job.handle !== k.handle) {
+      plan.conflicting.push(job);
+      continue;
+    }
+    const running = (job.task_id ?? 0) > 0;
+    if (k) {
+      if (running && !k.claimed) plan.claim.push(k);
+      continue;
+    }
+    // Running without having been published here: another runner's, or taken before we saw it.
+    if (running || job.status !== "waiting") continue;
+    if (!job.handle) plan.unbindable.push(job);
+    else plan.publish.push(job);
+  }
+  for (const [key, k] of known) if (!listed.has(key)) plan.gone.push(k);
+  return plan;
+}

@@ -1,0 +1,100 @@
+// The Forgejo poller: a Durable Object per Forgejo URL and scope, so that however many isolates
+// serve the Worker, one poll runs at a time. Its alarm polls every FORGEJO_POLL_MS; the cron tick
+// calls `arm`, which sets the alarm again should an eviction or a deploy have lost it. What earlier
+// polls published is kept in the object's storage; secrets are not (the configuration comes with
+// each call and is kept in memory only; after an eviction the object reads its own env).
+import { DurableObject } from "cloudflare:workers";
+import { loadConfig, type Config } from "../../config.ts";
+import { createDispatcher } from "../../dispatcher.ts";
+import { consoleSink } from "../../events.ts";
+import { createForgejoClient } from "./client.ts";
+import type { KnownJob } from "./jobs.ts";
+import { recordPollHealth } from "./health.ts";
+import { pollForgejo, type KnownStore, type PollOutcome } from "./poller.ts";
+
+/** A pass right after a poll that published: the runners are asked for now, not at the next tick. */
+const PASS_BUDGET_MS = 5_000;
+const KNOWN = "k:";
+
+export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
+  #config: Config | undefined;
+  #known: Map<string, KnownJob> | undefined;
+  #running: Promise<unknown> = Promise.resolve();
+
+  /** Keeps `config` for the alarms and sets the alarm when none is set. True when it had to. */
+  async arm(config: Config): Promise<boolean> {
+    this.#config = config;
+    if ((await this.ctx.storage.getAlarm()) !== null) return false;
+    await this.ctx.storage.setAlarm(Date.now());
+    return true;
+  }
+
+  /** Polls now (after the poll under way, if any): a run-level webhook said jobs ended. */
+  async pollNow(config: Config): Promise<PollOutcome> {
+    this.#config = config;
+    return this.#serialized(() => this.#poll(config));
+  }
+
+  override async alarm(): Promise<void> {
+    const config = this.#config ?? configOf(this.env);
+    if (!config?.forgejo) return; // not re-armed: the cron tick arms it again, with its configuration
+    // Set before the poll: a poll that throws does not end the alarms.
+    await this.ctx.storage.setAlarm(Date.now() + config.forgejo.pollMs);
+    await this.#serialized(() => this.#poll(config));
+  }
+
+  #serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.#running.then(fn, fn);
+    this.#running = next.catch(() => undefined);
+    return next;
+  }
+
+  async #poll(config: Config): Promise<PollOutcome> {
+    const f = config.forgejo!;
+    const d = createDispatcher({ config, sink: consoleSink, shareConnection: true });
+    const client = createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: config.backendTimeoutMs });
+    try {
+      const outcome = await pollForgejo(d, client, f, this.#store());
+      await recordPollHealth(d, this.ctx.storage, outcome);
+      if (config.eagerReconcile && outcome.backends.length) await d.reconcile("poll", Math.min(PASS_BUDGET_MS, config.reconcileBudgetMs), { only: outcome.backends, eager: true });
+      return outcome;
+    } finally {
+      await d.close();
+    }
+  }
+
+  #store(): KnownStore {
+    const storage = this.ctx.storage;
+    return {
+      all: async () => {
+        if (!this.#known) {
+          const listed = await storage.list<KnownJob>({ prefix: KNOWN });
+          this.#known = new Map([...listed].map(([k, v]) => [k.slice(KNOWN.length), v]));
+        }
+        return new Map(this.#known);
+      },
+      put: async (key, job) => {
+        await storage.put(KNOWN + key, job);
+        this.#known?.set(key, job);
+      },
+      delete: async (key) => {
+        await storage.delete(KNOWN + key);
+        this.#known?.delete(key);
+      },
+    };
+  }
+
+  /** What the poller keeps, for tests and operators: the job attempts it is following. */
+  async known(): Promise<KnownJob[]> {
+    return [...(await this.#store().all()).values()];
+  }
+}
+
+function configOf(env: Record<string, unknown>): Config | undefined {
+  try {
+    return loadConfig(env);
+  } catch (err) {
+    consoleSink.error("forgejo poller: configuration invalid, alarm not re-armed", { reason: (err as Error).name });
+    return undefined;
+  }
+}

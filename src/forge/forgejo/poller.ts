@@ -1,0 +1,143 @@
+// One poll of Forgejo's waiting list, and what follows from it: new attempts published as
+// assignments, running ones claimed, vanished ones completed or cancelled. Forgejo 15 sends no
+// job webhook, so this list is the source of truth. The caller (object.ts, a Durable Object per
+// scope) runs one poll at a time; publishing is idempotent anyway (message id per job, attempt
+// and handle; records by assignment id), so a second poller would store nothing new.
+import type { Dispatcher } from "../../dispatcher-types.ts";
+import { Conflict } from "../../domain-errors.ts";
+import { claimAssignment, completeAssignmentRun, TERMINAL } from "../../operations.ts";
+import { publishAssignment } from "../../publish.ts";
+import { createLimiter } from "../../reconcile/limit.ts";
+import { releaseRunner } from "../../reconcile/teardown.ts";
+import { placementOf, runnerAt } from "../../state/records.ts";
+import type { Backend } from "../../names.ts";
+import { cancelAssignment } from "../gitea/cancel.ts";
+import type { ForgejoClient, ForgejoJob } from "./client.ts";
+import type { ForgejoConfig } from "./config.ts";
+import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob } from "./jobs.ts";
+
+/** What earlier polls published, kept by the poller's owner (Durable Object storage). */
+export interface KnownStore {
+  all(): Promise<Map<string, KnownJob>>;
+  put(key: string, job: KnownJob): Promise<void>;
+  delete(key: string): Promise<void>;
+}
+
+export interface PollOutcome {
+  /** Forgejo answered the list. */
+  ok: boolean;
+  reason?: string;
+  listed: number;
+  published: number;
+  claimed: number;
+  ended: number;
+  /** Backends whose queues got new assignments: the caller runs a pass there now. */
+  backends: Backend[];
+}
+
+/** A claimed job gone from the list whose runner Forgejo still has after this long ran elsewhere (or hangs). */
+export const GONE_GRACE_MS = 30_000;
+/** Calls in flight at once: one NATS connection and Forgejo calls stay within an invocation's six. */
+const AT_ONCE = 4;
+
+export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore): Promise<PollOutcome> {
+  const outcome: PollOutcome = { ok: true, listed: 0, published: 0, claimed: 0, ended: 0, backends: [] };
+  let jobs: ForgejoJob[];
+  try {
+    jobs = await client.jobs(cfg.scope);
+  } catch (err) {
+    // Nothing is concluded from a list we did not get: no job counts as gone.
+    return { ...outcome, ok: false, reason: (err as Error).message };
+  }
+  outcome.listed = jobs.length;
+  const known = await store.all();
+  const plan = planPoll(known, jobs);
+  const limit = createLimiter(AT_ONCE);
+  const each = <T>(items: T[], fn: (item: T) => Promise<void>) =>
+    Promise.all(items.map((item) => limit(() => fn(item).catch((err) => d.sink.error("forgejo poll step failed", { reason: (err as Error).message })))));
+  const skip = (job: ForgejoJob, skipped: NonNullable<KnownJob["skipped"]>) =>
+    store.put(jobKey(job.id, job.attempt), { id: forgejoAssignmentId(job.id, job.attempt), job: job.id, attempt: job.attempt ?? 1, handle: job.handle ?? "", skipped });
+  const backends = new Set<Backend>();
+
+  await each(plan.unbindable, async (job) => {
+    d.sink.event({ event: "unbindable_job", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined, reason: "the job has no handle (created before Forgejo 15): no runner can be bound to it" });
+    await skip(job, "unbindable");
+  });
+  await each(plan.conflicting, async (job) => {
+    d.sink.event({ event: "handle_conflict", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined, reason: "listed with another handle than the one published" });
+  });
+  await each(plan.publish, async (job) => {
+    const request = forgejoAssignment(d.config.pools, cfg.scope, job);
+    if (!request) {
+      d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
+      return skip(job, "no_route");
+    }
+    if (!(await d.withState((s) => s.handles.bind(job.handle!, request.id)))) {
+      d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
+      return skip(job, "conflict");
+    }
+    try {
+      const published = await publishAssignment(d, request, { msgId: forgejoMsgId(job) });
+      if (!published.duplicate) outcome.published++;
+      backends.add(published.backend);
+    } catch (err) {
+      if (!(err instanceof Conflict)) throw err;
+      d.sink.event({ event: "conflict", assignment: request.id, backend: request.backend, reason: "published before with other content" });
+      return skip(job, "conflict");
+    }
+    await store.put(jobKey(job.id, job.attempt), { id: request.id, job: job.id, attempt: job.attempt ?? 1, handle: job.handle! });
+  });
+  await each(plan.claim, async (k) => {
+    const record = await d.withState((s) => s.records.get(k.id));
+    if (record && !record.runner && !TERMINAL.has(record.state)) {
+      // No runner of ours exists to run it: one not bound by handle (an operator's own) took it.
+      if (await cancelAssignment(d, k.id, "a runner not registered by the dispatcher took the job")) outcome.ended++;
+    } else {
+      // Bound by its handle, the task is our runner's: the job running is the claim.
+      await claimAssignment(d, k.id).catch((err) => {
+        if (!(err instanceof Conflict)) throw err;
+      });
+      outcome.claimed++;
+    }
+    await store.put(jobKey(k.job, k.attempt), { ...k, claimed: true });
+  });
+  await each(plan.gone, async (k) => {
+    if (await settleGone(d, client, cfg, k, store)) outcome.ended++;
+  });
+  outcome.backends = [...backends];
+  return outcome;
+}
+
+/**
+ * A published job no longer listed: it ended (its ephemeral runner is deleted after its task) or
+ * was cancelled (its runner, if any, never got a task). True when its assignment ended now.
+ */
+async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, k: KnownJob, store: KnownStore): Promise<boolean> {
+  const key = jobKey(k.job, k.attempt);
+  const record = k.skipped ? null : await d.withState((s) => s.records.get(k.id));
+  if (!record || TERMINAL.has(record.state)) {
+    await store.delete(key);
+    return false;
+  }
+  const runner = runnerAt(record);
+  const backend = placementOf(record).backend;
+  const present = runner ? (await client.getRunner(cfg.scope, runner.id)) !== null : false;
+  if (runner && !present) {
+    // Forgejo deleted it: it ran its job (a fast one may never have been seen running).
+    const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
+    if (done.changed) await releaseRunner(d, k.id, backend, undefined);
+  } else if (k.claimed || record.state === "claimed") {
+    // Ran, and its runner is still there: give Forgejo time to delete it; past that, another runner ran it.
+    if (k.goneSince === undefined || d.now() - k.goneSince < GONE_GRACE_MS) {
+      if (k.goneSince === undefined) await store.put(key, { ...k, goneSince: d.now() });
+      return false;
+    }
+    const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
+    if (done.changed) await releaseRunner(d, k.id, backend, runner);
+  } else {
+    const cancelled = await cancelAssignment(d, k.id, "the job left Forgejo's waiting list before any runner took it");
+    if (cancelled) await releaseRunner(d, k.id, backend, runner);
+  }
+  await store.delete(key);
+  return true;
+}

@@ -1,0 +1,75 @@
+// Drives the fake Forgejo and the poller object from workerd tests.
+import { runDurableObjectAlarm } from "cloudflare:test";
+import { env as bindings } from "cloudflare:workers";
+import { loadConfig } from "../../src/config.ts";
+import { POLLER_BINDING, pollerName, type PollerNamespace } from "../../src/forge/forgejo/binding.ts";
+import type { PollOutcome } from "../../src/forge/forgejo/poller.ts";
+import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
+import { request } from "./worker.ts";
+
+export interface FakeForgejoJob {
+  id: number;
+  attempt: number;
+  handle: string;
+  name: string;
+  owner_id: number;
+  repo_id: number;
+  runs_on: string[];
+  status: string;
+  task_id: number;
+}
+
+export interface FakeForgejoRunner {
+  id: number;
+  uuid: string;
+  token: string;
+  name: string;
+  ephemeral: boolean;
+  labels: string[];
+  task?: number;
+}
+
+export function forgejoControl(env: Record<string, string>) {
+  const base = `${env.GITEA_URL}/_control`;
+  const post = async (what: string, body: unknown) => (await fetch(`${base}/${what}`, { method: "POST", body: JSON.stringify(body) })).json();
+  return {
+    queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number }[]) => ((await post("queue", jobs)) as { jobs: FakeForgejoJob[] }).jobs,
+    cancel: (id: number) => post("cancel", { id }),
+    rerun: (id: number, handle?: string) => post("rerun", { id, ...(handle ? { handle } : {}) }) as Promise<FakeForgejoJob>,
+    /** The jobs list answers `jobs` (a status, or "down" to drop the connection; 0: normally); registration answers `register`. */
+    fault: (f: { jobs?: number | "down"; register?: number }) => post("fault", f),
+    version: (version: string) => post("version", { version }),
+    webhook: (hook: { url?: string; secret: string }) => post("webhook", hook),
+    deliveries: async () => ((await post("deliveries", {})) as { deliveries: { event: string; run: number; headers: Record<string, string>; body: string }[] }).deliveries,
+    async state(): Promise<{ runners: FakeForgejoRunner[]; jobs: FakeForgejoJob[]; taken: { job: number; attempt: number; handle: string; runner: string }[]; registrations: number; requests: { method: string; path: string; search: string; headers: Record<string, string>; body: string }[] }> {
+      return (await fetch(`${base}/state`)).json();
+    },
+  };
+}
+
+export function pollerStub(env: Record<string, string>) {
+  const ns = (bindings as unknown as Record<string, PollerNamespace>)[POLLER_BINDING]!;
+  const config = loadConfig(env);
+  return ns.get(ns.idFromName(pollerName(config.forgejo!)));
+}
+
+/** One poll now, through the object (as a run webhook would ask for it). */
+export async function poll(env: Record<string, string>): Promise<PollOutcome> {
+  return pollerStub(env).pollNow(loadConfig(env)) as Promise<PollOutcome>;
+}
+
+/** Runs the object's alarm if one is set (true), as workerd would when it is due. */
+export const fireAlarm = (env: Record<string, string>) => runDurableObjectAlarm(pollerStub(env));
+
+export const knownOf = async (env: Record<string, string>) => (await pollerStub(env).known()) as KnownJob[];
+
+/** Delivers the fake Forgejo's run webhooks to the Worker. */
+export async function deliverRuns(env: Record<string, string>): Promise<number[]> {
+  const statuses: number[] = [];
+  for (const d of await forgejoControl(env).deliveries()) {
+    const res = await request(env, "/v1/forgejo/webhook", { method: "POST", headers: d.headers, body: d.body });
+    statuses.push(res.status);
+    await res.body?.cancel();
+  }
+  return statuses;
+}
