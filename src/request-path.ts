@@ -40,7 +40,8 @@ export function directPath(d: Dispatcher): RequestPath {
     record: (assignment) => recordAssignment(d, assignment),
     get: (id) => getAssignment(d, id),
     claim: (id, incarnation) => claimAssignment(d, id, { incarnation }),
-    complete: (id, incarnation) => completeAssignmentRun(d, id, { incarnation }),
+    // A Forgejo runner's claim is seen by the poller, which may not have looked yet: its completion counts without it.
+    complete: (id, incarnation) => completeAssignmentRun(d, id, { incarnation, ...(d.config.forgejo ? { unclaimed: true } : {}) }),
     webhook: (payload) => handleWorkflowJob(d, payload, { recordLater: true }),
     reconcile: (trigger, budgetMs, opts) => d.reconcile(trigger, budgetMs, opts),
   };

@@ -6,7 +6,7 @@
 import forgejo from "../fixtures/upstream-schemas/forgejo-v15.json";
 import gitea from "../fixtures/upstream-schemas/gitea-v1.25.json";
 
-type Op = { parameters?: { in: string; name: string; schema?: { $ref: string } }[] };
+type Op = { parameters?: { in: string; name: string; schema?: { $ref?: string } }[] };
 type Doc = { paths: Record<string, Record<string, Op>>; definitions?: Record<string, { properties?: Record<string, { type?: string }> }> };
 
 function operation(doc: Doc, method: string, path: string): Op | undefined {
@@ -28,7 +28,7 @@ export function checkForgejoRequests(requests: { method: string; path: string; s
       continue;
     }
     const path = r.path.slice("/api/v1".length);
-    const op = path === "/version" ? operation(gitea as Doc, r.method, path) : operation(forgejo as Doc, r.method, path);
+    const op = path === "/version" ? operation(gitea as unknown as Doc, r.method, path) : operation(forgejo as unknown as Doc, r.method, path);
     if (!op) {
       problems.push(`${what}: no such operation in Forgejo 15`);
       continue;
@@ -42,7 +42,7 @@ export function checkForgejoRequests(requests: { method: string; path: string; s
       problems.push(`${what}: a body the operation does not take`);
       continue;
     }
-    const props = (forgejo as Doc).definitions?.[bodyRef.split("/").pop()!]?.properties ?? {};
+    const props = (forgejo as unknown as Doc).definitions?.[bodyRef.split("/").pop()!]?.properties ?? {};
     for (const [k, v] of Object.entries(JSON.parse(r.body) as Record<string, unknown>)) {
       const type = props[k]?.type;
       if (!type) problems.push(`${what}: field ${k} is not in ${bodyRef}`);

@@ -73,3 +73,20 @@ export async function deliverRuns(env: Record<string, string>): Promise<number[]
   }
   return statuses;
 }
+
+/** Plays `forgejo-runner one-job --handle`: declares the labels, takes the handle's job and reports `result`. The task id, or undefined when none was given. */
+export async function runAsRunner(env: Record<string, string>, runner: { uuid: string; token: string }, labels: string[], handle: string, result: "RESULT_SUCCESS" | "RESULT_FAILURE" | null = "RESULT_SUCCESS"): Promise<number | undefined> {
+  const call = async (name: string, body: unknown) => {
+    const res = await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/${name}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "connect-protocol-version": "1", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
+      body: JSON.stringify(body),
+    });
+    return (await res.json()) as { task?: { id: string } };
+  };
+  await call("Declare", { version: "12.8.0", labels });
+  const { task } = await call("FetchSingleTask", { tasksVersion: "0", handle });
+  if (!task) return undefined;
+  if (result) await call("UpdateTask", { state: { id: task.id, result } });
+  return Number(task.id);
+}

@@ -9,9 +9,10 @@ import { createForgejoClient } from "../../src/forge/forgejo/client.ts";
 import { pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { forgejoTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { forgejoControl, knownOf, poll } from "../harness/forgejo.ts";
+import { deliverRuns, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runAsRunner } from "../harness/forgejo.ts";
 import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
-import { backendControl, bearer, logsOfEachTest, request, sleep } from "../harness/worker.ts";
+import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
+import { runInDurableObject } from "cloudflare:test";
 
 const logs = logsOfEachTest();
 let checked: Record<string, string> | undefined;
@@ -87,5 +88,192 @@ describe("FORGE=forgejo", () => {
     for (let i = 0; i < 3; i++) expect(await poll(env)).toMatchObject({ ok: true, listed: 0, published: 0 });
     const requests = (await forgejo.state()).requests;
     expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual(Array(3).fill("GET /api/v1/admin/actions/runners/jobs"));
+  });
+
+  it("a runner bound by handle takes its own job, not one of the 200 older jobs with the same labels waiting before it", { timeout: 60_000 }, async () => {
+    const { env, forgejo, backend } = await setup({ CAPACITY_POD: 2 });
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, runner: true, fetchIntervalMs: 100, jobMs: 50 });
+    const older = await forgejo.queue(Array.from({ length: 200 }, () => ({ runs_on: ["ubuntu-latest"] })));
+    const [newest] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect((await poll(env)).published).toBe(201);
+    // Polls, as the alarm makes them: each finished job's runner is gone, its slot goes to the next assignment.
+    await until(async () => {
+      await poll(env);
+      return (await forgejo.state()).taken.length >= 4;
+    }, 30_000);
+    const { taken, jobs } = await forgejo.state();
+    // Forgejo's own pick, without a handle, would be the oldest waiting job: older[0].
+    for (const t of taken) expect(t.runner).toBe(`gdr-forgejo-${t.job}-${t.attempt}`);
+    expect(taken.map((t) => t.job)).toContain(newest!.id);
+    expect(jobs.find((j) => j.id === older[0]!.id)?.status === "waiting" || taken.some((t) => t.job === older[0]!.id && t.runner === `gdr-forgejo-${older[0]!.id}-1`)).toBe(true);
+  });
+
+  it("a runner that runs its job claims it when the poll sees it running, and completes when Forgejo deletes it, even if it never reports", async () => {
+    const { env, forgejo, backend } = await setup();
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, id))?.state === "backend_ready");
+    const runner = (await forgejo.state()).runners[0]!;
+    // It takes the job; the next poll sees it running with a task: the claim.
+    expect(await runAsRunner(env, runner, ["ubuntu-latest"], job!.handle, null)).toBeGreaterThan(0);
+    expect((await poll(env)).claimed).toBe(1);
+    expect((await view(env, id))?.state).toBe("claimed");
+    // Its job ends without the runner calling complete (a pod killed after its job): Forgejo deleted the ephemeral runner.
+    const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
+    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, { method: "POST", headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token }, body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }) });
+    expect((await forgejo.state()).runners).toEqual([]);
+    expect((await poll(env)).ended).toBe(1);
+    expect((await view(env, id))?.state).toBe("completed");
+    expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(id)]);
+    expect(await knownOf(env)).toEqual([]);
+  });
+
+  it("a fast job that ran between two polls completes: never seen running, its runner gone", async () => {
+    const { env, forgejo } = await setup();
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, id))?.state === "backend_ready");
+    const runner = (await forgejo.state()).runners[0]!;
+    await runAsRunner(env, runner, ["ubuntu-latest"], job!.handle);
+    expect((await poll(env)).ended).toBe(1);
+    expect((await view(env, id))?.state).toBe("completed");
+  });
+
+  it.each([
+    ["before any runner boots", { runner: false }],
+    ["while its runner boots", { runner: true, bootMs: 5_000 }],
+  ])("a job cancelled %s ends its assignment and deletes its runner at the backend and in Forgejo", async (_when, mode) => {
+    const { env, forgejo, backend } = await setup();
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, ...mode });
+    const [job, other] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }, { runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await forgejo.state()).runners.length === 2 && (await backend.state()).runners.length === 2);
+    await forgejo.cancel(job!.id);
+    expect((await poll(env)).ended).toBe(1);
+    const v = await view(env, id);
+    expect(v).toMatchObject({ state: "terminated", reason: expect.stringContaining("left Forgejo's waiting list") });
+    expect((await forgejo.state()).runners.map((r) => r.name)).toEqual([`gdr-forgejo-${other!.id}-1`]);
+    expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(id)]);
+    expect(logs().events().filter((e) => e.event === "cancelled").map((e) => e.assignment)).toEqual([id]);
+    // The other job's assignment is untouched.
+    expect((await view(env, `forgejo-${other!.id}-1`))?.state).not.toBe("terminated");
+  });
+
+  it("Forgejo answering 500, or not at all, during a poll loses nothing and ends nothing: counted, told once, and told when it recovers", async () => {
+    const { env, forgejo } = await setup({ METRICS_TOKEN: "metrics-token-for-tests-01" });
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, id))?.state === "backend_ready");
+    await forgejo.fault({ jobs: 500 });
+    expect(await poll(env)).toMatchObject({ ok: false, reason: expect.stringContaining("500") });
+    await forgejo.fault({ jobs: "down" });
+    expect((await poll(env)).ok).toBe(false);
+    expect((await view(env, id))?.state).toBe("backend_ready");
+    expect((await knownOf(env)).map((k) => k.id)).toEqual([id]);
+    const metrics = async () => (await request(env, "/metrics", { headers: bearer("metrics-token-for-tests-01") })).text();
+    expect(await metrics()).toMatch(/^gdr_forgejo_poll_failures_total 2$/m);
+    expect(await metrics()).toMatch(/^gdr_forgejo_poll_failing 1$/m);
+    expect(logs().events().filter((e) => e.event === "forgejo_poll_failed")).toHaveLength(1);
+    await forgejo.fault({ jobs: 0 });
+    expect((await poll(env)).ok).toBe(true);
+    expect(await metrics()).toMatch(/^gdr_forgejo_poll_failing 0$/m);
+    expect(logs().events().filter((e) => e.event === "forgejo_poll_recovered")).toHaveLength(1);
+    expect((await view(env, id))?.state).toBe("backend_ready");
+    expect(logs().lines.join("\n")).not.toContain(env.GITEA_API_TOKEN);
+  });
+
+  it.each([401, 422])("a registration Forgejo refuses (%i) leaves the assignment waiting, and it gets its runner once Forgejo accepts", async (status) => {
+    const { env, forgejo, backend } = await setup();
+    await forgejo.fault({ register: status });
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    expect((await poll(env)).published).toBe(1);
+    expect((await backend.state()).runners).toEqual([]);
+    expect((await view(env, id))?.state).not.toBe("terminated");
+    const said = logs().lines.join("\n");
+    expect(said).toContain(`Forgejo answered ${status}`);
+    expect(said).not.toContain(env.GITEA_API_TOKEN);
+    await forgejo.fault({ register: 0 });
+    await until(async () => {
+      await tick(env);
+      return (await backend.state()).runners.length === 1;
+    });
+    expect((await forgejo.state()).registrations).toBe(1);
+  });
+
+  it("a handle reused by another attempt is refused (one runner per handle); a rerun with its own handle is served", async () => {
+    const { env, forgejo } = await setup();
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    await poll(env);
+    await forgejo.rerun(job!.id, job!.handle);
+    const second = await poll(env);
+    expect(second.published).toBe(0);
+    expect(logs().events().filter((e) => e.event === "handle_conflict").map((e) => e.assignment)).toEqual([`forgejo-${job!.id}-2`]);
+    expect(await view(env, `forgejo-${job!.id}-2`)).toBeNull();
+    // The near miss: the next attempt with a fresh handle.
+    await forgejo.rerun(job!.id);
+    expect((await poll(env)).published).toBe(1);
+    expect((await view(env, `forgejo-${job!.id}-3`))?.state).toBeDefined();
+    expect((await forgejo.state()).registrations).toBe(2);
+  });
+
+  it("the poller's alarm, lost to an eviction, is set again by the cron tick, and polls", async () => {
+    const { env, forgejo } = await setup();
+    const stub = pollerStub(env);
+    await tick(env);
+    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(1);
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect(await fireAlarm(env)).toBe(true);
+    expect((await view(env, `forgejo-${job!.id}-1`))?.state).toBeDefined();
+    // Set for the next period: a tick now arms nothing.
+    await tick(env);
+    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(1);
+    await runInDurableObject(stub, async (_o, state) => state.storage.deleteAlarm());
+    expect(await fireAlarm(env)).toBe(false);
+    await tick(env);
+    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(2);
+    const [next] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect(await fireAlarm(env)).toBe(true);
+    expect((await view(env, `forgejo-${next!.id}-1`))?.state).toBeDefined();
+  });
+
+  it("a run's webhook makes the poller look now: its jobs end there; a signature one character off is refused", async () => {
+    const { env, forgejo } = await setup();
+    await forgejo.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, id))?.state === "backend_ready");
+    await forgejo.cancel(job!.id);
+    const [delivery] = await forgejo.deliveries();
+    expect(delivery!.event).toBe("action_run_failure");
+    const sig = delivery!.headers["x-forgejo-signature"]!;
+    const off = { ...delivery!.headers, "x-forgejo-signature": sig.slice(0, -1) + (sig.endsWith("0") ? "1" : "0"), "x-hub-signature-256": "" };
+    expect((await request(env, "/v1/forgejo/webhook", { method: "POST", headers: off, body: delivery!.body })).status).toBe(401);
+    expect((await view(env, id))?.state).toBe("backend_ready");
+    const res = await request(env, "/v1/forgejo/webhook", { method: "POST", headers: delivery!.headers, body: delivery!.body });
+    expect(res.status).toBe(202);
+    expect(await res.json()).toEqual({ run: job!.id, polled: true });
+    expect((await view(env, id))?.state).toBe("terminated");
+    expect(await deliverRuns(env)).toEqual([]);
+  });
+
+  it.each([
+    ["15.0.3+gitea-1.22.0", 200, undefined],
+    ["14.0.2+gitea-1.22.0", 503, "Forgejo 15 or newer"],
+    ["1.25.0", 503, "set FORGE=gitea"],
+  ])("/healthz reads Forgejo's version: %s", async (version, status, problem) => {
+    const { env, forgejo } = await setup();
+    await forgejo.version(version);
+    const res = await request(env, "/healthz");
+    expect(res.status).toBe(status);
+    const body = (await res.json()) as { problems: string[]; forge: { version: string; ok: boolean } };
+    expect(body.forge).toEqual({ kind: "forgejo", version, ok: problem === undefined });
+    if (problem) expect(body.problems.join(" ")).toContain(problem);
+    else expect(body.problems).toEqual([]);
   });
 });

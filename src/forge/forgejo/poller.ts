@@ -31,7 +31,7 @@ export interface PollOutcome {
   published: number;
   claimed: number;
   ended: number;
-  /** Backends whose queues got new assignments: the caller runs a pass there now. */
+  /** Backends with new assignments or freed slots: the caller runs a pass there now. */
   backends: Backend[];
 }
 
@@ -102,7 +102,10 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     await store.put(jobKey(k.job, k.attempt), { ...k, claimed: true });
   });
   await each(plan.gone, async (k) => {
-    if (await settleGone(d, client, cfg, k, store)) outcome.ended++;
+    const freed = await settleGone(d, client, cfg, k, store);
+    if (!freed) return;
+    outcome.ended++;
+    backends.add(freed);
   });
   outcome.backends = [...backends];
   return outcome;
@@ -110,14 +113,15 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
 
 /**
  * A published job no longer listed: it ended (its ephemeral runner is deleted after its task) or
- * was cancelled (its runner, if any, never got a task). True when its assignment ended now.
+ * was cancelled (its runner, if any, never got a task). The backend whose slot it freed, when its
+ * assignment ended now.
  */
-async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, k: KnownJob, store: KnownStore): Promise<boolean> {
+async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, k: KnownJob, store: KnownStore): Promise<Backend | undefined> {
   const key = jobKey(k.job, k.attempt);
   const record = k.skipped ? null : await d.withState((s) => s.records.get(k.id));
   if (!record || TERMINAL.has(record.state)) {
     await store.delete(key);
-    return false;
+    return undefined;
   }
   const runner = runnerAt(record);
   const backend = placementOf(record).backend;
@@ -130,7 +134,7 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
     // Ran, and its runner is still there: give Forgejo time to delete it; past that, another runner ran it.
     if (k.goneSince === undefined || d.now() - k.goneSince < GONE_GRACE_MS) {
       if (k.goneSince === undefined) await store.put(key, { ...k, goneSince: d.now() });
-      return false;
+      return undefined;
     }
     const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
     if (done.changed) await releaseRunner(d, k.id, backend, runner);
@@ -139,5 +143,5 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
     if (cancelled) await releaseRunner(d, k.id, backend, runner);
   }
   await store.delete(key);
-  return true;
+  return backend;
 }
