@@ -26,6 +26,16 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
     await wait(bootMs);
     if (stopped) return;
     on({ event: "booted" });
+    // A warm runner asks the dispatcher for its job's handle until it is given one.
+    while (forgejo && !forgejo.handle && request.handleUrl && !stopped) {
+      const res = await fetch(request.handleUrl, { headers: { authorization: `Bearer ${request.claimToken}` }, signal: AbortSignal.timeout(5_000) }).catch(() => undefined);
+      if (res?.status === 200) forgejo.handle = await res.text();
+      else {
+        await res?.body?.cancel();
+        await wait(fetchIntervalMs);
+      }
+    }
+    if (stopped) return;
     if (forgejo) await rpc(file, "Declare", { version: "12.8.0", labels: forgejo.labels }).then((r) => r.body?.cancel()).catch(() => undefined);
     let version = "0";
     while (!stopped) {

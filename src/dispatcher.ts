@@ -149,7 +149,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const outcome = await forge.identity(assignment, pool?.labels ?? assignment.labels, record, reserved, pool);
       if (outcome === "busy") return "busy";
       const { identity, ref } = outcome;
-      const credentials = identity.forge === "gitea" ? { runner: identity.file } : { forgejo: identity.runner };
+      // A Forgejo runner without a job (warm) asks for its handle there (forge/forgejo/warm.ts).
+      const credentials = identity.forge === "gitea" ? { runner: identity.file } : { forgejo: identity.runner, ...(identity.runner.handle ? {} : { handleUrl: `${base}/handle` }) };
       return { request: { ...request, ...credentials }, ...(ref ? { ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
@@ -191,7 +192,8 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
   let warm: Promise<Map<string, number>> | undefined;
   const promised = new Map<string, number>();
   return {
-    warmGraceMs: d.config.warmGraceMs,
+    // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
+    warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
     ...(d.gitea && d.config.gitea?.apiToken ? { jobQueued: async (repository: string, id: number) => STILL_WAITING.has((await d.gitea!.getJob(repository, id))?.status ?? "queued") } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),

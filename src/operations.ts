@@ -26,6 +26,8 @@ export interface AssignmentView {
   pool: string | null;
   /** Its runner is kept warm for its pool (RUNNER_POOLS minIdle). */
   warm: boolean;
+  /** Forgejo: the handle of the job attempt its runner runs (its job's, or the one its warm runner was given). */
+  handle: string | null;
 }
 
 export function viewOf(r: AssignmentRecord): AssignmentView {
@@ -45,6 +47,7 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
     giteaRunnerScope: r.runner?.scope ?? null,
     pool: r.placement?.pool ?? null,
     warm: r.warm === true,
+    handle: r.bound?.handle ?? r.jobHandle ?? null,
   };
 }
 

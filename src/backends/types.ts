@@ -15,6 +15,8 @@ export interface RunnerRequest {
   runner?: RunnerFile;
   /** With FORGE=forgejo instead: what `forgejo-runner one-job` starts with, bound to its job's handle. */
   forgejo?: ForgejoRunnerIdentity;
+  /** A Forgejo runner with no handle yet (warm): where it asks for one, with its claim token (GET; 204 until given). */
+  handleUrl?: string;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
   pool?: { name: string; template?: Record<string, unknown> };
 }

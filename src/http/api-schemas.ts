@@ -30,6 +30,7 @@ export const assignmentView = z
     giteaRunnerScope: z.string().nullable().meta({ description: "Where in Gitea its runner is registered (RUNNER_SCOPE): org:<name>, user:<name> or repo:<owner>/<name>; null for GITEA_SCOPE" }),
     pool: z.string().nullable().meta({ description: "The runner pool that admitted it (RUNNER_POOLS), once admitted" }),
     warm: z.boolean().meta({ description: "Its runner is kept warm for its pool, for any job" }),
+    handle: z.string().nullable().meta({ description: "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet" }),
   })
   .meta({ id: "Assignment" });
 

@@ -3,7 +3,8 @@ import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
-import { giteaRunnerOf, parseId } from "../operations.ts";
+import { giteaRunnerOf, parseId, StaleClaimToken, TERMINAL } from "../operations.ts";
+import { incarnationOf } from "../state/records.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
@@ -97,6 +98,17 @@ export function createApp(deps: AppDeps) {
     const { held, changed: _changed, ...view } = await c.var.path.claim(id, incarnation);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
+  });
+
+  // A Forgejo warm runner asks which job it runs, with its own claim token, until it is told.
+  app.get("/v1/assignments/:id/handle", async (c) => {
+    const d = c.var.d;
+    const id = parseId(c.req.param("id"));
+    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+    const view = await c.var.path.get(id);
+    if (incarnationOf(view) !== incarnation) throw new StaleClaimToken(id);
+    if (TERMINAL.has(view.state)) throw new HttpError(409, `assignment ${id} is ${view.state}: its runner has nothing to run`);
+    return view.handle ? c.text(view.handle, 200, { "cache-control": "no-store" }) : c.body(null, 204);
   });
 
   app.post("/v1/assignments/:id/complete", async (c) => {

@@ -55,6 +55,11 @@ function build() {
     });
   }
   r.registerPath({
+    method: "get", path: "/v1/assignments/{id}/handle", summary: "The job a Forgejo warm runner runs (FORGE=forgejo)", security: sec(claim), request: { params: idParam },
+    description: "Asked by a warm runner with its own claim token until it has an answer: the handle for `forgejo-runner one-job --handle`.",
+    responses: { 200: { description: "The job attempt's handle.", content: { "text/plain": { schema: z.string() } } }, 204: { description: "No job given to it yet: ask again." }, ...pick(401, 403, 404, 409, 500, 503) },
+  });
+  r.registerPath({
     method: "post", path: "/v1/gitea/webhook", summary: "Gitea's workflow_job deliveries", security: sec(signature),
     request: { body: { required: true, content: { "application/json": { schema: workflowJobPayload } } } },
     responses: { 200: json(webhookBody, "Handled, or ignored with the reason."), 202: json(webhookBody, "Queued, or ignored with the reason."), ...pick(400, 401, 404, 413, 415, 500, 503) },

@@ -56,6 +56,13 @@ export interface AssignmentRecord {
   bootAttempts?: number;
   /** Its runners never booted (MAX_BOOT_ATTEMPTS): the sweep may publish its job again after a while. */
   gaveUpAt?: string;
+  /**
+   * Forgejo: the job attempt a warm runner was given (its runner asks for the handle, then runs
+   * `one-job --handle`). Not `job`: the warm runner was admitted without one, and gives back no QUOTAS place of it.
+   */
+  bound?: { job: number; attempt: number; handle: string; repository: string; at: string };
+  /** Forgejo: its own job attempt's handle (from the assignment). */
+  jobHandle?: string;
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
@@ -158,6 +165,7 @@ export function createRecordStore(
           receivedAt: at,
           updatedAt: at,
           ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+          ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
           ...(assignment.warm ? { warm: true as const } : {}),
         };
         return { value: record, result: { result: "new", record } };

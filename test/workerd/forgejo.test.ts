@@ -8,7 +8,7 @@ import { loadConfig } from "../../src/config.ts";
 import { createForgejoClient } from "../../src/forge/forgejo/client.ts";
 import { pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
-import { forgejoTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { forgejoTestEnv, provisionEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
 import { deliverRuns, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runAsRunner } from "../harness/forgejo.ts";
 import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
 import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
@@ -275,5 +275,64 @@ describe("FORGE=forgejo", () => {
     expect(body.forge).toEqual({ kind: "forgejo", version, ok: problem === undefined });
     if (problem) expect(body.problems.join(" ")).toContain(problem);
     else expect(body.problems).toEqual([]);
+  });
+
+  it("a warm runner boots before its job, asks for its handle with its own claim token, is given the next job, and is replaced at once", async () => {
+    const labels = JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels as string[];
+    const { env, forgejo, backend } = await setup({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]) });
+    await tick(env);
+    const warmPut = async () => (await backend.state()).requests.filter((r) => r.method === "PUT").map((r) => JSON.parse(r.body) as { assignment: { id: string; warm?: boolean }; claimToken: string; handleUrl?: string; forgejo: { uuid: string; token: string; handle?: string } });
+    await until(async () => {
+      await tick(env);
+      return (await warmPut()).length === 1 && (await view(env, (await warmPut())[0]!.assignment.id))?.state === "backend_ready";
+    });
+    const [w] = await warmPut();
+    expect(w!.assignment.warm).toBe(true);
+    expect(w!.forgejo.handle).toBeUndefined();
+    const wid = w!.assignment.id;
+    expect(w!.handleUrl).toBe(`${env.PUBLIC_URL}/v1/assignments/${wid}/handle`);
+    const ask = (token: string) => request(env, `/v1/assignments/${wid}/handle`, { headers: bearer(token) });
+    expect((await ask(w!.claimToken)).status).toBe(204);
+    // Not with another assignment's token.
+    expect((await ask(await testClaimToken("forgejo-1-1"))).status).toBe(403);
+
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const polled = await poll(env);
+    expect(polled).toMatchObject({ published: 0, bound: 1 });
+    expect(await view(env, `forgejo-${job!.id}-1`)).toBeNull();
+    const given = await ask(w!.claimToken);
+    expect(given.status).toBe(200);
+    expect(await given.text()).toBe(job!.handle);
+    expect(logs().events().filter((e) => e.event === "warm_took_job").map((e) => e.assignment)).toEqual([wid]);
+    // Its position was filled again at once: a second warm runner is asked for.
+    expect(logs().events().filter((e) => e.event === "warm_filled")).toHaveLength(2);
+
+    const runner = (await forgejo.state()).runners.find((r) => r.uuid === w!.forgejo.uuid)!;
+    expect(await runAsRunner(env, runner, ["ubuntu-latest"], job!.handle, null)).toBeGreaterThan(0);
+    expect((await forgejo.state()).taken).toEqual([expect.objectContaining({ job: job!.id, runner: `gdr-${wid}` })]);
+    await poll(env);
+    const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
+    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, { method: "POST", headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token }, body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }) });
+    expect((await poll(env)).ended).toBe(1);
+    expect((await view(env, wid))?.state).toBe("completed");
+    expect((await ask(w!.claimToken)).status).toBe(409);
+  });
+
+  it("a job given to a warm runner and cancelled before the runner took it ends that runner too", async () => {
+    const labels = JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels as string[];
+    const { env, forgejo, backend } = await setup({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]) });
+    await until(async () => {
+      await tick(env);
+      const put = (await backend.state()).requests.find((r) => r.method === "PUT");
+      return put !== undefined && (await view(env, JSON.parse(put.body).assignment.id))?.state === "backend_ready";
+    });
+    const wid = JSON.parse((await backend.state()).requests.find((r) => r.method === "PUT")!.body).assignment.id as string;
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect((await poll(env)).bound).toBe(1);
+    await forgejo.cancel(job!.id);
+    expect((await poll(env)).ended).toBe(1);
+    expect((await view(env, wid))?.state).toBe("completed");
+    expect((await forgejo.state()).runners.map((r) => r.name)).not.toContain(`gdr-${wid}`);
+    expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(wid)]);
   });
 });

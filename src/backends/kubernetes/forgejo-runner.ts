@@ -25,10 +25,19 @@ export function oneJobArgs(runner: ForgejoRunnerIdentity, dir: string): string[]
   ];
 }
 
-/** Runs the job, then reports completion with the claim token (best effort), and exits with the runner's status. */
+/**
+ * Runs the job, then reports completion with the claim token (best effort), and exits with the
+ * runner's status. A warm runner (GDR_HANDLE_URL set) first asks the dispatcher for its job's
+ * handle, every 2 s, until it is given one.
+ */
 export function oneJobScript(dir: string): string {
   return [
     "set -u",
+    'if [ -n "${GDR_HANDLE_URL:-}" ]; then',
+    '  h=""',
+    `  while [ -z "$h" ]; do h=$(wget -q -O - --header "Authorization: Bearer $(cat ${dir}/claim-token)" "$GDR_HANDLE_URL") || h=""; [ -n "$h" ] || sleep 2; done`,
+    '  set -- "$@" --handle "$h"',
+    "fi",
     'forgejo-runner "$@"; rc=$?',
     `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${dir}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
     "exit $rc",
@@ -48,7 +57,7 @@ const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().enco
 /** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
 export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): string {
   const dir = FORGEJO_VM_DIR;
-  const script = [`export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`, `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`, oneJobScript(dir), ""].join("\n");
+  const script = [`export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`, ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []), `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`, oneJobScript(dir), ""].join("\n");
   const file = (path: string, content: string, permissions: string) => [`  - path: ${path}`, `    permissions: '${permissions}'`, "    encoding: b64", `    content: ${b64(content)}`];
   return [
     "#cloud-config",

@@ -74,6 +74,7 @@ export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pi
             { name: "GDR_ASSIGNMENT_ID", value: request.assignment.id },
             { name: "GDR_CLAIM_URL", value: request.claimUrl },
             { name: "GDR_COMPLETE_URL", value: request.completeUrl },
+            ...(request.handleUrl ? [{ name: "GDR_HANDLE_URL", value: request.handleUrl }] : []),
           ],
           volumeMounts: [{ name: "runner-identity", mountPath, readOnly: true }],
         },

@@ -59,8 +59,6 @@ export function parseForgejoConfig(
   if (!str(raw.RUNS_ON_ROUTES) && !str(raw.RUNNER_POOLS)) problems.push("RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with FORGE=forgejo");
   if (raw.POD_DRIVER === "kubernetes" && !str(raw.RUNNER_IMAGE)) problems.push("RUNNER_IMAGE is required with FORGE=forgejo and POD_DRIVER=kubernetes: an image with forgejo-runner 12.8 or newer (the default is act_runner's)");
   for (const p of pools) {
-    const warm = p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
-    if (warm) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} keeps warm runners, which FORGE=forgejo does not run yet (a warm runner must learn its job's handle); set minIdle to 0`);
     if (p.scope) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} has a scope, which does not apply with FORGE=forgejo (runners are registered at GITEA_SCOPE and bound to their job by handle)`);
   }
   if (problems.length > before || !apiToken || !identityKey || !e.GITEA_URL) return undefined;

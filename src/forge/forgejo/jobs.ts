@@ -56,6 +56,8 @@ export interface KnownJob {
   goneSince?: number;
   /** Not published, and not to be again: why (an event said so once). */
   skipped?: "unbindable" | "no_route" | "conflict";
+  /** Given to the warm runner of assignment `id` (warm.ts), at this epoch ms. */
+  boundAt?: number;
 }
 
 export interface PollPlan {
@@ -69,13 +71,15 @@ export interface PollPlan {
   unbindable: ForgejoJob[];
   /** Listed under a known attempt with another handle than the one published. */
   conflicting: ForgejoJob[];
+  /** Given to a warm runner that has not taken it within the claim timeout: taken back. */
+  unbind: KnownJob[];
 }
 
 export const jobKey = (job: number, attempt: number | undefined) => `${job}-${attempt ?? 1}`;
 
 /** What one poll's list means, given what earlier polls published. Pure. */
-export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[]): PollPlan {
-  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [] };
+export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[], now = 0, claimTimeoutMs = Infinity): PollPlan {
+  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [], unbind: [] };
   const listed = new Set<string>();
   for (const job of jobs) {
     const key = jobKey(job.id, job.attempt);
@@ -88,6 +92,7 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
     const running = (job.task_id ?? 0) > 0;
     if (k) {
       if (running && !k.claimed) plan.claim.push(k);
+      else if (!running && k.boundAt !== undefined && !k.claimed && now - k.boundAt > claimTimeoutMs) plan.unbind.push(k);
       continue;
     }
     // Running without having been published here: another runner's, or taken before we saw it.

@@ -5,7 +5,8 @@
 // and handle; records by assignment id), so a second poller would store nothing new.
 import type { Dispatcher } from "../../dispatcher-types.ts";
 import { Conflict } from "../../domain-errors.ts";
-import { claimAssignment, completeAssignmentRun, TERMINAL } from "../../operations.ts";
+import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../operations.ts";
+import { createWarmBinder } from "./warm.ts";
 import { publishAssignment } from "../../publish.ts";
 import { createLimiter } from "../../reconcile/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
@@ -29,6 +30,8 @@ export interface PollOutcome {
   reason?: string;
   listed: number;
   published: number;
+  /** New jobs given to idle warm runners instead. */
+  bound: number;
   claimed: number;
   ended: number;
   /** Backends with new assignments or freed slots: the caller runs a pass there now. */
@@ -41,7 +44,7 @@ export const GONE_GRACE_MS = 30_000;
 const AT_ONCE = 4;
 
 export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore): Promise<PollOutcome> {
-  const outcome: PollOutcome = { ok: true, listed: 0, published: 0, claimed: 0, ended: 0, backends: [] };
+  const outcome: PollOutcome = { ok: true, listed: 0, published: 0, bound: 0, claimed: 0, ended: 0, backends: [] };
   let jobs: ForgejoJob[];
   try {
     jobs = await client.jobs(cfg.scope);
@@ -51,7 +54,8 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   }
   outcome.listed = jobs.length;
   const known = await store.all();
-  const plan = planPoll(known, jobs);
+  const plan = planPoll(known, jobs, d.now(), d.config.claimTimeoutMs);
+  const bindWarm = createWarmBinder(d);
   const limit = createLimiter(AT_ONCE);
   const each = <T>(items: T[], fn: (item: T) => Promise<void>) =>
     Promise.all(items.map((item) => limit(() => fn(item).catch((err) => d.sink.error("forgejo poll step failed", { reason: (err as Error).message })))));
@@ -75,6 +79,11 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     if (!(await d.withState((s) => s.handles.bind(job.handle!, request.id)))) {
       d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
       return skip(job, "conflict");
+    }
+    const warm = await bindWarm(job, request);
+    if (warm) {
+      outcome.bound++;
+      return store.put(jobKey(job.id, job.attempt), { id: warm, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: d.now() });
     }
     try {
       const published = await publishAssignment(d, request, { msgId: forgejoMsgId(job) });
@@ -100,6 +109,14 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       outcome.claimed++;
     }
     await store.put(jobKey(k.job, k.attempt), { ...k, claimed: true });
+  });
+  await each(plan.unbind, async (k) => {
+    // Its warm runner never took it: that runner goes, and the next poll publishes the job as any other.
+    const done = await completeAssignmentRun(d, k.id, { unclaimed: true }).catch(() => undefined);
+    if (done?.changed) await releaseRunner(d, k.id, done.runsOn, giteaRunnerOf(done));
+    d.sink.event({ event: "claim_timeout", assignment: k.id, backend: done?.backend, reason: `its warm runner did not take job ${k.job} within CLAIM_TIMEOUT_MS` });
+    await store.delete(jobKey(k.job, k.attempt));
+    if (done?.changed) backends.add(done.runsOn);
   });
   await each(plan.gone, async (k) => {
     const freed = await settleGone(d, client, cfg, k, store);
@@ -130,6 +147,10 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
     // Forgejo deleted it: it ran its job (a fast one may never have been seen running).
     const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
     if (done.changed) await releaseRunner(d, k.id, backend, undefined);
+  } else if (k.boundAt !== undefined && !k.claimed) {
+    // Given to a warm runner that never took it (cancelled first): that runner goes too.
+    const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
+    if (done.changed) await releaseRunner(d, k.id, backend, runner);
   } else if (k.claimed || record.state === "claimed") {
     // Ran, and its runner is still there: give Forgejo time to delete it; past that, another runner ran it.
     if (k.goneSince === undefined || d.now() - k.goneSince < GONE_GRACE_MS) {

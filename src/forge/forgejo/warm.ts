@@ -1,0 +1,54 @@
+// Warm runners on Forgejo. A warm runner boots before its job exists, registered without a handle;
+// its workload asks the dispatcher for one with its own claim token (GET /v1/assignments/{id}/handle)
+// until it has it, then runs `forgejo-runner one-job --handle <h> --wait`. The poller gives a new job
+// to an idle warm runner of the job's first pool instead of asking for a runner of its own: the warm
+// runner's record is claimed for it by compare-and-set (two polls never give one runner two jobs),
+// and the pool refills the position at once.
+import type { AssignmentRequest } from "../../assignment.ts";
+import type { Dispatcher, State } from "../../dispatcher-types.ts";
+import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
+import { occupantOf } from "../../pools/warm-plan.ts";
+import type { AssignmentRecord } from "../../state/records.ts";
+import type { ForgejoJob } from "./client.ts";
+
+/** Idle warm runners of each pool, oldest first, read once per poll and handed out one by one. */
+export function createWarmBinder(d: Dispatcher) {
+  let idle: Promise<Map<string, string[]>> | undefined;
+  const read = (state: State) =>
+    (idle ??= (async () => {
+      const all = await state.warm.list();
+      const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
+      const byPool = new Map<string, string[]>();
+      const now = d.now();
+      for (const [pool, slots] of all) {
+        const ready = slots.filter((s) => {
+          const r = records.get(s.id)?.value;
+          const plan = r && { state: r.state, receivedAt: Date.parse(r.receivedAt), ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}) };
+          return r?.runner !== undefined && occupantOf(plan, { index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }, now) === "idle";
+        });
+        byPool.set(pool, ready.sort((a, b) => a.since.localeCompare(b.since)).map((s) => s.id));
+      }
+      return byPool;
+    })());
+
+  /** Gives `job` to an idle warm runner of its first pool: that runner's assignment id, or undefined when none is idle. */
+  return async function bindWarm(job: ForgejoJob, request: AssignmentRequest): Promise<string | undefined> {
+    const pool = d.config.pools.find((p) => p.name === request.pools?.[0]);
+    if (!pool || !keepsWarm(pool) || !job.handle) return undefined;
+    return d.withState(async (state) => {
+      const candidates = (await read(state)).get(pool.name) ?? [];
+      while (candidates.length) {
+        const id = candidates.shift()!;
+        const at = new Date(d.now()).toISOString();
+        const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository: request.job!.repository, at };
+        const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: at, bound } : undefined));
+        if (!r?.bound || r.bound.handle !== job.handle || r.bound.at !== at) continue;
+        d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool: pool.name, reason: `bound to job ${job.id} attempt ${bound.attempt}` });
+        // Its position is free now: the pool asks for a replacement at once, not at the next tick.
+        await maintainPools(d, state, [pool.name], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
+        return id;
+      }
+      return undefined;
+    });
+  };
+}
