@@ -5,7 +5,6 @@
 // server's strict field validation does), and every Gitea REST call the client makes is an
 // operation of Gitea 1.25 and of Gitea main.
 import { readFileSync } from "node:fs";
-import { Ajv, type ValidateFunction } from "ajv";
 import { describe, expect, it } from "vitest";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
@@ -15,32 +14,7 @@ import { loadConfig } from "../../src/config.ts";
 import { createGiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignment, giteaTestEnv } from "../harness/env.ts";
 
-const dir = new URL("../fixtures/upstream-schemas/", import.meta.url);
-const kubeDir = new URL("../../src/backends/kubernetes/upstream/", import.meta.url);
-const load = (file: string) => JSON.parse(readFileSync(new URL(file, file.startsWith("gitea") ? dir : kubeDir), "utf8"));
-
-/** Every object schema that lists its properties refuses others, as kubectl-validate's strict mode. */
-function strict(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(strict);
-  if (!node || typeof node !== "object") return node;
-  const out = Object.fromEntries(Object.entries(node).map(([k, v]) => [k, k === "properties" ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, strict(s)])) : strict(v)]));
-  if ("properties" in out && !("additionalProperties" in out)) out.additionalProperties = false;
-  return out;
-}
-
-function validator(file: string, ref: string): ValidateFunction {
-  const ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false });
-  ajv.addSchema(strict(load(file)) as object, file);
-  const validate = ajv.getSchema(`${file}${ref}`);
-  if (!validate) throw new Error(`${ref} is not in ${file}`);
-  return validate;
-}
-
-const pod = validator("k8s-core-v1.json", "#/components/schemas/io.k8s.api.core.v1.Pod");
-const secret = validator("k8s-core-v1.json", "#/components/schemas/io.k8s.api.core.v1.Secret");
-const vmi = validator("kubevirt-v1.json", "#/definitions/v1.VirtualMachineInstance");
-
-const errorsOf = (validate: ValidateFunction, value: unknown) => (validate(value) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message} ${JSON.stringify(e.params)}`));
+import { errorsOf, load, pod, secret, vmi } from "../harness/upstream.ts";
 
 const request = (id: string): RunnerRequest => ({
   assignment: assignment(id),

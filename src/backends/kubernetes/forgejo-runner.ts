@@ -59,12 +59,14 @@ export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunn
   const dir = FORGEJO_VM_DIR;
   const script = [`export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`, ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []), `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`, oneJobScript(dir), ""].join("\n");
   const file = (path: string, content: string, permissions: string) => [`  - path: ${path}`, `    permissions: '${permissions}'`, "    encoding: b64", `    content: ${b64(content)}`];
+  // The script as a literal block, for a person to read: no argument holds a line break (labels hold no space).
+  const script_ = [`  - path: ${dir}/run.sh`, "    permissions: '0700'", "    content: |", ...script.trimEnd().split("\n").map((l) => `      ${l}`)];
   return [
     "#cloud-config",
     "write_files:",
     ...file(`${dir}/token`, request.forgejo.token, "0600"),
     ...file(`${dir}/claim-token`, request.claimToken, "0600"),
-    ...file(`${dir}/run.sh`, script, "0700"),
+    ...script_,
     "runcmd:",
     `  - [sh, -c, 'cd ${dir} && sh ./run.sh; poweroff']`,
     "",
