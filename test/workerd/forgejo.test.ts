@@ -335,4 +335,32 @@ describe("FORGE=forgejo", () => {
     expect((await forgejo.state()).runners.map((r) => r.name)).not.toContain(`gdr-${wid}`);
     expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(wid)]);
   });
+
+  it("the cron tick deletes runners of ours no assignment needs from Forgejo, and tears down a workload whose Forgejo runner is gone; others' runners stay", async () => {
+    const { env, forgejo, backend } = await setup({ CLEANUP_GRACE_MS: 0 });
+    const rest = (method: string, path: string, body?: unknown) =>
+      fetch(`${env.GITEA_URL}/api/v1/admin/actions/runners${path}`, { method, headers: { authorization: `token ${env.GITEA_API_TOKEN}`, "content-type": "application/json" }, ...(body ? { body: JSON.stringify(body) } : {}) });
+    const [job, other] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }, { runs_on: ["ubuntu-latest"] }]);
+    await poll(env);
+    await until(async () => (await forgejo.state()).runners.length === 2 && (await backend.state()).runners.length === 2);
+    // A registration a dead pass never stored, and somebody else's runner.
+    await rest("POST", "", { name: "gdr-forgejo-999-1", ephemeral: true });
+    await rest("POST", "", { name: "my-own-runner" });
+    // Forgejo loses the first job's runner (an administrator deleted it).
+    const lost = (await forgejo.state()).runners.find((r) => r.name === `gdr-forgejo-${job!.id}-1`)!;
+    expect((await rest("DELETE", `/${lost.id}`)).status).toBe(204);
+    await tick(env);
+    const names = (await forgejo.state()).runners.map((r) => r.name).sort();
+    expect(names).not.toContain("gdr-forgejo-999-1");
+    expect(names).toContain("my-own-runner");
+    expect(names).toContain(`gdr-forgejo-${other!.id}-1`);
+    expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(`forgejo-${job!.id}-1`)]);
+    expect(logs().events().filter((e) => e.event === "runner_deleted").map((e) => e.assignment).sort()).toEqual([`forgejo-${job!.id}-1`, "forgejo-999-1"].sort());
+    // The job still waits: its next delivery registers a runner afresh.
+    await until(async () => {
+      await tick(env);
+      return (await forgejo.state()).runners.some((r) => r.name === `gdr-forgejo-${job!.id}-1`);
+    });
+    expect((await view(env, `forgejo-${job!.id}-1`))?.giteaRunnerId).not.toBe(lost.id);
+  });
 });

@@ -1,32 +1,83 @@
-// The cron side of the Forgejo integration: runners of ours (named RUNNER_NAME_PREFIX-<assignment>)
-// that no assignment needs are deleted, with the rule Gitea's sweep keeps (cleanupVerdict).
-// Runners Forgejo no longer knows are the poller's to find (poller.ts): their jobs left the list.
+// The cron side of the Forgejo integration, both ways:
+// - a runner of ours in Forgejo (named RUNNER_NAME_PREFIX-<assignment>) that no assignment needs is
+//   deleted there, with the rule Gitea's sweep keeps (cleanupVerdict);
+// - a runner an assignment still waits on that Forgejo no longer has (an administrator deleted it,
+//   Forgejo's own cleanup did) can run nothing: its workload is torn down and its identity
+//   forgotten, so that the job's next delivery registers afresh. Jobs that ended are the poller's.
+// At an idle instance (no runner of ours held) the list is read every IDLE_EVERY_MINUTES only, so
+// that polling stays the one request per period.
 import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import type { Backend } from "../../names.ts";
+import { releaseRunner } from "../../reconcile/teardown.ts";
+import { placementOf, type AssignmentRecord } from "../../state/records.ts";
 import { assignmentOfRunner } from "../gitea/identity.ts";
 import { cleanRunner, eachItem } from "../gitea/sweep.ts";
-import type { ForgejoClient } from "./client.ts";
+import type { ForgejoClient, ListedRunner } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 
 const PAGE_LIMIT = 50;
 /** Pages one tick reads at most: 1,000 runners of the scope. */
 const MAX_PAGES = 20;
+export const IDLE_EVERY_MINUTES = 10;
+const WAITING_ON_RUNNER = new Set(["backend_pending", "backend_ready"]);
 
-export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, { records, admission }: State): Promise<number> {
-  const summary = { runnersDeleted: 0 };
-  const reservations = new Map<Backend, Promise<Set<string>>>();
-  const registering = (backend: Backend) => {
-    if (!reservations.has(backend)) reservations.set(backend, admission.registering(backend).then((ids) => new Set(ids)));
-    return reservations.get(backend)!;
-  };
-  const context = { d, records, admission, registering, summary, graceMs: cfg.cleanupGraceMs, deleteRunner: (at: { id: number }) => client.deleteRunner(cfg.scope, at.id) };
+export interface CleanupSummary {
+  listed: boolean;
+  deleted: number;
+  forgotten: number;
+}
+
+export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, state: State): Promise<CleanupSummary> {
+  const { records, admission } = state;
+  const summary: CleanupSummary = { listed: false, deleted: 0, forgotten: 0 };
+  const snapshots = await Promise.all(d.config.backends.map(async ({ backend }) => ({ backend, ...(await admission.snapshot(backend)) })));
+  const held = await records.getMany(snapshots.flatMap((s) => s.holders));
+  const withRunner = [...held.values()].map((v) => v.value).filter((r) => r.runner !== undefined);
+  if (!withRunner.length && new Date(d.now()).getUTCMinutes() % IDLE_EVERY_MINUTES !== 0) return summary;
+
+  const registering = (backend: Backend) => Promise.resolve(new Set(snapshots.find((s) => s.backend === backend)?.registering ?? []));
+  const counted = { runnersDeleted: 0 };
+  const context = { d, records, admission, registering, summary: counted, graceMs: cfg.cleanupGraceMs, deleteRunner: (at: { id: number }) => client.deleteRunner(cfg.scope, at.id) };
+  const listed: ListedRunner[] = [];
+  let complete = false;
   for (let page = 1; page <= MAX_PAGES; page++) {
     const runners = await client.listRunners(cfg.scope, page, PAGE_LIMIT);
-    for (const runner of runners) {
-      const id = assignmentOfRunner(cfg.runnerNamePrefix, runner.name);
-      if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
+    listed.push(...runners);
+    if (runners.length < PAGE_LIMIT) {
+      complete = true;
+      break;
     }
-    if (runners.length < PAGE_LIMIT) break;
   }
-  return summary.runnersDeleted;
+  summary.listed = true;
+  for (const runner of listed) {
+    const id = assignmentOfRunner(cfg.runnerNamePrefix, runner.name);
+    if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
+  }
+  summary.deleted = counted.runnersDeleted;
+  // Absence is known only from a whole list.
+  if (!complete) return summary;
+  const present = new Set(listed.map((r) => r.id));
+  for (const r of withRunner) {
+    const stale = WAITING_ON_RUNNER.has(r.state) && !present.has(r.runner!.id) && d.now() - Date.parse(r.runner!.registeredAt) > cfg.cleanupGraceMs;
+    if (stale) await eachItem(d, `assignment ${r.id}`, async () => void ((await forgetGone(d, state, r)) && summary.forgotten++));
+  }
+  return summary;
+}
+
+/** Tears down the workload of a runner Forgejo no longer has and forgets its identity; its slot goes too. */
+async function forgetGone(d: Dispatcher, { records, admission }: State, seen: AssignmentRecord): Promise<boolean> {
+  const runnerId = seen.runner!.id;
+  let forgot = false;
+  await records.update(seen.id, (r) => {
+    if (r.runner?.id !== runnerId || !WAITING_ON_RUNNER.has(r.state)) return undefined;
+    forgot = true;
+    const { runner: _gone, readyAt: _stale, ...rest } = r;
+    return { ...rest, state: "backend_pending" };
+  });
+  if (!forgot) return false;
+  const place = placementOf(seen);
+  await admission.release(place, seen.id);
+  await releaseRunner(d, seen.id, place.backend, undefined);
+  d.sink.event({ event: "runner_deleted", assignment: seen.id, backend: place.backend, reason: "Forgejo no longer has its runner: its workload is torn down, and its job gets a new one" });
+  return true;
 }

@@ -24,7 +24,7 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
       return { identity: { forge: "forgejo", runner }, ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed } };
     },
     async tick(d) {
-      await d.withState((state) => cleanForgejoRunners(d, client, cfg, state)).catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
+      await d.withState((state) => cleanForgejoRunners(d, client, cfg, state)).then(() => undefined).catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
     },
     deleteRunner: (runner) => client.deleteRunner(cfg.scope, runner.id),
   };
