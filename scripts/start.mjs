@@ -8,6 +8,8 @@
 // http | kubernetes | kubevirt. With K8S_API_URL the real cluster is used; without it an embedded
 // fake Kubernetes API plays the cluster. Kubernetes drivers need the Gitea integration: without
 // GITEA_URL an embedded fake Gitea is started and a signed webhook is printed to try.
+// FORGE=forgejo: the same with an embedded fake Forgejo 15, found by the poller (FORGEJO_POLL_MS),
+// each runner bound to its job's handle; the warm runners ask the dispatcher for theirs.
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { writeFileSync, mkdtempSync, rmSync } from "node:fs";
@@ -16,6 +18,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { startFakeBackend } from "./fake-backend.mjs";
 import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
+import { startFakeForgejo, FAKE_FORGEJO } from "./fake-forgejo.mjs";
 import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
 import { startNatsCluster } from "./nats-cluster.mjs";
@@ -85,10 +88,23 @@ if (needsCluster && !vars.K8S_API_URL) {
 }
 let fakeGitea;
 const DEMO_POOL = { name: "small", minIdle: 2, maxRunners: 6 };
-if (!vars.GITEA_URL) {
-  fakeGitea = await startFakeGitea({
-    onTake: ({ job, runner, waitedMs }) => console.log(`job ${job} → runner ${runner}, ${(waitedMs / 1000).toFixed(1)} s after it was queued${runner.includes("-warm-") ? " (a warm runner)" : ""}`),
+const forgejo = vars.FORGE === "forgejo";
+const onTake = ({ job, runner, waitedMs }) => console.log(`job ${job} → runner ${runner}, ${(waitedMs / 1000).toFixed(1)} s after it was queued${runner.includes("-warm-") ? " (a warm runner)" : ""}`);
+if (forgejo && !vars.GITEA_URL) {
+  fakeGitea = await startFakeForgejo({ onTake });
+  stops.push(() => fakeGitea.close());
+  Object.assign(vars, {
+    GITEA_URL: `${fakeGitea.url}/local`,
+    GITEA_API_TOKEN: FAKE_FORGEJO.apiToken,
+    GITEA_WEBHOOK_SECRET: randomBytes(16).toString("hex"),
+    RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
   });
+  if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES) vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: "pod", labels: ["ubuntu-latest:docker://node:22-bookworm"] }]);
+  // Forgejo's run-level webhook: the fake sends action_run_* to the Worker once a run is done.
+  await fetch(`${vars.GITEA_URL}/_control/webhook`, { method: "POST", body: JSON.stringify({ url: `${base}/v1/forgejo/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }) });
+}
+if (!vars.GITEA_URL) {
+  fakeGitea = await startFakeGitea({ onTake });
   stops.push(() => fakeGitea.close());
   const backendOf = needsCluster ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
   const labels = ["ubuntu-latest:docker://node:20-bookworm"];
@@ -144,7 +160,7 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
       seen.push(step);
       progress.set(e.assignment, seen);
       console.log(`${e.assignment} (${e.backend}): ${seen.join(" → ")}`);
-    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error", "warm_filled", "warm_took_job", "warm_converted", "taken_by_other", "warm_scaled_down", "warm_recycled", "boot_timeout", "boot_gave_up", "lifetime_reached"].includes(e.event)) {
+    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error", "warm_filled", "warm_took_job", "warm_converted", "taken_by_other", "warm_scaled_down", "warm_recycled", "boot_timeout", "boot_gave_up", "lifetime_reached", "poller_armed", "forgejo_poll_failed", "forgejo_poll_recovered", "handle_conflict", "unbindable_job"].includes(e.event)) {
       console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}${e.message ? `: ${e.message}` : ""}`);
     }
   });
@@ -166,12 +182,15 @@ Try:
   curl -s ${base}/healthz
   curl -s ${base}/metrics -H 'authorization: Bearer ${vars.METRICS_TOKEN}'
 Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
-  if (fakeGitea) {
+  if (fakeGitea && forgejo) {
+    console.log(`  # a workflow run queues a job in the embedded Forgejo; the poller finds it within ${Number(vars.FORGEJO_POLL_MS ?? 3000) / 1000} s:
+  curl -s -X POST ${vars.GITEA_URL}/_control/queue -d '[{"runs_on":["ubuntu-latest"]}]'`);
+  } else if (fakeGitea) {
     console.log(`  # a workflow run queues a job in the embedded Gitea, which sends the webhook and hands the job to a runner:
   curl -s -X POST ${vars.GITEA_URL}/_control/queue -d '[{"labels":["ubuntu-latest"]}]'`);
   }
   demo();
-  if (vars.GITEA_WEBHOOK_SECRET) {
+  if (vars.GITEA_WEBHOOK_SECRET && !forgejo) {
     const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
     const file = join(dir, "queued.json");
     const body = JSON.stringify({ action: "queued", workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() }, repository: { full_name: "acme/widgets" } });
@@ -195,8 +214,10 @@ async function demo() {
     const pools = res?.ok ? (await res.json()).pools : [];
     if (pools[0] && pools[0].idle >= target) break;
   }
-  console.log(`\n${target} warm runners are up. Queueing ${target + 1} jobs: ${target} start on warm runners within about 2 s (their fetch interval), the last waits for a cold runner to boot (${BOOT_MS / 1000} s).`);
-  await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => ({ labels: ["ubuntu-latest"] }))) });
+  const found = forgejo ? `the poller finds them within ${Number(vars.FORGEJO_POLL_MS ?? 3000) / 1000} s and gives` : "Gitea hands";
+  console.log(`\n${target} warm runners are up. Queueing ${target + 1} jobs: ${found} ${target} to the warm runners, which start within about 2 s (their fetch interval); the last waits for a cold runner to boot (${BOOT_MS / 1000} s).`);
+  const job = forgejo ? { runs_on: ["ubuntu-latest"] } : { labels: ["ubuntu-latest"] };
+  await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => job)) });
 }
 
 let stopping = false;
