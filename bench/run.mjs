@@ -25,6 +25,7 @@ import { measureDistance } from "./distance.mjs";
 import { measureSoak } from "./soak.mjs";
 import { measureFairness } from "./fairness.mjs";
 import { measurePools } from "./pools.mjs";
+import { measureForgejo } from "./forgejo.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
 // BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
@@ -365,6 +366,7 @@ const SECTIONS = {
   },
   pools: () => measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
   fairness: () => measureFairness({ varsFor, provisioned, startWorker, backendMode, webhookSecret, proxy, nats: nats.wsUrl, log }),
+  forgejo: () => measureForgejo({ varsFor, provisioned, startWorker, backendMode, log, jobs: Number(process.env.BENCH_FORGEJO_JOBS ?? 40), idleMs: Number(process.env.BENCH_FORGEJO_IDLE_MS ?? 60_000) }),
   distance: () => measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
 };
 const only = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(",").map((x) => x.trim()) : undefined;
@@ -409,6 +411,11 @@ const ROWS = {
     `| jobs/s of the 206, runners of 2-4 s (boot 0.1 s, poll 0.2 s) | ${r(f.fair.jobsPerSec, 2)} (${r(f.fair.ofCeiling, 2)} of the ceiling ${r(f.fair.ceiling, 2)}); ${f.fair.completed} completed, ${f.fair.takenTwice} taken twice | ${r(f.fifo.jobsPerSec, 2)} (${r(f.fifo.ofCeiling, 2)} of the ceiling) | | ≥ 0.9 of the ceiling |`,
     `| a backlog of ${f.backlog.jobs} jobs at capacity ${f.capacity}, fair share on | ${f.backlog.completed} completed (${f.backlog.created} runners) in ${r(f.backlog.wallMs / 1000)} s; ${r(f.backlog.deliveriesPerJob, 2)} deliveries per job; ${f.backlog.maxDeliveriesAdvisories} MaxDeliver advisories; ${f.backlog.leftInStream} left in the stream | | | every job completes |`,
     `| cost per assignment: NATS operations, Worker CPU | ${r(f.fair.natsOpsPerAssignment, 1)} ops, ${r(f.fair.workerCpuMsPerAssignment, 1)} ms | ${r(f.fifo.natsOpsPerAssignment, 1)} ops, ${r(f.fifo.workerCpuMsPerAssignment, 1)} ms | ${r(f.fair.natsOpsPerAssignment / f.fifo.natsOpsPerAssignment, 2)} | |`,
+  ],
+  forgejo: (f) => [
+    `| FORGE=forgejo, FORGEJO_POLL_MS ${f.pollMs}: a job waiting in Forgejo → its runner asked of the backend, ${f.toRunnerAsked.n} jobs queued at random moments | p50 ${r(f.toRunnerAsked.p50Ms)} ms, p99 ${r(f.toRunnerAsked.p99Ms)} ms; ${f.takenByOwnRunner} taken by the runner bound to them | half the period + 300 ms = ${r(f.toRunnerAsked.goalP50Ms)} ms | | p50 ≤ ${r(f.toRunnerAsked.goalP50Ms)} ms |`,
+    `| Forgejo API requests, idle instance | ${r(f.idle.perMinute, 1)} per minute (${r(f.idle.pollsPerMinute, 1)} polls) | the poll rate: ${r(f.idle.goalPerMinute, 1)} per minute | | = the poll rate |`,
+    `| Forgejo API requests per job, beside the polls | ${r(f.perJob.requests, 2)} (${Object.entries(f.perJob.byCall).map(([k, v]) => `${k}: ${v}`).join(", ")}) | | | |`,
   ],
   soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`],
 };

@@ -192,10 +192,11 @@ describe("FORGE=forgejo", () => {
     const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
     const id = `forgejo-${job!.id}-1`;
     expect((await poll(env)).published).toBe(1);
+    // The pass after the poll runs on in the object: the refusal is told.
+    await until(async () => logs().lines.join("\n").includes(`Forgejo answered ${status}`));
     expect((await backend.state()).runners).toEqual([]);
     expect((await view(env, id))?.state).not.toBe("terminated");
     const said = logs().lines.join("\n");
-    expect(said).toContain(`Forgejo answered ${status}`);
     expect(said).not.toContain(env.GITEA_API_TOKEN);
     await forgejo.fault({ register: 0 });
     await until(async () => {

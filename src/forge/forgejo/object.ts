@@ -53,13 +53,19 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
     const f = config.forgejo!;
     const d = createDispatcher({ config, sink: consoleSink, shareConnection: true });
     const client = createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: config.backendTimeoutMs });
+    let closeLater = false;
     try {
       const outcome = await pollForgejo(d, client, f, this.#store());
       await recordPollHealth(d, this.ctx.storage, outcome);
-      if (config.eagerReconcile && outcome.backends.length) await d.reconcile("poll", Math.min(PASS_BUDGET_MS, config.reconcileBudgetMs), { only: outcome.backends, eager: true });
+      if (config.eagerReconcile && outcome.backends.length) {
+        // Not awaited: a pass may take its whole budget, and the next poll must not wait for it.
+        const pass = d.reconcile("poll", Math.min(PASS_BUDGET_MS, config.reconcileBudgetMs), { only: outcome.backends, eager: true });
+        this.ctx.waitUntil(pass.catch((err) => consoleSink.error("pass after a poll failed", { reason: (err as Error).message })).finally(() => d.close()));
+        closeLater = true;
+      }
       return outcome;
     } finally {
-      await d.close();
+      if (!closeLater) await d.close();
     }
   }
 
