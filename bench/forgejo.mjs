@@ -58,15 +58,22 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
     // Until every finished job's runner is seen gone by a poll.
     await sleep(2 * pollMs);
     const jobCalls = (await apiCalls()).slice(before);
-    const polls = jobCalls.filter((r) => r.path.endsWith("/actions/runners/jobs")).length;
+    const pollTimes = jobCalls.filter((r) => r.path.endsWith("/actions/runners/jobs")).map((r) => r.at);
+    const polls = pollTimes.length;
+    const gaps = pollTimes.slice(1).map((t, i) => t - pollTimes[i]);
     const puts = (await (await fetch(`${vars.POD_BACKEND_URL}/_control/state`)).json()).requests.filter((r) => r.method === "PUT");
-    const asked = queued.map((q) => puts.find((p) => JSON.parse(p.body).assignment.id === `forgejo-${q.id}-1`)?.at - q.at).filter(Number.isFinite);
+    const putAt = (q) => puts.find((p) => JSON.parse(p.body).assignment.id === `forgejo-${q.id}-1`)?.at;
+    const asked = queued.map((q) => putAt(q) - q.at).filter(Number.isFinite);
+    // The part that is ours: from the first poll after the job was queued to its runner asked for.
+    const afterPoll = queued.map((q) => putAt(q) - pollTimes.find((t) => t >= q.at)).filter(Number.isFinite);
     const boundToOwn = taken.filter((t) => t.runner === `gdr-forgejo-${t.job}-${t.attempt}`).length;
     return {
       pollMs,
       idle,
       jobs,
       toRunnerAsked: { n: asked.length, p50Ms: percentile(asked, 50), p99Ms: percentile(asked, 99), goalP50Ms: pollMs / 2 + 300 },
+      afterPoll: { p50Ms: percentile(afterPoll, 50), p99Ms: percentile(afterPoll, 99) },
+      pollGap: { p50Ms: percentile(gaps, 50), p99Ms: percentile(gaps, 99), maxMs: Math.max(...gaps) },
       perJob: { requests: (jobCalls.length - polls) / jobs, byCall: countBy(jobCalls.filter((r) => !r.path.endsWith("/actions/runners/jobs"))), pollsMeanwhile: polls },
       takenByOwnRunner: `${boundToOwn}/${taken.length}`,
     };

@@ -40,7 +40,7 @@ export function startFakeForgejo({ onTake } = {}) {
 
 function serve({ req, res, text, url, path, tenant: g, send }) {
   if (path.startsWith("/_control/")) return control(g, path.slice(10), req.method, text, send);
-  g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text });
+  g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text, at: Date.now() });
   const apiError = (status, message) => send(status, { message, url: "http://forgejo.example.com/api/swagger" });
   const rpc = /^\/api\/actions\/runner\.v1\.RunnerService\/(\w+)$/.exec(path)?.[1];
   if (rpc) return runnerRpc(g, rpc, req, text, send);

@@ -8,10 +8,8 @@ import { consoleSink, type EventSink } from "./events.ts";
 import { recordsBucket, type Backend } from "./names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
 import { createGiteaClient, type GiteaClient, type TokenCache } from "./forge/gitea/client.ts";
-import { createGiteaForge } from "./forge/gitea/forge.ts";
-import { createForgejoClient, type ForgejoClient } from "./forge/forgejo/client.ts";
-import { createForgejoForge } from "./forge/forgejo/forge.ts";
-import type { Forge } from "./forge/types.ts";
+import type { ForgejoClient } from "./forge/forgejo/client.ts";
+import { createForge } from "./forge/select.ts";
 import { createHandleIndex } from "./state/handles.ts";
 import { createForgeHealthStore } from "./state/forge-health.ts";
 import { createLimiter, withTimeout } from "./reconcile/limit.ts";
@@ -82,7 +80,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
   const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens)) : undefined;
-  const forge = createForge(config, deps, gitea, now);
+  const forge = createForge(config, gitea, now, deps.forgejo, deps.giteaTimeoutMs);
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 
@@ -221,11 +219,4 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     sink: d.sink,
     now: d.now,
   };
-}
-
-function createForge(config: Config, deps: DispatcherDeps, gitea: GiteaClient | undefined, now: () => number): Forge<Dispatcher> | undefined {
-  if (config.gitea && gitea) return createGiteaForge(config.gitea, gitea, now);
-  const f = config.forgejo;
-  if (!f) return undefined;
-  return createForgejoForge(f, deps.forgejo ?? createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity) }), now);
 }

@@ -3,8 +3,7 @@ import { Hono, type Context } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
-import { giteaRunnerOf, parseId, StaleClaimToken, TERMINAL } from "../operations.ts";
-import { incarnationOf } from "../state/records.ts";
+import { giteaRunnerOf, parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
@@ -21,8 +20,8 @@ import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
 import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
 import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
-import { parseActionRun, runEventOf, verifyForgejoSignature } from "../forge/forgejo/webhook.ts";
-import { NO_POLLER_BINDING, pollerOf } from "../forge/forgejo/binding.ts";
+import { forgejoRoutes } from "./forgejo-routes.ts";
+import { inBackground, type AppEnv as Env } from "./env.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
@@ -38,7 +37,6 @@ export interface AppDeps {
   health?: HealthCache;
 }
 
-type Env = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
@@ -100,16 +98,7 @@ export function createApp(deps: AppDeps) {
     return c.json(view);
   });
 
-  // A Forgejo warm runner asks which job it runs, with its own claim token, until it is told.
-  app.get("/v1/assignments/:id/handle", async (c) => {
-    const d = c.var.d;
-    const id = parseId(c.req.param("id"));
-    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const view = await c.var.path.get(id);
-    if (incarnationOf(view) !== incarnation) throw new StaleClaimToken(id);
-    if (TERMINAL.has(view.state)) throw new HttpError(409, `assignment ${id} is ${view.state}: its runner has nothing to run`);
-    return view.handle ? c.text(view.handle, 200, { "cache-control": "no-store" }) : c.body(null, 204);
-  });
+  app.route("/", forgejoRoutes());
 
   app.post("/v1/assignments/:id/complete", async (c) => {
     const d = c.var.d;
@@ -150,23 +139,6 @@ export function createApp(deps: AppDeps) {
     }
     if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
     return c.json(outcome.body, outcome.status);
-  });
-
-  app.post("/v1/forgejo/webhook", async (c) => {
-    const d = c.var.d;
-    const f = d.config.forgejo;
-    if (!f?.webhookSecret) throw new HttpError(404, f ? "Forgejo webhooks are not configured (GITEA_WEBHOOK_SECRET)" : "Forgejo integration is not configured (FORGE=forgejo)");
-    const raw = await readLimited(c.req.raw, f.webhookMaxBytes);
-    // Nothing is parsed, logged or acted on before the signature holds.
-    if (!(await verifyForgejoSignature(c.req.raw.headers, raw, f.webhookSecret))) throw new HttpError(401, "missing or invalid X-Forgejo-Signature");
-    requireJsonContentType(c.req.raw, " (set the webhook's content type to application/json in Forgejo)");
-    const event = runEventOf(c.req.raw.headers);
-    if (!event) return c.json({ ignored: `event ${c.req.header("x-forgejo-event-type") ?? c.req.header("x-forgejo-event") ?? "(none)"}` }, 202);
-    const run = parseActionRun(raw).run;
-    const poller = pollerOf(c.env, d.config);
-    if (!poller) throw new HttpError(503, NO_POLLER_BINDING);
-    inBackground(c, d, poller.pollNow(d.config), "poll after a run ended");
-    return c.json({ run: run.id, polled: true }, 202);
   });
 
   // Prometheus scrapes with METRICS_TOKEN; without that secret there is no such endpoint.
@@ -240,8 +212,4 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
   inBackground(c, d, c.var.path.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
-}
-
-function inBackground(c: Context<Env>, d: Dispatcher, work: Promise<unknown>, what: string) {
-  c.var.background.push(work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message })));
 }

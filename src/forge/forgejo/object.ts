@@ -58,8 +58,10 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
       const outcome = await pollForgejo(d, client, f, this.#store());
       await recordPollHealth(d, this.ctx.storage, outcome);
       if (config.eagerReconcile && outcome.backends.length) {
-        // Not awaited: a pass may take its whole budget, and the next poll must not wait for it.
-        const pass = d.reconcile("poll", Math.min(PASS_BUDGET_MS, config.reconcileBudgetMs), { only: outcome.backends, eager: true });
+        // Not awaited: a pass may take its whole budget, and the next poll must not wait for it. A
+        // whole pass, not an eager one: an eager pass stops at its first batch with something new,
+        // and one poll may publish more than a batch.
+        const pass = d.reconcile("poll", Math.min(PASS_BUDGET_MS, config.reconcileBudgetMs), { only: outcome.backends });
         this.ctx.waitUntil(pass.catch((err) => consoleSink.error("pass after a poll failed", { reason: (err as Error).message })).finally(() => d.close()));
         closeLater = true;
       }
