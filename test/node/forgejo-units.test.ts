@@ -24,6 +24,11 @@ describe("planPoll", () => {
     expect(planPoll(knownMap(known()), [job({ attempt: 2, handle: H2 })]).publish).toEqual([job({ attempt: 2, handle: H2 })]);
   });
 
+  it("publishes oldest first, as they came (Forgejo lists newest first)", () => {
+    const listed = [job({ id: 44, handle: "h44" }), job({ id: 42, handle: "h42" }), job({ id: 43, handle: "h43" })];
+    expect(planPoll(new Map(), listed).publish.map((j) => j.id)).toEqual([42, 43, 44]);
+  });
+
   it("claims a known job once it runs with a task, once", () => {
     expect(planPoll(knownMap(known()), [job({ status: "running", task_id: 9 })]).claim).toEqual([known()]);
     expect(planPoll(knownMap(known({ claimed: true })), [job({ status: "running", task_id: 9 })]).claim).toEqual([]);

@@ -13,6 +13,7 @@ import { deliverRuns, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runA
 import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
 import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 import { runInDurableObject } from "cloudflare:test";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 
 const logs = logsOfEachTest();
 let checked: Record<string, string> | undefined;
@@ -34,11 +35,11 @@ const view = async (env: Record<string, string>, id: string) => {
   return res.status === 200 ? ((await res.json()) as { state: string; giteaRunnerId: number | null; reason: string | null }) : null;
 };
 
-async function until(done: () => Promise<boolean>, timeoutMs = 10_000) {
+async function until(done: () => Promise<boolean>, timeoutMs = 10_000, pauseMs = 50) {
   const deadline = Date.now() + timeoutMs;
   while (!(await done())) {
     if (Date.now() > deadline) throw new Error("timed out");
-    await sleep(50);
+    await sleep(pauseMs);
   }
 }
 
@@ -90,22 +91,38 @@ describe("FORGE=forgejo", () => {
     expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual(Array(3).fill("GET /api/v1/admin/actions/runners/jobs"));
   });
 
-  it("a runner bound by handle takes its own job, not one of the 200 older jobs with the same labels waiting before it", { timeout: 60_000 }, async () => {
+  it("a runner bound by handle takes its own job, not one of the 200 older jobs with the same labels waiting before it (fair share gives it the next slot)", { timeout: 60_000 }, async () => {
     const { env, forgejo, backend } = await setup({ CAPACITY_POD: 2 });
     await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, runner: true, fetchIntervalMs: 100, jobMs: 50 });
-    const older = await forgejo.queue(Array.from({ length: 200 }, () => ({ runs_on: ["ubuntu-latest"] })));
-    const [newest] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
-    expect((await poll(env)).published).toBe(201);
-    // Polls, as the alarm makes them: each finished job's runner is gone, its slot goes to the next assignment.
-    await until(async () => {
-      await poll(env);
-      return (await forgejo.state()).taken.length >= 4;
-    }, 30_000);
-    const { taken, jobs } = await forgejo.state();
-    // Forgejo's own pick, without a handle, would be the oldest waiting job: older[0].
+    // The first two hold both slots while the rest are queued and wait their turn; the first ends first.
+    const older = await forgejo.queue(Array.from({ length: 200 }, (_, i) => ({ runs_on: ["ubuntu-latest"], repository: "a/mono", runMs: [4_000, 12_000][i] ?? 50 })));
+    expect((await poll(env)).published).toBe(200);
+    const [newest] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "b/fix" }]);
+    await poll(env);
+    await until(
+      async () => {
+        await poll(env);
+        return (await view(env, `forgejo-${newest!.id}-1`))?.state === "capacity_wait";
+      },
+      10_000,
+      500,
+    );
+    expect((await forgejo.state()).taken.map((t) => t.job).sort()).toEqual([older[0]!.id, older[1]!.id]);
+    // Polls, as the alarm makes them (every half second here): a finished job's runner is gone, its slot given to the next.
+    await until(
+      async () => {
+        await poll(env);
+        return (await forgejo.state()).taken.length >= 3;
+      },
+      30_000,
+      500,
+    );
+    const { taken } = await forgejo.state();
+    // The first slot freed went by turn to b/fix (its owner holds none, a/mono's one). Its runner
+    // took its own job; Forgejo's own pick, without the handle, would have been a/mono's oldest waiting: older[2].
+    expect(taken[2]!.job).toBe(newest!.id);
     for (const t of taken) expect(t.runner).toBe(`gdr-forgejo-${t.job}-${t.attempt}`);
-    expect(taken.map((t) => t.job)).toContain(newest!.id);
-    expect(jobs.find((j) => j.id === older[0]!.id)?.status === "waiting" || taken.some((t) => t.job === older[0]!.id && t.runner === `gdr-forgejo-${older[0]!.id}-1`)).toBe(true);
+    expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toContain(`forgejo-${newest!.id}-1`);
   });
 
   it("a runner that runs its job claims it when the poll sees it running, and completes when Forgejo deletes it, even if it never reports", async () => {
@@ -219,6 +236,9 @@ describe("FORGE=forgejo", () => {
     await forgejo.rerun(job!.id);
     expect((await poll(env)).published).toBe(1);
     expect((await view(env, `forgejo-${job!.id}-3`))?.state).toBeDefined();
+    // Its runner is registered by the pass the poll started (it runs on in the object).
+    await until(async () => (await forgejo.state()).registrations === 2);
+    await sleep(200);
     expect((await forgejo.state()).registrations).toBe(2);
   });
 
@@ -363,5 +383,15 @@ describe("FORGE=forgejo", () => {
       return (await forgejo.state()).runners.some((r) => r.name === `gdr-forgejo-${job!.id}-1`);
     });
     expect((await view(env, `forgejo-${job!.id}-1`))?.giteaRunnerId).not.toBe(lost.id);
+  });
+
+  it("a run webhook that is not Forgejo's payload is a 400 naming the field, and polls nothing", async () => {
+    const { env, forgejo } = await setup();
+    const body = JSON.stringify({ action: "success", run: { id: "7", status: "success" } });
+    const sig = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body));
+    const res = await request(env, "/v1/forgejo/webhook", { method: "POST", headers: { "content-type": "application/json", "x-forgejo-event": "action_run_success", "x-forgejo-signature": sig }, body });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field)).toEqual(["run.id"]);
+    expect((await forgejo.state()).requests).toEqual([]);
   });
 });

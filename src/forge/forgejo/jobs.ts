@@ -101,5 +101,7 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
     else plan.publish.push(job);
   }
   for (const [key, k] of known) if (!listed.has(key)) plan.gone.push(k);
+  // Forgejo lists newest first; published oldest first, they queue in the order they came.
+  plan.publish.sort((a, b) => a.id - b.id);
   return plan;
 }

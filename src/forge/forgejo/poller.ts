@@ -34,7 +34,7 @@ export interface PollOutcome {
   bound: number;
   claimed: number;
   ended: number;
-  /** Backends with new assignments or freed slots: the caller runs a pass there now. */
+  /** Backends with new assignments, claims or freed slots: the caller runs a pass there now. */
   backends: Backend[];
 }
 
@@ -107,6 +107,8 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
         if (!(err instanceof Conflict)) throw err;
       });
       outcome.claimed++;
+      // A pass acks the claimed message now: held, it keeps a MaxAckPending place from the others.
+      if (record) backends.add(record.backend);
     }
     await store.put(jobKey(k.job, k.attempt), { ...k, claimed: true });
   });
