@@ -112,12 +112,21 @@ export async function startFakeBackend({ mode = {} } = {}) {
             for (const l of listeners) l({ ns, id, event: "claim", status: r.status });
             if (r.ok && s.mode.autoCompleteMs >= 0) {
               setTimeout(() => {
+                // Done with its job from the moment it says so: the dispatcher frees the slot before
+                // it answers, so another isolate may admit the next runner before this answer lands.
+                // A refused completion leaves it holding its slot, so it counts again.
+                const wasLive = s.live?.delete(id);
+                const refused = () => {
+                  if (!wasLive || !s.runners.has(id)) return;
+                  s.live.add(id);
+                  s.maxLive = Math.max(s.maxLive ?? 0, s.live.size);
+                };
                 fetch(runner.completeUrl, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })
                   .then((c) => {
-                    if (c.ok) s.live?.delete(id);
+                    if (!c.ok) refused();
                     for (const l of listeners) l({ ns, id, event: "complete", status: c.status });
                   })
-                  .catch(() => undefined);
+                  .catch(refused);
               }, s.mode.autoCompleteMs);
             }
           })
