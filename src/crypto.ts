@@ -53,3 +53,14 @@ export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
 export async function sha256Key(text: string): Promise<string> {
   return base64url(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
 }
+
+/** A raw 32-byte key from its base64 (RUNNER_IDENTITY_KEY), or undefined when it is not one. */
+export function decodeKey(text: string | undefined): Uint8Array | undefined {
+  if (!text) return undefined;
+  try {
+    const key = Uint8Array.from(atob(text.trim()), (c) => c.charCodeAt(0));
+    return key.length === 32 ? key : undefined;
+  } catch {
+    return undefined;
+  }
+}

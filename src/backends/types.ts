@@ -1,5 +1,5 @@
 import type { Assignment } from "../assignment.ts";
-import type { RunnerFile } from "../forge/gitea/identity.ts";
+import type { RunnerFile } from "../forge/runner-identity.ts";
 import type { ForgejoRunnerIdentity } from "../forge/types.ts";
 import { UpstreamError } from "../status-error.ts";
 

@@ -4,7 +4,7 @@
 import type { Assignment } from "../assignment.ts";
 import type { ForgeKind } from "../config-schema.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
-import type { RunnerFile } from "./gitea/identity.ts";
+import type { RunnerFile } from "./runner-identity.ts";
 
 export type { ForgeKind };
 

@@ -9,7 +9,7 @@ import type { Dispatcher, State } from "../dispatcher-types.ts";
 import type { Backend } from "../names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
-import { cancelAssignment } from "../forge/gitea/cancel.ts";
+import { cancelAssignment } from "../forge/cancel.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";

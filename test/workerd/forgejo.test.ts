@@ -13,7 +13,7 @@ import { deliverRuns, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runA
 import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
 import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 import { runInDurableObject } from "cloudflare:test";
-import { giteaSignature } from "../../src/forge/gitea/signature.ts";
+import { hexHmacSha256 } from "../../src/forge/signature.ts";
 
 const logs = logsOfEachTest();
 let checked: Record<string, string> | undefined;
@@ -388,7 +388,7 @@ describe("FORGE=forgejo", () => {
   it("a run webhook that is not Forgejo's payload is a 400 naming the field, and polls nothing", async () => {
     const { env, forgejo } = await setup();
     const body = JSON.stringify({ action: "success", run: { id: "7", status: "success" } });
-    const sig = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body));
+    const sig = await hexHmacSha256(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body));
     const res = await request(env, "/v1/forgejo/webhook", { method: "POST", headers: { "content-type": "application/json", "x-forgejo-event": "action_run_success", "x-forgejo-signature": sig }, body });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field)).toEqual(["run.id"]);

@@ -1,6 +1,6 @@
 // The `kubernetes` driver: one Secret (the runner's identity and claim token) and one Pod running
 // act_runner from that identity, per assignment. The Pod reads the identity from the Secret only.
-import type { RunnerFile } from "../../forge/gitea/identity.ts";
+import type { RunnerFile } from "../../forge/runner-identity.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../types.ts";
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";

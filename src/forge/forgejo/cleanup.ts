@@ -1,6 +1,6 @@
 // The cron side of the Forgejo integration, both ways:
 // - a runner of ours in Forgejo (named RUNNER_NAME_PREFIX-<assignment>) that no assignment needs is
-//   deleted there, with the rule Gitea's sweep keeps (cleanupVerdict);
+//   deleted there, with the rule Gitea's sweep keeps too (runner-cleanup.ts);
 // - a runner an assignment still waits on that Forgejo no longer has (an administrator deleted it,
 //   Forgejo's own cleanup did) can run nothing: its workload is torn down and its identity
 //   forgotten, so that the job's next delivery registers afresh. Jobs that ended are the poller's.
@@ -10,8 +10,8 @@ import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import type { Backend } from "../../names.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, type AssignmentRecord } from "../../state/records.ts";
-import { assignmentOfRunner } from "../gitea/identity.ts";
-import { cleanRunner, eachItem } from "../gitea/sweep.ts";
+import { assignmentOfRunner } from "../runner-identity.ts";
+import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 import type { ForgejoClient, ListedRunner } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 

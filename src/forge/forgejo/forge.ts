@@ -3,7 +3,7 @@
 // job by the attempt's handle; the cron tick deletes the runners of ours no assignment needs.
 // Jobs are found by the poller (poller.ts), not here.
 import type { Dispatcher } from "../../dispatcher-types.ts";
-import { openIdentity, runnerName, sealIdentity } from "../gitea/identity.ts";
+import { openIdentity, runnerName, sealIdentity } from "../runner-identity.ts";
 import type { ForgejoRunnerIdentity, Forge } from "../types.ts";
 import type { ForgejoClient } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";

@@ -12,7 +12,7 @@ import { createLimiter } from "../../reconcile/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt } from "../../state/records.ts";
 import type { Backend } from "../../names.ts";
-import { cancelAssignment } from "../gitea/cancel.ts";
+import { cancelAssignment } from "../cancel.ts";
 import type { ForgejoClient, ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob } from "./jobs.ts";

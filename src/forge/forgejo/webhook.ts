@@ -5,8 +5,7 @@
 import { z } from "zod";
 import { toFieldIssues } from "../../assignment.ts";
 import { InvalidInput } from "../../domain-errors.ts";
-import { timingSafeEqual } from "../../crypto.ts";
-import { giteaSignature } from "../gitea/signature.ts";
+import { signatureMatches } from "../signature.ts";
 
 export const RUN_EVENTS = ["action_run_success", "action_run_failure", "action_run_recover"] as const;
 
@@ -24,10 +23,8 @@ export const actionRunPayload = z.looseObject({
 export type ActionRunPayload = z.infer<typeof actionRunPayload>;
 
 /** Checks X-Forgejo-Signature (or X-Hub-Signature-256): lowercase hex HMAC-SHA256 of the raw JSON, in constant time. */
-export async function verifyForgejoSignature(headers: Headers, body: Uint8Array, secret: string): Promise<boolean> {
-  const given = headers.get("x-forgejo-signature") || headers.get("x-hub-signature-256")?.replace(/^sha256=/, "");
-  if (!given) return false;
-  return timingSafeEqual(given.trim().toLowerCase(), await giteaSignature(secret, body));
+export function verifyForgejoSignature(headers: Headers, body: Uint8Array, secret: string): Promise<boolean> {
+  return signatureMatches(headers.get("x-forgejo-signature") || headers.get("x-hub-signature-256")?.replace(/^sha256=/, ""), body, secret);
 }
 
 /** The event a delivery names, or undefined when it is not one of the run events. */

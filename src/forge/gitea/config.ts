@@ -1,6 +1,7 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
 
+import { decodeKey } from "../../crypto.ts";
 import type { Pool } from "../../pools/config.ts";
 import type { GiteaScope, RunnerScope } from "./scope.ts";
 
@@ -40,15 +41,6 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
   return { webhookSecret, registrationToken, apiToken, identityKey };
 }
 
-export function decodeKey(text: string | undefined): Uint8Array | undefined {
-  if (!text) return undefined;
-  try {
-    const key = Uint8Array.from(atob(text.trim()), (c) => c.charCodeAt(0));
-    return key.length === 32 ? key : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 /**
  * RUNNER_SCOPE and the pools' scopes against the rest: a scope other than GITEA_SCOPE needs the

@@ -4,7 +4,7 @@ import type { Dispatcher } from "../../dispatcher-types.ts";
 import type { Backend } from "../../names.ts";
 import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../operations.ts";
 import type { RunnerAt } from "./client.ts";
-import { cancelAssignment, type Tombstone } from "./cancel.ts";
+import { cancelAssignment, type Tombstone } from "../cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
 import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";

@@ -1,9 +1,9 @@
-// A Gitea job that went away before a runner took it: its assignment is terminated, or, when it
+// A job that went away before a runner took it (in Gitea or Forgejo): its assignment is terminated, or, when it
 // has none yet, a tombstone is left for the `queued` that may still come.
-import type { Dispatcher } from "../../dispatcher-types.ts";
-import type { Backend } from "../../names.ts";
-import { TERMINAL, type Released } from "../../operations.ts";
-import { placementOf, type AssignmentRecord } from "../../state/records.ts";
+import type { Dispatcher } from "../dispatcher-types.ts";
+import type { Backend } from "../names.ts";
+import { TERMINAL, type Released } from "../operations.ts";
+import { placementOf, type AssignmentRecord } from "../state/records.ts";
 
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed

@@ -1,0 +1,60 @@
+// What both forges' runners share: their names (the assignment they serve, as a claim only) and
+// their credentials sealed at rest (AES-256-GCM, bound to the assignment id), so that every retry
+// reuses one registration: a Gitea `.runner` file, or a Forgejo runner's `{uuid, token}`.
+import { assignmentIdSchema } from "../assignment.ts";
+
+/** act_runner's `.runner` file. */
+export interface RunnerFile {
+  WARNING: string;
+  id: number;
+  uuid: string;
+  name: string;
+  token: string;
+  address: string;
+  labels: string[];
+  ephemeral: boolean;
+}
+
+export function runnerName(prefix: string, assignmentId: string): string {
+  return `${prefix}-${assignmentId}`;
+}
+
+/**
+ * The assignment id a runner's name points at, or undefined when the name is not of our form
+ * (anybody's runner, or a name whose tail is no valid assignment id). A name is only a claim:
+ * who the runner is, is its Gitea id, checked against the assignment's record.
+ */
+export function assignmentOfRunner(prefix: string, name: string | undefined): string | undefined {
+  if (!name?.startsWith(`${prefix}-`)) return undefined;
+  const id = assignmentIdSchema.safeParse(name.slice(prefix.length + 1));
+  return id.success ? id.data : undefined;
+}
+
+const b64 = (bytes: Uint8Array) => btoa(String.fromCharCode(...bytes));
+const unb64 = (text: string) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+
+async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
+  return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
+}
+
+/** Seals a runner's credentials (AES-256-GCM, bound to the assignment id): a Gitea `.runner` file, or a Forgejo runner's. */
+export async function sealIdentity(key: Uint8Array, assignmentId: string, file: object): Promise<string> {
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const data = new TextEncoder().encode(JSON.stringify(file));
+  const ct = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(assignmentId) }, await aesKey(key), data));
+  const out = new Uint8Array(iv.length + ct.length);
+  out.set(iv);
+  out.set(ct, iv.length);
+  return b64(out);
+}
+
+export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string): Promise<T> {
+  const bytes = unb64(sealed);
+  const plain = await crypto.subtle.decrypt(
+    { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
+    await aesKey(key),
+    bytes.slice(12),
+  );
+  return JSON.parse(new TextDecoder().decode(plain)) as T;
+}
+
