@@ -7,7 +7,7 @@
 // (an ephemeral runner is deleted after its task); cancels; and run-level webhooks once every job
 // of a run is done, signed like Forgejo's. Tests share one server; each uses a path prefix.
 import { createHmac, randomBytes, randomUUID } from "node:crypto";
-import { startTenantServer } from "./fake-http.mjs";
+import { authenticatedRunner, startTenantServer } from "./fake-http.mjs";
 
 export const FAKE_FORGEJO = { apiToken: "forgejo-api-token-0000", user: "alice" };
 const DONE = new Set(["success", "failure", "cancelled", "skipped"]);
@@ -115,15 +115,9 @@ function apiRunner(r) {
 }
 
 function runnerRpc(g, rpc, req, text, send) {
-  const runner = [...g.runners.values()].find((r) => r.uuid === req.headers["x-runner-uuid"]);
-  if (!runner || runner.token !== req.headers["x-runner-token"]) return send(401, { code: "unauthenticated", message: "unregistered runner" });
-  let msg;
-  try {
-    msg = JSON.parse(text || "{}");
-  } catch {
-    return send(400, { code: "invalid_argument", message: "invalid JSON" });
-  }
-  runner.lastOnline = Date.now();
+  const authenticated = authenticatedRunner(g.runners, req, text, send);
+  if (!authenticated) return;
+  const { runner, msg } = authenticated;
   if (rpc === "Declare") {
     runner.labels = (msg.labels ?? []).map(labelName);
     runner.version = msg.version ?? "";
@@ -225,12 +219,13 @@ function control(g, what, method, text, send) {
     if (job) finish(g, job, "cancelled");
     return send(200, { cancelled: job?.id ?? null });
   }
-  // A rerun: the job's next attempt, with a fresh handle (or the one given: Forgejo's data gone wrong).
+  // A rerun: the job's next attempt, with a fresh handle (or the one given: Forgejo's data gone
+  // wrong). `sameAttempt`: the attempt listed again under another handle (wrong data too).
   if (what === "rerun" && method === "POST") {
-    const { id, handle } = body();
+    const { id, handle, sameAttempt } = body();
     const job = g.jobs.find((j) => j.id === id);
     if (!job) return send(404, { error: "no such job" });
-    Object.assign(job, { attempt: job.attempt + 1, handle: handle ?? randomUUID(), status: "waiting", task_id: 0, runnerId: undefined, updated: Date.now(), queuedAt: Date.now() });
+    Object.assign(job, { attempt: job.attempt + (sameAttempt ? 0 : 1), handle: handle ?? randomUUID(), status: "waiting", task_id: 0, runnerId: undefined, updated: Date.now(), queuedAt: Date.now() });
     g.tasksVersion++;
     return send(200, publicJob(job));
   }

@@ -7,6 +7,7 @@
 // kept for the test to deliver (`/_control/deliveries`), as a Worker under test has no address.
 import { createHmac, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { authenticatedRunner } from "./fake-http.mjs";
 
 const fixture = JSON.parse(readFileSync(new URL("../test/fixtures/gitea/workflow_job.queued.json", import.meta.url), "utf8"));
 const ZERO = "0001-01-01T00:00:00Z";
@@ -63,15 +64,9 @@ export function runnerRpc(g, path, req, text, send) {
 }
 
 function answer(g, rpc, req, text, send) {
-  const runner = [...g.runners.values()].find((r) => r.uuid === req.headers["x-runner-uuid"]);
-  if (!runner || runner.token !== req.headers["x-runner-token"]) return send(401, { code: "unauthenticated", message: "unregistered runner" });
-  let msg;
-  try {
-    msg = JSON.parse(text || "{}");
-  } catch {
-    return send(400, { code: "invalid_argument", message: "invalid JSON" });
-  }
-  runner.lastOnline = Date.now();
+  const authenticated = authenticatedRunner(g.runners, req, text, send);
+  if (!authenticated) return;
+  const { runner, msg } = authenticated;
   if (rpc === "Declare") return send(200, { runner: { id: String(runner.id), uuid: runner.uuid, name: runner.name, labels: runner.labels } });
   if (rpc === "UpdateLog") return send(200, { ackIndex: String(msg.index ?? 0) });
   if (rpc === "FetchTask") {

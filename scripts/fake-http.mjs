@@ -31,3 +31,21 @@ export async function startTenantServer(newTenant, handle, { contentType = "appl
       }),
   };
 }
+
+/**
+ * The preamble of every runner.v1 Connect RPC, as Gitea and Forgejo share it: the runner named by
+ * `x-runner-uuid` with its `x-runner-token`, and the parsed message. Answers 401 or 400 itself and
+ * returns undefined when either is wrong; a known runner is marked online.
+ */
+export function authenticatedRunner(runners, req, text, send) {
+  const runner = [...runners.values()].find((r) => r.uuid === req.headers["x-runner-uuid"]);
+  if (!runner || runner.token !== req.headers["x-runner-token"]) return void send(401, { code: "unauthenticated", message: "unregistered runner" });
+  let msg;
+  try {
+    msg = JSON.parse(text || "{}");
+  } catch {
+    return void send(400, { code: "invalid_argument", message: "invalid JSON" });
+  }
+  runner.lastOnline = Date.now();
+  return { runner, msg };
+}

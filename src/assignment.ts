@@ -2,6 +2,9 @@
 import { z } from "zod";
 import { BACKENDS, type Backend } from "./names.ts";
 
+/** An assignment names at most this many pools: the ones that can run its job, in the order tried. */
+export const MAX_POOLS_PER_JOB = 16;
+
 export const MAX_ASSIGNMENT_BYTES = 16 * 1024;
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const SPIFFE_PATTERN = /^spiffe:\/\/([a-z0-9._-]+)(\/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+$/;
@@ -35,7 +38,7 @@ const fields = {
   workload: z.string().max(2048).regex(SPIFFE_PATTERN, { message: "must be a SPIFFE ID spiffe://<trust-domain>/<path>" }),
   labels: z.array(labelSchema).min(1).max(32),
   /** The pools that may run it, first choice first (the first one's backend is `backend`). */
-  pools: z.array(poolNameSchema).min(1).max(16).optional(),
+  pools: z.array(poolNameSchema).min(1).max(MAX_POOLS_PER_JOB).optional(),
   /** A warm runner of its one pool (see pools/maintain.ts), not a job's. */
   warm: z.literal(true).optional(),
   job: jobSchema.optional(),

@@ -35,7 +35,7 @@ export function forgejoControl(env: Record<string, string>) {
   return {
     queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number }[]) => ((await post("queue", jobs)) as { jobs: FakeForgejoJob[] }).jobs,
     cancel: (id: number) => post("cancel", { id }),
-    rerun: (id: number, handle?: string) => post("rerun", { id, ...(handle ? { handle } : {}) }) as Promise<FakeForgejoJob>,
+    rerun: (id: number, handle?: string, sameAttempt = false) => post("rerun", { id, ...(handle ? { handle } : {}), sameAttempt }) as Promise<FakeForgejoJob>,
     /** The jobs list answers `jobs` (a status, or "down" to drop the connection; 0: normally); registration answers `register`. */
     fault: (f: { jobs?: number | "down"; register?: number }) => post("fault", f),
     version: (version: string) => post("version", { version }),

@@ -40,6 +40,9 @@ describe("planPoll", () => {
     expect(planPoll(knownMap(known()), [job({ id: 42 })]).gone).toEqual([known()]);
     const other = planPoll(knownMap(known()), [job({ handle: H2 })]);
     expect(other).toMatchObject({ conflicting: [job({ handle: H2 })], gone: [], publish: [] });
+    // Said once: the same other handle again is not; a third one is.
+    expect(planPoll(knownMap(known({ conflictHandle: H2 })), [job({ handle: H2 })])).toMatchObject({ conflicting: [], gone: [], publish: [] });
+    expect(planPoll(knownMap(known({ conflictHandle: H2 })), [job({ handle: "h3" })]).conflicting).toEqual([job({ handle: "h3" })]);
   });
 
   it("takes back a job given to a warm runner that has not taken it within the claim timeout, not one second earlier", () => {

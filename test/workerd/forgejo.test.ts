@@ -242,6 +242,21 @@ describe("FORGE=forgejo", () => {
     expect((await forgejo.state()).registrations).toBe(2);
   });
 
+  it("an attempt listed again under another handle is said once, and serves neither handle twice", async () => {
+    const { env, forgejo } = await setup();
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await forgejo.rerun(job!.id, undefined, true);
+    for (let i = 0; i < 3; i++) expect((await poll(env)).published).toBe(0);
+    expect(logs().events().filter((e) => e.event === "handle_conflict").map((e) => e.assignment)).toEqual([id]);
+    expect((await view(env, id))?.state).toBeDefined();
+    // A third handle is news again.
+    await forgejo.rerun(job!.id, undefined, true);
+    await poll(env);
+    expect(logs().events().filter((e) => e.event === "handle_conflict")).toHaveLength(2);
+  });
+
   it("the poller's alarm, lost to an eviction, is set again by the cron tick, and polls", async () => {
     const { env, forgejo } = await setup();
     const stub = pollerStub(env);

@@ -1,11 +1,8 @@
 // Forgejo jobs as assignments, and what one poll of the waiting list means: pure, no I/O.
 import type { AssignmentRequest } from "../../assignment.ts";
 import type { Pool } from "../../pools/config.ts";
-import { poolsFor } from "../../pools/route.ts";
+import { routeJob } from "../../pools/route.ts";
 import type { ForgejoJob, ForgejoScope } from "./client.ts";
-
-/** An assignment names at most this many pools (assignment.ts). */
-const MAX_POOLS_PER_JOB = 16;
 
 export function forgejoAssignmentId(jobId: number, attempt: number | undefined): string {
   return `forgejo-${jobId}-${attempt ?? 1}`;
@@ -29,15 +26,12 @@ export function repositoryOfJob(scope: ForgejoScope, job: Pick<ForgejoJob, "owne
 
 /** The assignment request of a waiting job, or undefined when no pool can run it. */
 export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, job: ForgejoJob): AssignmentRequest | undefined {
-  const candidates = poolsFor(pools, job.runs_on ?? []).slice(0, MAX_POOLS_PER_JOB);
-  const first = candidates[0];
-  if (!first) return undefined;
+  const route = routeJob(pools, job.runs_on ?? []);
+  if (!route) return undefined;
   return {
     version: 1,
     id: forgejoAssignmentId(job.id, job.attempt),
-    backend: first.backend,
-    labels: first.labels,
-    pools: candidates.map((p) => p.name),
+    ...route,
     // Forgejo lists no run id with a job; 0 says so.
     job: { id: job.id, runId: 0, attempt: job.attempt ?? 1, repository: repositoryOfJob(scope, job), ...(job.name ? { name: job.name.slice(0, 256) } : {}), ...(job.handle ? { handle: job.handle } : {}) },
   };
@@ -58,6 +52,8 @@ export interface KnownJob {
   skipped?: "unbindable" | "no_route" | "conflict";
   /** Given to the warm runner of assignment `id` (warm.ts), at this epoch ms. */
   boundAt?: number;
+  /** Listed with this other handle, and said so once: not again while it stays. */
+  conflictHandle?: string;
 }
 
 export interface PollPlan {
@@ -69,7 +65,7 @@ export interface PollPlan {
   gone: KnownJob[];
   /** Waiting without a handle (created before Forgejo 15): no runner can be bound to it. */
   unbindable: ForgejoJob[];
-  /** Listed under a known attempt with another handle than the one published. */
+  /** Listed under a known attempt with another handle than the one published, not said yet. */
   conflicting: ForgejoJob[];
   /** Given to a warm runner that has not taken it within the claim timeout: taken back. */
   unbind: KnownJob[];
@@ -86,7 +82,7 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
     listed.add(key);
     const k = known.get(key);
     if (k && job.handle !== undefined && job.handle !== k.handle) {
-      plan.conflicting.push(job);
+      if (job.handle !== k.conflictHandle) plan.conflicting.push(job);
       continue;
     }
     const running = (job.task_id ?? 0) > 0;

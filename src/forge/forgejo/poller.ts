@@ -69,6 +69,9 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   });
   await each(plan.conflicting, async (job) => {
     d.sink.event({ event: "handle_conflict", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined, reason: "listed with another handle than the one published" });
+    const key = jobKey(job.id, job.attempt);
+    const k = known.get(key);
+    if (k) await store.put(key, { ...k, conflictHandle: job.handle });
   });
   await each(plan.publish, async (job) => {
     const request = forgejoAssignment(d.config.pools, cfg.scope, job);

@@ -10,7 +10,7 @@ import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
 import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
 import { assignmentOfRunner } from "./identity.ts";
 import type { Pool } from "../../pools/config.ts";
-import { poolsFor } from "../../pools/route.ts";
+import { routeJob } from "../../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob, runnerAt } from "../../state/records.ts";
@@ -61,9 +61,6 @@ export interface Teardown {
   giteaRunner: RunnerAt | undefined;
 }
 
-/** An assignment names at most this many pools (assignment.ts). */
-const MAX_POOLS_PER_JOB = 16;
-
 export function jobAssignmentId(jobId: number, attempt: number | undefined): string {
   return `gitea-${jobId}-${attempt ?? 1}`;
 }
@@ -82,18 +79,15 @@ type ListedJob = { id: number; run_id: number; run_attempt?: number; name?: stri
  * are tried (see pools/route.ts).
  */
 export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository: string): AssignmentRequest | undefined {
-  const candidates = poolsFor(pools, job.labels ?? []).slice(0, MAX_POOLS_PER_JOB);
-  const first = candidates[0];
-  if (!first) return undefined;
+  const route = routeJob(pools, job.labels ?? []);
+  if (!route) return undefined;
   // A time the assignment could not keep (Go's zero time, or none that parses) is left out: the
   // publish fills in its own, as for any request without one.
   const created = job.created_at && !job.created_at.startsWith("0001-") && assignmentTime.safeParse(job.created_at).success ? job.created_at : undefined;
   return {
     version: 1,
     id: jobAssignmentId(job.id, job.run_attempt),
-    backend: first.backend,
-    labels: first.labels,
-    pools: candidates.map((p) => p.name),
+    ...route,
     job: { id: job.id, runId: job.run_id, attempt: job.run_attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
     ...(created ? { createdAt: created } : {}),
   };
