@@ -15,9 +15,10 @@ import { releaseQuota, takeQuota } from "./limits.ts";
 /** Repositories looked at per pass: the oldest job of each. */
 const HEADS = 64;
 /**
- * Turns refused a slot in a row before the pass gives up: the first may be refused by its pool's
- * cap (maxRunners) while the backend has room for the next job, of another pool; a few in a row
- * mean the backend itself is full.
+ * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
+ * may have room for the next job, of another pool. A refusal by the backend itself ends the pass
+ * at once: a slot freed a moment later belongs to the turn of the pass its release starts, not to
+ * whichever repository this pass would try next (it would jump the queue).
  */
 const FULL_IN_A_ROW = 3;
 
@@ -41,7 +42,7 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome = await giveTurn(deps, w, head);
-    if (outcome === "full" && ++full >= FULL_IN_A_ROW) break;
+    if (outcome === "backend_full" || (outcome === "full" && ++full >= FULL_IN_A_ROW)) break;
     if (outcome !== "full") full = 0;
     // At a QUOTAS limit the pick thought it was under (another pass took the place), or its pool
     // is full: its repository waits for this pass.
@@ -58,7 +59,7 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   return given;
 }
 
-async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "limited"> {
+async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "backend_full" | "limited"> {
   const data = Uint8Array.from(atob(head.data), (c) => c.charCodeAt(0));
   const decoded = decodeAssignment(data, deps.trustDomain);
   const known = await deps.records.get(head.id);
@@ -75,10 +76,10 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
   const repository = decoded.assignment.job?.repository;
   const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
   if (quota === "refused") return "limited";
-  const { admitted } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }]);
+  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }]);
   if (!admitted.has(head.id)) {
     if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
-    return "full";
+    return fullBackends.has(deps.backend) ? "backend_full" : "full";
   }
   const first = await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
   await w.set.remove(head.seq);

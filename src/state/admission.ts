@@ -49,8 +49,9 @@ export interface Admission {
   /**
    * Admits each candidate at the first of its places with room in its pool and its backend, in
    * order; `admitted` says where. Reserves runner registration for admitted `reserve` ids.
+   * `fullBackends`: backends that refused a slot themselves (not a pool's cap) during the call.
    */
-  placeMany(candidates: readonly Candidate[], reserve?: ReadonlySet<string>): Promise<{ admitted: Map<string, Placement>; reserved: Set<string> }>;
+  placeMany(candidates: readonly Candidate[], reserve?: ReadonlySet<string>): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
   /**
    * Frees the slots (backend and pool) and registration reservations of `ids` at `place`; ids
    * holding none are ignored. Resolves true when a slot was freed in a full backend or pool:
@@ -149,13 +150,16 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     async placeMany(candidates, reserve = new Set()) {
       const placed = new Map<string, Placement>();
       const reserved = new Set<string>();
+      const fullBackends = new Set<Backend>();
       /** Takes the pool's slot, then the backend's; gives the first back when the second is refused. */
       const take = async (id: string, place: Placement): Promise<"taken" | "held" | "full"> => {
-        if (opts.capacity[place.backend] <= 0) return "full";
+        if (opts.capacity[place.backend] <= 0) return fullBackends.add(place.backend), "full";
         const pool = cappedPool(place);
         if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
         const slot = await put(slotSubject(place.backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs);
-        if (slot === "full" && pool !== undefined) await purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id));
+        if (slot !== "full") return slot;
+        fullBackends.add(place.backend);
+        if (pool !== undefined) await purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id));
         return slot;
       };
       // A round tries each candidate's next place, all sent together on one connection: the
@@ -178,7 +182,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       }
       // In the order asked.
       const admitted = new Map(candidates.filter((c) => placed.has(c.id)).map((c) => [c.id, placed.get(c.id)!]));
-      return { admitted, reserved: new Set(candidates.filter((c) => reserved.has(c.id)).map((c) => c.id)) };
+      return { admitted, reserved: new Set(candidates.filter((c) => reserved.has(c.id)).map((c) => c.id)), fullBackends };
     },
     async release(place, ...ids) {
       const { backend, pool: named } = typeof place === "string" ? { backend: place, pool: undefined } : place;

@@ -28,6 +28,9 @@ async function placeApart(config: Config, ids: string[], places: Placement[]) {
   return new Map(results.flatMap((r) => [...r.admitted]));
 }
 
+const placeOne = (config: Config, id: string, places: Placement[]) =>
+  createDispatcher({ config, sink: silent }).withState(({ admission }) => admission.placeMany([{ id, places }]));
+
 async function counts(config: Config, streams: string[]) {
   return withNats(config, async (h) => {
     const jsm = await jetstreamManager(h.nc);
@@ -40,6 +43,8 @@ describe("admission with runner pools", () => {
     const config = await setup([pool("small", "pod", { maxRunners: 2 }), pool("roomy", "pod", { maxRunners: 8 })], { CAPACITY_POD: 5 });
     const small = await placeApart(config, ["s1", "s2", "s3", "s4"], [{ backend: "pod", pool: "small" }]);
     expect(small.size).toBe(2);
+    // Who refused: small's cap, while the backend had room.
+    expect(await placeOne(config, "s5", [{ backend: "pod", pool: "small" }])).toMatchObject({ admitted: new Map(), fullBackends: new Set() });
     const roomy = await placeApart(config, ["r1", "r2", "r3", "r4", "r5"], [{ backend: "pod", pool: "roomy" }]);
     // The backend holds 5 in all: 2 of small's, so 3 of roomy's, though roomy allows 8.
     expect(roomy.size).toBe(3);
@@ -50,6 +55,9 @@ describe("admission with runner pools", () => {
       [poolSlotsStream(names, "small")]: 2,
       [poolSlotsStream(names, "roomy")]: 3,
     });
+    // Who refused: the backend (roomy had room).
+    const backendRefusal = await placeOne(config, "r6", [{ backend: "pod", pool: "roomy" }]);
+    expect(backendRefusal).toMatchObject({ admitted: new Map(), fullBackends: new Set(["pod"]) });
   });
 
   it("spills to the next pool, on another backend, only when the first is full; exact under 20 concurrent callers", async () => {
