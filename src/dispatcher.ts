@@ -88,14 +88,16 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
     const [recordsKv, leaderKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, recordsBucket(names), false)]);
+    const waiting = createWaitSet(handle, names);
+    const anyWaiting = config.fairShare ? (backend: Backend) => waiting.any(backend) : undefined;
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
-      admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config) }),
+      admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), anyWaiting }),
       quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
-      waiting: createWaitSet(handle, names),
+      waiting,
       handles: createHandleIndex(recordsKv),
       forgeHealth: createForgeHealthStore(recordsKv),
     };

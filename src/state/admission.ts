@@ -54,8 +54,8 @@ export interface Admission {
   placeMany(candidates: readonly Candidate[], reserve?: ReadonlySet<string>): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
   /**
    * Frees the slots (backend and pool) and registration reservations of `ids` at `place`; ids
-   * holding none are ignored. Resolves true when a slot was freed in a full backend or pool:
-   * someone may be waiting for it.
+   * holding none are ignored. Resolves true when a slot was freed in a full backend or pool, or
+   * while jobs wait (`anyWaiting`): someone may be waiting for it.
    */
   release(place: Backend | Placement, ...ids: string[]): Promise<boolean>;
   /** Ends the registration reservations of `ids` (registered or given up), keeping their slots. */
@@ -77,6 +77,12 @@ export interface AdmissionOptions {
   /** A registration that started longer ago than this and stored nothing is presumed dead. */
   registrationLeaseMs: number;
   now?: () => number;
+  /**
+   * Whether jobs wait for `backend` (fair share's wait set). A release that freed a slot then
+   * says so even when its backend did not look full: two releases at once each see the other's
+   * slot gone, and would each conclude nobody waits for theirs.
+   */
+  anyWaiting?: (backend: Backend) => Promise<boolean>;
 }
 
 /** The slot message: when its taker's registration reservation ends (absent: it asked for none). */
@@ -209,7 +215,8 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       // full look full: an extra pass at worst; a full pool is never missed.
       const backendWasFull = count > 0 && (info?.state.messages ?? 0) + count >= opts.capacity[backend];
       const poolWasFull = poolCount > 0 && (poolInfo?.state.messages ?? 0) + poolCount >= (poolCaps.get(pool!) ?? Infinity);
-      return backendWasFull || poolWasFull;
+      if (backendWasFull || poolWasFull) return true;
+      return count > 0 && opts.anyWaiting !== undefined && (await opts.anyWaiting(backend));
     },
     async endRegistrations(backend, ids) {
       await Promise.all(

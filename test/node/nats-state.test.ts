@@ -168,6 +168,31 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("with jobs in the wait set, a release that freed a slot says so though its backend was not full; one that freed none does not", async () => {
+    // Two releases at once each see the other's slot gone: neither finds its backend full, yet a
+    // job waits for both slots. Fair share asks the wait set instead of losing the wake-up.
+    // Two of four held: a release's count may be read before its own purge, so one short of full
+    // could look full.
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 4, CAPACITY_VM: 4, VM_BACKEND_URL: backend }));
+    await createDispatcher({ config, sink: silent }).withState(async ({ admission, waiting }) => {
+      await admission.acquireMany("pod", ["a", "b"]);
+      expect(await admission.release("pod", "a")).toBe(false);
+      await waiting.add("pod", { id: "w", owner: "o", repository: "o/r", data: btoa("{}") }, "inc");
+      expect(await admission.release("pod", "nobody")).toBe(false);
+      expect(await admission.release("pod", "b")).toBe(true);
+      // Waiting for another backend wakes nobody here.
+      await admission.acquireMany("vm", ["v", "u"]);
+      expect(await admission.release("vm", "v")).toBe(false);
+    });
+    // FAIR_SHARE=off: no wait set, a freed slot of a backend that was not full wakes nobody.
+    const off = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 4, FAIR_SHARE: "off" }));
+    await createDispatcher({ config: off, sink: silent }).withState(async ({ admission, waiting }) => {
+      await waiting.add("pod", { id: "w", owner: "o", repository: "o/r", data: btoa("{}") }, "inc");
+      await admission.acquireMany("pod", ["a", "b"]);
+      expect(await admission.release("pod", "a")).toBe(false);
+    });
+  });
+
   it("reclaims a slot and a registration whose leases expired (message TTL on the server)", async () => {
     const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 1 }));
     await withNats(config, async (h) => {
@@ -184,7 +209,7 @@ describe("JetStream handoff against nats-server", () => {
   });
 
   it("keeps ids with dots apart from their near misses, and lists them as they were given", async () => {
-    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 4 }));
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 4, CAPACITY_VM: 4, VM_BACKEND_URL: backend }));
     await createDispatcher({ config, sink: silent }).withState(async ({ admission }) => {
       const ids = ["v1.2", "v1-2", "v1.2.", "v12"];
       expect([...(await admission.acquireMany("pod", ids)).admitted]).toEqual(ids);
