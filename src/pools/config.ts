@@ -5,7 +5,7 @@ import { z } from "zod";
 import { parseJsonVariable } from "../config-schema.ts";
 import { poolNameSchema } from "../assignment.ts";
 import { BACKENDS } from "../names.ts";
-import { routeSchema, routesSchema, type Route } from "../forge/gitea/routes.ts";
+import { routeSchema, routesSchema, type Route } from "./routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
 
 const HOUR_MS = 3_600_000;

@@ -2,7 +2,7 @@
 // label names), lowest priority number first, configuration order among equals. The caller tries
 // them in turn and spills to the next when one is at its cap.
 import { MAX_POOLS_PER_JOB, type AssignmentRequest } from "../assignment.ts";
-import { labelName } from "../forge/gitea/routes.ts";
+import { labelName } from "./routes.ts";
 
 export function poolsFor<P extends { labels: readonly string[]; priority: number }>(pools: readonly P[], runsOn: readonly string[]): P[] {
   if (!runsOn.length) return [];

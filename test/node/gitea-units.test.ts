@@ -5,7 +5,8 @@ import { createDispatcher } from "../../src/dispatcher.ts";
 import { createGiteaClient, TOKEN_TTL_MS, type GiteaClient, type TokenCache } from "../../src/forge/gitea/client.ts";
 import { scopePath } from "../../src/forge/gitea/scope.ts";
 import { assignmentOfRunner, obtainRunnerIdentity, openIdentity, sealIdentity, type RunnerFile } from "../../src/forge/gitea/identity.ts";
-import { labelName, matchRoute, type Route } from "../../src/forge/gitea/routes.ts";
+import { labelName, type Route } from "../../src/pools/routes.ts";
+import { poolsFor } from "../../src/pools/route.ts";
 import { cleanupVerdict, repositoryOf } from "../../src/forge/gitea/sweep.ts";
 import { parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
@@ -15,6 +16,8 @@ import queued from "../fixtures/gitea/workflow_job.queued.json";
 import { assignment, giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 
 describe("routing", () => {
+  // Gitea's rule: every runs-on label among the runner's label names; the first route wins.
+  const matchRoute = (routes: Route[], runsOn: readonly string[]) => poolsFor(routes.map((r) => ({ ...r, priority: 100 })), runsOn)[0];
   const routes: Route[] = [
     { backend: "vm", labels: ["windows:host", "windows-2022:host"] },
     { backend: "pod", labels: ["ubuntu-latest:docker://node:20", "ubuntu-22.04:docker://node:20", "self-hosted"] },
@@ -30,7 +33,7 @@ describe("routing", () => {
   ] as const)("%o → %s", (runsOn, backend, index) => {
     const route = matchRoute(routes, runsOn);
     expect(route?.backend).toBe(backend);
-    if (index >= 0) expect(route).toBe(routes[index]);
+    if (index >= 0) expect(route).toEqual({ ...routes[index], priority: 100 });
   });
   it("compares names only: the part before the first colon", () => {
     expect(labelName("ubuntu-latest:docker://node:20")).toBe("ubuntu-latest");

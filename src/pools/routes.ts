@@ -1,6 +1,7 @@
-// Which backend and runner labels serve a job: Gitea's own matching rule, first route wins.
+// RUNS_ON_ROUTES, the form pools had before RUNNER_POOLS (each route is a pool: config.ts), and
+// runner label syntax, as Gitea and Forgejo both read it.
 import { z } from "zod";
-import { BACKENDS } from "../../names.ts";
+import { BACKENDS } from "../names.ts";
 
 export const routeSchema = z.strictObject({
   backend: z.enum(BACKENDS),
@@ -13,13 +14,4 @@ export type Route = z.infer<typeof routeSchema>;
 export function labelName(label: string): string {
   const i = label.indexOf(":");
   return i < 0 ? label : label.slice(0, i);
-}
-
-/** A job matches a route when every runs-on label of the job is among the route's label names. */
-export function matchRoute(routes: readonly Route[], runsOn: readonly string[]): Route | undefined {
-  if (!runsOn.length) return undefined;
-  return routes.find((route) => {
-    const names = new Set(route.labels.map(labelName));
-    return runsOn.every((label) => names.has(label));
-  });
 }
