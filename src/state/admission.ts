@@ -159,7 +159,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const fullBackends = new Set<Backend>();
       /** Takes the pool's slot, then the backend's; gives the first back when the second is refused. */
       const take = async (id: string, place: Placement): Promise<"taken" | "held" | "full"> => {
-        if (opts.capacity[place.backend] <= 0) return fullBackends.add(place.backend), "full";
+        if (opts.capacity[place.backend] <= 0) {
+          fullBackends.add(place.backend);
+          return "full";
+        }
         const pool = cappedPool(place);
         if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
         const slot = await put(slotSubject(place.backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs);

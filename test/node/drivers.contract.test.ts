@@ -3,7 +3,7 @@ import { describe, expect, inject, it } from "vitest";
 import { createRunnerBackend } from "../../src/backends/select.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/backends/types.ts";
 import { loadConfig } from "../../src/config.ts";
-import type { RunnerFile } from "../../src/forge/gitea/identity.ts";
+import type { RunnerFile } from "../../src/forge/runner-identity.ts";
 import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
 
 const backendUrl = inject("backendUrl");

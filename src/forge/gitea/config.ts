@@ -41,7 +41,6 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
   return { webhookSecret, registrationToken, apiToken, identityKey };
 }
 
-
 /**
  * RUNNER_SCOPE and the pools' scopes against the rest: a scope other than GITEA_SCOPE needs the
  * API token (its registration token is fetched), and under owner or repository a pool that keeps

@@ -11,7 +11,6 @@ import { scopeKey, type RegistrationScope } from "./scope.ts";
 
 export const RUNNER_VERSION = "gitea-edge-dispatcher";
 
-export { assignmentOfRunner, openIdentity, runnerName, sealIdentity, type RunnerFile } from "../runner-identity.ts";
 
 export type IdentityResult = { kind: "ready"; file: RunnerFile; ref?: RunnerRef } | { kind: "busy" };
 

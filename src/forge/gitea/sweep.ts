@@ -6,11 +6,9 @@ import type { Backend } from "../../names.ts";
 import type { Admission } from "../../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../../state/records.ts";
 import { GiteaFeatureMissing, type RunnerAt } from "./client.ts";
-import { assignmentOfRunner } from "./identity.ts";
+import { assignmentOfRunner } from "../runner-identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
-
-export { cleanupVerdict, type CleanupVerdict } from "../runner-cleanup.ts";
 
 const PAGE_LIMIT = 50;
 

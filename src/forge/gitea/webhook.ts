@@ -8,7 +8,7 @@ import { cancelAssignment, type Tombstone } from "../cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
 import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
-import { assignmentOfRunner } from "./identity.ts";
+import { assignmentOfRunner } from "../runner-identity.ts";
 import type { Pool } from "../../pools/config.ts";
 import { routeJob } from "../../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../../pools/taken.ts";
