@@ -20,6 +20,8 @@ export function startFakeGitea({ onTake } = {}) {
   async function serve({ req, res, text, url, path, tenant: g, send }) {
     // A slow Gitea (POST /_control/delay {"ms": …}): the REST API answers that much later.
     if (g.delayMs && path.startsWith("/api/v1/")) await new Promise((r) => setTimeout(r, g.delayMs));
+    // A slow runner registration ({"registerMs": …}): the Register RPC answers that much later.
+    if (g.registerDelayMs && path.endsWith(".RunnerService/Register")) await new Promise((r) => setTimeout(r, g.registerDelayMs));
     const notFound = () => send(404, { errors: null, message: "not found", url: `http://gitea.example.com/api/swagger` });
     if (path.startsWith("/_control/")) return control(g, path.slice(10), req.method, text, send);
     g.requests.push({ method: req.method, path, search: url.search, headers: req.headers, body: text });
@@ -146,8 +148,9 @@ export function startFakeGitea({ onTake } = {}) {
       return send(200, { failDelete: g.failDelete });
     }
     if (what === "delay" && method === "POST") {
-      g.delayMs = JSON.parse(text).ms;
-      return send(200, { delayMs: g.delayMs });
+      const { ms = 0, registerMs = 0 } = JSON.parse(text);
+      Object.assign(g, { delayMs: ms, registerDelayMs: registerMs });
+      return send(200, { delayMs: g.delayMs, registerDelayMs: g.registerDelayMs });
     }
     if (what === "users" && method === "POST") {
       g.users = new Set(JSON.parse(text).map((u) => u.toLowerCase()));

@@ -99,7 +99,8 @@ export function decide(f: Facts, p: Policy): Step {
   // A runner already took it (or finished): acknowledge without asking the backend again, so a
   // finished runner is never provisioned a second time.
   if (f.state === "claimed" || f.state === "completed") return verdict({ kind: "ack" }, ["runner_claimed", "acked"]);
-  if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"]);
+  // Ended after this pass took its slot (its runner's registration found it so): the slot goes back.
+  if (f.state === "terminated") return verdict({ kind: "term", reason: f.reason ?? "terminated" }, ["already_done"], f.admitted ? ["release_slot"] : []);
   // Exact, not RETRY_DELAY_MS: the grace is measured against the warm runners' fetch interval.
   if (f.warmGraceMs !== undefined && f.warmGraceMs > 0 && f.admitted === undefined) return verdict({ kind: "nak", delayMs: f.warmGraceMs }, ["warm_grace"]);
   if (f.admitted === undefined) return { next: "admit" };

@@ -44,12 +44,15 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
   // server. Keep trying, on a new connection, rather than register twice.
   if (effects.includes("enter_wait_set") && deps.waiting) await deps.waiting.set.add(deps.backend, waitEntryOf(p), incarnationOf(p.known.value));
   const write = (records: RecordStore) => records.updateFrom(p.known!, change);
-  const after = ref
+  const written = ref
     ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {
         deps.sink.error("storing a runner registration failed", { assignment: p.assignment!.id, backend: deps.backend, reason: (err as Error).message });
         throw err;
       })
     : await write(deps.records);
+  // The next write of this delivery (a registration is stored before its backend call) starts from here.
+  if (written) p.known = written;
+  const after = written?.value ?? null;
   const place = placeOf(p);
   const gaveUp = effects.includes("give_up_boot") && after?.gaveUpAt === at;
   if (gaveUp && place.pool) {

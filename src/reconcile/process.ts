@@ -9,7 +9,8 @@ import { contentHash, sameContent, type RunnerRef } from "../state/records.ts";
 import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
-import type { Prepared, ProcessDeps } from "./types.ts";
+import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
+import { SETTLED_STATES } from "../names.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
@@ -101,24 +102,36 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
   for (;;) {
     const step = decide(p.facts, policyOf(deps, p));
     if (step.next === "call_backend") {
+      const place = placeOf(p);
+      let prepared: PreparedRequest;
       try {
         if (deps.replicated && p.reserved && !p.known!.value.runner) {
           // About to register: only the leader's copy can say that no runner is stored yet.
           const latest = await deps.records.getFromLeader(p.assignment!.id);
           if (latest?.value.runner) p.known = latest;
         }
-        const place = placeOf(p);
-        const prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved, place);
-        if (prepared !== "busy") ref = prepared.ref;
-        if (ref) {
-          p.registered = true;
-          emit(deps, "runner_registered", idOf(p));
+        prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved, place);
+      } catch (err) {
+        failed(deps, p, err);
+        continue;
+      }
+      if (prepared !== "busy" && prepared.ref) {
+        ref = prepared.ref;
+        p.registered = true;
+        emit(deps, "runner_registered", idOf(p));
+        // Stored before the backend is asked, at the revision this pass read: a job that ended
+        // meanwhile (cancelled, or taken by a warm runner) is seen here and gets no workload, and
+        // one that ends after it finds its pool in the record (a warm runner in the making).
+        const stored = await applyEffects(deps, p, ["mark_pending"], ref);
+        if (stored && SETTLED_STATES.has(stored.state)) {
+          Object.assign(p.facts, { state: stored.state, reason: stored.reason });
+          continue;
         }
+      }
+      try {
         p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runnersFor(place.backend).accept(prepared.request, signal));
       } catch (err) {
-        const status = err instanceof BackendError ? err.status : undefined;
-        p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
-        deps.sink.error("backend accept failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message });
+        failed(deps, p, err);
       }
       continue;
     }
@@ -149,6 +162,12 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     else p.msg.term(step.action.reason);
     return step;
   }
+}
+
+function failed(deps: ProcessDeps, p: Prepared, err: unknown) {
+  const status = err instanceof BackendError ? err.status : undefined;
+  p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
+  deps.sink.error("backend accept failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message });
 }
 
 /**

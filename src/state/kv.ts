@@ -84,12 +84,11 @@ export function isKvValue(m: StoredMsg): boolean {
 const MULTI_LAST_LIMIT = 1024;
 
 /** One compare-and-set write at a known revision; false when another writer came first. */
-export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<boolean> {
+export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<number | null> {
   try {
-    await kv.update(key, new TextEncoder().encode(JSON.stringify(value)), revision);
-    return true;
+    return await kv.update(key, new TextEncoder().encode(JSON.stringify(value)), revision);
   } catch (err) {
-    if (isWrongLastSequence(err)) return false;
+    if (isWrongLastSequence(err)) return null;
     throw err;
   }
 }

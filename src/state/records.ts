@@ -3,7 +3,7 @@
 import type { KV } from "@nats-io/kv";
 import { fingerprint, type Assignment } from "../assignment.ts";
 import { recordKey, type AssignmentState, type Backend } from "../names.ts";
-import { casUpdate, casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
+import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 
 export interface AssignmentRecord {
   id: string;
@@ -115,8 +115,8 @@ export interface RecordStore {
   getFromLeader(id: string): Promise<Versioned<AssignmentRecord> | null>;
   /** Records of many assignments in one request. */
   getMany(ids: readonly string[]): Promise<Map<string, Versioned<AssignmentRecord>>>;
-  /** Like update, but first tries one write at the revision the caller already read. */
-  updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<AssignmentRecord | null>;
+  /** Like update, but first tries one write at the revision the caller already read; tells the revision after. */
+  updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<Versioned<AssignmentRecord> | null>;
 }
 
 export async function contentHash(assignment: Assignment): Promise<string> {
@@ -150,6 +150,16 @@ export function createRecordStore(
   leaderKv: KV = kv,
 ): RecordStore {
   const iso = () => new Date(now()).toISOString();
+  const updateVersioned = async (id: string, change: Transition): Promise<Versioned<AssignmentRecord> | null> => {
+    const { result, revision } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current) => {
+      if (!current) return { value: undefined, result: null };
+      const next = change(current.value);
+      if (!next) return { value: undefined, result: current.value };
+      const stamped = { ...next, updatedAt: iso() };
+      return { value: stamped, result: stamped };
+    }, { leader: leaderKv });
+    return result && revision !== undefined ? { value: result, revision } : null;
+  };
   const store: RecordStore = {
     async offer(assignment) {
       const hash = await contentHash(assignment);
@@ -185,14 +195,8 @@ export function createRecordStore(
       return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
     },
     getFromLeader: (id) => readJson<AssignmentRecord>(leaderKv, recordKey(id)),
-    update(id, change) {
-      return casUpdate<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current: Versioned<AssignmentRecord> | null) => {
-        if (!current) return { value: undefined, result: null };
-        const next = change(current.value);
-        if (!next) return { value: undefined, result: current.value };
-        const stamped = { ...next, updatedAt: iso() };
-        return { value: stamped, result: stamped };
-      }, leaderKv);
+    async update(id, change) {
+      return (await updateVersioned(id, change))?.value ?? null;
     },
     async getMany(ids) {
       const byKey = await readMany(ids.map(recordKey));
@@ -200,10 +204,10 @@ export function createRecordStore(
     },
     async updateFrom(known, change) {
       const next = change(known.value);
-      if (!next) return known.value;
+      if (!next) return known;
       const stamped = { ...next, updatedAt: iso() };
-      if (await casWrite(kv, recordKey(known.value.id), stamped, known.revision)) return stamped;
-      return store.update(known.value.id, change);
+      const written = await casWrite(kv, recordKey(known.value.id), stamped, known.revision);
+      return written !== null ? { value: stamped, revision: written } : updateVersioned(known.value.id, change);
     },
   };
   return store;

@@ -139,8 +139,8 @@ export function giteaControl(env: Record<string, string>) {
     jobs: (jobs: unknown[]) => post("jobs", jobs),
     version: (version: string) => post("version", { version }),
     runners: (runners: { id: number; name: string }[]) => post("runners", runners),
-    /** Every REST API answer comes `ms` late. */
-    delay: (ms: number) => post("delay", { ms }),
+    /** Every REST API answer comes `ms` late, and every runner registration `registerMs` late. */
+    delay: (ms: number, registerMs = 0) => post("delay", { ms, registerMs }),
     /** Gitea answers 500 to deleting these runners. */
     failDelete: (ids: number[]) => post("fail-delete", ids),
     /** A workflow run queues jobs; their queued webhooks wait in the outbox (see deliver). */

@@ -49,6 +49,8 @@ describe("decide: the reconciliation table, row by row", () => {
     ["waiting for the claim 4 min → nak 30 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["claim_pending"], effects: [] }],
     ["waited past the claim timeout → teardown, forget, nak 2 s", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_timeout"], effects: ["forget_ready_and_teardown"] }],
     ["terminated → term with its reason", { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" }, { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] }],
+    ["terminated after this pass took its slot (seen storing its registration) → term, slot released", { ...upToBackend, state: "terminated", reason: "its job ran on warm runner w" }, { action: { kind: "term", reason: "its job ran on warm runner w" }, events: ["already_done"], effects: ["release_slot"] }],
+    ["terminated, and refused a slot → term, nothing to release", { ...base, decoded: true, offer: "same", state: "terminated", admitted: false }, { action: { kind: "term", reason: "terminated" }, events: ["already_done"], effects: [] }],
   ];
   it.each(rows)("%s", (_name, facts, expected) => {
     expect(decide(facts, policy)).toEqual({ next: "done", ...expected });

@@ -151,7 +151,7 @@ describe("JetStream handoff against nats-server", () => {
       await records.update("s-1", (r) => ({ ...r, state: "claimed" }));
       // mark_ready as the reconciler applies it: never over a claim it can see.
       const markReady = (r: AssignmentRecord) => (r.state === "claimed" ? undefined : { ...r, state: "backend_ready" as const });
-      expect((await records.updateFrom(stale, markReady))?.state).toBe("claimed");
+      expect((await records.updateFrom(stale, markReady))?.value.state).toBe("claimed");
       expect((await records.get("s-1"))?.state).toBe("claimed");
     });
   });

@@ -213,6 +213,35 @@ describe("runner lifecycle from Gitea's events", () => {
     expect(events("already_done")).toEqual([expect.objectContaining({ assignment: "gitea-1187-1", reason: "cancelled" })]);
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
   });
+  it("a job cancelled while its pass registers a runner gets no workload: the registration is stored before the backend is asked", async () => {
+    const { env, gitea, backend } = await setup();
+    // Gitea is slow to register the job's runner; the cancel lands meanwhile.
+    await gitea.delay(0, 1_500);
+    const queued = deliver(env, queuedFixture);
+    const pod = async () => ((await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { backend: string; slotsInUse: number; registering: number }[] }).backends.find((b) => b.backend === "pod")!;
+    // Admitted, with its registration reservation: the pass has read the record and is registering.
+    let registering = 0;
+    for (let i = 0; i < 100 && !registering; i++) {
+      registering = (await pod()).registering;
+      if (!registering) await sleep(10);
+    }
+    expect(registering).toBe(1);
+    const cancelled = clone(completedFixture);
+    cancelled.workflow_job.conclusion = "cancelled";
+    Object.assign(cancelled.workflow_job, { runner_id: 0, runner_name: "" });
+    expect(await (await deliver(env, cancelled)).json()).toEqual({ cancelled: "gitea-1187-1" });
+    await queued;
+    expect(events("runner_registered")).toHaveLength(1);
+    expect((await backend.state()).requests.filter((r) => r.method === "PUT")).toEqual([]);
+    expect(events("already_done")).toEqual([expect.objectContaining({ assignment: "gitea-1187-1", reason: "cancelled" })]);
+    // Its slot went back, and the next sweep deletes the runner registered for nothing.
+    expect(await pod()).toMatchObject({ slotsInUse: 0, registering: 0 });
+    await gitea.delay(0);
+    expect((await gitea.state()).runners).toHaveLength(1);
+    await tick(env);
+    expect((await gitea.state()).runners).toHaveLength(0);
+    expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
+  });
 });
 
 describe("sweep", () => {
