@@ -97,9 +97,15 @@ export async function adoptWarm(d: Dispatcher, state: State, id: string, poolNam
   const vacated = new Set(slots.filter((s) => vacate.has(s.id)).map((s) => s.index));
   const fill = [...plan.fill].sort((a, b) => Number(vacated.has(b.index)) - Number(vacated.has(a.index)));
   for (const { index, revision } of fill) {
-    if (!(await state.warm.put(pool.name, index, id, revision))) continue;
+    const at = await state.warm.put(pool.name, index, id, revision);
+    if (at === null) continue;
     const r = await state.records.update(id, (r) => (WAITING.has(r.state) && !r.warm ? { ...r, warm: true } : undefined));
-    return r?.warm === true && WAITING.has(r.state);
+    if (r?.warm === true && WAITING.has(r.state)) return true;
+    // Its runner took a job meanwhile (or it ended): the position goes back to the runner it
+    // pointed at (kept for the settling that vacated it, see warm-plan.ts), or back to empty.
+    const before = slots.find((s) => s.index === index);
+    await (before ? state.warm.put(pool.name, index, before.id, at) : state.warm.clear(pool.name, index, at));
+    return false;
   }
   return false;
 }

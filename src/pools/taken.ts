@@ -133,7 +133,9 @@ async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: 
     return "settled";
   }
   const cancelled = await cancelAssignment(d, r.id, `its job ran on warm runner ${by}`);
-  if (!cancelled) return "settled";
+  // Neither kept nor ended: its runner took a job meanwhile, and the runner standing for the
+  // job is the next in the chain (as for a busy one).
+  if (!cancelled) return (await state.records.get(r.id))?.state === "claimed" ? "busy" : "settled";
   d.sink.event({ event: "taken_by_other", assignment: r.id, backend: r.backend, ...(pool ? { pool } : {}), reason: `its job ran on warm runner ${by}` });
   await releaseRunner(d, r.id, placementOf(cancelled.record).backend, runnerAt(cancelled.record));
   return "settled";

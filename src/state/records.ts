@@ -160,7 +160,7 @@ export function createRecordStore(
     }, { leader: leaderKv });
     return result && revision !== undefined ? { value: result, revision } : null;
   };
-  const store: RecordStore = {
+  return {
     async offer(assignment) {
       const hash = await contentHash(assignment);
       const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(kv, recordKey(assignment.id), (current) => {
@@ -210,5 +210,4 @@ export function createRecordStore(
       return written !== null ? { value: stamped, revision: written } : updateVersioned(known.value.id, change);
     },
   };
-  return store;
 }

@@ -24,8 +24,8 @@ export interface WarmSlot {
 export interface WarmSlots {
   /** Every position of every pool, by pool. */
   list(): Promise<Map<string, WarmSlot[]>>;
-  /** Points `index` at `id` if it is still at `revision` (0: the position is empty). False when another writer came first. */
-  put(pool: string, index: number, id: string, revision: number): Promise<boolean>;
+  /** Points `index` at `id` if it is still at `revision` (0: the position is empty): the position's revision after, null when another writer came first. */
+  put(pool: string, index: number, id: string, revision: number): Promise<number | null>;
   /** Empties a position if it is still at `revision`. */
   clear(pool: string, index: number, revision: number): Promise<boolean>;
 }
@@ -58,7 +58,10 @@ export function createWarmSlots(handle: NatsHandle, kv: KV, bucket: string, now:
     },
     put(pool, index, id, revision) {
       const value = new TextEncoder().encode(JSON.stringify({ pool, index, id, since: new Date(now()).toISOString() }));
-      return cas(() => (revision === 0 ? kv.create(warmKey(pool, index), value) : kv.update(warmKey(pool, index), value, revision)));
+      return (revision === 0 ? kv.create(warmKey(pool, index), value) : kv.update(warmKey(pool, index), value, revision)).catch((err: unknown) => {
+        if (isWrongLastSequence(err)) return null;
+        throw err;
+      });
     },
     clear(pool, index, revision) {
       return cas(() => kv.delete(warmKey(pool, index), { previousSeq: revision }));

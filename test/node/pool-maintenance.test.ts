@@ -3,8 +3,9 @@
 // race; vacancies left by runners that took a job are filled once each.
 import { describe, expect, inject, it } from "vitest";
 import type { Config } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher, type State } from "../../src/dispatcher.ts";
 import { adoptWarm, maintainPools } from "../../src/pools/maintain.ts";
+import { settleTaken } from "../../src/pools/taken.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { poolsTestEnv, provisionEnv } from "../harness/env.ts";
 
@@ -24,6 +25,9 @@ async function race(config: Config, n: number): Promise<string[]> {
   );
   return filled;
 }
+
+const claimedNow = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date().toISOString() });
+const job = (id: string) => ({ version: 1 as const, id, backend: "pod" as const, workload: `gdr-${id}`, labels: ["ubuntu-latest"], createdAt: new Date().toISOString() });
 
 describe("pool maintenance from many isolates at once", () => {
   it("fills to the target and never above; refills each vacancy once", async () => {
@@ -60,5 +64,61 @@ describe("pool maintenance from many isolates at once", () => {
       expect(after.find((p) => p.index === 1)?.id).toBe("gitea-77-1");
       expect(after.find((p) => p.index === 0)?.id).toBe(p0!.id);
     });
+  });
+
+  it("a job's runner that took a job before it could be made warm leaves the position to the runner that vacated it", async () => {
+    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }));
+    const d = createDispatcher({ config, sink: silent });
+    await race(config, 1);
+    await d.withState(async (state) => {
+      const [, p1] = (await state.warm.list()).get("small")!;
+      await state.records.update(p1!.id, claimedNow);
+      await state.records.offer(job("gitea-77-1"));
+      await state.records.update("gitea-77-1", claimedNow);
+      expect(await adoptWarm(d, state, "gitea-77-1", "small", new Set([p1!.id]))).toBe(false);
+      expect((await state.warm.list()).get("small")!.find((p) => p.index === 1)?.id).toBe(p1!.id);
+      expect((await state.records.get("gitea-77-1"))?.warm).toBeUndefined();
+    });
+  });
+
+  it("settling a warm runner's take follows the chain when the job's runner takes another job while it is being made warm", async () => {
+    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }));
+    await race(config, 1);
+    const placed = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" } });
+    const w = await createDispatcher({ config, sink: silent }).withState(async ({ records, warm }) => {
+      const [p0] = (await warm.list()).get("small")!;
+      await records.update(p0!.id, claimedNow); // warm runner W took job A
+      for (const id of ["gitea-1-1", "gitea-2-1"]) {
+        await records.offer(job(id));
+        await records.update(id, placed);
+      }
+      return p0!.id;
+    });
+    // A's runner takes job B just as the settling makes A's runner warm (its first write to A).
+    let raced = false;
+    const racing = (state: State): State => ({
+      ...state,
+      records: {
+        ...state.records,
+        update: async (id, change) => {
+          if (id === "gitea-1-1" && !raced) {
+            raced = true;
+            await state.records.update(id, (r) => ({ ...claimedNow(r), took: "gitea-2-1" }));
+          }
+          return state.records.update(id, change);
+        },
+      },
+    });
+    const events: { event: string; assignment: string }[] = [];
+    const d = createDispatcher({ config, sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) }, decorateState: racing });
+    await settleTaken(d, { own: "gitea-1-1", by: w, warm: true, pool: "small" });
+    expect(raced).toBe(true);
+    // B's runner, made for a job A's runner ran, is the one kept warm, in W's position.
+    expect(events.filter((e) => e.event.startsWith("warm_") || e.event === "taken_by_other").map((e) => `${e.event} ${e.assignment}`)).toEqual(["warm_converted gitea-2-1"]);
+    const after = await createDispatcher({ config }).withState(async ({ records, warm }) => ({ positions: (await warm.list()).get("small"), a: await records.get("gitea-1-1"), b: await records.get("gitea-2-1") }));
+    expect(after.positions?.map((p) => p.id)).toEqual(["gitea-2-1"]);
+    expect(after.a).toMatchObject({ state: "claimed", took: "gitea-2-1" });
+    expect(after.a?.warm).toBeUndefined();
+    expect(after.b).toMatchObject({ state: "backend_pending", warm: true });
   });
 });
