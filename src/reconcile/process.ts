@@ -112,7 +112,7 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
         }
         prepared = await deps.runnerRequest(p.assignment!, p.known!.value, p.reserved, place);
       } catch (err) {
-        failed(deps, p, err);
+        backendFailed(deps, p, err);
         continue;
       }
       if (prepared !== "busy" && prepared.ref) {
@@ -131,7 +131,7 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       try {
         p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runnersFor(place.backend).accept(prepared.request, signal));
       } catch (err) {
-        failed(deps, p, err);
+        backendFailed(deps, p, err);
       }
       continue;
     }
@@ -164,7 +164,8 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
   }
 }
 
-function failed(deps: ProcessDeps, p: Prepared, err: unknown) {
+// A failed registration or backend call is retried as an error, loud when our credentials were refused.
+function backendFailed(deps: ProcessDeps, p: Prepared, err: unknown) {
   const status = err instanceof BackendError ? err.status : undefined;
   p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
   deps.sink.error("backend accept failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message });

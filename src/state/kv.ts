@@ -83,7 +83,7 @@ export function isKvValue(m: StoredMsg): boolean {
 
 const MULTI_LAST_LIMIT = 1024;
 
-/** One compare-and-set write at a known revision; false when another writer came first. */
+/** One compare-and-set write at a known revision: the revision after, or null when another writer came first. */
 export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<number | null> {
   try {
     return await kv.update(key, new TextEncoder().encode(JSON.stringify(value)), revision);

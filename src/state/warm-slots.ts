@@ -31,12 +31,12 @@ export interface WarmSlots {
 }
 
 export function createWarmSlots(handle: NatsHandle, kv: KV, bucket: string, now: () => number): WarmSlots {
-  const cas = async (fn: () => Promise<unknown>) => {
+  // A compare-and-set write: its result, or null when another writer came first.
+  const cas = async <T>(fn: () => Promise<T>): Promise<T | null> => {
     try {
-      await fn();
-      return true;
+      return await fn();
     } catch (err) {
-      if (isWrongLastSequence(err)) return false;
+      if (isWrongLastSequence(err)) return null;
       throw err;
     }
   };
@@ -58,13 +58,10 @@ export function createWarmSlots(handle: NatsHandle, kv: KV, bucket: string, now:
     },
     put(pool, index, id, revision) {
       const value = new TextEncoder().encode(JSON.stringify({ pool, index, id, since: new Date(now()).toISOString() }));
-      return (revision === 0 ? kv.create(warmKey(pool, index), value) : kv.update(warmKey(pool, index), value, revision)).catch((err: unknown) => {
-        if (isWrongLastSequence(err)) return null;
-        throw err;
-      });
+      return cas(() => (revision === 0 ? kv.create(warmKey(pool, index), value) : kv.update(warmKey(pool, index), value, revision)));
     },
-    clear(pool, index, revision) {
-      return cas(() => kv.delete(warmKey(pool, index), { previousSeq: revision }));
+    async clear(pool, index, revision) {
+      return (await cas(() => kv.delete(warmKey(pool, index), { previousSeq: revision }))) !== null;
     },
   };
 }

@@ -6,25 +6,13 @@ import { describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig } from "../../src/config.ts";
 import { createDispatcher, type State } from "../../src/dispatcher.ts";
-import type { GiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignmentSubject } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
 
 const events: { event: string; assignment: string }[] = [];
 const sink = { event: (e: { event: string; assignment: string }) => void events.push(e), summary: () => undefined, error: () => undefined };
-
-function fakeGitea() {
-  let next = 0;
-  return {
-    registrationToken: async () => ({ token: "reg", scope: { kind: "admin" } }),
-    register: async (req: { name: string; labels: string[] }) => ({ id: ++next, uuid: `u${next}`, token: `t${next}`, name: req.name, labels: req.labels, scope: { kind: "admin" } }),
-    listQueuedJobs: async () => ({ total: 0, jobs: [] }),
-    listRunners: async () => ({ total: 0, runners: [] }),
-    getJob: async () => null,
-    deleteRunner: async () => undefined,
-  } as unknown as GiteaClient;
-}
 
 /** The record is terminated just after the pass's batch read returns it, as a cancel landing then would. */
 const endedAfterRead = (reason: string) => (state: State): State => ({
@@ -47,7 +35,7 @@ describe("a job that ends between a pass's read and its backend call", () => {
     // As a webhook does it: the record first, then the message.
     await createDispatcher({ config }).withState(({ records }) => records.offer(assignment(id)));
     await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment(id)), { msgID: id }));
-    const d = createDispatcher({ config: loadConfig(env), gitea: fakeGitea(), sink, decorateState: endedAfterRead("cancelled") });
+    const d = createDispatcher({ config: loadConfig(env), gitea: stubGitea(), sink, decorateState: endedAfterRead("cancelled") });
     const [summary] = await d.reconcile("test", 5_000);
     expect(summary).toMatchObject({ fetched: 1, termed: 1, errors: 0 });
     expect(events.filter((e) => e.assignment === id).map((e) => e.event)).toEqual(["received", "capacity_acquired", "runner_registered", "already_done"]);

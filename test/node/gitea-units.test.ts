@@ -2,7 +2,7 @@ import { InvalidInput } from "../../src/domain-errors.ts";
 import { describe, expect, inject, it, vi } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
-import { createGiteaClient, TOKEN_TTL_MS, type GiteaClient, type TokenCache } from "../../src/forge/gitea/client.ts";
+import { createGiteaClient, TOKEN_TTL_MS, type TokenCache } from "../../src/forge/gitea/client.ts";
 import { scopePath } from "../../src/forge/gitea/scope.ts";
 import { obtainRunnerIdentity } from "../../src/forge/gitea/identity.ts";
 import { assignmentOfRunner, openIdentity, sealIdentity, type RunnerFile } from "../../src/forge/runner-identity.ts";
@@ -16,6 +16,7 @@ import completed from "../fixtures/gitea/workflow_job.completed.json";
 import inProgress from "../fixtures/gitea/workflow_job.in_progress.json";
 import queued from "../fixtures/gitea/workflow_job.queued.json";
 import { assignment, giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
 
 describe("routing", () => {
   // Gitea's rule: every runs-on label among the runner's label names; the first route wins.
@@ -118,21 +119,7 @@ describe("runner identity", () => {
   it("is registered once, even by concurrent deliveries on separate connections", async () => {
     const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
     const config = await provisionEnv(env);
-    let registrations = 0;
-    const fake: GiteaClient = {
-      registrationToken: async () => ({ token: "reg", scope: { kind: "admin" } }),
-      register: async (req) => {
-        registrations++;
-        await new Promise((r) => setTimeout(r, 50));
-        return { id: registrations, uuid: `u${registrations}`, token: `t${registrations}`, name: req.name, labels: req.labels, scope: { kind: "admin" } };
-      },
-      listQueuedJobs: async () => ({ total: 0, jobs: [] }),
-      listRunners: async () => ({ total: 0, runners: [] }),
-      getJob: async () => null,
-      deleteRunner: async () => undefined,
-      getRunner: async () => null,
-      disableRunner: async () => false,
-    };
+    const fake = stubGitea({ registerMs: 50 });
     const a = assignment("gitea-5-1");
     const { record } = await createDispatcher({ config }).withState(({ records }) => records.offer(a));
     // Eight invocations take the same message at once; each asks admission for a reservation.
@@ -144,7 +131,7 @@ describe("runner identity", () => {
         }),
       ),
     );
-    expect(registrations).toBe(1);
+    expect(fake.registrations).toBe(1);
     expect(results.filter((r) => r.kind === "ready")).toHaveLength(1);
     expect(results.filter((r) => r.kind === "busy")).toHaveLength(7);
     const ref = results.find((r) => r.kind === "ready" && r.ref)!;
@@ -152,7 +139,7 @@ describe("runner identity", () => {
     const stored = { ...record, runner: (ref as { ref: NonNullable<unknown> }).ref as never };
     const again = await obtainRunnerIdentity(config.gitea!, fake, a, stored, false, Date.now);
     expect(again).toMatchObject({ kind: "ready", file: { id: 1, token: "t1", name: "gdr-gitea-5-1" } });
-    expect(registrations).toBe(1);
+    expect(fake.registrations).toBe(1);
   });
 });
 

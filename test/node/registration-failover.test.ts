@@ -5,28 +5,12 @@ import { describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/assignment.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
 import { createDispatcher, type State } from "../../src/dispatcher.ts";
-import type { GiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignmentSubject } from "../../src/names.ts";
 import { NatsUnavailable, withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
 
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
-
-function countingGitea() {
-  const gitea = { registrations: 0 } as GiteaClient & { registrations: number };
-  Object.assign(gitea, {
-    registrationToken: async () => ({ token: "reg", scope: { kind: "admin" } }),
-    register: async (req: { name: string; labels: string[] }) => {
-      gitea.registrations++;
-      return { id: gitea.registrations, uuid: `u${gitea.registrations}`, token: `t${gitea.registrations}`, name: req.name, labels: req.labels, scope: { kind: "admin" } };
-    },
-    listQueuedJobs: async () => ({ total: 0, jobs: [] }),
-    listRunners: async () => ({ total: 0, runners: [] }),
-    getJob: async () => null,
-    deleteRunner: async () => undefined,
-  });
-  return gitea;
-}
 
 /** Record writes fail with a NATS error while `failing()` holds; reads keep working. */
 const failingWrites = (failing: () => boolean) => (state: State): State => {
@@ -54,7 +38,7 @@ async function setup(): Promise<{ config: Config; id: string }> {
 describe("a registration whose record write fails", () => {
   it("is stored once the writes come back within the retry window: one registration", async () => {
     const { config, id } = await setup();
-    const gitea = countingGitea();
+    const gitea = stubGitea();
     const failUntil = Date.now() + 1_500;
     const d = createDispatcher({ config, gitea, sink: silent, decorateState: failingWrites(() => Date.now() < failUntil) });
     await d.reconcile("test", 10_000);
@@ -68,7 +52,7 @@ describe("a registration whose record write fails", () => {
 
   it("keeps its reservation when the writes stay down, so the next pass does not register again", { timeout: 60_000 }, async () => {
     const { config, id } = await setup();
-    const gitea = countingGitea();
+    const gitea = stubGitea();
     let down = true;
     const d = createDispatcher({ config, gitea, sink: silent, decorateState: failingWrites(() => down) });
     const [summary] = await d.reconcile("test", 25_000);
@@ -84,7 +68,7 @@ describe("a registration whose record write fails", () => {
 
   it("is not made again on a lagging replica's read: registering asks the leader first", async () => {
     const { config, id } = await setup();
-    const gitea = countingGitea();
+    const gitea = stubGitea();
     await createDispatcher({ config, gitea, sink: silent }).reconcile("test", 5_000);
     expect(gitea.registrations).toBe(1);
     // The reservation's lease is over, and a replica that lags answers the batch read with the

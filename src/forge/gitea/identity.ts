@@ -11,7 +11,6 @@ import { scopeKey, type RegistrationScope } from "./scope.ts";
 
 export const RUNNER_VERSION = "gitea-edge-dispatcher";
 
-
 export type IdentityResult = { kind: "ready"; file: RunnerFile; ref?: RunnerRef } | { kind: "busy" };
 
 /**
