@@ -13,11 +13,24 @@ export const assignmentIdSchema = z.string().regex(ID_PATTERN, {
   message: "must be 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit",
 });
 
+/**
+ * A repository as Gitea and Forgejo name it, "owner/name": letters, digits, '_', '.' and '-'
+ * (their alphaDashDot; Gitea keeps owners to 40 and names to 100). Both parts become KV keys and
+ * subject tokens (QUOTAS places, the wait set), with '.' written '=' (names.ts subjectToken): a
+ * one-to-one mapping only for these characters, so anything else is refused where it enters
+ * rather than failing every batch it later joins.
+ */
+export const MAX_REPOSITORY_CHARS = 256;
+export const repositorySchema = z
+  .string()
+  .max(MAX_REPOSITORY_CHARS, `at most ${MAX_REPOSITORY_CHARS} characters`)
+  .regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/, { message: 'must be "owner/name" of letters, digits, "_", "." and "-"' });
+
 const jobSchema = z.strictObject({
   id: z.number().int().nonnegative(),
   runId: z.number().int().nonnegative(),
   attempt: z.number().int().positive(),
-  repository: z.string().min(1).max(256),
+  repository: repositorySchema,
   name: z.string().max(256).optional(),
   /** Forgejo: the attempt's handle, which binds the runner to exactly this job (`one-job --handle`). Not a secret. */
   handle: z.string().regex(/^[A-Za-z0-9-]{1,64}$/, { message: "must be 1-64 of [A-Za-z0-9-] (a Forgejo job handle)" }).optional(),

@@ -30,8 +30,8 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   }
   const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
   const records = await deps.records.getMany(offering.map((p) => p.assignment!.id));
-  await Promise.all(
-    offering.map(async (p) => {
+  await eachAlone(
+    offering, async (p) => {
       const a = p.assignment!;
       const known = records.get(a.id);
       if (known) {
@@ -51,16 +51,16 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
         askedAt: r.askedAt ? Date.parse(r.askedAt) : undefined,
         bootAttempts: r.bootAttempts,
       });
-    }),
+    },
   );
-  await Promise.all(batch.filter((p) => decide(p.facts, deps.policy).next === "admit").map((p) => graceFor(deps, p)));
-  const admitting = batch.filter((p) => decide(p.facts, deps.policy).next === "admit");
+  await eachAlone(batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit"), (p) => graceFor(deps, p));
+  const admitting = batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit");
   // Fair share: while others wait their turn, a job joins them, unless its turn came already.
   if (deps.waiting && admitting.some((p) => !p.known!.value.chosen) && (await deps.waiting.set.any(deps.backend))) {
     for (const p of admitting) if (!p.known!.value.chosen) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
   const quotaTaken = await takeQuotas(deps, admitting.filter((p) => p.facts.admitted === undefined));
-  const trying = admitting.filter((p) => p.facts.admitted === undefined);
+  const trying = admitting.filter((p) => !p.failed && p.facts.admitted === undefined);
   if (trying.length) {
     const reserve = new Set(deps.needsIdentity ? trying.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
     const candidates = trying.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p.known!.value, p.assignment!) }));
@@ -84,11 +84,29 @@ async function takeQuotas(deps: ProcessDeps, batch: Prepared[]): Promise<Set<str
   const taken = new Set<string>();
   if (!ledger) return taken;
   for (const p of batch) {
-    const got = await takeQuota(ledger, deps.waiting!.rules, p.assignment!.id, p.assignment!.job?.repository);
-    if (got === "taken") taken.add(p.assignment!.id);
-    if (got === "refused") Object.assign(p.facts, { admitted: false, waitSet: true, quota: true });
+    await eachAlone([p], async () => {
+      const got = await takeQuota(ledger, deps.waiting!.rules, p.assignment!.id, p.assignment!.job?.repository);
+      if (got === "taken") taken.add(p.assignment!.id);
+      if (got === "refused") Object.assign(p.facts, { admitted: false, waitSet: true, quota: true });
+    });
   }
   return taken;
+}
+
+/**
+ * Runs a step for each delivery on its own: one whose step fails (its data, or a store refusing
+ * its key) is marked failed and goes no further, while the rest of its batch goes on.
+ */
+async function eachAlone(batch: Prepared[], fn: (p: Prepared) => Promise<void>): Promise<void> {
+  await Promise.all(
+    batch.map(async (p) => {
+      try {
+        await fn(p);
+      } catch (err) {
+        p.failed = err as Error;
+      }
+    }),
+  );
 }
 
 /**

@@ -90,6 +90,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       let intoWaitSet = false;
       await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
         try {
+          if (p.failed) throw p.failed;
           const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
           const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
           if (verdict.effects.includes("enter_wait_set")) intoWaitSet = true;

@@ -7,7 +7,7 @@ import type { RunnerAt } from "./client.ts";
 import { cancelAssignment, type Tombstone } from "../cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
-import { assignmentTime, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
+import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
 import { assignmentOfRunner } from "../runner-identity.ts";
 import type { Pool } from "../../pools/config.ts";
 import { routeJob } from "../../pools/route.ts";
@@ -16,7 +16,6 @@ import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob, runnerAt } from "../../state/records.ts";
 
 const id = z.number().int().nonnegative();
-const MAX_REPOSITORY_CHARS = 256;
 export const workflowJobPayload = z.looseObject({
   action: z.string(),
   workflow_job: z.looseObject({
@@ -32,8 +31,8 @@ export const workflowJobPayload = z.looseObject({
     // Go zero times ("0001-01-01T00:00:00Z") arrive as strings like any other.
     created_at: z.string().optional(),
   }),
-  // As long as an assignment keeps it (Gitea's own limit, owner 40 + name 100, is far below).
-  repository: z.looseObject({ full_name: z.string().min(1).max(MAX_REPOSITORY_CHARS, `at most ${MAX_REPOSITORY_CHARS} characters`) }),
+  // As an assignment keeps it: a name no Gitea gives is refused here, naming the field.
+  repository: z.looseObject({ full_name: repositorySchema }),
   organization: z.looseObject({}).nullish(),
 });
 export type WorkflowJobPayload = z.infer<typeof workflowJobPayload>;
