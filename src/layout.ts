@@ -16,6 +16,8 @@ const DUPLICATE_WINDOW_MS = 60 * 60 * 1000;
 export const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
 export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" | "replicas"> & {
+  /** FAIR_SHARE=on: the consumer's window is wider than the capacity (see consumerLimit). */
+  fairShare?: boolean;
   backends: Pick<BackendConfig, "backend" | "capacity">[];
   /** The runner pools; those with maxRunners get a slots stream. */
   pools?: Pick<Pool, "name" | "backend" | "maxRunners">[];
@@ -25,12 +27,21 @@ export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" |
  * How many of a consumer's messages may be out at once. A message is out until its runner claims
  * it, and a job that spills from its backend's pools to another backend's waits in its first
  * backend's consumer: with pools on several backends, every backend's capacity together.
+ *
+ * With fair share, FAIR_SHARE_WINDOW more: admission is exact through the slots streams, and a job
+ * that finds no slot is acked into the wait set, so the window bounds no runner. At the capacity
+ * alone, the messages of runners still booting would fill it, and the jobs behind them would stay
+ * in the stream, unseen: a slot freed then would go to the next in stream order, whoever waits.
  */
 export function consumerLimit(cfg: LayoutConfig, backend: Backend): number {
   const own = cfg.backends.find((b) => b.backend === backend)?.capacity ?? 0;
   const spans = new Set((cfg.pools ?? []).map((p) => p.backend)).size > 1;
-  return spans ? cfg.backends.reduce((sum, b) => sum + b.capacity, 0) : own;
+  const slots = spans ? cfg.backends.reduce((sum, b) => sum + b.capacity, 0) : own;
+  return cfg.fairShare ? slots + FAIR_SHARE_WINDOW : slots;
 }
+
+/** Messages a fair-share consumer hands out beyond its slots: more than a pass pulls in its budget. */
+export const FAIR_SHARE_WINDOW = 1_000;
 
 export function desiredConsumer(cfg: LayoutConfig, backend: Backend) {
   return {

@@ -18,6 +18,9 @@ export type AssignmentState = (typeof ASSIGNMENT_STATES)[number];
 /** States a runner reached (claimed) or an assignment ended in: nothing more is asked for it. */
 export const SETTLED_STATES: ReadonlySet<AssignmentState> = new Set(["claimed", "completed", "terminated"]);
 
+/** States before admission: no runner was asked for yet, and no slot is held for one. */
+export const UNADMITTED_STATES: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait"]);
+
 export interface NatsNames {
   stream: string;
   subjectBase: string;

@@ -3,7 +3,7 @@
 import { assignmentIdSchema } from "./assignment.ts";
 import type { Dispatcher } from "./dispatcher-types.ts";
 import { Conflict, NotFound, Refused } from "./domain-errors.ts";
-import type { AssignmentState, Backend } from "./names.ts";
+import { UNADMITTED_STATES, type AssignmentState, type Backend } from "./names.ts";
 import { incarnationOf, placementOf, type AssignmentRecord } from "./state/records.ts";
 
 export interface AssignmentView {
@@ -84,7 +84,7 @@ export function canClaim(r: AssignmentRecord, caller: Caller = {}): boolean {
 }
 
 /** States a token holder's claim may find while the pass that asked for its runner is still writing. */
-const ASKED_FOR_BY_TOKEN = new Set<AssignmentState>(["received", "capacity_wait", "quota_wait"]);
+const ASKED_FOR_BY_TOKEN = UNADMITTED_STATES;
 
 /** A claim's outcome; `held` when a pass holds the message and will ack it within moments; `changed` when this call claimed it. */
 export type Claimed = AssignmentView & { held: boolean; changed: boolean };

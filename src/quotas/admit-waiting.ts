@@ -4,12 +4,12 @@
 // steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../assignment.ts";
-import { SETTLED_STATES } from "../names.ts";
+import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
 import { whoseJob } from "./config.ts";
-import { pickNext, taken, type Shares } from "./fair-share.ts";
+import { pickNext, taken, turnOrder, type Shares } from "./fair-share.ts";
 import { releaseQuota, takeQuota } from "./limits.ts";
 
 /** Repositories looked at per pass: the oldest job of each. */
@@ -87,6 +87,22 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
   if (!first) return "gone";
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
   return "admitted";
+}
+
+/**
+ * The order in which a batch's deliveries try for slots while nobody is in the wait set: turn
+ * order (weights, QUOTAS, repository, then oldest), not stream order, so that when there are fewer
+ * slots than deliveries they go as admitWaiting would give them. Jobs whose turn was given already
+ * (chosen), and redeliveries of jobs admitted before (they hold their slot), go first. Costs
+ * heldNow's two reads, and only for a batch of new jobs of several repositories.
+ */
+export async function orderByTurn(deps: ProcessDeps, batch: Prepared[]): Promise<Prepared[]> {
+  const fresh = batch.filter((p) => !p.known!.value.chosen && UNADMITTED_STATES.has(p.known!.value.state));
+  const chosen = batch.filter((p) => !fresh.includes(p));
+  const jobs = fresh.map((p, i) => ({ ...whoseJob(p.assignment!.job?.repository), id: String(i), seq: p.msg.seq }));
+  if (!deps.waiting || new Set(jobs.map((j) => j.repository)).size < 2) return batch;
+  const order = turnOrder(await heldNow(deps, []), deps.waiting.rules, jobs);
+  return [...chosen, ...order.map((j) => fresh[Number(j.id)]!)];
 }
 
 /** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests). */

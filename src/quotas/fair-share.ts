@@ -51,3 +51,24 @@ export function taken(s: Shares, w: Waiting): Shares {
   const plus = (m: ReadonlyMap<string, number>, k: string) => new Map(m).set(k, (m.get(k) ?? 0) + 1);
   return { heads: s.heads, heldByOwner: plus(s.heldByOwner, w.owner), heldByRepository: plus(s.heldByRepository, w.repository) };
 }
+
+/**
+ * The order in which `jobs` (any number per repository) would be given free slots, one by one:
+ * each next the one `pickNext` picks among the oldest of each repository, counted as taken before
+ * the next pick. Jobs passed over at a limit come last, oldest first (they are refused there).
+ */
+export function turnOrder(s: Shares, rules: ShareRules, jobs: readonly Waiting[]): Waiting[] {
+  const left = [...jobs].sort((a, b) => a.seq - b.seq);
+  const order: Waiting[] = [];
+  let shares: Shares = { ...s, heads: [] };
+  for (;;) {
+    const heads = new Map<string, Waiting>();
+    for (const w of left) if (!heads.has(w.repository)) heads.set(w.repository, w);
+    const next = pickNext({ ...shares, heads: [...heads.values()] }, rules);
+    if (!next) break;
+    order.push(next);
+    left.splice(left.indexOf(next), 1);
+    shares = taken(shares, next);
+  }
+  return [...order, ...left];
+}

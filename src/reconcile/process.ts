@@ -10,8 +10,9 @@ import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
-import { SETTLED_STATES } from "../names.ts";
+import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
+import { orderByTurn } from "../quotas/admit-waiting.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";
@@ -55,15 +56,19 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   );
   await eachAlone(batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit"), (p) => graceFor(deps, p));
   const admitting = batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit");
-  // Fair share: while others wait their turn, a job joins them, unless its turn came already.
-  if (deps.waiting && admitting.some((p) => !p.known!.value.chosen) && (await deps.waiting.set.any(deps.backend))) {
-    for (const p of admitting) if (!p.known!.value.chosen) Object.assign(p.facts, { admitted: false, waitSet: true });
+  // Fair share: while others wait their turn, a new job joins them, unless its turn came already.
+  // One admitted before (its runner asked for: a redelivery while it boots) keeps its slot.
+  const needsTurn = (p: Prepared) => !p.known!.value.chosen && UNADMITTED_STATES.has(p.known!.value.state);
+  if (deps.waiting && admitting.some(needsTurn) && (await deps.waiting.set.any(deps.backend))) {
+    for (const p of admitting) if (needsTurn(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
   const quotaTaken = await takeQuotas(deps, admitting.filter((p) => p.facts.admitted === undefined));
   const trying = admitting.filter((p) => !p.failed && p.facts.admitted === undefined);
   if (trying.length) {
     const reserve = new Set(deps.needsIdentity ? trying.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
-    const candidates = trying.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p.known!.value, p.assignment!) }));
+    // Fair share: in turn order, when there are fewer slots than jobs of several repositories.
+    const ordered = deps.waiting ? await orderByTurn(deps, trying) : trying;
+    const candidates = ordered.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p.known!.value, p.assignment!) }));
     const { admitted, reserved } = await deps.admission.placeMany(candidates, reserve);
     for (const p of trying) {
       const placement = admitted.get(p.assignment!.id);

@@ -7,22 +7,35 @@ import { admitWaiting } from "../../src/quotas/admit-waiting.ts";
 import type { ProcessDeps } from "../../src/reconcile/types.ts";
 import type { Backend } from "../../src/names.ts";
 import type { WaitHead } from "../../src/state/wait-set.ts";
+import type { QuotaLedger } from "../../src/state/quota-ledger.ts";
+import { memoryLedger } from "../harness/memory.ts";
 
 const TRUST = "dispatch.test";
 type Refusal = "backend" | "pool" | undefined;
 
-function world(refusals: Refusal[]) {
-  const head = (id: string, repository: string, seq: number): WaitHead => {
-    const decoded = completeAssignment({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: seq, runId: seq, attempt: 1, repository } }, TRUST, new Date(0));
-    if (!decoded.ok) throw new Error("bad fixture");
-    return { id, owner: repository.split("/")[0]!, repository, seq, data: btoa(String.fromCharCode(...encodeAssignment(decoded.assignment))) };
-  };
+const head = (id: string, repository: string, seq: number): WaitHead => {
+  const decoded = completeAssignment({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: seq, runId: seq, attempt: 1, repository } }, TRUST, new Date(0));
+  if (!decoded.ok) throw new Error("bad fixture");
+  return { id, owner: repository.split("/")[0]!, repository, seq, data: btoa(String.fromCharCode(...encodeAssignment(decoded.assignment))) };
+};
+
+interface WorldOptions {
+  /** Waiting jobs per repository, oldest first; the first of each is a head. */
+  queues?: WaitHead[][];
+  /** Runners held now, all of a/mono. */
+  held?: number;
+  ledger?: QuotaLedger;
+  limits?: (repository: string) => { owner?: number; repository?: number };
+}
+
+function world(refusals: Refusal[], opts: WorldOptions = {}) {
   // a/mono holds two runners, c/app none: c's head is picked first.
-  const heads = [head("a-1", "a/mono", 1), head("c-1", "c/app", 2)];
+  const queues = (opts.queues ?? [[head("a-1", "a/mono", 1)], [head("c-1", "c/app", 2)]]).map((q) => [...q]);
+  const heads = queues.map((q) => q[0]!);
+  const holders = Array.from({ length: opts.held ?? 2 }, (_, i) => `held-${i + 1}`);
   const records = new Map<string, { id: string; state: string; chosen?: boolean; job: { repository: string } }>([
-    ...heads.map((h) => [h.id, { id: h.id, state: "capacity_wait", job: { repository: h.repository } }] as const),
-    ["held-1", { id: "held-1", state: "claimed", job: { repository: "a/mono" } }],
-    ["held-2", { id: "held-2", state: "claimed", job: { repository: "a/mono" } }],
+    ...queues.flat().map((h) => [h.id, { id: h.id, state: "capacity_wait", job: { repository: h.repository } }] as const),
+    ...holders.map((id) => [id, { id, state: "claimed", job: { repository: "a/mono" } }] as const),
   ]);
   const tried: string[] = [];
   const turns: string[] = [];
@@ -41,7 +54,7 @@ function world(refusals: Refusal[]) {
       getMany: async (ids: string[]) => new Map(ids.map((id) => [id, { value: records.get(id) }])),
     },
     admission: {
-      holders: async () => ["held-1", "held-2"],
+      holders: async () => holders,
       placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[]) => {
         const c = candidates[0]!;
         tried.push(c.id);
@@ -51,10 +64,11 @@ function world(refusals: Refusal[]) {
       },
     },
     waiting: {
-      rules: { weight: () => 1, limits: () => ({}) },
+      rules: { weight: () => 1, limits: opts.limits ?? (() => ({})) },
+      ...(opts.ledger ? { ledger: opts.ledger } : {}),
       set: {
         heads: async () => heads,
-        next: async () => undefined,
+        next: async (_backend: Backend, repository: string, afterSeq: number) => queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
         republish: async () => true,
         remove: async () => undefined,
       },
@@ -83,5 +97,31 @@ describe("admitWaiting", () => {
     const { deps, turns } = world([]);
     expect(await admitWaiting(deps)).toBe(2);
     expect(turns).toEqual(["c-1", "a-1"]);
+  });
+});
+
+describe("admitWaiting, counting and giving back", () => {
+  it("counts each turn it gives against its owner for the next pick", async () => {
+    // a/mono holds one, c/app none; three turns fit. By turn: c-1, then a-1 (one each, a waited
+    // longer), then c-2. Counting nothing given, c/app would take every turn it has jobs for.
+    const queues = [
+      [head("a-1", "a/mono", 1), head("a-2", "a/mono", 3)],
+      [head("c-1", "c/app", 2), head("c-2", "c/app", 4)],
+    ];
+    const { deps, turns } = world([undefined, undefined, undefined, "backend"], { queues, held: 1 });
+    expect(await admitWaiting(deps)).toBe(3);
+    expect(turns).toEqual(["c-1", "a-1", "c-2"]);
+  });
+
+  it("gives back the QUOTAS places a turn took when its pool's maxRunners refuses it", async () => {
+    const ledger = memoryLedger();
+    const { deps, tried } = world(["pool", "pool", "pool"], { ledger, limits: () => ({ owner: 5 }) });
+    await admitWaiting(deps);
+    expect(tried).toEqual(["c-1", "a-1"]);
+    expect([...ledger.places.values()].every((ids) => ids.size === 0)).toBe(true);
+    // Near miss: a turn admitted keeps them.
+    const kept = memoryLedger();
+    await admitWaiting(world([], { ledger: kept, limits: () => ({ owner: 5 }) }).deps);
+    expect(await kept.held(["a", "c"])).toEqual(new Map([["a", 1], ["c", 1]]));
   });
 });

@@ -2,7 +2,7 @@
 // then the repository holding fewest, then first in first out; limits pass a job over without
 // holding back anyone else. And QUOTAS as configuration, near misses included.
 import { describe, expect, it } from "vitest";
-import { pickNext, taken, type Shares, type ShareRules, type Waiting } from "../../src/quotas/fair-share.ts";
+import { pickNext, taken, turnOrder, type Shares, type ShareRules, type Waiting } from "../../src/quotas/fair-share.ts";
 import { limitsOf, parseQuotas, weightOf, type Quotas } from "../../src/quotas/config.ts";
 
 const w = (id: string, repository: string, seq: number): Waiting => ({ id, owner: repository.split("/")[0]!, repository, seq });
@@ -51,6 +51,24 @@ describe("the next free slot", () => {
     expect(pickNext(shares(heads, { a: 3, b: 3 }, { "b/big": 1 }), rules(q!))).toBeUndefined();
     const { q: zero } = quotas({ default: { repository: 0 } });
     expect(pickNext(shares(heads), rules(zero!))).toBeUndefined();
+  });
+});
+
+describe("the order of a batch's jobs (turnOrder)", () => {
+  const ids = (ws: Waiting[]) => ws.map((x) => x.id);
+  it("interleaves owners by what each holds, counting each turn before the next; first in first out within a repository", () => {
+    const jobs = [w("a2", "a/mono", 1), w("a3", "a/mono", 2), w("a4", "a/mono", 3), w("b1", "b/fix", 4), w("b2", "b/fix", 5)];
+    expect(ids(turnOrder(shares([], { a: 1 }, { "a/mono": 1 }), rules(), jobs))).toEqual(["b1", "a2", "b2", "a3", "a4"]);
+    // Nothing held: ties go to the oldest, then alternate.
+    expect(ids(turnOrder(shares([]), rules(), jobs))).toEqual(["a2", "b1", "a3", "b2", "a4"]);
+  });
+
+  it("puts jobs at a QUOTAS limit last, oldest first; one owner's jobs keep their order", () => {
+    const { q } = quotas({ repositories: { "a/mono": { limit: 1 } } });
+    const jobs = [w("a2", "a/mono", 1), w("a3", "a/mono", 2), w("b1", "b/fix", 3)];
+    expect(ids(turnOrder(shares([], {}, {}), rules(q!), jobs))).toEqual(["a2", "b1", "a3"]);
+    expect(ids(turnOrder(shares([], { a: 1 }, { "a/mono": 1 }), rules(q!), jobs))).toEqual(["b1", "a2", "a3"]);
+    expect(ids(turnOrder(shares([]), rules(), [w("x3", "a/x", 9), w("x1", "a/x", 2), w("x2", "a/x", 5)]))).toEqual(["x1", "x2", "x3"]);
   });
 });
 

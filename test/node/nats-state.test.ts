@@ -7,7 +7,7 @@ import type { AssignmentRecord } from "../../src/state/records.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import { createAdmission } from "../../src/state/admission.ts";
 import { Conflict } from "../../src/domain-errors.ts";
-import { provision, ReplicasUnavailable } from "../../src/layout.ts";
+import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/layout.ts";
 import { inspect } from "../../src/layout-inspect.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
@@ -242,7 +242,8 @@ describe("JetStream handoff against nats-server", () => {
   });
 
   it("provisioning twice is idempotent and follows a configuration change", async () => {
-    const env = testEnv(nats, backend, { CAPACITY_POD: 3 });
+    // First come, first served: the consumer's window is the capacity.
+    const env = testEnv(nats, backend, { CAPACITY_POD: 3, FAIR_SHARE: "off" });
     const config = loadConfig(env);
     await withNats(config, async (h) => {
       expect((await inspect(h, config)).problems).toEqual([
@@ -268,6 +269,12 @@ describe("JetStream handoff against nats-server", () => {
       ]);
       await provision(h, changed);
       expect((await jsm.consumers.info(config.stream, "pod")).config.max_ack_pending).toBe(7);
+
+      // Fair share: the window is wider, so that the jobs behind booting runners reach the wait set.
+      const fair = loadConfig({ ...env, CAPACITY_POD: "7", FAIR_SHARE: "on" });
+      expect((await inspect(h, fair)).problems).toEqual([expect.stringContaining(`max_ack_pending is 7, configuration wants ${7 + FAIR_SHARE_WINDOW}`)]);
+      await provision(h, fair);
+      expect((await jsm.consumers.info(config.stream, "pod")).config.max_ack_pending).toBe(7 + FAIR_SHARE_WINDOW);
     });
   });
 });

@@ -8,7 +8,8 @@ import { publishAssignment } from "../../src/publish.ts";
 import { jobAssignment } from "../../src/forge/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
 import { giteaTestEnv } from "../harness/env.ts";
-import { poolsFor } from "../../src/pools/route.ts";
+import { poolsFor, routeJob } from "../../src/pools/route.ts";
+import { MAX_POOLS_PER_JOB } from "../../src/assignment.ts";
 import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
 
 const small = { name: "small", backend: "pod", labels: ["ubuntu-latest:docker://node:20", "small"], maxRunners: 10, minIdle: 2, schedule: [{ cron: "* 8-17 * * mon-fri", timeZone: "Europe/Berlin", minIdle: 4 }] };
@@ -79,6 +80,13 @@ describe("which pools can run a job", () => {
     expect(poolsFor(pools, ["docker://node:20"])).toEqual([]);
     expect(poolsFor(pools, [])).toEqual([]);
   });
+  it("are at most 16 for a job that more can run, the first 16 in the order tried; 16 are all kept", () => {
+    const many = (n: number) => parse(Array.from({ length: n }, (_, i) => ({ name: `p${i}`, backend: "pod", labels: ["ubuntu-latest"], priority: 100 + (n - i) }))).pools!;
+    const routed = routeJob(many(20), ["ubuntu-latest"])!;
+    expect(routed.pools).toEqual(Array.from({ length: 16 }, (_, i) => `p${19 - i}`));
+    expect(routeJob(many(16), ["ubuntu-latest"])!.pools).toHaveLength(16);
+    expect(MAX_POOLS_PER_JOB).toBe(16);
+  });
 });
 
 describe("schedule windows", () => {
@@ -120,6 +128,12 @@ describe("schedule windows", () => {
     expect(cronMatches(parseCron("* * * * SUN"), sunday, "UTC")).toBe(true);
     expect(cronMatches(parseCron("*/15 * * * *"), at("2026-12-06T12:45:00Z"), "UTC")).toBe(true);
     expect(cronMatches(parseCron("*/15 * * * *"), at("2026-12-06T12:44:00Z"), "UTC")).toBe(false);
+    // A step from a value runs to the field's end: 5, 20, 35 and 50, nothing else.
+    const fromFive = parseCron("5/15 * * * *");
+    expect([...fromFive.minute].sort((a, b) => a - b)).toEqual([5, 20, 35, 50]);
+    expect(cronMatches(fromFive, at("2026-12-06T12:50:00Z"), "UTC")).toBe(true);
+    expect(cronMatches(fromFive, at("2026-12-06T12:51:00Z"), "UTC")).toBe(false);
+    expect([...parseCron("* 10-20/5 * * *").hour]).toEqual([10, 15, 20]);
     expect(cronMatches(parseCron("* * * dec *"), sunday, "UTC")).toBe(true);
     // The 1st of the month or a Monday: Sunday the 6th is neither, Tuesday the 1st is.
     const firstOrMonday = parseCron("* * 1 * 1");

@@ -13,6 +13,9 @@ import { provisionEnv, testEnv } from "../harness/env.ts";
 import { parseQuotas, shareRules } from "../../src/quotas/config.ts";
 import { takeQuota, withQuotaRelease } from "../../src/quotas/limits.ts";
 import type { Admission } from "../../src/state/admission.ts";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import { publishAssignment } from "../../src/publish.ts";
+import { assignment } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -91,5 +94,31 @@ describe("the quota ledger", () => {
       expect(await takeQuota(l, rules, "gitea-8-1", "a/y")).toBe("taken");
       expect(await takeQuota(l, rules, "gitea-9-1", "b/z")).toBe("refused");
     });
+  });
+
+  it("a take refused at the repository limit keeps the owner place the same id held already", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await withLedger(config, async (l) => {
+      // "same" holds acme's place through acme/app; acme/mono is full with "other".
+      expect(await l.take("acme", "acme/app", "same", { owner: 10 })).toBe(true);
+      expect(await l.take("acme", "acme/mono", "other", { owner: 10, repository: 1 })).toBe(true);
+      expect(await l.take("acme", "acme/mono", "same", { owner: 10, repository: 1 })).toBe(false);
+      // Refused, but the place it held before is still its own.
+      expect((await l.held(["acme"])).get("acme")).toBe(2);
+      expect(await l.take("acme", "acme/app", "same", { owner: 2 })).toBe(true);
+      expect(await l.take("acme", "acme/app", "third", { owner: 2 })).toBe(false);
+    });
+  });
+
+  it("a fresh delivery refused a slot gives its QUOTAS places back (against a dispatcher's pass)", async () => {
+    const env = testEnv(nats, backendUrl, { CAPACITY_POD: 1, QUOTAS: JSON.stringify({ default: { owner: 5, repository: 5 } }) });
+    const config = await provisionEnv(env);
+    const d = createDispatcher({ config, sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
+    for (const [i, id] of ["first", "second"].entries()) await publishAssignment(d, { ...assignment(id), job: { id: i + 1, runId: 1, attempt: 1, repository: "acme/app" } });
+    await d.reconcile("test", 3_000);
+    expect(await d.withState(async ({ records }) => [(await records.get("first"))?.state, (await records.get("second"))?.state])).toEqual(["backend_ready", "capacity_wait"]);
+    // Only the job holding the slot holds a place: the refused one gave its owner's and repository's back.
+    expect(await withLedger(config, (l) => l.held(["acme"]))).toEqual(new Map([["acme", 1]]));
+    expect(await withLedger(config, async (l) => [await l.take("acme", "acme/app", "x1", { repository: 2 }), await l.take("acme", "acme/app", "x2", { repository: 2 })])).toEqual([true, false]);
   });
 });

@@ -1,0 +1,116 @@
+// Admission of a batch (reconcile/process.ts prepareBatch) over in-memory fakes of its narrow
+// dependencies: QUOTAS places given back by a delivery refused a slot, a job that boots keeping its
+// slot while others wait, and a batch of several repositories trying in turn order.
+import { describe, expect, it } from "vitest";
+import { completeAssignment, encodeAssignment } from "../../src/assignment.ts";
+import type { Backend } from "../../src/names.ts";
+import type { DeliveredMessage } from "../../src/nats/pull.ts";
+import { prepareBatch } from "../../src/reconcile/process.ts";
+import type { ProcessDeps } from "../../src/reconcile/types.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
+import { memoryLedger } from "../harness/memory.ts";
+
+const TRUST = "dispatch.test";
+let seq = 0;
+const message = (id: string, repository: string): DeliveredMessage => {
+  const decoded = completeAssignment({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: ++seq, runId: 1, attempt: 1, repository } }, TRUST, new Date(0));
+  if (!decoded.ok) throw new Error("bad fixture");
+  return { data: encodeAssignment(decoded.assignment), seq, deliveryCount: 1, ack: () => undefined, ackAck: async () => undefined, nak: () => undefined, term: () => undefined };
+};
+
+interface Options {
+  /** Slots free now; each candidate tried takes one, in the order asked. */
+  free: number;
+  /** Records that exist already (a job delivered again), by id; a tombstone's content matches any. */
+  known?: Record<string, Partial<AssignmentRecord>>;
+  waiting?: boolean;
+  ledger?: ReturnType<typeof memoryLedger>;
+  /** Runners held now per repository (all on this backend). */
+  held?: Record<string, number>;
+}
+
+function deps(opts: Options) {
+  const asked: string[] = [];
+  const records = new Map<string, AssignmentRecord>();
+  const record = (id: string, extra: Partial<AssignmentRecord> = {}) => ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
+  for (const [id, r] of Object.entries(opts.known ?? {})) records.set(id, record(id, { tombstone: true, ...r }));
+  const holders = Object.entries(opts.held ?? {}).flatMap(([repo, n]) => Array.from({ length: n }, (_, i) => `${repo}#${i}`));
+  for (const h of holders) records.set(h, record(h, { state: "claimed", job: { repository: h.split("#")[0]! } } as Partial<AssignmentRecord>));
+  let free = opts.free;
+  const d = {
+    backend: "pod" as Backend,
+    trustDomain: TRUST,
+    policy: { claimTimeoutMs: 60_000 },
+    pools: new Map(),
+    warmGraceMs: 0,
+    warmPools: new Set(),
+    needsIdentity: false,
+    now: () => 1_000,
+    sink: { event: () => undefined, summary: () => undefined, error: () => undefined },
+    records: {
+      getMany: async (_ids: string[]) => new Map<string, { value: AssignmentRecord; revision: number }>(),
+      offer: async (a: { id: string }) => {
+        records.set(a.id, record(a.id));
+        return { result: "new", record: records.get(a.id)!, revision: 1 };
+      },
+    },
+    admission: {
+      holders: async () => holders,
+      placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[]) => {
+        const admitted = new Map<string, { backend: Backend }>();
+        for (const c of candidates) {
+          asked.push(c.id);
+          const holds = records.get(c.id)?.askedAt !== undefined;
+          if (holds || free > 0) {
+            if (!holds) free--;
+            admitted.set(c.id, c.places[0]!);
+          }
+        }
+        return { admitted, reserved: new Set(), fullBackends: new Set(admitted.size < candidates.length ? ["pod"] : []) };
+      },
+    },
+    waiting: {
+      rules: { weight: () => 1, limits: () => ({ owner: 10, repository: 10 }) },
+      ...(opts.ledger ? { ledger: opts.ledger } : {}),
+      set: { any: async () => opts.waiting ?? false },
+    },
+  };
+  // The holders' records are read by heldNow in one batch read.
+  d.records.getMany = (async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }]))) as typeof d.records.getMany;
+  return { deps: d as unknown as ProcessDeps, asked };
+}
+
+describe("prepareBatch", () => {
+  it("a fresh delivery refused a slot gives its QUOTAS places back; the admitted one keeps its own", async () => {
+    const ledger = memoryLedger();
+    const { deps: d } = deps({ free: 1, ledger });
+    const batch = await prepareBatch(d, [message("first", "acme/app"), message("second", "acme/app")], Infinity);
+    expect(batch.map((p) => p.facts.admitted)).toEqual([true, false]);
+    expect(batch[1]!.facts.waitSet).toBe(true);
+    expect(await ledger.held(["acme"])).toEqual(new Map([["acme", 1]]));
+    expect(ledger.places.get("r:acme/app")).toEqual(new Set(["first"]));
+  });
+
+  it("while others wait, a new job joins them, but a job delivered again while its runner boots keeps its slot", async () => {
+    const { deps: d, asked } = deps({ free: 0, waiting: true, known: { booting: { state: "backend_pending", askedAt: new Date(0).toISOString() } } });
+    const batch = await prepareBatch(d, [message("booting", "a/mono"), message("new", "b/fix")], Infinity);
+    expect(batch.map((p) => [p.assignment!.id, p.facts.admitted, p.facts.waitSet])).toEqual([
+      ["booting", true, undefined],
+      ["new", false, true],
+    ]);
+    expect(asked).toEqual(["booting"]);
+  });
+
+  it("a batch of several repositories tries for the slots in turn order: the one free slot goes to b/fix", async () => {
+    const { deps: d, asked } = deps({ free: 1, held: { "a/mono": 1 } });
+    const batch = await prepareBatch(d, [message("a-2", "a/mono"), message("a-3", "a/mono"), message("b-1", "b/fix")], Infinity);
+    expect(asked).toEqual(["b-1", "a-2", "a-3"]);
+    expect(batch.filter((p) => p.facts.admitted).map((p) => p.assignment!.id)).toEqual(["b-1"]);
+  });
+
+  it("near miss: one repository's batch keeps stream order", async () => {
+    const { deps: d, asked } = deps({ free: 1, held: { "b/fix": 3 } });
+    await prepareBatch(d, [message("a-2", "a/mono"), message("a-3", "a/mono")], Infinity);
+    expect(asked).toEqual(["a-2", "a-3"]);
+  });
+});
