@@ -56,6 +56,7 @@ export const EVENT_NAMES = [
   "handle_conflict",
   "unbindable_job",
   "poller_armed",
+  "poller_retired",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -84,6 +84,8 @@ export interface RunnerRef {
   sealed: string;
   /** The scope key it was registered at (gitea/scope.ts), when not GITEA_SCOPE. */
   scope?: string;
+  /** Forgejo: the URL and scope it is registered at (forgejo/warm.ts forgejoPlace). */
+  place?: string;
 }
 
 /** Its Gitea runner, where Gitea keeps it; undefined when none was registered. */

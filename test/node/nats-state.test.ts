@@ -156,6 +156,27 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("a Forgejo handle is bound to the first runner that asks, moves only from the runner its binder names, and never to a third", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ handles }) => {
+      const h = "0b7c5c2e-handle";
+      const [a, b] = await Promise.all([handles.bind(h, "warm-a"), handles.bind(h, "forgejo-9-1")]);
+      // Two pollers at once: one wins, and both are told which.
+      expect(a).toBe(b);
+      const first = a;
+      const other = first === "warm-a" ? "forgejo-9-1" : "warm-a";
+      expect(await handles.bind(h, other)).toBe(first);
+      // Moved on by whoever bound it (its warm runner was taken meanwhile), and only from there.
+      expect(await handles.bind(h, "warm-b", other)).toBe(first);
+      expect(await handles.bind(h, "warm-b", first)).toBe("warm-b");
+      expect(await handles.bind(h, "warm-c", first)).toBe("warm-b");
+      expect(await handles.bind(h, "warm-b")).toBe("warm-b");
+      // A handle named like an Object member is a handle like any other.
+      expect(await handles.bind("constructor", "x-1")).toBe("x-1");
+    });
+  });
+
   it("a release says whether it freed a slot of a full pool (someone may be waiting for it)", async () => {
     const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 3 }));
     await createDispatcher({ config, sink: silent }).withState(async ({ admission }) => {

@@ -277,6 +277,29 @@ describe("FORGE=forgejo", () => {
     expect((await view(env, `forgejo-${next!.id}-1`))?.state).toBeDefined();
   });
 
+  it("a poller whose name no longer matches the configuration (GITEA_URL moved) stops its alarm and polls nothing; the new one polls", async () => {
+    const { env, forgejo } = await setup();
+    const old = pollerStub(env);
+    await tick(env);
+    expect(await runInDurableObject(old, (_o, state) => state.storage.getAlarm())).not.toBeNull();
+    const moved = { ...env, GITEA_URL: `${env.GITEA_URL}-moved` };
+    // The old object meets the configuration in force (after a deploy it reads it from its env): not its own.
+    expect(await old.arm(loadConfig(moved))).toBe(false);
+    expect(await runInDurableObject(old, (_o, state) => state.storage.getAlarm())).toBeNull();
+    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(1);
+    // An alarm that still fires there polls nothing and is not set again.
+    const asked = (await forgejo.state()).requests.length;
+    await runInDurableObject(old, (_o, state) => state.storage.setAlarm(Date.now() + 60_000));
+    expect(await fireAlarm(env)).toBe(true);
+    expect((await forgejo.state()).requests.length).toBe(asked);
+    expect(await runInDurableObject(old, (_o, state) => state.storage.getAlarm())).toBeNull();
+    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(2);
+    // Near miss: the object the configuration names arms, and keeps its alarm.
+    await tick(moved);
+    expect(await runInDurableObject(pollerStub(moved), (_o, state) => state.storage.getAlarm())).not.toBeNull();
+    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(2);
+  });
+
   it("a run's webhook makes the poller look now: its jobs end there; a signature one character off is refused", async () => {
     const { env, forgejo } = await setup();
     await forgejo.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -352,6 +375,49 @@ describe("FORGE=forgejo", () => {
     expect((await poll(env)).ended).toBe(1);
     expect((await view(env, wid))?.state).toBe("completed");
     expect((await ask(w!.claimToken)).status).toBe(409);
+  });
+
+  /** A pool of one warm runner, up and idle: its assignment id. */
+  async function warmReady(env: Record<string, string>, backend: ReturnType<typeof backendControl>) {
+    await until(async () => {
+      await tick(env);
+      const put = (await backend.state()).requests.find((r) => r.method === "PUT");
+      return put !== undefined && (await view(env, JSON.parse(put.body).assignment.id))?.state === "backend_ready";
+    });
+    return JSON.parse((await backend.state()).requests.find((r) => r.method === "PUT")!.body).assignment.id as string;
+  }
+  const warmPool = () => ({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels, minIdle: 1 }]) });
+
+  it("a job one poller gave to a warm runner is followed, not doubled, by a second poller with its own memory (or one that lost its storage)", async () => {
+    const { env, forgejo, backend } = await setup(warmPool());
+    const wid = await warmReady(env, backend);
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect(await otherPoller(env)()).toMatchObject({ bound: 1, published: 0 });
+    // The object has never seen the job: it finds the handle bound to that warm runner, and follows it.
+    expect(await poll(env)).toMatchObject({ bound: 0, published: 0 });
+    expect(await knownOf(env)).toEqual([expect.objectContaining({ id: wid, job: job!.id, boundAt: expect.any(Number) })]);
+    expect(await view(env, `forgejo-${job!.id}-1`)).toBeNull();
+    expect((await backend.state()).requests.filter((r) => r.method === "PUT" && r.body.includes(`forgejo-${job!.id}-1`))).toEqual([]);
+    expect(logs().events().filter((e) => e.event === "warm_took_job")).toHaveLength(1);
+    expect(logs().events().filter((e) => e.event === "handle_conflict")).toEqual([]);
+    // Cancelled before the runner took it: the poller that follows it ends that runner.
+    await forgejo.cancel(job!.id);
+    expect((await poll(env)).ended).toBe(1);
+    expect((await view(env, wid))?.state).toBe("completed");
+  });
+
+  it("a warm runner registered at another Forgejo URL or scope is never given a job; one registered here is", async () => {
+    const { env, backend } = await setup(warmPool());
+    const wid = await warmReady(env, backend);
+    const moved = { ...env, GITEA_URL: `${env.GITEA_URL}-moved` };
+    const [there] = await forgejoControl(moved).queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect(await otherPoller(moved)()).toMatchObject({ bound: 0, published: 1 });
+    expect(await view(env, `forgejo-${there!.id}-1`)).not.toBeNull();
+    expect((await view(env, wid))?.state).toBe("backend_ready");
+    // Near miss: a job of the Forgejo it is registered at takes it.
+    const [here] = await forgejoControl(env).queue([{ runs_on: ["ubuntu-latest"] }]);
+    expect(await poll(env)).toMatchObject({ bound: 1, published: 0 });
+    expect(await view(env, wid)).toMatchObject({ state: "claimed", handle: here!.handle });
   });
 
   it("a job given to a warm runner and cancelled before the runner took it ends that runner too", async () => {

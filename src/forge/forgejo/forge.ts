@@ -8,6 +8,7 @@ import type { ForgejoRunnerIdentity, Forge } from "../types.ts";
 import type { ForgejoClient } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { cleanForgejoRunners } from "./cleanup.ts";
+import { forgejoPlace } from "./warm.ts";
 
 export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, now: () => number): Forge<Dispatcher> {
   return {
@@ -21,7 +22,7 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
       const registered = await client.registerRunner(cfg.scope, name);
       const runner: ForgejoRunnerIdentity = { url: cfg.url, uuid: registered.uuid, token: registered.token, labels, ...(assignment.job?.handle ? { handle: assignment.job.handle } : {}) };
       const sealed = await sealIdentity(cfg.identityKey, id, runner);
-      return { identity: { forge: "forgejo", runner }, ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed } };
+      return { identity: { forge: "forgejo", runner }, ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed, place: forgejoPlace(cfg) } };
     },
     async tick(d) {
       await d.withState((state) => cleanForgejoRunners(d, client, cfg, state)).then(() => undefined).catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));

@@ -11,6 +11,7 @@ import { createForgejoClient } from "./client.ts";
 import type { KnownJob } from "./jobs.ts";
 import { recordPollHealth } from "./health.ts";
 import { pollForgejo, type KnownStore, type PollOutcome } from "./poller.ts";
+import { pollerName } from "./binding.ts";
 
 /** A pass right after a poll that published: the runners are asked for now, not at the next tick. */
 const PASS_BUDGET_MS = 5_000;
@@ -24,6 +25,7 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
   /** Keeps `config` for the alarms and sets the alarm when none is set. True when it had to. */
   async arm(config: Config): Promise<boolean> {
     this.#config = config;
+    if (await this.#retired(config)) return false;
     if ((await this.ctx.storage.getAlarm()) !== null) return false;
     await this.ctx.storage.setAlarm(Date.now());
     return true;
@@ -38,9 +40,25 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
   override async alarm(): Promise<void> {
     const config = this.#config ?? configOf(this.env);
     if (!config?.forgejo) return; // not re-armed: the cron tick arms it again, with its configuration
+    if (await this.#retired(config, true)) return;
     // Set before the poll: a poll that throws does not end the alarms.
     await this.ctx.storage.setAlarm(Date.now() + config.forgejo.pollMs);
     await this.#serialized(() => this.#poll(config));
+  }
+
+  /**
+   * An object is named after the Forgejo URL and scope it polls (binding.ts). Once GITEA_URL or
+   * GITEA_SCOPE changed, the object of the old name would poll the new configuration beside the
+   * new object, forever: it stops its alarm instead, and says so once.
+   */
+  async #retired(config: Config, firing = false): Promise<boolean> {
+    const name = this.ctx.id.name;
+    if (name === undefined || name === pollerName(config.forgejo!)) return false;
+    // Said once: when it stops its alarm (firing now, or set).
+    const armed = firing || (await this.ctx.storage.getAlarm()) !== null;
+    await this.ctx.storage.deleteAlarm();
+    if (armed) consoleSink.event({ event: "poller_retired", assignment: "-", backend: undefined, reason: "the configuration names another Forgejo URL or scope: this poller's alarm is stopped" });
+    return true;
   }
 
   #serialized<T>(fn: () => Promise<T>): Promise<T> {

@@ -79,14 +79,21 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
       return skip(job, "no_route");
     }
-    if (!(await d.withState((s) => s.handles.bind(job.handle!, request.id)))) {
-      d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
-      return skip(job, "conflict");
-    }
     const warm = await bindWarm(job, request);
     if (warm) {
       outcome.bound++;
       return store.put(jobKey(job.id, job.attempt), { id: warm, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: d.now() });
+    }
+    // The handle decides who runs the attempt: its own runner, unless it is bound elsewhere.
+    const holder = await d.withState((s) => s.handles.bind(job.handle!, request.id));
+    if (holder !== request.id) {
+      // A warm runner another poller (or this one, before it lost its storage) gave it to: followed, not doubled.
+      const given = (await d.withState((s) => s.records.get(holder)))?.bound;
+      if (given && given.handle === job.handle) {
+        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: Date.parse(given.at) });
+      }
+      d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
+      return skip(job, "conflict");
     }
     try {
       const published = await publishAssignment(d, request, { msgId: forgejoMsgId(job) });

@@ -10,6 +10,7 @@ import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
 import { occupantOf } from "../../pools/warm-plan.ts";
 import type { AssignmentRecord } from "../../state/records.ts";
 import type { ForgejoJob } from "./client.ts";
+import type { ForgejoConfig } from "./config.ts";
 
 /** Idle warm runners of each pool, oldest first, read once per poll and handed out one by one. */
 export function createWarmBinder(d: Dispatcher) {
@@ -20,25 +21,36 @@ export function createWarmBinder(d: Dispatcher) {
       const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
       const byPool = new Map<string, string[]>();
       const now = d.now();
+      const place = forgejoPlace(d.config.forgejo!);
       for (const [pool, slots] of all) {
         const ready = slots.filter((s) => {
           const r = records.get(s.id)?.value;
           const plan = r && { state: r.state, receivedAt: Date.parse(r.receivedAt), ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}) };
-          return r?.runner !== undefined && occupantOf(plan, { index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }, now) === "idle";
+          // Registered at another Forgejo or scope (GITEA_URL or GITEA_SCOPE changed, or before the place was kept): never given a job here.
+          return r?.runner !== undefined && r.runner.place === place && occupantOf(plan, { index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }, now) === "idle";
         });
         byPool.set(pool, ready.sort((a, b) => a.since.localeCompare(b.since)).map((s) => s.id));
       }
       return byPool;
     })());
 
-  /** Gives `job` to an idle warm runner of its first pool: that runner's assignment id, or undefined when none is idle. */
+  /**
+   * Gives `job` to an idle warm runner of its first pool: that runner's assignment id, or undefined
+   * when none is idle or the job's handle is bound to another runner already (by another poller:
+   * the caller's own binding finds which). The handle is bound to the runner before its record is
+   * claimed, so that of two pollers only one gives the job a runner; one whose record was taken
+   * meanwhile passes the handle on to the next candidate, or back to the job's own runner.
+   */
   return async function bindWarm(job: ForgejoJob, request: AssignmentRequest): Promise<string | undefined> {
     const pool = d.config.pools.find((p) => p.name === request.pools?.[0]);
     if (!pool || !keepsWarm(pool) || !job.handle) return undefined;
     return d.withState(async (state) => {
       const candidates = (await read(state)).get(pool.name) ?? [];
+      let tried: string | undefined;
       while (candidates.length) {
         const id = candidates.shift()!;
+        if ((await state.handles.bind(job.handle!, id, tried)) !== id) return undefined;
+        tried = id;
         const at = new Date(d.now()).toISOString();
         const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository: request.job!.repository, at };
         const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: at, bound } : undefined));
@@ -48,7 +60,13 @@ export function createWarmBinder(d: Dispatcher) {
         await maintainPools(d, state, [pool.name], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
         return id;
       }
+      if (tried) await state.handles.bind(job.handle!, request.id, tried);
       return undefined;
     });
   };
+}
+
+/** Where a Forgejo runner is registered: its URL and scope. A warm runner is given jobs of that place only. */
+export function forgejoPlace(f: Pick<ForgejoConfig, "url" | "scope">): string {
+  return `${f.url} ${JSON.stringify(f.scope)}`;
 }
