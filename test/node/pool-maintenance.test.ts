@@ -2,12 +2,14 @@
 // compare-and-set keeps the warm runners at the target, never above, whatever number of passes
 // race; vacancies left by runners that took a job are filled once each.
 import { describe, expect, inject, it } from "vitest";
-import type { Config } from "../../src/config.ts";
+import { loadConfig, type Config } from "../../src/config.ts";
 import { createDispatcher, type State } from "../../src/dispatcher.ts";
 import { adoptWarm, maintainPools } from "../../src/pools/maintain.ts";
 import { settleTaken } from "../../src/pools/taken.ts";
+import { drainWarm } from "../../src/pools/drain.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { poolsTestEnv, provisionEnv } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -45,6 +47,24 @@ describe("pool maintenance from many isolates at once", () => {
     const positions = await createDispatcher({ config, sink: silent }).withState(({ warm }) => warm.list());
     expect(positions.get("small")?.map((p) => p.index)).toEqual([0, 1, 2]);
     expect(new Set(positions.get("small")?.map((p) => p.id))).toEqual(new Set([first[2], ...second]));
+  });
+
+  it("a scale-down that moves a warm runner to a lower position leaves its old position empty", async () => {
+    const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3 }], { CAPACITY_VM: 0 });
+    const config = await provisionEnv(env);
+    await race(config, 1);
+    const d = createDispatcher({ config, sink: silent });
+    const [p0, p1, p2] = await d.withState(async (state) => (await state.warm.list()).get("small")!);
+    // Position 0's runner took a job a minute ago (busy, its position free); the target drops to 2.
+    await d.withState((state) => state.records.update(p0!.id, (r) => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - 60_000).toISOString() })));
+    const lowered = loadConfig({ ...env, RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }]) });
+    const d2 = createDispatcher({ config: lowered, sink: silent });
+    await d2.withState((state) => maintainPools(d2, state));
+    const after = await d2.withState(async (state) => (await state.warm.list()).get("small")!.map((s) => [s.index, s.id]));
+    expect(after).toEqual([
+      [0, p2!.id],
+      [1, p1!.id],
+    ]);
   });
 
   it("a job's runner made warm takes the position its settling vacated, not another one left empty", async () => {
@@ -120,5 +140,45 @@ describe("pool maintenance from many isolates at once", () => {
     expect(after.a).toMatchObject({ state: "claimed", took: "gitea-2-1" });
     expect(after.a?.warm).toBeUndefined();
     expect(after.b).toMatchObject({ state: "backend_pending", warm: true });
+  });
+
+  it("a job's runner that a warm runner's take made surplus, with its pool at its target, is torn down and deleted from Gitea too", async () => {
+    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 0 }], { CAPACITY_VM: 0 }));
+    const gitea = stubGitea();
+    const deleted: number[] = [];
+    gitea.deleteRunner = async (runner) => void deleted.push(runner.id);
+    const d = createDispatcher({ config, sink: silent, gitea });
+    await d.withState(async ({ records }) => {
+      await records.offer(job("gitea-5-1"));
+      await records.update("gitea-5-1", (r) => ({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" }, runner: { id: 42, name: "gdr-gitea-5-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
+    });
+    await settleTaken(d, { own: "gitea-5-1", by: "warm-small-0-x", warm: true, pool: "small" });
+    expect(await d.withState(({ records }) => records.get("gitea-5-1"))).toMatchObject({ state: "terminated", reason: "its job ran on warm runner warm-small-0-x" });
+    expect(deleted).toEqual([42]);
+  });
+
+  it("a claim that lands while a warm runner is being drained wins: the runner is neither ended nor torn down", async () => {
+    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }));
+    await race(config, 1);
+    const gitea = stubGitea();
+    const deleted: number[] = [];
+    gitea.deleteRunner = async (runner) => void deleted.push(runner.id);
+    const d = createDispatcher({ config, sink: silent, gitea });
+    const w = await d.withState(async ({ records, warm }) => {
+      const [p0] = (await warm.list()).get("small")!;
+      await records.update(p0!.id, (r) => ({ ...r, state: "backend_ready", readyAt: new Date().toISOString(), runner: { id: 7, name: "gdr-w", registeredAt: new Date().toISOString(), sealed: "x" } }));
+      return p0!.id;
+    });
+    // Gitea says it is idle, and its claim lands right after that answer.
+    gitea.getRunner = async () => {
+      await d.withState(({ records }) => records.update(w, claimedNow));
+      return { id: 7, busy: false } as Awaited<ReturnType<typeof gitea.getRunner>>;
+    };
+    expect(await d.withState((state) => drainWarm(d, state, w, "scaled_down", "small"))).toBe(false);
+    expect((await d.withState(({ records }) => records.get(w)))?.state).toBe("claimed");
+    expect(deleted).toEqual([]);
+    const pod = config.backends.find((b) => b.backend === "pod");
+    const requests = (await (await fetch(`${pod && "url" in pod ? pod.url : ""}/_control/state`)).json()) as { requests: { method: string }[] };
+    expect(requests.requests.filter((r) => r.method === "DELETE")).toEqual([]);
   });
 });
