@@ -10,6 +10,7 @@ import { assignmentSubject } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
+import { cancelAssignment } from "../../src/forge/cancel.ts";
 
 const events: { event: string; assignment: string }[] = [];
 const sink = { event: (e: { event: string; assignment: string }) => void events.push(e), summary: () => undefined, error: () => undefined };
@@ -46,5 +47,58 @@ describe("a job that ends between a pass's read and its backend call", () => {
     expect(after.snapshot).toEqual({ holders: [], registering: [] });
     // The runner it registered is in the record, for the sweep to delete.
     expect(after.record).toMatchObject({ state: "terminated", reason: "cancelled", runner: { id: 1 } });
+  });
+});
+
+describe("a cancel whose tombstone loses to the job's queued record, created in between", () => {
+  it("ends that record (near miss: an id with no record gets the tombstone)", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const config = await provisionEnv(env);
+    // The queued's record is created after the cancel's first look found none, just before its tombstone.
+    const queuedFirst = (state: State): State => ({
+      ...state,
+      records: {
+        ...state.records,
+        tombstone: async (id, backend, reason, job) => {
+          if (id === "gitea-61-1") await state.records.offer(assignment(id));
+          return state.records.tombstone(id, backend, reason, job);
+        },
+      },
+    });
+    const d = createDispatcher({ config, gitea: stubGitea(), sink, decorateState: queuedFirst });
+    const cancelled = await cancelAssignment(d, "gitea-61-1", "cancelled", { backend: "pod", reason: "cancelled before it was queued" });
+    expect(cancelled?.tombstoned).toBeUndefined();
+    expect(await d.withState(({ records }) => records.get("gitea-61-1"))).toMatchObject({ state: "terminated", reason: "cancelled" });
+    const near = await cancelAssignment(d, "gitea-62-1", "cancelled", { backend: "pod", reason: "cancelled before it was queued" });
+    expect(near?.tombstoned).toBe(true);
+  });
+});
+
+describe("a runner past its claim timeout whose job Gitea cannot be asked about", () => {
+  it("keeps the usual course: torn down and asked for again, not ended as started elsewhere", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { CLAIM_TIMEOUT_MS: 1_000, RETRY_DELAY_MS: 30 });
+    const config = await provisionEnv(env);
+    const id = "gitea-71-1";
+    const a = { ...assignment(id), job: { id: 71, runId: 1, attempt: 1, repository: "acme/app" } };
+    const gitea = stubGitea();
+    let asked = 0;
+    gitea.getJob = async () => {
+      asked++;
+      throw new Error("gitea unavailable");
+    };
+    const d = createDispatcher({ config, gitea, sink });
+    const longAgo = new Date(Date.now() - 60_000).toISOString();
+    await d.withState(async ({ records }) => {
+      await records.offer(a);
+      await records.update(id, (r) => ({ ...r, state: "backend_ready", askedAt: longAgo, readyAt: longAgo, runner: { id: 9, name: `gdr-${id}`, registeredAt: longAgo, sealed: "x" } }));
+    });
+    await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(a), { msgID: id }));
+    events.length = 0;
+    await d.reconcile("test", 5_000);
+    expect(asked).toBeGreaterThan(0);
+    const mine = events.filter((e) => e.assignment === id).map((e) => e.event);
+    expect(mine).toContain("claim_timeout");
+    expect(mine).not.toContain("job_started_elsewhere");
+    expect((await d.withState(({ records }) => records.get(id)))?.state).not.toBe("terminated");
   });
 });

@@ -9,6 +9,7 @@ import { createAdmission } from "../../src/state/admission.ts";
 import { Conflict } from "../../src/domain-errors.ts";
 import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/layout.ts";
 import { inspect } from "../../src/layout-inspect.ts";
+import { TEARDOWNS_PER_TICK } from "../../src/reconcile/teardown.ts";
 import { assignmentSubject, consumerName } from "../../src/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { publishAssignment } from "../../src/publish.ts";
@@ -174,6 +175,21 @@ describe("JetStream handoff against nats-server", () => {
       expect(await handles.bind(h, "warm-b")).toBe("warm-b");
       // A handle named like an Object member is a handle like any other.
       expect(await handles.bind("constructor", "x-1")).toBe("x-1");
+    });
+  });
+
+  it("teardowns past the per-tick limit are retried oldest first; one listed twice keeps its first time", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    const d = createDispatcher({ config, sink: silent });
+    await d.withState(async ({ teardowns }) => {
+      // Ids in the reverse order of their failures: the key order is not the age.
+      const base = Date.parse("2026-12-03T10:00:00Z");
+      for (let i = 0; i < 25; i++) await teardowns.add({ id: `t-${String(i).padStart(2, "0")}`, backend: "pod", since: new Date(base - i * 60_000).toISOString() });
+      await teardowns.add({ id: "t-00", backend: "pod", since: new Date(base - 3_600_000).toISOString() });
+      const first = await teardowns.list(TEARDOWNS_PER_TICK);
+      expect(first.map((t) => t.id)).toEqual(Array.from({ length: TEARDOWNS_PER_TICK }, (_, i) => `t-${String(24 - i).padStart(2, "0")}`));
+      for (const t of first) await teardowns.done(t.id);
+      expect((await teardowns.list(TEARDOWNS_PER_TICK)).map((t) => t.id)).toEqual(["t-04", "t-03", "t-02", "t-01", "t-00"]);
     });
   });
 

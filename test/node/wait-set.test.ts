@@ -54,4 +54,19 @@ describe("the wait set", () => {
     const pending = await withNats(config, async (h) => (await (await jetstreamManager(h.nc)).consumers.info(config.stream, consumerName("pod"))).num_pending);
     expect(pending).toBe(1);
   });
+
+  it("an id reused under a new incarnation enters again within the duplicate window; the same incarnation does not", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      await waiting.add("pod", entry("gitea-5-1", "b/fix"), "inc-1");
+      const [first] = await waiting.heads("pod", 64);
+      await waiting.remove(first!.seq);
+      // A pass that died before its ack puts the same incarnation in again: dropped.
+      await waiting.add("pod", entry("gitea-5-1", "b/fix"), "inc-1");
+      expect(await waiting.any("pod")).toBe(false);
+      // The id's record was made anew (a rerun with the same id after its end): it waits again.
+      await waiting.add("pod", entry("gitea-5-1", "b/fix"), "inc-2");
+      expect((await waiting.heads("pod", 64)).map((h) => h.id)).toEqual(["gitea-5-1"]);
+    });
+  });
 });
