@@ -4,9 +4,10 @@
 // until maxIdleMs. The cron tick looks for those: a warm runner registered a while ago that Gitea
 // no longer lists is gone, and its record is ended (compare-and-set: a claim that came meanwhile
 // wins), so that its position is filled again. One runner list per tick and scope, and only when
-// a warm runner is idle.
+// a warm runner is idle; a runner the list does not show is asked about on its own before it is
+// taken for gone.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { listedBy } from "../forge/gitea/scope.ts";
 import { endRunner } from "./end.ts";
 
@@ -33,6 +34,9 @@ export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
     const listed = await listAll(d, gitea.jobPages, scope);
     for (const r of listed ? group : []) {
       if (listed!.has(r.runner!.id)) continue;
+      // A list read page by page can skip a runner (one deleted between two reads shifts the
+      // rest): only Gitea's answer for this runner says it is gone.
+      if ((await d.gitea.getRunner(runnerAt(r)!).catch(() => "unknown" as const)) !== null) continue;
       const reason = "its runner is gone from Gitea: it ran a job whose webhooks were lost";
       const after = await endRunner(d, state, r.id, reason, (c) => c.state === "backend_ready", { inGitea: false });
       if (!after) continue;

@@ -54,12 +54,18 @@ export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, 
     if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
   }
   summary.deleted = counted.runnersDeleted;
-  // Absence is known only from a whole list.
+  // Absence is looked into only from a whole list, and then asked of Forgejo runner by runner.
   if (!complete) return summary;
   const present = new Set(listed.map((r) => r.id));
   for (const r of withRunner) {
     const stale = WAITING_ON_RUNNER.has(r.state) && !present.has(r.runner!.id) && d.now() - Date.parse(r.runner!.registeredAt) > cfg.cleanupGraceMs;
-    if (stale) await eachItem(d, `assignment ${r.id}`, async () => void ((await forgetGone(d, state, r)) && summary.forgotten++));
+    if (!stale) continue;
+    await eachItem(d, `assignment ${r.id}`, async () => {
+      // A list read page by page can skip a runner (one deleted between two reads shifts the
+      // rest): only Forgejo's answer for this runner says it is gone.
+      if ((await client.getRunner(cfg.scope, r.runner!.id)) !== null) return;
+      if (await forgetGone(d, state, r)) summary.forgotten++;
+    });
   }
   return summary;
 }
