@@ -19,6 +19,9 @@ describe("planPoll", () => {
     expect(planPoll(new Map(), [job()]).publish).toEqual([job()]);
     expect(planPoll(knownMap(known()), [job()]).publish).toEqual([]);
     expect(planPoll(new Map(), [job({ status: "running", task_id: 9 })]).publish).toEqual([]);
+    // Listed but neither waiting nor running (blocked behind a needs:, say): not yet.
+    expect(planPoll(new Map(), [job({ status: "blocked" })])).toMatchObject({ publish: [], unbindable: [], gone: [] });
+    expect(planPoll(new Map(), [job({ status: "blocked", handle: "" })]).unbindable).toEqual([]);
     expect(planPoll(new Map(), [job({ handle: "" })])).toMatchObject({ publish: [], unbindable: [job({ handle: "" })] });
     // The next attempt of a known job is a new one.
     expect(planPoll(knownMap(known()), [job({ attempt: 2, handle: H2 })]).publish).toEqual([job({ attempt: 2, handle: H2 })]);
