@@ -2,7 +2,7 @@
 // runners (then by jobs waiting), the rest summed as `other`. Built from what the snapshot reads
 // anyway (the slot holders' records and the wait set's counts), so it costs no request.
 import { limitsOf, ownerOf, whoseJob, type Quotas } from "../quotas/config.ts";
-import type { AssignmentRecord } from "../state/records.ts";
+import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 
 /** What an owner holds and waits for. `-` stands for jobs with no repository; `other` for the rest (and an owner named so). */
 export interface OwnerSnapshot {
@@ -24,7 +24,7 @@ export const OTHER_OWNERS = "other";
 export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMap<string, number>, limited: (repository: string) => boolean, top: number): OwnerSnapshot[] {
   const rows = new Map<string, OwnerSnapshot>();
   const row = (owner: string) => rows.get(owner) ?? rows.set(owner, { owner, runners: 0, waitingForCapacity: 0, waitingForQuota: 0 }).get(owner)!;
-  for (const r of held) row(whoseJob(r.job?.repository).owner).runners++;
+  for (const r of held) row(whoseJob(jobRepository(r)).owner).runners++;
   for (const [repository, count] of waiting) {
     const r = row(whoseJob(repository).owner);
     if (limited(repository)) r.waitingForQuota += count;
@@ -53,7 +53,7 @@ export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMa
 export function atQuotaLimit(held: readonly AssignmentRecord[], quotas: Quotas): (repository: string) => boolean {
   const count = new Map<string, number>();
   for (const r of held) {
-    const at = ownerOf(r.job?.repository);
+    const at = ownerOf(jobRepository(r));
     if (!at) continue;
     for (const key of [`o:${at.owner}`, `r:${at.repository}`]) count.set(key, (count.get(key) ?? 0) + 1);
   }

@@ -8,7 +8,7 @@ import { RECORD_PREFIX } from "../names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { isKvValue, readBatch } from "../state/kv.ts";
-import type { AssignmentRecord } from "../state/records.ts";
+import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 
 /** Records read per request, and at most per answer (truncated beyond: ask a narrower window). */
 const BATCH = 500;
@@ -58,18 +58,21 @@ export async function readUsage(handle: NatsHandle, bucket: string, since: numbe
 
 /**
  * Sums per owner and repository. A runner that ran another job than its own (a warm runner, or one
- * whose job another runner took first: `took`) counts to the job it ran; a warm runner that ran
- * none counts to `-`, as do jobs with no repository.
+ * whose job another runner took first: `took`) counts to the job it ran; a Forgejo warm runner
+ * given a job (`bound`) is that job, queued when it was given (its queued-to-running time is not
+ * known: not counted); a warm runner that ran none counts to `-`, as do jobs with no repository.
  */
 export function summarizeUsage(records: readonly AssignmentRecord[], since: number, until: number, now: number): Omit<Usage, "scanned" | "truncated"> {
   const byId = new Map(records.map((r) => [r.id, r]));
-  const inWindow = (r: AssignmentRecord | undefined) => r !== undefined && !r.tombstone && Date.parse(r.createdAt) >= since && Date.parse(r.createdAt) < until;
+  const queuedAt = (r: AssignmentRecord) => Date.parse(r.bound?.at ?? r.createdAt);
+  const inWindow = (r: AssignmentRecord | undefined) => r !== undefined && !r.tombstone && queuedAt(r) >= since && queuedAt(r) < until;
   const rows = new Map<string, { jobs: number; seconds: number; waits: number[] }>();
   const row = (repository: string) => rows.get(repository) ?? rows.set(repository, { jobs: 0, seconds: 0, waits: [] }).get(repository)!;
-  const where = (r: AssignmentRecord) => whoseJob(r.job?.repository).repository;
+  const where = (r: AssignmentRecord) => whoseJob(jobRepository(r)).repository;
   for (const r of records) {
-    if (inWindow(r) && r.job) row(where(r)).jobs++;
-    const ran = r.took ? byId.get(r.took) : r.job ? r : undefined;
+    const isJob = r.job !== undefined || r.bound !== undefined;
+    if (inWindow(r) && isJob) row(where(r)).jobs++;
+    const ran = r.took ? byId.get(r.took) : isJob ? r : undefined;
     if (r.askedAt) {
       // Counted with the job it ran, when that job is in the window; else with its own.
       const to = ran && inWindow(ran) ? ran : r;
@@ -78,7 +81,7 @@ export function summarizeUsage(records: readonly AssignmentRecord[], since: numb
         row(where(to)).seconds += Math.max(0, Date.parse(end) - Date.parse(r.askedAt)) / 1_000;
       }
     }
-    if (r.claimedAt && ran && inWindow(ran)) row(where(ran)).waits.push(Math.max(0, Date.parse(r.claimedAt) - Date.parse(ran.createdAt)) / 1_000);
+    if (r.claimedAt && ran && !ran.bound && inWindow(ran)) row(where(ran)).waits.push(Math.max(0, Date.parse(r.claimedAt) - Date.parse(ran.createdAt)) / 1_000);
   }
   const owners = new Map<string, Usage["owners"][number]>();
   for (const [repository, r] of [...rows].sort(([a], [b]) => (a < b ? -1 : 1))) {

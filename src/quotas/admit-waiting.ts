@@ -8,6 +8,7 @@ import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
+import { jobRepository } from "../state/records.ts";
 import { whoseJob } from "./config.ts";
 import { pickNext, taken, turnOrder, type Shares } from "./fair-share.ts";
 import { releaseQuota, takeQuota } from "./limits.ts";
@@ -106,13 +107,13 @@ export async function orderByTurn(deps: ProcessDeps, batch: Prepared[]): Promise
 }
 
 /** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests). */
-async function heldNow(deps: ProcessDeps, heads: WaitHead[]): Promise<Shares> {
+export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[]): Promise<Shares> {
   const holders = await deps.admission.holders(deps.backend);
   const records = await deps.records.getMany(holders);
   const heldByOwner = new Map<string, number>();
   const heldByRepository = new Map<string, number>();
   for (const { value } of records.values()) {
-    const at = whoseJob(value.job?.repository);
+    const at = whoseJob(jobRepository(value));
     heldByOwner.set(at.owner, (heldByOwner.get(at.owner) ?? 0) + 1);
     heldByRepository.set(at.repository, (heldByRepository.get(at.repository) ?? 0) + 1);
   }

@@ -58,7 +58,9 @@ export interface AssignmentRecord {
   gaveUpAt?: string;
   /**
    * Forgejo: the job attempt a warm runner was given (its runner asks for the handle, then runs
-   * `one-job --handle`). Not `job`: the warm runner was admitted without one, and gives back no QUOTAS place of it.
+   * `one-job --handle`). Not `job`: the warm runner was admitted without one. Its repository is the
+   * one the runner counts to (jobRepository): QUOTAS places taken when it was given, fair share,
+   * the owner rows and usage.
    */
   bound?: { job: number; attempt: number; handle: string; repository: string; at: string };
   /** Forgejo: its own job attempt's handle (from the assignment). */
@@ -66,8 +68,13 @@ export interface AssignmentRecord {
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
-export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job">): { backend: Backend; pool?: string; repository?: string } {
-  return { ...(r.placement ?? { backend: r.backend }), ...placedRepository(r.job?.repository) };
+export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job" | "bound">): { backend: Backend; pool?: string; repository?: string } {
+  return { ...(r.placement ?? { backend: r.backend }), ...placedRepository(jobRepository(r)) };
+}
+
+/** The repository a runner counts to: its own job's, or the one a warm runner was given (Forgejo's `bound`). */
+export function jobRepository(r: Pick<AssignmentRecord, "job" | "bound">): string | undefined {
+  return r.job?.repository ?? r.bound?.repository;
 }
 
 /** A job's repository as a placement carries it (lower case): a release gives its QUOTAS places back. */

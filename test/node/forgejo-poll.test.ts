@@ -7,7 +7,11 @@ import { createDispatcher } from "../../src/dispatcher.ts";
 import type { ForgejoClient, ForgejoJob } from "../../src/forge/forgejo/client.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { GONE_GRACE_MS, pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
-import { assignment, forgejoTestEnv, provisionEnv } from "../harness/env.ts";
+import { completeAssignmentRun } from "../../src/operations.ts";
+import { assignment, forgejoTestEnv, provisionEnv, TEST_ROUTES } from "../harness/env.ts";
+import { forgejoPlace } from "../../src/forge/forgejo/warm.ts";
+import type { Config } from "../../src/config.ts";
+import type { Dispatcher } from "../../src/dispatcher.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -55,5 +59,80 @@ describe("a claimed Forgejo job that left the list while its runner is still the
     expect((await pollForgejo(d, client, config.forgejo!, store)).ended).toBe(1);
     expect(await stateOf()).toBe("completed");
     expect(store.known.has("41-1")).toBe(false);
+  });
+});
+
+const LABELS = TEST_ROUTES[0]!.labels;
+const waiting = (id: number, owner: number, repo: number): ForgejoJob => ({ id, attempt: 1, handle: `h-${id}`, name: "build", owner_id: owner, repo_id: repo, runs_on: ["ubuntu-latest"], status: "waiting", task_id: 0 });
+
+/** A pool of `n` warm runners, up and idle, registered at the configured Forgejo: their ids. */
+async function idleWarm(d: Dispatcher, config: Config, n: number): Promise<string[]> {
+  return d.withState(async (state) => {
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const id = `warm-small-${i}-x`;
+      const now = new Date().toISOString();
+      await state.records.offer({ version: 1, id, backend: "pod", workload: `spiffe://example.org/runner/pod/${id}`, labels: LABELS, pools: ["small"], warm: true, createdAt: now });
+      expect(await state.admission.acquire("pod", id)).toBe(true);
+      await state.records.update(id, (r) => ({ ...r, warm: true, state: "backend_ready", readyAt: now, askedAt: now, placement: { pool: "small", backend: "pod" }, runner: { id: 100 + i, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) } }));
+      await state.warm.put("small", i, id, 0);
+      ids.push(id);
+    }
+    return ids;
+  });
+}
+
+/** Runners held by jobs of owner `owner`, repository `repo` (slot holders with those records). */
+async function holding(d: Dispatcher, owner: number, repo: number, n: number) {
+  await d.withState(async (state) => {
+    for (let i = 0; i < n; i++) {
+      const id = `forgejo-held-${owner}-${i}`;
+      await state.records.offer({ ...assignment(id), job: { id: 900 + i, runId: 0, attempt: 1, repository: `id-${owner}/id-${repo}` } });
+      await state.admission.acquire("pod", id);
+      await state.records.update(id, (r) => ({ ...r, state: "claimed" }));
+    }
+  });
+}
+
+const warmPoolEnv = (extra: Record<string, unknown> = {}) => forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9", { RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, minIdle: 2 }]), ...extra });
+
+describe("Forgejo jobs given to warm runners count like any other", () => {
+  it("take their QUOTAS places: with one place for the repository, one of three new jobs gets a warm runner, the others are published to wait; its end gives the place back", async () => {
+    const env = warmPoolEnv({ QUOTAS: JSON.stringify({ repositories: { "id-2/id-7": { limit: 1 } } }) });
+    const config = await provisionEnv(env);
+    const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(43, 2, 7)];
+    const client = stubForgejo(() => jobs, new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    const warm = await idleWarm(d, config, 2);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 1, published: 2 });
+    const held = () => d.withState(({ quotas }) => quotas.held(["id-2"]));
+    expect(await held()).toEqual(new Map([["id-2", 1]]));
+    const given = (await d.withState(({ records }) => Promise.all(warm.map((id) => records.get(id))))).filter((r) => r?.bound);
+    expect(given.map((r) => r!.bound!.job)).toEqual([41]);
+    // The runner ran it: its completion gives the places back.
+    await completeAssignmentRun(d, given[0]!.id, { unclaimed: true });
+    expect(await held()).toEqual(new Map([["id-2", 0]]));
+  });
+
+  it("near miss, no QUOTAS: both warm runners are given jobs", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(43, 2, 7)];
+    const client = stubForgejo(() => jobs, new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    await idleWarm(d, config, 2);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 2, published: 1 });
+  });
+
+  it("go out by turn: fewer warm runners than new jobs, the owner holding none gets one before the older jobs of an owner holding runners", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    // Owner 2 holds three runners and has three new jobs; owner 9's one job is the newest.
+    const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(43, 2, 7), waiting(44, 9, 1)];
+    const client = stubForgejo(() => jobs, new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    await holding(d, 2, 7, 3);
+    const warm = await idleWarm(d, config, 2);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 2, published: 2 });
+    const bound = (await d.withState(({ records }) => Promise.all(warm.map((id) => records.get(id))))).map((r) => r?.bound?.job).sort();
+    expect(bound).toEqual([41, 44]);
   });
 });

@@ -23,6 +23,12 @@ describe("owners", () => {
     expect(rowsOf(held("a/x", "b/x"), new Map(), NO_QUOTAS, 0)).toEqual([{ owner: "other", runners: 2, waitingForCapacity: 0, waitingForQuota: 0 }]);
   });
 
+  it("a Forgejo warm runner given a job counts to the job's owner, and to its QUOTAS limit", () => {
+    const given = { id: "w", state: "claimed", warm: true, bound: { job: 7, attempt: 1, handle: "h", repository: "Acme/x", at: "2026-12-01T10:00:00Z" } } as AssignmentRecord;
+    const h = [given, ...held("acme/y")];
+    expect(rowsOf(h, new Map([["acme/z", 1]]), quotas({ owners: { acme: { limit: 2 } } }), 10)).toEqual([{ owner: "acme", runners: 2, waitingForCapacity: 0, waitingForQuota: 1 }]);
+  });
+
   it("owners differing only in case are one; one named constructor is an owner like any; one named other is counted in the rest", () => {
     const rows = rowsOf(held("Acme/x", "acme/y", "ACME/x", "constructor/x", "other/x", "other/y"), new Map([["constructor/z", 2]]), NO_QUOTAS, 10);
     expect(rows).toEqual([

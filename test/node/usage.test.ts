@@ -26,6 +26,19 @@ describe("usage", () => {
     expect(u.owners[1]!.repositories.map((r) => r.repository)).toEqual(["acme/web"]);
   });
 
+  it("a Forgejo warm runner given a job counts that job, and its runner time, to the job's repository; one given none counts to -", () => {
+    const records = [
+      rec("w1", { warm: true, createdAt: at(-300), askedAt: at(-300), claimedAt: at(20), completedAt: at(80), bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: at(20) } }),
+      rec("w2", { warm: true, createdAt: at(0), askedAt: at(0), terminatedAt: at(30), state: "terminated" }),
+    ];
+    const u = summarizeUsage(records, T0, T0 + 3_600_000, T0 + 7_200_000);
+    expect(u.owners.map((o) => [o.owner, o.jobs, o.runnerSeconds, o.queuedToRunning.count])).toEqual([
+      ["id-2", 1, 380, 0],
+      ["-", 0, 30, 0],
+    ]);
+    expect(u.owners[0]!.repositories.map((r) => r.repository)).toEqual(["id-2/id-7"]);
+  });
+
   it("a live runner counts until now; jobs with no repository count to -", () => {
     const u = summarizeUsage([rec("x", { state: "claimed", askedAt: at(0), claimedAt: at(1), job: { repository: "nope" } })], T0, T0 + 60_000, T0 + 30_000);
     expect(u.owners).toEqual([expect.objectContaining({ owner: "-", jobs: 1, runnerSeconds: 30, repositories: [expect.objectContaining({ repository: "-/-" })] })]);

@@ -14,6 +14,11 @@ import { placementOf, runnerAt } from "../../state/records.ts";
 import type { Backend } from "../../names.ts";
 import { cancelAssignment } from "../cancel.ts";
 import type { ForgejoClient, ForgejoJob } from "./client.ts";
+import type { AssignmentRequest } from "../../assignment.ts";
+import { heldNow } from "../../quotas/admit-waiting.ts";
+import { keepsWarm } from "../../pools/maintain.ts";
+import { turnOrder } from "../../quotas/fair-share.ts";
+import { shareRules, whoseJob } from "../../quotas/config.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob } from "./jobs.ts";
 
@@ -73,17 +78,30 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     const k = known.get(key);
     if (k) await store.put(key, { ...k, conflictHandle: job.handle });
   });
+  const routed: { job: ForgejoJob; request: AssignmentRequest }[] = [];
   await each(plan.publish, async (job) => {
     const request = forgejoAssignment(d.config.pools, cfg.scope, job);
-    if (!request) {
-      d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
-      return skip(job, "no_route");
+    if (request) return void routed.push({ job, request });
+    d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
+    await skip(job, "no_route");
+  });
+  // Idle warm runners go to new jobs one at a time, by turn (fewer runners than jobs: fair share
+  // decides who gets them); each takes its job's QUOTAS places.
+  const cold: typeof routed = [];
+  for (const r of await inTurn(d, routed)) {
+    const warm = await bindWarm(r.job, r.request).catch((err: unknown) => {
+      d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
+      return undefined;
+    });
+    if (!warm) {
+      cold.push(r);
+      continue;
     }
-    const warm = await bindWarm(job, request);
-    if (warm) {
-      outcome.bound++;
-      return store.put(jobKey(job.id, job.attempt), { id: warm, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: d.now() });
-    }
+    outcome.bound++;
+    await store.put(jobKey(r.job.id, r.job.attempt), { id: warm, job: r.job.id, attempt: r.job.attempt ?? 1, handle: r.job.handle!, boundAt: d.now() });
+  }
+  cold.sort((a, b) => a.job.id - b.job.id);
+  await each(cold, async ({ job, request }) => {
     // The handle decides who runs the attempt: its own runner, unless it is bound elsewhere.
     const holder = await d.withState((s) => s.handles.bind(job.handle!, request.id));
     if (holder !== request.id) {
@@ -177,4 +195,18 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
   }
   await store.delete(key);
   return backend;
+}
+
+/**
+ * New jobs in the order idle warm runners go to them: oldest first, or, with fair share and jobs
+ * of several repositories, by turn (the runners their owners hold now, on their first pool's
+ * backend, two reads).
+ */
+async function inTurn<T extends { job: ForgejoJob; request: AssignmentRequest }>(d: Dispatcher, routed: T[]): Promise<T[]> {
+  const oldest = [...routed].sort((a, b) => a.job.id - b.job.id);
+  const jobs = oldest.map((r, i) => ({ ...whoseJob(r.request.job?.repository), id: String(i), seq: i }));
+  if (!d.config.fairShare || !d.config.pools.some(keepsWarm) || new Set(jobs.map((j) => j.repository)).size < 2) return oldest;
+  const backend = oldest[0]!.request.backend;
+  const shares = await d.withState((s) => heldNow({ admission: s.admission, records: s.records, backend }, []));
+  return turnOrder(shares, shareRules(d.config.quotas), jobs).map((j) => oldest[Number(j.id)]!);
 }

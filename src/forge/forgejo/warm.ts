@@ -9,6 +9,8 @@ import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
 import { occupantOf } from "../../pools/warm-plan.ts";
 import type { AssignmentRecord } from "../../state/records.ts";
+import { hasLimits, shareRules } from "../../quotas/config.ts";
+import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 
@@ -46,15 +48,28 @@ export function createWarmBinder(d: Dispatcher) {
     if (!pool || !keepsWarm(pool) || !job.handle) return undefined;
     return d.withState(async (state) => {
       const candidates = (await read(state)).get(pool.name) ?? [];
+      const repository = request.job!.repository;
+      // QUOTAS: the runner takes the job's owner's and repository's places, as its own runner
+      // would; at a limit the job is published instead, and waits its turn there (quota_wait).
+      const ledger = d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
+      const rules = shareRules(d.config.quotas);
       let tried: string | undefined;
       while (candidates.length) {
         const id = candidates.shift()!;
-        if ((await state.handles.bind(job.handle!, id, tried)) !== id) return undefined;
+        if (ledger && (await takeQuota(ledger, rules, id, repository)) === "refused") break;
+        const giveBack = () => (ledger ? releaseQuota(ledger, id, repository) : Promise.resolve());
+        if ((await state.handles.bind(job.handle!, id, tried)) !== id) {
+          await giveBack();
+          return undefined;
+        }
         tried = id;
         const at = new Date(d.now()).toISOString();
-        const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository: request.job!.repository, at };
+        const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository, at };
         const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: at, bound } : undefined));
-        if (!r?.bound || r.bound.handle !== job.handle || r.bound.at !== at) continue;
+        if (!r?.bound || r.bound.handle !== job.handle || r.bound.at !== at) {
+          await giveBack();
+          continue;
+        }
         d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool: pool.name, reason: `bound to job ${job.id} attempt ${bound.attempt}` });
         // Its position is free now: the pool asks for a replacement at once, not at the next tick.
         await maintainPools(d, state, [pool.name], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
