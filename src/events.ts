@@ -57,6 +57,7 @@ export const EVENT_NAMES = [
   "unbindable_job",
   "poller_armed",
   "poller_retired",
+  "warm_exited",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -136,3 +136,25 @@ describe("Forgejo jobs given to warm runners count like any other", () => {
     expect(bound).toEqual([41, 44]);
   });
 });
+
+describe("a job given to a warm runner that ends before taking it", () => {
+  it("is taken back at the next poll and published to its own runner, not after CLAIM_TIMEOUT_MS; near miss: a live warm runner keeps it", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const jobs = [waiting(41, 2, 7)];
+    const client = stubForgejo(() => jobs, new Set());
+    const events: string[] = [];
+    const d = createDispatcher({ config, sink: { ...silent, event: (e: { event: string }) => void events.push(e.event) }, forgejo: client });
+    const [w] = await idleWarm(d, config, 1);
+    const store = memoryStore();
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 1, published: 0 });
+    // Still waiting for its runner, which lives: nothing changes.
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
+    expect(store.known.get("41-1")?.id).toBe(w);
+    // Its workload exited without the job, and said so (its completion).
+    await completeAssignmentRun(d, w!);
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 1 });
+    expect(events).toContain("warm_exited");
+    expect(store.known.get("41-1")?.id).toBe("forgejo-41-1");
+    expect((await d.withState(({ records }) => records.get("forgejo-41-1")))?.jobHandle).toBe("h-41");
+  });
+});

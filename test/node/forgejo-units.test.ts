@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
 import type { ForgejoJob } from "../../src/forge/forgejo/client.ts";
-import { forgejoAssignment, forgejoMsgId, jobKey, planPoll, repositoryOfJob, type KnownJob } from "../../src/forge/forgejo/jobs.ts";
+import { forgejoAssignment, forgejoMsgId, jobKey, MAX_PER_POLL, planPoll, repositoryOfJob, type KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { versionProblem } from "../../src/forge/forgejo/version.ts";
 import { parsePools } from "../../src/pools/config.ts";
 import { forgejoTestEnv, TEST_ROUTES } from "../harness/env.ts";
@@ -25,6 +25,26 @@ describe("planPoll", () => {
     expect(planPoll(new Map(), [job({ handle: "" })])).toMatchObject({ publish: [], unbindable: [job({ handle: "" })] });
     // The next attempt of a known job is a new one.
     expect(planPoll(knownMap(known()), [job({ attempt: 2, handle: H2 })]).publish).toEqual([job({ attempt: 2, handle: H2 })]);
+  });
+
+  it("leaves a skipped attempt alone when it runs on the operator's own runners: no claim, so no request and no error at each poll", () => {
+    for (const skipped of ["no_route", "unbindable", "conflict"] as const) {
+      const plan = planPoll(knownMap(known({ skipped })), [job({ status: "running", task_id: 9 })]);
+      expect(plan).toMatchObject({ claim: [], unbind: [], boundWaiting: [], gone: [], publish: [] });
+    }
+    // Near miss: one of ours is claimed.
+    expect(planPoll(knownMap(known()), [job({ status: "running", task_id: 9 })]).claim).toEqual([known()]);
+  });
+
+  it("bounds the work of one poll: at most MAX_PER_POLL of each kind, oldest first; the rest come at the next poll", () => {
+    const many = Array.from({ length: MAX_PER_POLL + 150 }, (_, i) => known({ id: `forgejo-${1000 + i}-1`, job: 1000 + i, handle: `h${i}` }));
+    const gone = planPoll(knownMap(...many), []).gone;
+    expect(gone).toHaveLength(MAX_PER_POLL);
+    expect(gone[0]!.job).toBe(1000);
+    const waitingJobs = Array.from({ length: MAX_PER_POLL + 5 }, (_, i) => job({ id: 5000 - i, handle: `w${i}` }));
+    const publish = planPoll(new Map(), waitingJobs).publish;
+    expect(publish).toHaveLength(MAX_PER_POLL);
+    expect(publish[0]!.id).toBe(5000 - MAX_PER_POLL - 4);
   });
 
   it("publishes oldest first, as they came (Forgejo lists newest first)", () => {

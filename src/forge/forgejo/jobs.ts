@@ -69,13 +69,18 @@ export interface PollPlan {
   conflicting: ForgejoJob[];
   /** Given to a warm runner that has not taken it within the claim timeout: taken back. */
   unbind: KnownJob[];
+  /** Given to a warm runner that has not taken it yet, still waiting: taken back at once if that runner ended. */
+  boundWaiting: { known: KnownJob; job: ForgejoJob }[];
 }
+
+/** Items of each kind one poll works on at most; the rest wait for the next poll (a mass cancel spreads over polls). */
+export const MAX_PER_POLL = 100;
 
 export const jobKey = (job: number, attempt: number | undefined) => `${job}-${attempt ?? 1}`;
 
-/** What one poll's list means, given what earlier polls published. Pure. */
-export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[], now = 0, claimTimeoutMs = Infinity): PollPlan {
-  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [], unbind: [] };
+/** What one poll's list means, given what earlier polls published. Pure; each kind at most `max` (oldest first). */
+export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[], now = 0, claimTimeoutMs = Infinity, max = MAX_PER_POLL): PollPlan {
+  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [], unbind: [], boundWaiting: [] };
   const listed = new Set<string>();
   for (const job of jobs) {
     const key = jobKey(job.id, job.attempt);
@@ -87,8 +92,11 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
     }
     const running = (job.task_id ?? 0) > 0;
     if (k) {
+      // Skipped (no route, no handle, a conflict): left to the operator's own runners, at no cost per poll.
+      if (k.skipped) continue;
       if (running && !k.claimed) plan.claim.push(k);
       else if (!running && k.boundAt !== undefined && !k.claimed && now - k.boundAt > claimTimeoutMs) plan.unbind.push(k);
+      else if (!running && k.boundAt !== undefined && !k.claimed) plan.boundWaiting.push({ known: k, job });
       continue;
     }
     // Running without having been published here: another runner's, or taken before we saw it.
@@ -99,5 +107,14 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
   for (const [key, k] of known) if (!listed.has(key)) plan.gone.push(k);
   // Forgejo lists newest first; published oldest first, they queue in the order they came.
   plan.publish.sort((a, b) => a.id - b.id);
-  return plan;
+  const byJob = (a: { job: number }, b: { job: number }) => a.job - b.job;
+  return {
+    publish: plan.publish.slice(0, max),
+    claim: plan.claim.sort(byJob).slice(0, max),
+    gone: plan.gone.sort(byJob).slice(0, max),
+    unbindable: plan.unbindable.slice(0, max),
+    conflicting: plan.conflicting.slice(0, max),
+    unbind: plan.unbind.sort(byJob).slice(0, max),
+    boundWaiting: plan.boundWaiting.slice(0, max),
+  };
 }

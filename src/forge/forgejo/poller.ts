@@ -78,6 +78,19 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     const k = known.get(key);
     if (k) await store.put(key, { ...k, conflictHandle: job.handle });
   });
+  // A job given to a warm runner that ended before taking it (its workload exited and said so) is
+  // taken back at once, and published as any other this poll (its handle moves to its own runner
+  // there): not left until CLAIM_TIMEOUT_MS.
+  if (plan.boundWaiting.length) {
+    const runners = await d.withState((s) => s.records.getMany(plan.boundWaiting.map((b) => b.known.id)));
+    for (const { known: k, job } of plan.boundWaiting) {
+      const r = runners.get(k.id)?.value;
+      if (r && !TERMINAL.has(r.state)) continue;
+      d.sink.event({ event: "warm_exited", assignment: k.id, backend: r?.backend, reason: `its warm runner ended before taking job ${k.job}: the job is published as any other` });
+      await store.delete(jobKey(k.job, k.attempt));
+      plan.publish.push(job);
+    }
+  }
   const routed: { job: ForgejoJob; request: AssignmentRequest }[] = [];
   await each(plan.publish, async (job) => {
     const request = forgejoAssignment(d.config.pools, cfg.scope, job);
@@ -103,13 +116,18 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   cold.sort((a, b) => a.job.id - b.job.id);
   await each(cold, async ({ job, request }) => {
     // The handle decides who runs the attempt: its own runner, unless it is bound elsewhere.
-    const holder = await d.withState((s) => s.handles.bind(job.handle!, request.id));
+    let holder = await d.withState((s) => s.handles.bind(job.handle!, request.id));
     if (holder !== request.id) {
+      const given = await d.withState((s) => s.records.get(holder));
+      const bound = given?.bound;
       // A warm runner another poller (or this one, before it lost its storage) gave it to: followed, not doubled.
-      const given = (await d.withState((s) => s.records.get(holder)))?.bound;
-      if (given && given.handle === job.handle) {
-        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: Date.parse(given.at) });
+      if (bound && bound.handle === job.handle && !TERMINAL.has(given.state)) {
+        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: Date.parse(bound.at) });
       }
+      // Given to a warm runner that ended before taking it: the job's own runner runs it.
+      if (bound && bound.handle === job.handle) holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));
+    }
+    if (holder !== request.id) {
       d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
       return skip(job, "conflict");
     }
