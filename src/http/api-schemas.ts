@@ -87,7 +87,7 @@ export const statusBody = z
     ),
     owners: z
       .array(z.object({ owner: z.string(), runners: count, waitingForCapacity: count, waitingForQuota: count }))
-      .meta({ description: "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository" }),
+      .meta({ description: "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job" }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({
@@ -100,6 +100,7 @@ export const statusBody = z
         updatedAt: timestamp,
         ageSeconds: count,
         runner: z.string().nullable(),
+        note: z.string().nullable().meta({ description: 'What happened, where the state alone misleads: "ran on warm runner <id>" for a job a warm runner ran, "warm runner of pool <name>" (and the job it ran or was given) for a warm runner' }),
       }),
     ),
   })

@@ -73,6 +73,12 @@ ${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td>
 </tbody></table></section>`;
 }
 
+/** A recent assignment's state as the pool would say it: a job a warm runner ran reads so, not "terminated". */
+function stateText(r: Status["recent"][number]): string {
+  if (r.note?.startsWith("ran on ")) return r.note;
+  return r.note ? `${r.state} (${r.note})` : r.state;
+}
+
 export function renderStatusPage(s: Status) {
   const backends = s.backends.map((b) => {
     const free = Math.max(0, b.capacity - b.slotsInUse);
@@ -97,7 +103,7 @@ export function renderStatusPage(s: Status) {
     : html`<p class="ok">Healthy: /healthz names no problem.</p>`;
   const recent = s.recent.length
     ? html`<table><thead><tr><th>Assignment</th><th>Repository</th><th>Job</th><th>State</th><th>Age</th><th>Runner</th></tr></thead><tbody>
-${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textCell(r.job)}<td>${r.state}</td><td class="n">${age(r.ageSeconds)}</td>${textCell(r.runner)}</tr>`)}
+${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textCell(r.job)}${textCell(stateText(r))}<td class="n">${age(r.ageSeconds)}</td>${textCell(r.runner)}</tr>`)}
 </tbody></table>`
     : html`<p class="muted">No assignments yet.</p>`;
   return html`<!doctype html>

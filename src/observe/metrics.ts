@@ -29,7 +29,7 @@ export function formatMetrics(s: Snapshot): string {
   const per = (pick: (b: Snapshot["backends"][number]) => number): Sample[] => s.backends.map((b) => [{ backend: b.backend }, pick(b)]);
   metric("gdr_capacity", "gauge", "Most runners of the backend at once (CAPACITY_*).", per((b) => b.capacity));
   metric("gdr_slots_in_use", "gauge", "Admission slots held: runners being provisioned, ready or running.", per((b) => b.slotsInUse));
-  metric("gdr_registrations_in_progress", "gauge", "Gitea runner registrations under way (reservations held).", per((b) => b.registering));
+  metric("gdr_registrations_in_progress", "gauge", "Runner registrations under way (reserved, no runner stored yet).", per((b) => b.registering));
   metric("gdr_consumer_pending_messages", "gauge", "Assignments queued in the stream, never delivered yet.", per((b) => b.queued));
   metric("gdr_consumer_ack_pending_messages", "gauge", "Assignments delivered and not yet acknowledged.", per((b) => b.ackPending));
   metric("gdr_consumer_redelivered_messages", "gauge", "Assignments out for redelivery at least once.", per((b) => b.redelivered));

@@ -4,7 +4,7 @@
 import { limitsOf, ownerOf, whoseJob, type Quotas } from "../quotas/config.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 
-/** What an owner holds and waits for. `-` stands for jobs with no repository; `other` for the rest (and an owner named so). */
+/** What an owner holds and waits for. `-` stands for jobs with no repository, `pool <name>` for a pool's warm runners without a job; `other` for the rest (and an owner named so). */
 export interface OwnerSnapshot {
   owner: string;
   /** Slots its jobs hold now, on every backend: runners being provisioned, ready or running. */
@@ -24,7 +24,7 @@ export const OTHER_OWNERS = "other";
 export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMap<string, number>, limited: (repository: string) => boolean, top: number): OwnerSnapshot[] {
   const rows = new Map<string, OwnerSnapshot>();
   const row = (owner: string) => rows.get(owner) ?? rows.set(owner, { owner, runners: 0, waitingForCapacity: 0, waitingForQuota: 0 }).get(owner)!;
-  for (const r of held) row(whoseJob(jobRepository(r)).owner).runners++;
+  for (const r of held) row(ownerOfRunner(r)).runners++;
   for (const [repository, count] of waiting) {
     const r = row(whoseJob(repository).owner);
     if (limited(repository)) r.waitingForQuota += count;
@@ -43,6 +43,16 @@ export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMa
     other.waitingForQuota += r.waitingForQuota;
   }
   return [...sorted.slice(0, top), other];
+}
+
+/**
+ * Whose a live runner is: its job's owner, or, for a warm runner without one, its pool
+ * (`pool <name>`: no owner name holds a space); `-` for a job with no repository.
+ */
+function ownerOfRunner(r: AssignmentRecord): string {
+  const repository = jobRepository(r);
+  if (!repository && r.warm && r.placement?.pool) return `pool ${r.placement.pool}`;
+  return whoseJob(repository).owner;
 }
 
 /**

@@ -70,7 +70,9 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
             backend,
             capacity,
             slotsInUse: slots.holders.length,
-            registering: slots.registering.length,
+            // A reservation outlives its registration (a lagging replica must not register twice):
+            // under way are those whose record has no runner yet.
+            registering: slots.registering.filter((id) => !records.get(id)?.value.runner).length,
             queued: consumer.num_pending,
             ackPending: consumer.num_ack_pending,
             redelivered: consumer.num_redelivered,

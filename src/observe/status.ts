@@ -3,7 +3,7 @@
 import type { Dispatcher } from "../dispatcher-types.ts";
 import { inspect } from "../layout-inspect.ts";
 import { recordsBucket } from "../names.ts";
-import type { AssignmentRecord } from "../state/records.ts";
+import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { recentRecords } from "./recent.ts";
 import { takeSnapshot, type Snapshot } from "./snapshot.ts";
 
@@ -20,6 +20,8 @@ export interface RecentAssignment {
   updatedAt: string;
   ageSeconds: number;
   runner: string | null;
+  /** What happened, in the pool's words, where the state alone misleads: "ran on warm runner …", "warm runner of pool …". */
+  note: string | null;
 }
 
 export interface Status extends Snapshot {
@@ -33,22 +35,35 @@ export async function readStatus(d: Dispatcher): Promise<Status> {
     takeSnapshot(d),
     d.withState(async (_state, handle) => {
       const [report, records] = await Promise.all([inspect(handle, d.config), recentRecords(handle, recordsBucket(d.config), RECENT_LIMIT)]);
-      return { problems: report.problems, recent: records.map((r) => viewOf(r, d.now())) };
+      return { problems: report.problems, recent: records.map((r) => recentView(r, d.now())) };
     }),
   ]);
   return { at: new Date(d.now()).toISOString(), ...snapshot, problems, recent };
 }
 
-function viewOf(r: AssignmentRecord, now: number): RecentAssignment {
+export function recentView(r: AssignmentRecord, now: number): RecentAssignment {
   return {
     id: r.id,
     backend: r.backend,
     state: r.state,
-    repository: r.job?.repository ?? null,
+    repository: jobRepository(r) ?? null,
     job: r.job?.name ?? null,
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
     ageSeconds: Math.max(0, Math.round((now - Date.parse(r.createdAt)) / 1_000)),
     runner: r.runner?.name ?? null,
+    note: noteOf(r),
   };
+}
+
+/** A job whose runner a warm runner's take made surplus, ended (pools/taken.ts): the runner that ran it. */
+const RAN_ON_WARM = /^its job ran on warm runner (\S+)$/;
+
+function noteOf(r: AssignmentRecord): string | null {
+  const ranOn = RAN_ON_WARM.exec(r.reason ?? "")?.[1];
+  if (ranOn) return `ran on warm runner ${ranOn}`;
+  if (!r.warm) return null;
+  const pool = r.placement?.pool;
+  const job = r.took ? `, ran ${r.took}` : r.bound ? `, given job ${r.bound.job}` : "";
+  return `warm runner${pool ? ` of pool ${pool}` : ""}${job}`;
 }

@@ -29,6 +29,16 @@ describe("owners", () => {
     expect(rowsOf(h, new Map([["acme/z", 1]]), quotas({ owners: { acme: { limit: 2 } } }), 10)).toEqual([{ owner: "acme", runners: 2, waitingForCapacity: 0, waitingForQuota: 1 }]);
   });
 
+  it("a warm runner without a job counts under its pool, not as -; one given a job counts to the job's owner", () => {
+    const idle = { id: "w1", state: "backend_ready", warm: true, placement: { pool: "small", backend: "pod" } } as AssignmentRecord;
+    const given = { ...idle, id: "w2", state: "claimed", bound: { job: 7, attempt: 1, handle: "h", repository: "acme/x", at: "2026-12-01T10:00:00Z" } } as AssignmentRecord;
+    expect(rowsOf([idle, given, ...held(undefined)], new Map(), NO_QUOTAS, 10).map((r) => [r.owner, r.runners])).toEqual([
+      ["-", 1],
+      ["acme", 1],
+      ["pool small", 1],
+    ]);
+  });
+
   it("owners differing only in case are one; one named constructor is an owner like any; one named other is counted in the rest", () => {
     const rows = rowsOf(held("Acme/x", "acme/y", "ACME/x", "constructor/x", "other/x", "other/y"), new Map([["constructor/z", 2]]), NO_QUOTAS, 10);
     expect(rows).toEqual([

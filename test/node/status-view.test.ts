@@ -1,0 +1,48 @@
+// What the status page says of an assignment (observe/status.ts, http/status-page.ts), in the pool's
+// words where the state alone misleads; and registrations under way counted as such (snapshot.ts).
+import { describe, expect, inject, it } from "vitest";
+import { createDispatcher } from "../../src/dispatcher.ts";
+import { renderStatusPage } from "../../src/http/status-page.ts";
+import { recentView, type Status } from "../../src/observe/status.ts";
+import { takeSnapshot } from "../../src/observe/snapshot.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
+import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
+
+const T = "2026-12-03T10:00:00Z";
+const rec = (over: Partial<AssignmentRecord>) => ({ id: "x", backend: "pod", state: "terminated", createdAt: T, receivedAt: T, updatedAt: T, contentHash: "", ...over }) as AssignmentRecord;
+
+describe("recent assignments", () => {
+  it("a job a warm runner ran reads 'ran on warm runner <id>', not terminated; a warm runner reads as one, with the job it ran or was given", () => {
+    const ran = recentView(rec({ id: "gitea-5-1", job: { repository: "acme/app" }, reason: "its job ran on warm runner warm-small-0-abc" }), Date.parse(T));
+    expect(ran.note).toBe("ran on warm runner warm-small-0-abc");
+    const warm = recentView(rec({ id: "warm-small-0-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, took: "gitea-5-1" }), Date.parse(T));
+    expect(warm).toMatchObject({ note: "warm runner of pool small, ran gitea-5-1", repository: null });
+    const given = recentView(rec({ id: "warm-small-1-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: T } }), Date.parse(T));
+    expect(given).toMatchObject({ note: "warm runner of pool small, given job 7", repository: "id-2/id-7" });
+    // Near miss: a job cancelled in Gitea is what its state says.
+    expect(recentView(rec({ id: "gitea-6-1", job: { repository: "acme/app" }, reason: "cancelled" }), Date.parse(T)).note).toBeNull();
+
+    const page = String(renderStatusPage({ at: T, problems: [], recent: [ran, warm], backends: [], pools: [], owners: [], stream: { messages: 0, published: 0, acked: 0 } } as Status));
+    const row = (id: string) => page.split("<tr>").find((r) => r.startsWith(`<td class="t">${id}</td>`))!;
+    expect(row("gitea-5-1")).toContain("ran on warm runner warm-small-0-abc");
+    expect(row("gitea-5-1")).not.toContain("terminated");
+    expect(row("warm-small-0-abc")).toContain("claimed (warm runner of pool small, ran gitea-5-1)");
+  });
+});
+
+describe("registrations under way", () => {
+  it("count reservations whose record has no runner yet: one that registered, though its reservation lasts, is not under way", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const config = await provisionEnv(env);
+    const d = createDispatcher({ config, gitea: stubGitea(), sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
+    await d.withState(async ({ records, admission }) => {
+      for (const id of ["r-1", "r-2"]) await records.offer(assignment(id));
+      const { reserved } = await admission.acquireMany("pod", ["r-1", "r-2"], new Set(["r-1", "r-2"]));
+      expect([...reserved].sort()).toEqual(["r-1", "r-2"]);
+      await records.update("r-1", (r) => ({ ...r, runner: { id: 1, name: "gdr-r-1", registeredAt: T, sealed: "x" } }));
+    });
+    const snapshot = await takeSnapshot(d);
+    expect(snapshot.backends.find((b) => b.backend === "pod")).toMatchObject({ slotsInUse: 2, registering: 1 });
+  });
+});
