@@ -11,7 +11,8 @@ export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: 
   if (b.driver === "http") return createHttpBackend({ url: b.url, token: b.token, ...(doFetch ? { fetch: doFetch } : {}) });
   const k8s = config.kubernetes!;
   const api = createKubeApi({ url: k8s.url, token: k8s.token, ...(doFetch ? { fetch: doFetch } : {}) });
-  const common = { api, namespace: k8s.namespace, prefix: config.gitea?.runnerNamePrefix ?? "gdr" };
+  // The forge names the runners; either forge's RUNNER_NAME_PREFIX names every object of theirs.
+  const common = { api, namespace: k8s.namespace, prefix: config.gitea?.runnerNamePrefix ?? config.forgejo?.runnerNamePrefix ?? "gdr" };
   if (b.driver === "kubernetes") return createPodDriver({ ...common, image: k8s.runnerImage, template: k8s.podTemplate });
   return createVmDriver({ ...common, image: k8s.vmImage!, template: k8s.vmTemplate });
 }

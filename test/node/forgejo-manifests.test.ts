@@ -10,7 +10,9 @@ import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
 import type { RunnerRequest } from "../../src/backends/types.ts";
-import { assignment } from "../harness/env.ts";
+import { assignment, forgejoTestEnv } from "../harness/env.ts";
+import { createRunnerBackend } from "../../src/backends/select.ts";
+import { loadConfig } from "../../src/config.ts";
 import { errorsOf, pod, secret, vmi } from "../harness/upstream.ts";
 
 const HANDLE = "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e";
@@ -90,5 +92,30 @@ describe("forgejo-runner workloads", () => {
     expect(userdata).toContain("sh ./run.sh; poweroff");
     expect(example("forgejo-runner.vmi.json", vm)).toEqual(vm);
     expect(example("forgejo-runner.cloud-init.yaml", userdata)).toBe(userdata);
+  });
+
+  it("RUNNER_NAME_PREFIX names the Kubernetes objects with Forgejo too (near miss: unset, the default gdr)", async () => {
+    const made = async (prefix?: string) => {
+      const env = forgejoTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", {
+        POD_DRIVER: "kubernetes",
+        K8S_API_URL: "http://127.0.0.1:4",
+        K8S_TOKEN: "k8s-token-0000",
+        K8S_NAMESPACE: "runners",
+        RUNNER_IMAGE: "registry.example.org/forgejo-runner:12.8",
+        ...(prefix ? { RUNNER_NAME_PREFIX: prefix } : {}),
+      });
+      const config = loadConfig(env);
+      const names: string[] = [];
+      const doFetch = (async (url: string | URL | Request, init?: RequestInit) => {
+        if (init?.method === "POST") names.push((JSON.parse(String(init.body)) as { metadata: { name: string } }).metadata.name);
+        return init?.method === "POST" ? new Response(String(init.body), { status: 201 }) : new Response(JSON.stringify({ kind: "Status", code: 404 }), { status: 404 });
+      }) as typeof fetch;
+      await createRunnerBackend(config, config.backends[0]!, doFetch).accept(request("forgejo-41-1"), AbortSignal.timeout(5_000));
+      return names;
+    };
+    const named = await made("acme-ci");
+    expect(named.length).toBeGreaterThan(0);
+    for (const name of named) expect(name).toMatch(/^acme-ci-/);
+    for (const name of await made()) expect(name).toMatch(/^gdr-/);
   });
 });
