@@ -47,6 +47,15 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
   if (!path.startsWith("/api/v1/")) return apiError(404, "not found");
   if (!/^(token|bearer) /i.test(req.headers.authorization ?? "") || req.headers.authorization.replace(/^\S+ /, "") !== g.apiToken) return apiError(401, "token is required");
   if (path === "/api/v1/version" && req.method === "GET") return send(200, { version: g.version });
+  // repoGetByID: a repository by id, as the token sees it (a private one it may not read is a 404).
+  const byId = /^\/api\/v1\/repositories\/(\d+)$/.exec(path);
+  if (byId && req.method === "GET") {
+    if (g.repositoryFault === "down") return req.socket.destroy();
+    if (g.repositoryFault) return apiError(g.repositoryFault, "refused");
+    const job = g.jobs.find((j) => j.repo_id === Number(byId[1]));
+    if (!job) return apiError(404, "The target couldn't be found.");
+    return send(200, { id: job.repo_id, name: job.repo, full_name: `${job.owner}/${job.repo}`, owner: { id: job.owner_id, login: job.owner }, private: false, fork: false, empty: false });
+  }
   const scoped = /^\/api\/v1\/(admin|user|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/runners(\/jobs|\/\d+)?$/.exec(path);
   if (!scoped) return apiError(404, "not found");
   const parts = decodeURIComponent(scoped[1]).toLowerCase().split("/");
@@ -68,6 +77,7 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
   const visible = (r) => sameScope(r.scope, scope);
   if (tail === "" && req.method === "POST") {
     if (g.registerFault) return apiError(g.registerFault, g.registerFault === 422 ? "[Name]: Required" : "refused");
+    if (g.registerRepoFault && scope.kind === "repo") return apiError(g.registerRepoFault, "user should be an owner or a collaborator with admin write of a repository");
     let body;
     try {
       body = JSON.parse(text || "{}");
@@ -233,9 +243,19 @@ function control(g, what, method, text, send) {
     const f = body();
     if ("jobs" in f) g.jobsFault = f.jobs;
     if ("register" in f) g.registerFault = f.register;
-    return send(200, { jobs: g.jobsFault, register: g.registerFault });
+    if ("repository" in f) g.repositoryFault = f.repository;
+    if ("registerRepo" in f) g.registerRepoFault = f.registerRepo;
+    return send(200, { jobs: g.jobsFault, register: g.registerFault, repository: g.repositoryFault });
   }
   if (what === "version" && method === "POST") return send(200, { version: (g.version = body().version) });
+  // A repository renamed: its id (and its jobs) stay, its name changes.
+  if (what === "rename" && method === "POST") {
+    const { from, to } = body();
+    const [owner, repo] = to.toLowerCase().split("/");
+    const renamed = g.jobs.filter((j) => `${j.owner}/${j.repo}` === from.toLowerCase());
+    for (const j of renamed) Object.assign(j, { owner, repo });
+    return send(200, { renamed: renamed.length });
+  }
   if (what === "webhook" && method === "POST") return send(200, (g.webhook = body()));
   if (what === "deliveries" && method === "POST") return send(200, { deliveries: g.outbox.splice(0) });
   if (what === "state") return send(200, { runners: [...g.runners.values()], jobs: g.jobs, taken: g.taken, registrations: g.registrations, requests: g.requests });

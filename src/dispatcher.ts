@@ -80,7 +80,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
   const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens)) : undefined;
-  const forge = createForge(config, gitea, now, deps.forgejo, deps.giteaTimeoutMs);
+  const forge = createForge(config, gitea, now, deps.forgejo, deps.giteaTimeoutMs, sink);
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
 

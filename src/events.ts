@@ -58,6 +58,7 @@ export const EVENT_NAMES = [
   "poller_armed",
   "poller_retired",
   "warm_exited",
+  "registered_at_scope",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -20,8 +20,8 @@ export async function releaseRunner(d: Dispatcher, id: string, backend: Backend,
   try {
     await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
   } catch (err) {
-    // Forgejo runners are all registered at GITEA_SCOPE, where the cleanup lists them.
-    const sweepSees = giteaRunner !== undefined && (d.config.forgejo !== undefined || (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
+    // Forgejo's cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
+    const sweepSees = giteaRunner !== undefined && ((d.config.forgejo !== undefined && giteaRunner.scope === undefined) || (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
     if (remember && !sweepSees) {
       const runner = giteaRunner && d.forge ? { runner: giteaRunner } : {};
       await d.withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString(), ...runner })).catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));

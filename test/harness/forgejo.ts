@@ -37,7 +37,8 @@ export function forgejoControl(env: Record<string, string>) {
     cancel: (id: number) => post("cancel", { id }),
     rerun: (id: number, handle?: string, sameAttempt = false) => post("rerun", { id, ...(handle ? { handle } : {}), sameAttempt }) as Promise<FakeForgejoJob>,
     /** The jobs list answers `jobs` (a status, or "down" to drop the connection; 0: normally); registration answers `register`. */
-    fault: (f: { jobs?: number | "down"; register?: number }) => post("fault", f),
+    fault: (f: { jobs?: number | "down"; register?: number; repository?: number | "down"; registerRepo?: number }) => post("fault", f),
+    rename: (from: string, to: string) => post("rename", { from, to }),
     version: (version: string) => post("version", { version }),
     webhook: (hook: { url?: string; secret: string }) => post("webhook", hook),
     deliveries: async () => ((await post("deliveries", {})) as { deliveries: { event: string; run: number; headers: Record<string, string>; body: string }[] }).deliveries,

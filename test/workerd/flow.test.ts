@@ -132,7 +132,9 @@ describe("handoff in workerd", () => {
   });
 
   it("holds the second assignment while capacity 1 is taken, then runs it once the first completes", async () => {
-    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CAPACITY_POD: 1 });
+    // First come, first served: MaxAckPending is the capacity (with fair share it is wider, and
+    // the second waits in the wait set instead: test/node/fair-turns.test.ts).
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 30, CAPACITY_POD: 1, FAIR_SHARE: "off" });
     await provisionEnv(env);
     await post(env, { version: 1, id: "first", backend: "pod", labels: ["a"] });
     await post(env, { version: 1, id: "second", backend: "pod", labels: ["a"] });

@@ -259,6 +259,51 @@ describe("FORGE=forgejo", () => {
     expect(logs().events().filter((e) => e.event === "handle_conflict")).toHaveLength(2);
   });
 
+  it("names jobs by their repositories' names from Forgejo (one lookup per repository), so QUOTAS is written by name; a lookup Forgejo refuses costs no job its runner", async () => {
+    const { env, forgejo, backend } = await setup({ QUOTAS: JSON.stringify({ repositories: { "acme/widgets": { limit: 1 } } }) });
+    await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "acme/widgets" }, { runs_on: ["ubuntu-latest"], repository: "acme/widgets" }]);
+    await poll(env);
+    await tick(env);
+    const status = async () => (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { recent: { id: string; repository: string | null; state: string }[] };
+    await until(async () => (await status()).recent.filter((r) => r.repository === "acme/widgets").map((r) => r.state).sort().join() === "backend_ready,quota_wait");
+    expect((await forgejo.state()).requests.filter((r) => r.path.startsWith("/api/v1/repositories/"))).toHaveLength(1);
+    // Forgejo refuses the lookup for a new repository: the job is named by ids, and gets its runner.
+    await forgejo.fault({ repository: 403 });
+    const [other] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "beta/app" }]);
+    await poll(env);
+    await until(async () => (await status()).recent.find((r) => r.id === `forgejo-${other!.id}-1`)?.state === "backend_ready");
+    expect((await status()).recent.find((r) => r.id === `forgejo-${other!.id}-1`)?.repository).toMatch(/^id-\d+\/id-\d+$/);
+    expect((await backend.state()).runners).toHaveLength(2);
+  });
+
+  it("registers each job's runner at the job's repository, which deletes it there after its job; where the token may not, at GITEA_SCOPE, said once", async () => {
+    const { env, forgejo, backend } = await setup();
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "acme/widgets" }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, id))?.state === "backend_ready");
+    const posts = async () => (await forgejo.state()).requests.filter((r) => r.method === "POST" && r.path.endsWith("/actions/runners")).map((r) => r.path);
+    expect(await posts()).toEqual(["/api/v1/repos/acme/widgets/actions/runners"]);
+    // The runner takes its job there and finishes: the poll finds it gone from that repository.
+    const put = JSON.parse((await backend.state()).requests.find((r) => r.method === "PUT")!.body) as { forgejo: { uuid: string; token: string } };
+    expect(await runAsRunner(env, put.forgejo, ["ubuntu-latest"], job!.handle)).toBeGreaterThan(0);
+    await until(async () => {
+      await poll(env);
+      return (await view(env, id))?.state === "completed";
+    });
+    expect((await forgejo.state()).requests.some((r) => r.method === "GET" && r.path.startsWith("/api/v1/repos/acme/widgets/actions/runners/"))).toBe(true);
+    // Refused at the repository: GITEA_SCOPE, said once for two jobs of it.
+    await forgejo.fault({ registerRepo: 403 });
+    const two = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "beta/app" }, { runs_on: ["ubuntu-latest"], repository: "beta/app" }]);
+    await poll(env);
+    await until(async () => (await Promise.all(two.map((j) => view(env, `forgejo-${j.id}-1`)))).every((v) => v?.state === "backend_ready"));
+    // Both try the repository when their registrations run at once; both end at GITEA_SCOPE.
+    const later = (await posts()).slice(1);
+    expect(later.filter((p) => p === "/api/v1/admin/actions/runners")).toHaveLength(2);
+    expect(later.filter((p) => p !== "/api/v1/admin/actions/runners")).toEqual(expect.arrayContaining(["/api/v1/repos/beta/app/actions/runners"]));
+    expect(logs().events().filter((e) => e.event === "registered_at_scope")).toHaveLength(1);
+  });
+
   it("the poller's alarm, lost to an eviction, is set again by the cron tick, and polls", async () => {
     const { env, forgejo } = await setup();
     const stub = pollerStub(env);
@@ -444,6 +489,8 @@ describe("FORGE=forgejo", () => {
     const { env, forgejo, backend } = await setup({ CLEANUP_GRACE_MS: 0 });
     const rest = (method: string, path: string, body?: unknown) =>
       fetch(`${env.GITEA_URL}/api/v1/admin/actions/runners${path}`, { method, headers: { authorization: `token ${env.GITEA_API_TOKEN}`, "content-type": "application/json" }, ...(body ? { body: JSON.stringify(body) } : {}) });
+    // The token may not register at the jobs' repository: their runners are at GITEA_SCOPE, which the cleanup lists.
+    await forgejo.fault({ registerRepo: 403 });
     const [job, other] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }, { runs_on: ["ubuntu-latest"] }]);
     await poll(env);
     await until(async () => (await forgejo.state()).runners.length === 2 && (await backend.state()).runners.length === 2);

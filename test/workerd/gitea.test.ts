@@ -246,7 +246,8 @@ describe("runner lifecycle from Gitea's events", () => {
 
 describe("sweep", () => {
   it("does not publish again a job it knows, even one whose message waits behind MaxAckPending", async () => {
-    const { env, gitea } = await setup({ CAPACITY_POD: 1 });
+    // First come, first served: MaxAckPending is the capacity (with fair share the window is wider).
+    const { env, gitea } = await setup({ CAPACITY_POD: 1, FAIR_SHARE: "off" });
     // A duplicate window of 200 ms stands for the hour after which a second publish is stored.
     await withNats(loadConfig(env), async (h) => {
       const jsm = await jetstreamManager(h.nc);

@@ -1,16 +1,14 @@
 // Reaching the poller object from the Worker: one object per Forgejo URL and scope.
 import type { Config } from "../../config.ts";
 import type { ForgejoPoller } from "./object.ts";
-import type { ForgejoConfig } from "./config.ts";
+import { pollerName } from "./config.ts";
 
 /** The Durable Object namespace of the poller (wrangler.jsonc, durable_objects.bindings). */
 export const POLLER_BINDING = "FORGEJO_POLLER_DO";
 
 export const NO_POLLER_BINDING = `FORGE=forgejo needs the Durable Object binding ${POLLER_BINDING} (the poller): add the binding and migration of wrangler.jsonc`;
 
-export function pollerName(f: Pick<ForgejoConfig, "url" | "scope">): string {
-  return `forgejo-poller:${f.url}:${JSON.stringify(f.scope)}`;
-}
+export { pollerName };
 
 export type PollerNamespace = DurableObjectNamespace<ForgejoPoller>;
 

@@ -9,7 +9,8 @@
 import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import type { Backend } from "../../names.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
-import { placementOf, type AssignmentRecord } from "../../state/records.ts";
+import { placementOf, runnerAt, type AssignmentRecord } from "../../state/records.ts";
+import { runnerScope } from "./config.ts";
 import { assignmentOfRunner } from "../runner-identity.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 import type { ForgejoClient, ListedRunner } from "./client.ts";
@@ -63,7 +64,7 @@ export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, 
     await eachItem(d, `assignment ${r.id}`, async () => {
       // A list read page by page can skip a runner (one deleted between two reads shifts the
       // rest): only Forgejo's answer for this runner says it is gone.
-      if ((await client.getRunner(cfg.scope, r.runner!.id)) !== null) return;
+      if ((await client.getRunner(runnerScope(cfg, runnerAt(r)!), r.runner!.id)) !== null) return;
       if (await forgetGone(d, state, r)) summary.forgotten++;
     });
   }

@@ -55,6 +55,7 @@ export type ForgejoRunner = z.infer<typeof registered>;
 const listedRunner = z.looseObject({ id: int64, name: z.string().optional(), ephemeral: z.boolean().optional(), status: z.string().optional() });
 export type ListedRunner = z.infer<typeof listedRunner>;
 const serverVersion = z.looseObject({ version: z.string() });
+const repositoryById = z.looseObject({ id: int64, full_name: z.string() });
 
 export interface ForgejoClient {
   /** Jobs `waiting` or `running` in the scope (one request; Forgejo does not paginate it), newest first. */
@@ -69,6 +70,8 @@ export interface ForgejoClient {
   listRunners(scope: ForgejoScope, page: number, limit: number): Promise<ListedRunner[]>;
   /** The server's version string (`GET /version`), e.g. "15.0.3+gitea-1.22.0". */
   version(): Promise<string>;
+  /** A repository's "owner/name" by its id (`GET /repositories/{id}`, repoGetByID); null when Forgejo has none the token sees (404). */
+  repositoryName(id: number): Promise<string | null>;
 }
 
 export interface ForgejoClientOptions {
@@ -136,6 +139,16 @@ export function createForgejoClient(opts: ForgejoClientOptions): ForgejoClient {
       const res = await call("GET", `${path}?page=${page}&limit=${limit}`);
       if (!res.ok) return refuse(res, `GET ${path}`);
       return json(res, z.array(listedRunner), `GET ${path}`);
+    },
+    async repositoryName(id) {
+      const path = `/repositories/${id}`;
+      const res = await call("GET", path);
+      if (res.status === 404) {
+        await res.body?.cancel();
+        return null;
+      }
+      if (!res.ok) return refuse(res, `GET ${path}`);
+      return (await json(res, repositoryById, `GET ${path}`)).full_name;
     },
     async version() {
       const res = await call("GET", "/version");

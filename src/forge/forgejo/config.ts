@@ -27,10 +27,15 @@ export interface ForgejoConfig {
 /** The Gitea variables that mean nothing to Forgejo: each is an error when set, naming why. */
 const NOT_FOR_FORGEJO: Record<string, string> = {
   GITEA_RUNNER_REGISTRATION_TOKEN: "Forgejo runners are registered over REST with GITEA_API_TOKEN",
-  RUNNER_SCOPE: "each Forgejo runner is bound to its own job by its handle, wherever it is registered",
+  RUNNER_SCOPE: "each Forgejo runner is bound to its own job by its handle, and registered at its job's repository where the token may",
 };
 
 const str = (v: unknown) => (typeof v === "string" && v.trim() ? v.trim() : undefined);
+
+/** The poller object's name: one object per Forgejo URL and scope (binding.ts, object.ts). */
+export function pollerName(f: Pick<ForgejoConfig, "url" | "scope">): string {
+  return `forgejo-poller:${f.url}:${JSON.stringify(f.scope)}`;
+}
 
 /** GITEA_SCOPE (already checked by its schema) as a Forgejo scope. */
 export function parseForgejoScope(text: string): ForgejoScope {
@@ -41,6 +46,18 @@ export function parseForgejoScope(text: string): ForgejoScope {
     return { kind: "repo", owner, repo };
   }
   return kind === "user" ? { kind: "user" } : { kind: "admin" };
+}
+
+/** The repository scope of a job's repository; undefined when only its ids are known (`id-<n>`). */
+export function repositoryScope(repository: string | undefined): (ForgejoScope & { kind: "repo" }) | undefined {
+  const [owner, repo] = repository?.split("/") ?? [];
+  if (!owner || !repo || /^id-\d+$/.test(repo)) return undefined;
+  return { kind: "repo", owner, repo };
+}
+
+/** Where a runner of ours is registered: its record's scope, else GITEA_SCOPE. */
+export function runnerScope(cfg: Pick<ForgejoConfig, "scope">, runner: { scope?: string | undefined }): ForgejoScope {
+  return runner.scope ? parseForgejoScope(runner.scope) : cfg.scope;
 }
 
 export function parseForgejoConfig(

@@ -24,8 +24,8 @@ export function repositoryOfJob(scope: ForgejoScope, job: Pick<ForgejoJob, "owne
   return scope.kind === "org" ? `${scope.org}/${repo}` : `id-${job.owner_id ?? 0}/${repo}`;
 }
 
-/** The assignment request of a waiting job, or undefined when no pool can run it. */
-export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, job: ForgejoJob): AssignmentRequest | undefined {
+/** The assignment request of a waiting job, or undefined when no pool can run it; `repository` as looked up (names.ts), else the scope's or the ids. */
+export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, job: ForgejoJob, repository = repositoryOfJob(scope, job)): AssignmentRequest | undefined {
   const route = routeJob(pools, job.runs_on ?? []);
   if (!route) return undefined;
   return {
@@ -33,7 +33,7 @@ export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, j
     id: forgejoAssignmentId(job.id, job.attempt),
     ...route,
     // Forgejo lists no run id with a job; 0 says so.
-    job: { id: job.id, runId: 0, attempt: job.attempt ?? 1, repository: repositoryOfJob(scope, job), ...(job.name ? { name: job.name.slice(0, 256) } : {}), ...(job.handle ? { handle: job.handle } : {}) },
+    job: { id: job.id, runId: 0, attempt: job.attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}), ...(job.handle ? { handle: job.handle } : {}) },
   };
 }
 

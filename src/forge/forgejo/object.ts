@@ -11,11 +11,13 @@ import { createForgejoClient } from "./client.ts";
 import type { KnownJob } from "./jobs.ts";
 import { recordPollHealth } from "./health.ts";
 import { pollForgejo, type KnownStore, type PollOutcome } from "./poller.ts";
-import { pollerName } from "./binding.ts";
+import { pollerName } from "./config.ts";
+import type { KnownName, NameStore } from "./names.ts";
 
 /** A pass right after a poll that published: the runners are asked for now, not at the next tick. */
 const PASS_BUDGET_MS = 5_000;
 const KNOWN = "k:";
+const NAMES = "n:";
 
 export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
   #config: Config | undefined;
@@ -73,7 +75,7 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
     const client = createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: config.backendTimeoutMs });
     let closeLater = false;
     try {
-      const outcome = await pollForgejo(d, client, f, this.#store());
+      const outcome = await pollForgejo(d, client, f, this.#store(), this.#names());
       await recordPollHealth(d, this.ctx.storage, outcome);
       if (config.eagerReconcile && outcome.backends.length) {
         // Not awaited: a pass may take its whole budget, and the next poll must not wait for it. A
@@ -108,6 +110,12 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
         this.#known?.delete(key);
       },
     };
+  }
+
+  /** Repository names by id, looked up from Forgejo (names.ts), kept in the object's storage. */
+  #names(): NameStore {
+    const storage = this.ctx.storage;
+    return { get: (id) => storage.get<KnownName>(NAMES + id), put: (id, known) => storage.put(NAMES + id, known) };
   }
 
   /** What the poller keeps, for tests and operators: the job attempts it is following. */

@@ -15,6 +15,8 @@ import type { Backend } from "../../names.ts";
 import { cancelAssignment } from "../cancel.ts";
 import type { ForgejoClient, ForgejoJob } from "./client.ts";
 import type { AssignmentRequest } from "../../assignment.ts";
+import { memoryNames, repositoryNames, type NameStore } from "./names.ts";
+import { runnerScope } from "./config.ts";
 import { heldNow } from "../../quotas/admit-waiting.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
 import { turnOrder } from "../../quotas/fair-share.ts";
@@ -48,7 +50,7 @@ export const GONE_GRACE_MS = 30_000;
 /** Calls in flight at once: one NATS connection and Forgejo calls stay within an invocation's six. */
 const AT_ONCE = 4;
 
-export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore): Promise<PollOutcome> {
+export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore, names: NameStore = memoryNames()): Promise<PollOutcome> {
   const outcome: PollOutcome = { ok: true, listed: 0, published: 0, bound: 0, claimed: 0, ended: 0, backends: [] };
   let jobs: ForgejoJob[];
   try {
@@ -92,8 +94,9 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     }
   }
   const routed: { job: ForgejoJob; request: AssignmentRequest }[] = [];
+  const repositories = plan.publish.length ? await repositoryNames(plan.publish, cfg.scope, client, names, d.now(), d.sink) : new Map<number, string>();
   await each(plan.publish, async (job) => {
-    const request = forgejoAssignment(d.config.pools, cfg.scope, job);
+    const request = forgejoAssignment(d.config.pools, cfg.scope, job, repositories.get(job.repo_id ?? 0));
     if (request) return void routed.push({ job, request });
     d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
     await skip(job, "no_route");
@@ -190,7 +193,7 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
   }
   const runner = runnerAt(record);
   const backend = placementOf(record).backend;
-  const present = runner ? (await client.getRunner(cfg.scope, runner.id)) !== null : false;
+  const present = runner ? (await client.getRunner(runnerScope(cfg, runner), runner.id)) !== null : false;
   if (runner && !present) {
     // Forgejo deleted it: it ran its job (a fast one may never have been seen running).
     const done = await completeAssignmentRun(d, k.id, { unclaimed: true });
