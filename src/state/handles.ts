@@ -15,6 +15,8 @@ export interface HandleIndex {
    * (empty when it could not be read).
    */
   bind(handle: string, id: string, from?: string): Promise<string>;
+  /** When `handle` was bound where it is now (epoch ms); undefined when it is not bound. */
+  since(handle: string): Promise<number | undefined>;
 }
 
 export function createHandleIndex(kv: KV): HandleIndex {
@@ -37,6 +39,9 @@ export function createHandleIndex(kv: KV): HandleIndex {
         if (!isWrongLastSequence(err)) throw err;
         return (await kv.get(key))?.string() ?? "";
       }
+    },
+    async since(handle) {
+      return (await kv.get(handleKey(handle)))?.created.getTime();
     },
   };
 }

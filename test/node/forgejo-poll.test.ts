@@ -6,12 +6,12 @@ import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
 import type { ForgejoClient, ForgejoJob } from "../../src/forge/forgejo/client.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
-import { GONE_GRACE_MS, pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
+import { GONE_GRACE_MS, pollForgejo, STALE_BINDING_MS, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import { completeAssignmentRun } from "../../src/operations.ts";
 import { assignment, forgejoTestEnv, provisionEnv, TEST_ROUTES } from "../harness/env.ts";
 import { forgejoPlace } from "../../src/forge/forgejo/warm.ts";
 import type { Config } from "../../src/config.ts";
-import type { Dispatcher } from "../../src/dispatcher.ts";
+import type { Dispatcher, State } from "../../src/dispatcher.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -26,6 +26,8 @@ function memoryStore(initial: KnownJob[] = []): KnownStore & { known: Map<string
 function stubForgejo(jobs: () => ForgejoJob[], runners: Set<number>): ForgejoClient {
   return {
     jobs: async () => jobs(),
+    // No name it may read: jobs are named by ids.
+    repositoryName: async () => null,
     getRunner: async (_scope: unknown, id: number) => (runners.has(id) ? { id } : null),
     deleteRunner: async (_scope: unknown, id: number) => void runners.delete(id),
   } as unknown as ForgejoClient;
@@ -156,5 +158,32 @@ describe("a job given to a warm runner that ends before taking it", () => {
     expect(events).toContain("warm_exited");
     expect(store.known.get("41-1")?.id).toBe("forgejo-41-1");
     expect((await d.withState(({ records }) => records.get("forgejo-41-1")))?.jobHandle).toBe("h-41");
+  });
+});
+
+describe("a poll that dies between binding a job's handle to a warm runner and claiming that runner", () => {
+  it("leaves the job to the next polls, and after STALE_BINDING_MS gives it its own runner, never a second one", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const jobs = [waiting(41, 2, 7)];
+    const client = stubForgejo(() => jobs, new Set());
+    let clock = Date.now();
+    let failing = true;
+    const dies = (state: State): State => ({
+      ...state,
+      records: { ...state.records, update: async (id, change) => (failing && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : state.records.update(id, change)) },
+    });
+    const d = createDispatcher({ config, sink: silent, forgejo: client, now: () => clock, decorateState: dies });
+    const [w] = await idleWarm(createDispatcher({ config, sink: silent }), config, 1);
+    const store = memoryStore();
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
+    expect(store.known.size).toBe(0);
+    // Its warm runner is gone meanwhile; the handle still names it.
+    failing = false;
+    await createDispatcher({ config, sink: silent }).withState(({ records }) => records.update(w!, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })));
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
+    expect(store.known.size).toBe(0);
+    clock += STALE_BINDING_MS + 1_000;
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 1 });
+    expect(store.known.get("41-1")?.id).toBe("forgejo-41-1");
   });
 });

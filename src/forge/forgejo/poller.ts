@@ -47,6 +47,8 @@ export interface PollOutcome {
 
 /** A claimed job gone from the list whose runner Forgejo still has after this long ran elsewhere (or hangs). */
 export const GONE_GRACE_MS = 30_000;
+/** A handle bound to a warm runner whose record was not claimed for it this long ago was a poll that died midway. */
+export const STALE_BINDING_MS = 30_000;
 /** Calls in flight at once: one NATS connection and Forgejo calls stay within an invocation's six. */
 const AT_ONCE = 4;
 
@@ -107,8 +109,10 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   for (const r of await inTurn(d, routed)) {
     const warm = await bindWarm(r.job, r.request).catch((err: unknown) => {
       d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
-      return undefined;
+      return null;
     });
+    // Failed midway (its handle may be bound to a warm runner it did not claim): the next poll.
+    if (warm === null) continue;
     if (!warm) {
       cold.push(r);
       continue;
@@ -129,6 +133,13 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       }
       // Given to a warm runner that ended before taking it: the job's own runner runs it.
       if (bound && bound.handle === job.handle) holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));
+      else if (given?.warm) {
+        // Bound to a warm runner whose record another poll is claiming now (the next poll sees
+        // how that ended), or whose poll died doing so (after STALE_BINDING_MS: the job's own runner).
+        const since = await d.withState((s) => s.handles.since(job.handle!));
+        if (since !== undefined && d.now() - since < STALE_BINDING_MS) return;
+        holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));
+      }
     }
     if (holder !== request.id) {
       d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
