@@ -180,6 +180,7 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     // Its warm runner is gone meanwhile; the handle still names it.
     failing = false;
     await createDispatcher({ config, sink: silent }).withState(({ records }) => records.update(w!, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })));
+    clock = Date.now();
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
     expect(store.known.size).toBe(0);
     clock += STALE_BINDING_MS + 1_000;

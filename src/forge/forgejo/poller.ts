@@ -107,12 +107,12 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   // decides who gets them); each takes its job's QUOTAS places.
   const cold: typeof routed = [];
   for (const r of await inTurn(d, routed)) {
+    // One that fails midway may leave its handle bound to a warm runner it did not claim: the
+    // publish below then leaves the job to a later poll (STALE_BINDING_MS).
     const warm = await bindWarm(r.job, r.request).catch((err: unknown) => {
       d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
-      return null;
+      return undefined;
     });
-    // Failed midway (its handle may be bound to a warm runner it did not claim): the next poll.
-    if (warm === null) continue;
     if (!warm) {
       cold.push(r);
       continue;
