@@ -89,6 +89,7 @@ const layoutSchema = envSchema.pick({
   CAPACITY_VM: true,
   ACK_WAIT_MS: true,
   JETSTREAM_REPLICAS: true,
+  FAIR_SHARE: true,
 });
 
 /** What `npm run provision` needs: NATS and the layout, no Worker secrets. */
@@ -103,6 +104,8 @@ export interface ProvisionConfig {
   backends: { backend: Backend; capacity: number }[];
   /** RUNNER_POOLS (or RUNS_ON_ROUTES): a pool with maxRunners has a slots stream. */
   pools: Pool[];
+  /** FAIR_SHARE: the consumers' window is wider than the capacity (layout.ts consumerLimit). */
+  fairShare: boolean;
 }
 
 export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConfig {
@@ -123,6 +126,7 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
     ackWaitMs: e.ACK_WAIT_MS,
     replicas: e.JETSTREAM_REPLICAS,
     backends: BACKENDS.map((backend) => ({ backend, capacity: backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM })).filter((b) => b.capacity > 0),
+    fairShare: e.FAIR_SHARE === "on",
   };
 }
 

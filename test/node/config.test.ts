@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.ts";
+import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/config.ts";
+import { desiredConsumer, FAIR_SHARE_WINDOW } from "../../src/layout.ts";
+import { testEnv } from "../harness/env.ts";
 
 const good = {
   NATS_URL: "ws://127.0.0.1:1234, wss://nats.example.org",
@@ -95,5 +97,13 @@ describe("configuration", () => {
       expect(found, `${name}=${bad}`).toHaveLength(1);
       expect(found[0]).toMatch(new RegExp(`^${name}\\b`));
     }
+  });
+});
+
+describe("npm run provision", () => {
+  it.each(["on", "off"])("makes the consumers the Worker's /healthz wants (FAIR_SHARE=%s: the window follows it)", (fairShare) => {
+    const env = testEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", { CAPACITY_POD: 7, FAIR_SHARE: fairShare });
+    expect(desiredConsumer(loadProvisionConfig(env), "pod")).toEqual(desiredConsumer(loadConfig(env), "pod"));
+    expect(desiredConsumer(loadProvisionConfig(env), "pod").max_ack_pending).toBe(fairShare === "on" ? 7 + FAIR_SHARE_WINDOW : 7);
   });
 });
