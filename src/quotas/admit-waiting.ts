@@ -8,9 +8,9 @@ import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
-import { jobRepository } from "../state/records.ts";
+import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { whoseJob } from "./config.ts";
-import { pickNext, taken, turnOrder, type Shares } from "./fair-share.ts";
+import { inTurnOrder, pickNext, taken, type Shares } from "./fair-share.ts";
 import { releaseQuota, takeQuota } from "./limits.ts";
 
 /** Repositories looked at per pass: the oldest job of each. */
@@ -98,13 +98,15 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
  * heldNow's two reads, and only for a batch of new jobs of several repositories.
  */
 export async function orderByTurn(deps: ProcessDeps, batch: Prepared[]): Promise<Prepared[]> {
-  const fresh = batch.filter((p) => !p.known!.value.chosen && UNADMITTED_STATES.has(p.known!.value.state));
+  const fresh = batch.filter((p) => needsTurn(p.known!.value));
   const chosen = batch.filter((p) => !fresh.includes(p));
-  const jobs = fresh.map((p, i) => ({ ...whoseJob(p.assignment!.job?.repository), id: String(i), seq: p.msg.seq }));
-  if (!deps.waiting || new Set(jobs.map((j) => j.repository)).size < 2) return batch;
-  const order = turnOrder(await heldNow(deps, []), deps.waiting.rules, jobs);
-  return [...chosen, ...order.map((j) => fresh[Number(j.id)]!)];
+  const whose = (p: Prepared) => whoseJob(p.assignment!.job?.repository);
+  if (!deps.waiting || new Set(fresh.map((p) => whose(p).repository)).size < 2) return batch;
+  return [...chosen, ...inTurnOrder(fresh, whose, (p) => p.msg.seq, await heldNow(deps, []), deps.waiting.rules)];
 }
+
+/** A job that needs its turn: no slot asked for yet (unadmitted), and none given it (chosen). */
+export const needsTurn = (r: Pick<AssignmentRecord, "chosen" | "state">) => !r.chosen && UNADMITTED_STATES.has(r.state);
 
 /** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests). */
 export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[]): Promise<Shares> {

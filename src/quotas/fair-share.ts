@@ -52,6 +52,12 @@ export function taken(s: Shares, w: Waiting): Shares {
   return { heads: s.heads, heldByOwner: plus(s.heldByOwner, w.owner), heldByRepository: plus(s.heldByRepository, w.repository) };
 }
 
+/** `items` in turn order (turnOrder), each read as a job by `whose` (its owner and repository) and `seq` (lower came first). */
+export function inTurnOrder<T>(items: readonly T[], whose: (t: T) => { owner: string; repository: string }, seq: (t: T) => number, s: Shares, rules: ShareRules): T[] {
+  const jobs = items.map((t, i) => ({ ...whose(t), id: String(i), seq: seq(t) }));
+  return turnOrder(s, rules, jobs).map((j) => items[Number(j.id)]!);
+}
+
 /**
  * The order in which `jobs` (any number per repository) would be given free slots, one by one:
  * each next the one `pickNext` picks among the oldest of each repository, counted as taken before

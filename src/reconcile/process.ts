@@ -10,9 +10,9 @@ import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
-import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
+import { SETTLED_STATES } from "../names.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
-import { orderByTurn } from "../quotas/admit-waiting.ts";
+import { needsTurn, orderByTurn } from "../quotas/admit-waiting.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";
@@ -58,9 +58,9 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   const admitting = batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit");
   // Fair share: while others wait their turn, a new job joins them, unless its turn came already.
   // One admitted before (its runner asked for: a redelivery while it boots) keeps its slot.
-  const needsTurn = (p: Prepared) => !p.known!.value.chosen && UNADMITTED_STATES.has(p.known!.value.state);
-  if (deps.waiting && admitting.some(needsTurn) && (await deps.waiting.set.any(deps.backend))) {
-    for (const p of admitting) if (needsTurn(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
+  const waits = (p: Prepared) => needsTurn(p.known!.value);
+  if (deps.waiting && admitting.some(waits) && (await deps.waiting.set.any(deps.backend))) {
+    for (const p of admitting) if (waits(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
   const quotaTaken = await takeQuotas(deps, admitting.filter((p) => p.facts.admitted === undefined));
   const trying = admitting.filter((p) => !p.failed && p.facts.admitted === undefined);

@@ -14,7 +14,7 @@ import type { EventSink } from "../../events.ts";
 import { openIdentity, runnerName, sealIdentity } from "../runner-identity.ts";
 import type { ForgejoRunnerIdentity, Forge } from "../types.ts";
 import { ForgejoError, type ForgejoClient, type ForgejoScope } from "./client.ts";
-import { parseForgejoScope, repositoryScope, runnerScope, type ForgejoConfig } from "./config.ts";
+import { repositoryScope, runnerScope, type ForgejoConfig } from "./config.ts";
 import { cleanForgejoRunners } from "./cleanup.ts";
 import { forgejoPlace } from "./warm.ts";
 
@@ -54,7 +54,7 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
       const { registered, scope } = await register(assignment.job?.repository, name, id);
       const runner: ForgejoRunnerIdentity = { url: cfg.url, uuid: registered.uuid, token: registered.token, labels, ...(assignment.job?.handle ? { handle: assignment.job.handle } : {}) };
       const sealed = await sealIdentity(cfg.identityKey, id, runner);
-      const place = forgejoPlace({ url: cfg.url, scope: scope ? parseForgejoScope(scope) : cfg.scope });
+      const place = forgejoPlace({ url: cfg.url, scope: runnerScope(cfg, { scope }) });
       return { identity: { forge: "forgejo", runner }, ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed, place, ...(scope ? { scope } : {}) } };
     },
     async tick(d) {

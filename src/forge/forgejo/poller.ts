@@ -19,7 +19,7 @@ import { memoryNames, repositoryNames, type NameStore } from "./names.ts";
 import { runnerScope } from "./config.ts";
 import { heldNow } from "../../quotas/admit-waiting.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
-import { turnOrder } from "../../quotas/fair-share.ts";
+import { inTurnOrder } from "../../quotas/fair-share.ts";
 import { shareRules, whoseJob } from "../../quotas/config.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob } from "./jobs.ts";
@@ -236,9 +236,9 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
  */
 async function inTurn<T extends { job: ForgejoJob; request: AssignmentRequest }>(d: Dispatcher, routed: T[]): Promise<T[]> {
   const oldest = [...routed].sort((a, b) => a.job.id - b.job.id);
-  const jobs = oldest.map((r, i) => ({ ...whoseJob(r.request.job?.repository), id: String(i), seq: i }));
-  if (!d.config.fairShare || !d.config.pools.some(keepsWarm) || new Set(jobs.map((j) => j.repository)).size < 2) return oldest;
+  const whose = (r: T) => whoseJob(r.request.job?.repository);
+  if (!d.config.fairShare || !d.config.pools.some(keepsWarm) || new Set(oldest.map((r) => whose(r).repository)).size < 2) return oldest;
   const backend = oldest[0]!.request.backend;
   const shares = await d.withState((s) => heldNow({ admission: s.admission, records: s.records, backend }, []));
-  return turnOrder(shares, shareRules(d.config.quotas), jobs).map((j) => oldest[Number(j.id)]!);
+  return inTurnOrder(oldest, whose, (r) => r.job.id, shares, shareRules(d.config.quotas));
 }
