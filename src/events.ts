@@ -59,6 +59,8 @@ export const EVENT_NAMES = [
   "poller_retired",
   "warm_exited",
   "registered_at_scope",
+  "moved_to_warm",
+  "move_undone",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -65,6 +65,11 @@ export interface AssignmentRecord {
   bound?: { job: number; attempt: number; handle: string; repository: string; at: string };
   /** Forgejo: its own job attempt's handle (from the assignment). */
   jobHandle?: string;
+  /**
+   * Forgejo: ended while it waited its turn because its job went to this warm runner (move.ts).
+   * The one end that is undone: should that runner not take the job, the record waits again.
+   */
+  movedTo?: string;
 }
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */

@@ -1,6 +1,7 @@
 // One Forgejo poll (forge/forgejo/poller.ts) over a stubbed client and an in-memory store of what
 // earlier polls saw, against the real nats-server: the decisions a poll makes, each with its near
 // miss, without a workerd scenario.
+import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/config.ts";
 import { createDispatcher } from "../../src/dispatcher.ts";
@@ -186,5 +187,149 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     clock += STALE_BINDING_MS + 1_000;
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 1 });
     expect(store.known.get("41-1")?.id).toBe("forgejo-41-1");
+  });
+});
+
+/** The record of assignment `id`. */
+const recordOf = (d: Dispatcher, id: string) => d.withState(({ records }) => records.get(id));
+/** Messages in the assignments stream. */
+const messages = (d: Dispatcher, config: Config) => d.withState(async (_s, h) => (await (await jetstreamManager(h.nc)).streams.info(config.stream)).state.messages);
+
+/**
+ * Three jobs published to their own runners while no warm runner was idle (owner 2's 41 and 42,
+ * owner 9's 44, the newest); owner 2 holds three runners. Then one warm runner comes up idle.
+ */
+async function waitingThenWarm(extra: Record<string, unknown> = {}, decorateState?: (s: State) => State) {
+  const config = await provisionEnv(warmPoolEnv(extra));
+  const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(44, 9, 1)];
+  const client = stubForgejo(() => jobs, new Set());
+  const events: { event: string; assignment: string }[] = [];
+  const d = createDispatcher({ config, sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) }, forgejo: client, ...(decorateState ? { decorateState } : {}) });
+  const plain = createDispatcher({ config, sink: silent });
+  await holding(plain, 2, 7, 3);
+  const store = memoryStore();
+  expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 3, bound: 0, moved: 0 });
+  const [w] = await idleWarm(plain, config, 1);
+  return { config, client, d, plain, store, w: w!, jobs, events };
+}
+
+describe("jobs that wait for their own runners go to a warm runner that becomes idle, by turn", () => {
+  it("the owner holding none gets it before the older jobs of an owner holding three; its own assignment ends, the handle and the poller follow the warm runner", async () => {
+    const { config, client, d, plain, store, w, events } = await waitingThenWarm();
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1, published: 0 });
+    expect((await recordOf(plain, w))?.bound).toMatchObject({ job: 44, attempt: 1, handle: "h-44", repository: "id-9/id-1" });
+    expect(await recordOf(plain, "forgejo-44-1")).toMatchObject({ state: "terminated", movedTo: w });
+    expect((await recordOf(plain, "forgejo-41-1"))?.state).toBe("received");
+    expect(store.known.get("44-1")).toMatchObject({ id: w, boundAt: expect.any(Number) });
+    expect(store.known.get("44-1")?.moving).toBeUndefined();
+    expect(await plain.withState(({ handles }) => handles.bind("h-44", "forgejo-44-1"))).toBe(w);
+    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(["moved_to_warm", "warm_took_job"]));
+    // The next poll moves nothing more: no warm runner is idle.
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 0, published: 0 });
+  });
+
+  it("near miss, FAIR_SHARE=off: the oldest waiting job gets it", async () => {
+    const { config, client, d, plain, store, w } = await waitingThenWarm({ FAIR_SHARE: "off" });
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    expect((await recordOf(plain, w))?.bound?.job).toBe(41);
+  });
+
+  it("near miss, a job whose turn came (chosen), or whose runner was asked for, is not moved: the next in turn is", async () => {
+    const { config, client, d, plain, store, w } = await waitingThenWarm();
+    await plain.withState(({ records }) => records.update("forgejo-44-1", (r) => ({ ...r, chosen: true })));
+    await plain.withState(({ records }) => records.update("forgejo-41-1", (r) => ({ ...r, state: "backend_pending" })));
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    expect((await recordOf(plain, w))?.bound?.job).toBe(42);
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("received");
+  });
+
+  it("a turn given while the move reads: the turn wins, the warm runner goes to the next job in turn", async () => {
+    let racing = true;
+    const turnFirst = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => {
+          if (racing && id === "forgejo-44-1") {
+            racing = false;
+            await s.records.update(id, (r) => ({ ...r, chosen: true }));
+          }
+          return s.records.update(id, change);
+        },
+      },
+    });
+    const { config, client, d, plain, store, w } = await waitingThenWarm({}, turnFirst);
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    expect(racing).toBe(false);
+    expect(await recordOf(plain, "forgejo-44-1")).toMatchObject({ state: "received", chosen: true });
+    expect((await recordOf(plain, w))?.bound?.job).toBe(41);
+    expect(store.known.get("44-1")).toMatchObject({ id: "forgejo-44-1" });
+    expect(await plain.withState(({ handles }) => handles.bind("h-44", "x"))).toBe("forgejo-44-1");
+  });
+
+  it("a warm runner recycled between the end of the job's own assignment and its claim: the end is undone and the job published again, its handle back", async () => {
+    const recycled = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => {
+          if (id.startsWith("warm-")) await s.records.update(id, (r) => (r.state === "backend_ready" ? { ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" } : undefined));
+          return s.records.update(id, change);
+        },
+      },
+    });
+    const { config, client, d, plain, store, events } = await waitingThenWarm({}, recycled);
+    const before = await messages(plain, config);
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 0 });
+    const own = await recordOf(plain, "forgejo-44-1");
+    expect(own?.state).toBe("capacity_wait");
+    expect(own?.movedTo).toBeUndefined();
+    expect(own?.terminatedAt).toBeUndefined();
+    expect(await messages(plain, config)).toBe(before + 1);
+    expect(await plain.withState(({ handles }) => handles.bind("h-44", "x"))).toBe("forgejo-44-1");
+    expect(store.known.get("44-1")).toEqual({ id: "forgejo-44-1", job: 44, attempt: 1, handle: "h-44" });
+    expect(events.map((e) => e.event)).toContain("move_undone");
+  });
+
+  it("a poll that dies after ending the job's own assignment: the next poll finishes the move", async () => {
+    let dying = true;
+    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const { config, client, d, plain, store, w, events } = await waitingThenWarm({}, dies);
+    await pollForgejo(d, client, config.forgejo!, store);
+    expect(store.known.get("44-1")?.moving?.to).toBe(w);
+    expect((await recordOf(plain, "forgejo-44-1"))?.movedTo).toBe(w);
+    dying = false;
+    await pollForgejo(d, client, config.forgejo!, store);
+    expect((await recordOf(plain, w))?.bound?.job).toBe(44);
+    expect(store.known.get("44-1")).toMatchObject({ id: w, boundAt: expect.any(Number) });
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("terminated");
+    expect(events.map((e) => e.event)).not.toContain("move_undone");
+  });
+
+  it("near miss, a poll that dies before ending it: the next poll leaves the job waiting for its own runner, and may move it again", async () => {
+    let dying = true;
+    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, dies);
+    await pollForgejo(d, client, config.forgejo!, store);
+    expect(store.known.get("44-1")?.moving?.to).toBe(w);
+    const held = () => plain.withState(({ quotas }) => quotas.held(["id-9"]));
+    expect(await held()).toEqual(new Map([["id-9", 1]]));
+    dying = false;
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    // Its place was given back, then taken again by the move that went through.
+    expect(await held()).toEqual(new Map([["id-9", 1]]));
+    expect((await recordOf(plain, w))?.bound?.job).toBe(44);
+  });
+
+  it("a moved job whose warm runner exits before taking it waits for its own runner again, published anew", async () => {
+    const { config, client, d, plain, store, w, events } = await waitingThenWarm();
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    await completeAssignmentRun(plain, w);
+    const before = await messages(plain, config);
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 1 });
+    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(["warm_exited", "move_undone"]));
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("capacity_wait");
+    expect(await messages(plain, config)).toBe(before + 1);
+    expect(store.known.get("44-1")?.id).toBe("forgejo-44-1");
   });
 });

@@ -54,6 +54,12 @@ export interface KnownJob {
   boundAt?: number;
   /** Listed with this other handle, and said so once: not again while it stays. */
   conflictHandle?: string;
+  /**
+   * Waiting its turn, it is being moved to the idle warm runner `to` (move.ts), since epoch ms
+   * `at`: written before its own assignment is ended, so that a poll that dies midway is finished
+   * or undone by the next.
+   */
+  moving?: { to: string; at: number };
 }
 
 export interface PollPlan {
@@ -71,6 +77,8 @@ export interface PollPlan {
   unbind: KnownJob[];
   /** Given to a warm runner that has not taken it yet, still waiting: taken back at once if that runner ended. */
   boundWaiting: { known: KnownJob; job: ForgejoJob }[];
+  /** Published to its own runner, still waiting for one (or for its turn): an idle warm runner may take it instead. */
+  waiting: { known: KnownJob; job: ForgejoJob }[];
 }
 
 /** Items of each kind one poll works on at most; the rest wait for the next poll (a mass cancel spreads over polls). */
@@ -80,7 +88,7 @@ export const jobKey = (job: number, attempt: number | undefined) => `${job}-${at
 
 /** What one poll's list means, given what earlier polls published. Pure; each kind at most `max` (oldest first). */
 export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly ForgejoJob[], now = 0, claimTimeoutMs = Infinity, max = MAX_PER_POLL): PollPlan {
-  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [], unbind: [], boundWaiting: [] };
+  const plan: PollPlan = { publish: [], claim: [], gone: [], unbindable: [], conflicting: [], unbind: [], boundWaiting: [], waiting: [] };
   const listed = new Set<string>();
   for (const job of jobs) {
     const key = jobKey(job.id, job.attempt);
@@ -97,6 +105,7 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
       if (running && !k.claimed) plan.claim.push(k);
       else if (!running && k.boundAt !== undefined && !k.claimed && now - k.boundAt > claimTimeoutMs) plan.unbind.push(k);
       else if (!running && k.boundAt !== undefined && !k.claimed) plan.boundWaiting.push({ known: k, job });
+      else if (!running && !k.claimed && !k.moving && job.status === "waiting") plan.waiting.push({ known: k, job });
       continue;
     }
     // Running without having been published here: another runner's, or taken before we saw it.
@@ -116,5 +125,6 @@ export function planPoll(known: ReadonlyMap<string, KnownJob>, jobs: readonly Fo
     conflicting: plan.conflicting.slice(0, max),
     unbind: plan.unbind.sort(byJob).slice(0, max),
     boundWaiting: plan.boundWaiting.slice(0, max),
+    waiting: plan.waiting.sort((a, b) => a.job.id - b.job.id).slice(0, max),
   };
 }

@@ -6,7 +6,8 @@
 import type { Dispatcher } from "../../dispatcher-types.ts";
 import { Conflict } from "../../domain-errors.ts";
 import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../operations.ts";
-import { createWarmBinder } from "./warm.ts";
+import { createWarmBinder, type WarmBinder } from "./warm.ts";
+import { movable, movedBackMsgId, moveWaiting, requestOf, reviveMoved, settleMoves, type WaitingJob } from "./move.ts";
 import { publishAssignment } from "../../publish.ts";
 import { createLimiter } from "../../reconcile/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
@@ -39,6 +40,8 @@ export interface PollOutcome {
   published: number;
   /** New jobs given to idle warm runners instead. */
   bound: number;
+  /** Jobs that waited for their own runners (or their turn), moved to idle warm runners. */
+  moved: number;
   claimed: number;
   ended: number;
   /** Backends with new assignments, claims or freed slots: the caller runs a pass there now. */
@@ -53,7 +56,7 @@ export const STALE_BINDING_MS = 30_000;
 const AT_ONCE = 4;
 
 export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore, names: NameStore = memoryNames()): Promise<PollOutcome> {
-  const outcome: PollOutcome = { ok: true, listed: 0, published: 0, bound: 0, claimed: 0, ended: 0, backends: [] };
+  const outcome: PollOutcome = { ok: true, listed: 0, published: 0, bound: 0, moved: 0, claimed: 0, ended: 0, backends: [] };
   let jobs: ForgejoJob[];
   try {
     jobs = await client.jobs(cfg.scope);
@@ -63,8 +66,9 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   }
   outcome.listed = jobs.length;
   const known = await store.all();
+  if ([...known.values()].some((k) => k.moving)) await settleMoves(d, cfg, store, known, new Map(jobs.map((j) => [jobKey(j.id, j.attempt), j])));
   const plan = planPoll(known, jobs, d.now(), d.config.claimTimeoutMs);
-  const bindWarm = createWarmBinder(d);
+  const binder = createWarmBinder(d);
   const limit = createLimiter(AT_ONCE);
   const each = <T>(items: T[], fn: (item: T) => Promise<void>) =>
     Promise.all(items.map((item) => limit(() => fn(item).catch((err) => d.sink.error("forgejo poll step failed", { reason: (err as Error).message })))));
@@ -103,16 +107,19 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     d.sink.event({ event: "no_route", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined });
     await skip(job, "no_route");
   });
-  // Idle warm runners go to new jobs one at a time, by turn (fewer runners than jobs: fair share
-  // decides who gets them); each takes its job's QUOTAS places.
+  // Idle warm runners go one at a time, by turn (fewer runners than jobs: fair share decides who
+  // gets them), to new jobs and to jobs that wait for their own runners alike; each takes its job's
+  // QUOTAS places.
   const cold: typeof routed = [];
-  for (const r of await inTurn(d, routed)) {
+  const failed = (err: unknown) => void d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
+  for (const r of await inTurn(d, [...routed, ...(await waitingForWarm(d, cfg, binder, plan.waiting))])) {
+    if (isWaiting(r)) {
+      if (await moveWaiting(d, binder, store, r).catch(failed)) outcome.moved++;
+      continue;
+    }
     // One that fails midway may leave its handle bound to a warm runner it did not claim: the
     // publish below then leaves the job to a later poll (STALE_BINDING_MS).
-    const warm = await bindWarm(r.job, r.request).catch((err: unknown) => {
-      d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
-      return undefined;
-    });
+    const warm = await binder.bind(r.job, r.request).catch(failed);
     if (!warm) {
       cold.push(r);
       continue;
@@ -124,6 +131,8 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   await each(cold, async ({ job, request }) => {
     // The handle decides who runs the attempt: its own runner, unless it is bound elsewhere.
     let holder = await d.withState((s) => s.handles.bind(job.handle!, request.id));
+    // Taken back from a warm runner: its own assignment, ended if the job was moved there, waits again.
+    let back = false;
     if (holder !== request.id) {
       const given = await d.withState((s) => s.records.get(holder));
       const bound = given?.bound;
@@ -140,14 +149,15 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
         if (since !== undefined && d.now() - since < STALE_BINDING_MS) return;
         holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));
       }
+      back = holder === request.id && (await reviveMoved(d, request.id));
     }
     if (holder !== request.id) {
       d.sink.event({ event: "handle_conflict", assignment: request.id, backend: undefined, reason: "its handle is bound to another job attempt" });
       return skip(job, "conflict");
     }
     try {
-      const published = await publishAssignment(d, request, { msgId: forgejoMsgId(job) });
-      if (!published.duplicate) outcome.published++;
+      const published = await publishAssignment(d, request, { msgId: back ? movedBackMsgId(job, d.now()) : forgejoMsgId(job) });
+      if (!published.duplicate || back) outcome.published++;
       backends.add(published.backend);
     } catch (err) {
       if (!(err instanceof Conflict)) throw err;
@@ -229,12 +239,34 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
   return backend;
 }
 
+const isWaiting = (r: object): r is WaitingJob => "own" in r;
+
 /**
- * New jobs in the order idle warm runners go to them: oldest first, or, with fair share and jobs
+ * The jobs that wait for their own runners and could take an idle warm runner instead: read only
+ * while one of their pools has one idle (the idle list is read once per poll anyway).
+ */
+async function waitingForWarm(d: Dispatcher, cfg: ForgejoConfig, binder: WarmBinder, waiting: { known: KnownJob; job: ForgejoJob }[]): Promise<WaitingJob[]> {
+  if (!waiting.length || !d.config.pools.some(keepsWarm)) return [];
+  const routes = waiting.map((w) => ({ ...w, pool: forgejoAssignment(d.config.pools, cfg.scope, w.job)?.pools?.[0] }));
+  const pools = [...new Set(routes.flatMap((w) => (w.pool ? [w.pool] : [])))];
+  const idle = await Promise.all(pools.map(async (p) => ((await binder.idle(p)).length ? p : undefined)));
+  const candidates = routes.filter((w) => w.pool !== undefined && idle.includes(w.pool));
+  if (!candidates.length) return [];
+  const records = await d.withState((s) => s.records.getMany(candidates.map((w) => w.known.id)));
+  return candidates.flatMap(({ known, job }) => {
+    const own = records.get(known.id)?.value;
+    const request = own && movable(own) ? requestOf(cfg, d, job, own) : undefined;
+    return own && request ? [{ known, job, request, own }] : [];
+  });
+}
+
+/**
+ * Jobs in the order idle warm runners go to them: oldest first, or, with fair share and jobs
  * of several repositories, by turn (the runners their owners hold now, on their first pool's
  * backend, two reads).
  */
 async function inTurn<T extends { job: ForgejoJob; request: AssignmentRequest }>(d: Dispatcher, routed: T[]): Promise<T[]> {
+  if (!routed.length) return [];
   const oldest = [...routed].sort((a, b) => a.job.id - b.job.id);
   const whose = (r: T) => whoseJob(r.request.job?.repository);
   if (!d.config.fairShare || !d.config.pools.some(keepsWarm) || new Set(oldest.map((r) => whose(r).repository)).size < 2) return oldest;

@@ -1,9 +1,9 @@
 // Warm runners on Forgejo. A warm runner boots before its job exists, registered without a handle;
 // its workload asks the dispatcher for one with its own claim token (GET /v1/assignments/{id}/handle)
 // until it has it, then runs `forgejo-runner one-job --handle <h> --wait`. The poller gives a new job
-// to an idle warm runner of the job's first pool instead of asking for a runner of its own: the warm
-// runner's record is claimed for it by compare-and-set (two polls never give one runner two jobs),
-// and the pool refills the position at once.
+// to an idle warm runner of the job's first pool instead of asking for a runner of its own (and a
+// job that waits its turn, by moving it: move.ts): the warm runner's record is claimed for it by
+// compare-and-set (two polls never give one runner two jobs), and the pool refills the position at once.
 import type { AssignmentRequest } from "../../assignment.ts";
 import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
@@ -14,8 +14,24 @@ import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 
+export interface WarmBinder {
+  /**
+   * Gives a new `job` to an idle warm runner of its first pool: that runner's assignment id, or
+   * undefined when none is idle or the job's handle is bound to another runner already (by another
+   * poller: the caller's own binding finds which). The handle is bound to the runner before its
+   * record is claimed, so that of two pollers only one gives the job a runner; one whose record was
+   * taken meanwhile passes the handle on to the next candidate, or back to the job's own runner.
+   */
+  bind(job: ForgejoJob, request: AssignmentRequest): Promise<string | undefined>;
+  /** The idle warm runners of `pool` not handed out yet this poll, oldest first: whoever gives one away shifts it. */
+  idle(pool: string): Promise<string[]>;
+}
+
+/** What a warm runner is given: a job attempt, counted to its repository. */
+export type Bound = NonNullable<AssignmentRecord["bound"]>;
+
 /** Idle warm runners of each pool, oldest first, read once per poll and handed out one by one. */
-export function createWarmBinder(d: Dispatcher) {
+export function createWarmBinder(d: Dispatcher): WarmBinder {
   let idle: Promise<Map<string, string[]>> | undefined;
   const read = (state: State) =>
     (idle ??= (async () => {
@@ -35,50 +51,59 @@ export function createWarmBinder(d: Dispatcher) {
       }
       return byPool;
     })());
-
-  /**
-   * Gives `job` to an idle warm runner of its first pool: that runner's assignment id, or undefined
-   * when none is idle or the job's handle is bound to another runner already (by another poller:
-   * the caller's own binding finds which). The handle is bound to the runner before its record is
-   * claimed, so that of two pollers only one gives the job a runner; one whose record was taken
-   * meanwhile passes the handle on to the next candidate, or back to the job's own runner.
-   */
-  return async function bindWarm(job: ForgejoJob, request: AssignmentRequest): Promise<string | undefined> {
-    const pool = d.config.pools.find((p) => p.name === request.pools?.[0]);
-    if (!pool || !keepsWarm(pool) || !job.handle) return undefined;
-    return d.withState(async (state) => {
-      const candidates = (await read(state)).get(pool.name) ?? [];
-      const repository = request.job!.repository;
-      // QUOTAS: the runner takes the job's owner's and repository's places, as its own runner
-      // would; at a limit the job is published instead, and waits its turn there (quota_wait).
-      const ledger = d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
-      const rules = shareRules(d.config.quotas);
-      let tried: string | undefined;
-      while (candidates.length) {
-        const id = candidates.shift()!;
-        if (ledger && (await takeQuota(ledger, rules, id, repository)) === "refused") break;
-        const giveBack = () => (ledger ? releaseQuota(ledger, id, repository) : Promise.resolve());
-        if ((await state.handles.bind(job.handle!, id, tried)) !== id) {
-          await giveBack();
-          return undefined;
-        }
-        tried = id;
-        const at = new Date(d.now()).toISOString();
-        const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository, at };
-        const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: at, bound } : undefined));
-        if (!r?.bound || r.bound.handle !== job.handle || r.bound.at !== at) {
-          await giveBack();
-          continue;
-        }
-        d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool: pool.name, reason: `bound to job ${job.id} attempt ${bound.attempt}` });
-        // Its position is free now: the pool asks for a replacement at once, not at the next tick.
-        await maintainPools(d, state, [pool.name], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
-        return id;
-      }
-      if (tried) await state.handles.bind(job.handle!, request.id, tried);
-      return undefined;
-    });
+  const listOf = async (state: State, pool: string) => {
+    const byPool = await read(state);
+    if (!byPool.has(pool)) byPool.set(pool, []);
+    return byPool.get(pool)!;
   };
+
+  return {
+    idle: (pool) => d.withState((state) => listOf(state, pool)),
+    async bind(job, request) {
+      const pool = d.config.pools.find((p) => p.name === request.pools?.[0]);
+      if (!pool || !keepsWarm(pool) || !job.handle) return undefined;
+      return d.withState(async (state) => {
+        const candidates = await listOf(state, pool.name);
+        const repository = request.job!.repository;
+        // QUOTAS: the runner takes the job's owner's and repository's places, as its own runner
+        // would; at a limit the job is published instead, and waits its turn there (quota_wait).
+        const ledger = d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
+        const rules = shareRules(d.config.quotas);
+        let tried: string | undefined;
+        while (candidates.length) {
+          const id = candidates.shift()!;
+          if (ledger && (await takeQuota(ledger, rules, id, repository)) === "refused") {
+            candidates.unshift(id);
+            break;
+          }
+          const giveBack = () => (ledger ? releaseQuota(ledger, id, repository) : Promise.resolve());
+          if ((await state.handles.bind(job.handle!, id, tried)) !== id) {
+            await giveBack();
+            return undefined;
+          }
+          tried = id;
+          const bound = { job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, repository, at: new Date(d.now()).toISOString() };
+          if (await claimWarm(d, state, id, bound, pool.name)) return id;
+          await giveBack();
+        }
+        if (tried) await state.handles.bind(job.handle!, request.id, tried);
+        return undefined;
+      });
+    },
+  };
+}
+
+/**
+ * Claims warm runner `id` for `bound`, by compare-and-set from up and idle: true when this call
+ * did (or an earlier call of the same binding did). Its pool refills the position at once.
+ */
+export async function claimWarm(d: Dispatcher, state: State, id: string, bound: Bound, pool: string, reason = `bound to job ${bound.job} attempt ${bound.attempt}`): Promise<boolean> {
+  const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: bound.at, bound } : undefined));
+  if (!r?.bound || r.bound.handle !== bound.handle || r.bound.at !== bound.at) return false;
+  d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool, reason });
+  // Its position is free now: the pool asks for a replacement at once, not at the next tick.
+  await maintainPools(d, state, [pool], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
+  return true;
 }
 
 /** Where a Forgejo runner is registered: its URL and scope. A warm runner is given jobs of that place only. */
