@@ -70,7 +70,8 @@ export function summarizeUsage(records: readonly AssignmentRecord[], since: numb
   const row = (repository: string) => rows.get(repository) ?? rows.set(repository, { jobs: 0, seconds: 0, waits: [] }).get(repository)!;
   const where = (r: AssignmentRecord) => whoseJob(jobRepository(r)).repository;
   for (const r of records) {
-    const isJob = r.job !== undefined || r.bound !== undefined;
+    // A Forgejo job moved to a warm runner (movedTo) is counted once: as that runner's `bound`.
+    const isJob = (r.job !== undefined && r.movedTo === undefined) || r.bound !== undefined;
     if (inWindow(r) && isJob) row(where(r)).jobs++;
     const ran = r.took ? byId.get(r.took) : isJob ? r : undefined;
     if (r.askedAt) {

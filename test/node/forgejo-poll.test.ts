@@ -13,6 +13,10 @@ import { assignment, forgejoTestEnv, provisionEnv, TEST_ROUTES } from "../harnes
 import { forgejoPlace } from "../../src/forge/forgejo/warm.ts";
 import type { Config } from "../../src/config.ts";
 import type { Dispatcher, State } from "../../src/dispatcher.ts";
+import { reviveMoved } from "../../src/forge/forgejo/move.ts";
+import { takeQuota } from "../../src/quotas/limits.ts";
+import { shareRules } from "../../src/quotas/config.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -117,6 +121,20 @@ describe("Forgejo jobs given to warm runners count like any other", () => {
     expect(await held()).toEqual(new Map([["id-2", 0]]));
   });
 
+  it("a job refused at its QUOTAS limit leaves the warm runner it was offered to the next job in turn", async () => {
+    const config = await provisionEnv(warmPoolEnv({ QUOTAS: JSON.stringify({ repositories: { "id-2/id-7": { limit: 1 } } }) }));
+    // 41's turn comes first (its owner holds no runner), but its repository's one place is held by
+    // a job a pass is admitting now (a place in the ledger, no slot yet): refused.
+    const jobs = [waiting(41, 2, 7), waiting(44, 9, 1)];
+    const client = stubForgejo(() => jobs, new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    await holding(d, 9, 1, 1);
+    expect(await d.withState(({ quotas }) => takeQuota(quotas, shareRules(config.quotas), "forgejo-40-1", "id-2/id-7"))).toBe("taken");
+    const [w] = await idleWarm(d, config, 1);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 1, published: 1 });
+    expect((await recordOf(d, w!))?.bound?.job).toBe(44);
+  });
+
   it("near miss, no QUOTAS: both warm runners are given jobs", async () => {
     const config = await provisionEnv(warmPoolEnv());
     const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(43, 2, 7)];
@@ -124,6 +142,14 @@ describe("Forgejo jobs given to warm runners count like any other", () => {
     const d = createDispatcher({ config, sink: silent, forgejo: client });
     await idleWarm(d, config, 2);
     expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 2, published: 1 });
+  });
+
+  it("a poll that gives every job to a warm runner asks for a pass all the same: the positions are being refilled", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const client = stubForgejo(() => [waiting(41, 2, 7), waiting(42, 2, 7)], new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    await idleWarm(d, config, 2);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 2, published: 0, backends: ["pod"] });
   });
 
   it("go out by turn: fewer warm runners than new jobs, the owner holding none gets one before the older jobs of an owner holding runners", async () => {
@@ -200,7 +226,8 @@ const messages = (d: Dispatcher, config: Config) => d.withState(async (_s, h) =>
  * owner 9's 44, the newest); owner 2 holds three runners. Then one warm runner comes up idle.
  */
 async function waitingThenWarm(extra: Record<string, unknown> = {}, decorateState?: (s: State) => State) {
-  const config = await provisionEnv(warmPoolEnv(extra));
+  const env = warmPoolEnv(extra);
+  const config = await provisionEnv(env);
   const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(44, 9, 1)];
   const client = stubForgejo(() => jobs, new Set());
   const events: { event: string; assignment: string }[] = [];
@@ -210,13 +237,14 @@ async function waitingThenWarm(extra: Record<string, unknown> = {}, decorateStat
   const store = memoryStore();
   expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ published: 3, bound: 0, moved: 0 });
   const [w] = await idleWarm(plain, config, 1);
-  return { config, client, d, plain, store, w: w!, jobs, events };
+  return { env, config, client, d, plain, store, w: w!, jobs, events };
 }
 
 describe("jobs that wait for their own runners go to a warm runner that becomes idle, by turn", () => {
   it("the owner holding none gets it before the older jobs of an owner holding three; its own assignment ends, the handle and the poller follow the warm runner", async () => {
     const { config, client, d, plain, store, w, events } = await waitingThenWarm();
-    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1, published: 0 });
+    // A pass follows at once: the warm position is being refilled.
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1, published: 0, backends: ["pod"] });
     expect((await recordOf(plain, w))?.bound).toMatchObject({ job: 44, attempt: 1, handle: "h-44", repository: "id-9/id-1" });
     expect(await recordOf(plain, "forgejo-44-1")).toMatchObject({ state: "terminated", movedTo: w });
     expect((await recordOf(plain, "forgejo-41-1"))?.state).toBe("received");
@@ -234,37 +262,66 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     expect((await recordOf(plain, w))?.bound?.job).toBe(41);
   });
 
-  it("near miss, a job whose turn came (chosen), or whose runner was asked for, is not moved: the next in turn is", async () => {
+  it("a job whose turn a pass tried while the backend was full (chosen) moves all the same; near misses: one whose runner was asked for, or registered, is not moved", async () => {
     const { config, client, d, plain, store, w } = await waitingThenWarm();
-    await plain.withState(({ records }) => records.update("forgejo-44-1", (r) => ({ ...r, chosen: true })));
-    await plain.withState(({ records }) => records.update("forgejo-41-1", (r) => ({ ...r, state: "backend_pending" })));
+    await plain.withState(({ records }) => records.update("forgejo-44-1", (r) => ({ ...r, state: "capacity_wait", chosen: true })));
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
-    expect((await recordOf(plain, w))?.bound?.job).toBe(42);
-    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("received");
+    expect((await recordOf(plain, w))?.bound?.job).toBe(44);
+
+    const other = await waitingThenWarm();
+    await other.plain.withState(async ({ records }) => {
+      await records.update("forgejo-44-1", (r) => ({ ...r, state: "backend_pending" }));
+      // Unadmitted, but with a runner registered for it: its own runner is on its way.
+      await records.update("forgejo-41-1", (r) => ({ ...r, runner: { id: 7, name: "gdr-forgejo-41-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
+    });
+    expect(await pollForgejo(other.d, other.client, other.config.forgejo!, other.store)).toMatchObject({ moved: 1 });
+    expect((await recordOf(other.plain, other.w))?.bound?.job).toBe(42);
+    expect((await recordOf(other.plain, "forgejo-44-1"))?.state).toBe("backend_pending");
+    expect((await recordOf(other.plain, "forgejo-41-1"))?.state).toBe("received");
   });
 
-  it("a turn given while the move reads: the turn wins, the warm runner goes to the next job in turn", async () => {
+  it("a pass that stores its runner's registration while the move reads keeps the job: the warm runner goes to the next job in turn, the place back", async () => {
     let racing = true;
-    const turnFirst = (s: State): State => ({
+    const passFirst = (s: State): State => ({
       ...s,
       records: {
         ...s.records,
         update: async (id, change) => {
           if (racing && id === "forgejo-44-1") {
             racing = false;
-            await s.records.update(id, (r) => ({ ...r, chosen: true }));
+            await s.records.update(id, (r) => ({ ...r, state: "backend_pending", askedAt: new Date().toISOString(), runner: { id: 8, name: "gdr-forgejo-44-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
           }
           return s.records.update(id, change);
         },
       },
     });
-    const { config, client, d, plain, store, w } = await waitingThenWarm({}, turnFirst);
+    const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, passFirst);
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
     expect(racing).toBe(false);
-    expect(await recordOf(plain, "forgejo-44-1")).toMatchObject({ state: "received", chosen: true });
+    // The place the move took under the warm runner went back.
+    expect(await plain.withState(({ quotas }) => quotas.held(["id-9"]))).toEqual(new Map([["id-9", 0]]));
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("backend_pending");
     expect((await recordOf(plain, w))?.bound?.job).toBe(41);
     expect(store.known.get("44-1")).toMatchObject({ id: "forgejo-44-1" });
     expect(await plain.withState(({ handles }) => handles.bind("h-44", "x"))).toBe("forgejo-44-1");
+  });
+
+  it("a job whose turn was given (its slot taken) as it moved: its slot goes back with the end, and the pass that delivers it finds it ended and asks for no runner", async () => {
+    const { config, client, d, plain, store, w, events } = await waitingThenWarm();
+    // A pass gave it its turn: chosen, a slot, its message to come.
+    await plain.withState(async ({ records, admission }) => {
+      await records.update("forgejo-44-1", (r) => ({ ...r, chosen: true }));
+      expect(await admission.acquire("pod", "forgejo-44-1")).toBe(true);
+    });
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
+    expect((await recordOf(plain, w))?.bound?.job).toBe(44);
+    // The slot went back with the end (no runner will be asked for it).
+    expect(await plain.withState(({ admission }) => admission.holders("pod"))).not.toContain("forgejo-44-1");
+    await d.reconcile("test", 10_000);
+    // Its message is termed as of a job that ended, and no runner was registered for it.
+    expect(events.filter((e) => e.assignment === "forgejo-44-1").map((e) => e.event)).toContain("already_done");
+    expect((await recordOf(plain, "forgejo-44-1"))?.runner).toBeUndefined();
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("terminated");
   });
 
   it("a warm runner recycled between the end of the job's own assignment and its claim: the end is undone and the job published again, its handle back", async () => {
@@ -306,7 +363,7 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     expect(events.map((e) => e.event)).not.toContain("move_undone");
   });
 
-  it("near miss, a poll that dies before ending it: the next poll leaves the job waiting for its own runner, and may move it again", async () => {
+  it("near miss, a poll that dies before ending it: the next poll gives the place back and leaves the job waiting for its own runner", async () => {
     let dying = true;
     const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
     const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, dies);
@@ -315,10 +372,28 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     const held = () => plain.withState(({ quotas }) => quotas.held(["id-9"]));
     expect(await held()).toEqual(new Map([["id-9", 1]]));
     dying = false;
+    // Its warm runner is recycled meanwhile: nothing to move to.
+    await plain.withState(({ records }) => records.update(w, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" })));
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 0 });
+    expect(await held()).toEqual(new Map([["id-9", 0]]));
+    expect(store.known.get("44-1")).toEqual({ id: "forgejo-44-1", job: 44, attempt: 1, handle: "h-44" });
+    expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("received");
+    // A warm runner idle again: the job moves.
+    const [again] = await idleWarm(plain, config, 1);
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
-    // Its place was given back, then taken again by the move that went through.
-    expect(await held()).toEqual(new Map([["id-9", 1]]));
+    expect((await recordOf(plain, again!))?.bound?.job).toBe(44);
+  });
+
+  it("near miss, a poll that died before ending it, with the warm runner still idle: the next poll ends the job's own assignment before it gives the runner, never the runner alone", async () => {
+    let dying = true;
+    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const { config, client, d, plain, store, w } = await waitingThenWarm({}, dies);
+    await pollForgejo(d, client, config.forgejo!, store);
+    expect(store.known.get("44-1")?.moving?.to).toBe(w);
+    dying = false;
+    expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
     expect((await recordOf(plain, w))?.bound?.job).toBe(44);
+    expect(await recordOf(plain, "forgejo-44-1")).toMatchObject({ state: "terminated", movedTo: w });
   });
 
   it("a moved job whose warm runner exits before taking it waits for its own runner again, published anew", async () => {
@@ -331,5 +406,32 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("capacity_wait");
     expect(await messages(plain, config)).toBe(before + 1);
     expect(store.known.get("44-1")?.id).toBe("forgejo-44-1");
+  });
+});
+
+describe("reviveMoved", () => {
+  it("undoes only an end that a move made, and only the one to the runner named: a cancelled job stays ended", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const d = createDispatcher({ config, sink: silent });
+    const at = new Date().toISOString();
+    const ended = (id: string, extra: Partial<AssignmentRecord>) =>
+      d.withState(async ({ records }) => {
+        await records.offer(assignment(id));
+        await records.update(id, (r) => ({ ...r, state: "terminated", terminatedAt: at, reason: "x", ...extra }));
+      });
+    await ended("forgejo-1-1", {});
+    expect(await reviveMoved(d, "forgejo-1-1")).toBe(false);
+    expect((await recordOf(d, "forgejo-1-1"))?.state).toBe("terminated");
+    await ended("forgejo-2-1", { movedTo: "warm-a" });
+    expect(await reviveMoved(d, "forgejo-2-1", "warm-b")).toBe(false);
+    expect((await recordOf(d, "forgejo-2-1"))?.state).toBe("terminated");
+    // A registration stored by a pass while it was ended is dropped (Forgejo's copy is the cleanup's).
+    await ended("forgejo-3-1", { movedTo: "warm-a", runner: { id: 9, name: "gdr-forgejo-3-1", registeredAt: at, sealed: "x" } });
+    expect(await reviveMoved(d, "forgejo-3-1", "warm-a")).toBe(true);
+    const back = await recordOf(d, "forgejo-3-1");
+    expect(back).toMatchObject({ state: "capacity_wait" });
+    expect([back?.movedTo, back?.terminatedAt, back?.reason, back?.runner]).toEqual([undefined, undefined, undefined, undefined]);
+    // Once: a second call finds nothing to undo.
+    expect(await reviveMoved(d, "forgejo-3-1", "warm-a")).toBe(false);
   });
 });

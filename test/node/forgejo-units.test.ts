@@ -75,6 +75,20 @@ describe("planPoll", () => {
     expect(planPoll(knownMap({ ...bound, claimed: true }), [job()], 1_000 + 240_001, 240_000).unbind).toEqual([]);
     expect(planPoll(knownMap(bound), [job({ status: "running", task_id: 3 })], 1_000 + 240_001, 240_000)).toMatchObject({ unbind: [], claim: [bound] });
   });
+
+  it("lists a published job still waiting for its own runner as one an idle warm runner may take: not one given a warm runner, being moved, claimed, running or blocked", () => {
+    const w = { known: known(), job: job() };
+    expect(planPoll(knownMap(known()), [job()]).waiting).toEqual([w]);
+    expect(planPoll(knownMap(known({ id: "warm-small-0-x", boundAt: 1 })), [job()]).waiting).toEqual([]);
+    expect(planPoll(knownMap(known({ moving: { to: "warm-small-0-x", at: 1 } })), [job()]).waiting).toEqual([]);
+    expect(planPoll(knownMap(known({ claimed: true })), [job()]).waiting).toEqual([]);
+    expect(planPoll(knownMap(known({ skipped: "no_route" })), [job()]).waiting).toEqual([]);
+    expect(planPoll(knownMap(known()), [job({ status: "running", task_id: 9 })]).waiting).toEqual([]);
+    expect(planPoll(knownMap(known()), [job({ status: "blocked" })]).waiting).toEqual([]);
+    // Oldest first.
+    const two = planPoll(knownMap(known({ id: "forgejo-45-1", job: 45, handle: "h45" }), known()), [job({ id: 45, handle: "h45" }), job()]);
+    expect(two.waiting.map((x) => x.job.id)).toEqual([41, 45]);
+  });
 });
 
 describe("a Forgejo job as an assignment", () => {

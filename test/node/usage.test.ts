@@ -30,6 +30,8 @@ describe("usage", () => {
     const records = [
       rec("w1", { warm: true, createdAt: at(-300), askedAt: at(-300), claimedAt: at(20), completedAt: at(80), bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: at(20) } }),
       rec("w2", { warm: true, createdAt: at(0), askedAt: at(0), terminatedAt: at(30), state: "terminated" }),
+      // The own assignment of job 7, ended when its job moved to w1: not a second job.
+      rec("forgejo-7-1", { createdAt: at(10), terminatedAt: at(20), state: "terminated", job: { repository: "id-2/id-7" }, movedTo: "w1" }),
     ];
     const u = summarizeUsage(records, T0, T0 + 3_600_000, T0 + 7_200_000);
     expect(u.owners.map((o) => [o.owner, o.jobs, o.runnerSeconds, o.queuedToRunning.count])).toEqual([

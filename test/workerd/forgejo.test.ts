@@ -467,6 +467,38 @@ describe("FORGE=forgejo", () => {
     expect(await view(env, wid)).toMatchObject({ state: "claimed", handle: here!.handle });
   });
 
+  it("a job waiting for a slot (the backend full) moves to a warm runner that comes up idle: it runs there, its own assignment ends, and no runner of its own is asked for", async () => {
+    const { env, forgejo, backend } = await setup({ ...warmPool(), CAPACITY_POD: 1 });
+    // The warm runner takes the one slot, and is up only after a while.
+    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, readyAfterMs: 1_500 });
+    await tick(env);
+    const puts = async () => (await backend.state()).requests.filter((r) => r.method === "PUT").map((r) => JSON.parse(r.body) as { assignment: { id: string }; claimToken: string; forgejo: { uuid: string } });
+    const [w] = await puts();
+    expect(w).toBeDefined();
+    const wid = w!.assignment.id;
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const own = `forgejo-${job!.id}-1`;
+    expect(await poll(env)).toMatchObject({ published: 1, bound: 0, moved: 0 });
+    await until(async () => {
+      await tick(env);
+      return (await view(env, own))?.state === "capacity_wait" && (await view(env, wid))?.state === "backend_ready";
+    });
+    expect(await poll(env)).toMatchObject({ moved: 1, published: 0 });
+    expect(await view(env, own)).toMatchObject({ state: "terminated", reason: `its job went to warm runner ${wid}` });
+    const given = await request(env, `/v1/assignments/${wid}/handle`, { headers: bearer(w!.claimToken) });
+    expect(await given.text()).toBe(job!.handle);
+    const runner = (await forgejo.state()).runners.find((r) => r.uuid === w!.forgejo.uuid)!;
+    expect(await runAsRunner(env, runner, ["ubuntu-latest"], job!.handle, null)).toBeGreaterThan(0);
+    expect((await forgejo.state()).taken).toEqual([expect.objectContaining({ job: job!.id, runner: `gdr-${wid}` })]);
+    await poll(env);
+    await tick(env);
+    expect(await view(env, wid)).toMatchObject({ state: "claimed" });
+    // Its own runner was never asked for, nor registered.
+    expect((await puts()).filter((p) => p.assignment.id === own)).toEqual([]);
+    expect((await forgejo.state()).runners.filter((r) => r.name === `gdr-${own}`)).toEqual([]);
+    expect(logs().events().filter((e) => e.event === "moved_to_warm").map((e) => e.assignment)).toEqual([own]);
+  });
+
   it("a job given to a warm runner and cancelled before the runner took it ends that runner too", async () => {
     const labels = JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels as string[];
     const { env, forgejo, backend } = await setup({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]) });

@@ -1,26 +1,29 @@
-// Moving a job that waits its turn (a full backend, a QUOTAS limit) onto a warm runner that became
-// idle, so that idle warm runners go to waiting jobs by turn, not only to the next new ones.
+// Moving a job that waits for its own runner (a full backend, a QUOTAS limit, a pass to come) onto
+// a warm runner that became idle, so that idle warm runners go to waiting jobs by turn, not only to
+// the next new ones.
 //
 // Two records change, and neither write may happen alone. The job's own assignment is ended first,
-// by compare-and-set from "waits its turn" (unadmitted, not chosen, no runner): a turn given at the
-// same moment wins, and a pass that took a slot for it meanwhile finds it ended before it asks for
-// a workload (process.ts stores the registration at the revision it read). Only then does the handle
-// move to the warm runner, and the runner's record get claimed for it. Should that claim fail (the
-// runner was recycled meanwhile), the end is undone (`movedTo` says whose it was) and the job
-// published again to wait as before. The poller writes its intent (`moving`) before the first
-// write, so that a poll that dies midway is finished or undone by the next (settleMoves).
+// by compare-and-set from "not admitted, no runner registered": a pass that admits it at the same
+// moment (a turn given, a slot taken) finds it ended when it stores the registration it made, which
+// it does before it asks the backend for a workload (process.ts), and lets the slot go, as after a
+// cancel; one that stored it first keeps the job. Only then does the handle move to the warm runner,
+// and the runner's record get claimed for it. Should that claim fail (the runner was recycled
+// meanwhile), the end is undone (`movedTo` says whose it was) and the job published again to wait
+// as before. The poller writes its intent (`moving`) before the first write, so that a poll that
+// dies midway is finished or undone by the next (settleMoves).
 import type { AssignmentRequest } from "../../assignment.ts";
 import type { Dispatcher, State } from "../../dispatcher-types.ts";
 import { publishAssignment } from "../../publish.ts";
-import { needsTurn } from "../../quotas/admit-waiting.ts";
+import { UNADMITTED_STATES } from "../../names.ts";
 import { hasLimits, shareRules } from "../../quotas/config.ts";
 import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
-import type { AssignmentRecord } from "../../state/records.ts";
+import { placementOf, type AssignmentRecord } from "../../state/records.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob } from "./jobs.ts";
 import type { KnownStore } from "./poller.ts";
 import { claimWarm, type WarmBinder } from "./warm.ts";
+import { keepsWarm } from "../../pools/maintain.ts";
 
 /** A job waiting for its own runner, as the poll found it. */
 export interface WaitingJob {
@@ -31,13 +34,37 @@ export interface WaitingJob {
   own: AssignmentRecord;
 }
 
-/** Whether a job's own assignment still waits its turn and could be given a warm runner instead. */
-export const movable = (r: AssignmentRecord) => needsTurn(r) && !r.runner && !r.movedTo;
+/**
+ * Whether a job's own assignment could still give its job to a warm runner: not admitted, and no
+ * runner registered for it. A turn tried while the backend was full (`chosen`) does not hold it back.
+ */
+export const movable = (r: AssignmentRecord) => UNADMITTED_STATES.has(r.state) && !r.runner && !r.movedTo;
 
 /** The request its job was published with: the repository its record keeps (a rename since changes no content). */
 export const requestOf = (cfg: ForgejoConfig, d: Dispatcher, job: ForgejoJob, own: AssignmentRecord) => forgejoAssignment(d.config.pools, cfg.scope, job, own.job?.repository);
 
-/** Moves `w` to an idle warm runner of its first pool: that runner's id, or undefined (none idle, a QUOTAS limit, its turn came). */
+export const isWaiting = (r: object): r is WaitingJob => "own" in r;
+
+/**
+ * The jobs that wait for their own runners and could take an idle warm runner instead: read only
+ * while one of their pools has one idle (the idle list is read once per poll anyway).
+ */
+export async function waitingForWarm(d: Dispatcher, cfg: ForgejoConfig, binder: WarmBinder, waiting: { known: KnownJob; job: ForgejoJob }[]): Promise<WaitingJob[]> {
+  if (!waiting.length || !d.config.pools.some(keepsWarm)) return [];
+  const routes = waiting.map((w) => ({ ...w, pool: forgejoAssignment(d.config.pools, cfg.scope, w.job)?.pools?.[0] }));
+  const pools = [...new Set(routes.flatMap((w) => (w.pool ? [w.pool] : [])))];
+  const idle = await Promise.all(pools.map(async (p) => ((await binder.idle(p)).length ? p : undefined)));
+  const candidates = routes.filter((w) => w.pool !== undefined && idle.includes(w.pool));
+  if (!candidates.length) return [];
+  const records = await d.withState((s) => s.records.getMany(candidates.map((w) => w.known.id)));
+  return candidates.flatMap(({ known, job }) => {
+    const own = records.get(known.id)?.value;
+    const request = own && movable(own) ? requestOf(cfg, d, job, own) : undefined;
+    return own && request ? [{ known, job, request, own }] : [];
+  });
+}
+
+/** Moves `w` to an idle warm runner of its first pool: that runner's id, or undefined (none idle, a QUOTAS limit, a pass admitted it first). */
 export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: KnownStore, w: WaitingJob): Promise<string | undefined> {
   const pool = w.request.pools?.[0];
   if (!pool || !w.job.handle) return undefined;
@@ -58,8 +85,10 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
   const ended = await d.withState((s) =>
     s.records.update(w.own.id, (r) => (movable(r) ? { ...r, state: "terminated", terminatedAt: stamp, reason: `its job went to warm runner ${to}`, movedTo: to } : undefined)),
   );
+  // A turn given to it meanwhile took a slot (and its QUOTAS places): they go back, as after a cancel.
+  if (ended?.movedTo === to && ended.terminatedAt === stamp) await d.withState((s) => s.admission.release(placementOf(ended), ended.id));
   if (ended?.movedTo !== to || ended.terminatedAt !== stamp) {
-    // Its turn came meanwhile (or it ended): it keeps its own runner, the warm runner stays idle.
+    // A pass stored its runner's registration first (or it ended): it keeps its own runner, the warm runner stays idle.
     if (quota === "taken") await d.withState((s) => releaseQuota(ledger(s)!, to, repository));
     candidates.unshift(to);
     await store.put(key, w.known);
@@ -134,7 +163,8 @@ export async function reviveMoved(d: Dispatcher, id: string, to?: string): Promi
     s.records.update(id, (r): AssignmentRecord | undefined => {
       changed = r.state === "terminated" && r.movedTo !== undefined && (to === undefined || r.movedTo === to);
       if (!changed) return undefined;
-      const { terminatedAt: _t, reason: _r, movedTo: _m, ...waiting } = r;
+      // A registration a pass stored while it was ended is not kept: the cleanup deletes that runner in Forgejo.
+      const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, ...waiting } = r;
       return { ...waiting, state: "capacity_wait" };
     }),
   );

@@ -6,8 +6,8 @@
 import type { Dispatcher } from "../../dispatcher-types.ts";
 import { Conflict } from "../../domain-errors.ts";
 import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../operations.ts";
-import { createWarmBinder, type WarmBinder } from "./warm.ts";
-import { movable, movedBackMsgId, moveWaiting, requestOf, reviveMoved, settleMoves, type WaitingJob } from "./move.ts";
+import { createWarmBinder } from "./warm.ts";
+import { isWaiting, movedBackMsgId, moveWaiting, reviveMoved, settleMoves, waitingForWarm } from "./move.ts";
 import { publishAssignment } from "../../publish.ts";
 import { createLimiter } from "../../reconcile/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
@@ -114,7 +114,10 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   const failed = (err: unknown) => void d.sink.error("forgejo poll step failed", { reason: (err as Error).message });
   for (const r of await inTurn(d, [...routed, ...(await waitingForWarm(d, cfg, binder, plan.waiting))])) {
     if (isWaiting(r)) {
-      if (await moveWaiting(d, binder, store, r).catch(failed)) outcome.moved++;
+      if (!(await moveWaiting(d, binder, store, r).catch(failed))) continue;
+      outcome.moved++;
+      // A slot its turn took may be free now, and the warm position is being refilled: a pass now.
+      backends.add(r.request.backend);
       continue;
     }
     // One that fails midway may leave its handle bound to a warm runner it did not claim: the
@@ -125,6 +128,8 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       continue;
     }
     outcome.bound++;
+    // The warm position is being refilled: a pass now asks for the new runner.
+    backends.add(r.request.backend);
     await store.put(jobKey(r.job.id, r.job.attempt), { id: warm, job: r.job.id, attempt: r.job.attempt ?? 1, handle: r.job.handle!, boundAt: d.now() });
   }
   cold.sort((a, b) => a.job.id - b.job.id);
@@ -237,27 +242,6 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
   }
   await store.delete(key);
   return backend;
-}
-
-const isWaiting = (r: object): r is WaitingJob => "own" in r;
-
-/**
- * The jobs that wait for their own runners and could take an idle warm runner instead: read only
- * while one of their pools has one idle (the idle list is read once per poll anyway).
- */
-async function waitingForWarm(d: Dispatcher, cfg: ForgejoConfig, binder: WarmBinder, waiting: { known: KnownJob; job: ForgejoJob }[]): Promise<WaitingJob[]> {
-  if (!waiting.length || !d.config.pools.some(keepsWarm)) return [];
-  const routes = waiting.map((w) => ({ ...w, pool: forgejoAssignment(d.config.pools, cfg.scope, w.job)?.pools?.[0] }));
-  const pools = [...new Set(routes.flatMap((w) => (w.pool ? [w.pool] : [])))];
-  const idle = await Promise.all(pools.map(async (p) => ((await binder.idle(p)).length ? p : undefined)));
-  const candidates = routes.filter((w) => w.pool !== undefined && idle.includes(w.pool));
-  if (!candidates.length) return [];
-  const records = await d.withState((s) => s.records.getMany(candidates.map((w) => w.known.id)));
-  return candidates.flatMap(({ known, job }) => {
-    const own = records.get(known.id)?.value;
-    const request = own && movable(own) ? requestOf(cfg, d, job, own) : undefined;
-    return own && request ? [{ known, job, request, own }] : [];
-  });
 }
 
 /**
