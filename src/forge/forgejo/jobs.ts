@@ -62,6 +62,13 @@ export interface KnownJob {
   moving?: { to: string; at: number };
 }
 
+/** What earlier polls published, kept by the poller's owner (Durable Object storage). */
+export interface KnownStore {
+  all(): Promise<Map<string, KnownJob>>;
+  put(key: string, job: KnownJob): Promise<void>;
+  delete(key: string): Promise<void>;
+}
+
 export interface PollPlan {
   /** Waiting, with a handle, not published yet. */
   publish: ForgejoJob[];

@@ -20,8 +20,7 @@ import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import { placementOf, type AssignmentRecord } from "../../state/records.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
-import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob } from "./jobs.ts";
-import type { KnownStore } from "./poller.ts";
+import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob, type KnownStore } from "./jobs.ts";
 import { claimWarm, type WarmBinder } from "./warm.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
 

@@ -23,14 +23,9 @@ import { keepsWarm } from "../../pools/maintain.ts";
 import { inTurnOrder } from "../../quotas/fair-share.ts";
 import { shareRules, whoseJob } from "../../quotas/config.ts";
 import type { ForgejoConfig } from "./config.ts";
-import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob } from "./jobs.ts";
+import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob, type KnownStore } from "./jobs.ts";
 
-/** What earlier polls published, kept by the poller's owner (Durable Object storage). */
-export interface KnownStore {
-  all(): Promise<Map<string, KnownJob>>;
-  put(key: string, job: KnownJob): Promise<void>;
-  delete(key: string): Promise<void>;
-}
+export type { KnownStore } from "./jobs.ts";
 
 export interface PollOutcome {
   /** Forgejo answered the list. */
