@@ -20,7 +20,7 @@ for (const stream of [process.stdout, process.stderr]) {
   stream.write = ((chunk: unknown, ...rest: unknown[]) => {
     const first = typeof chunk === "string" ? chunk.split("\n", 1)[0]! : "";
     return EXPECTED_DISCONNECT.some((re) => re.test(first)) ? true : write(chunk, ...rest);
-  }) as typeof stream.write;
+  });
 }
 
 export default defineConfig({

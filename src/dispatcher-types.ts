@@ -50,20 +50,20 @@ export interface State {
 export interface Dispatcher {
   config: Config;
   sink: EventSink;
-  now(): number;
-  runnersFor(backend: Backend): RunnerBackend;
+  now: () => number;
+  runnersFor: (backend: Backend) => RunnerBackend;
   /** Runs `fn` on this invocation's connection (or a fresh one, drained afterwards). */
-  withState<T>(fn: (state: State, handle: NatsHandle) => Promise<T>): Promise<T>;
+  withState: <T>(fn: (state: State, handle: NatsHandle) => Promise<T>) => Promise<T>;
   /** Runs `fn` on a connection of its own, opened now (to any server of NATS_URL) and drained after. */
-  withFreshState<T>(fn: (state: State) => Promise<T>): Promise<T>;
+  withFreshState: <T>(fn: (state: State) => Promise<T>) => Promise<T>;
   /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
   close(): Promise<void>;
-  runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement): Promise<PreparedRequest>;
+  runnerRequest: (assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement) => Promise<PreparedRequest>;
   /** The Gitea client, when the integration is configured. */
   gitea: GiteaClient | undefined;
   /** The forge runners are registered with (FORGE), when one is configured. */
   forge: Forge<Dispatcher> | undefined;
-  callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  callBackend: <T>(fn: (signal: AbortSignal) => Promise<T>) => Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
   reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;
   /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */

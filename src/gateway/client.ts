@@ -26,7 +26,9 @@ export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatch
     const budget = op === "reconcile" ? (args[1] as number) + REQUEST_TIMEOUT_MS : CALL_DEADLINE_MS;
     let answer: GatewayAnswer;
     try {
-      answer = (await deadlineFor(stubFor(key).call(d.config, { op, args } as GatewayCall), budget + RPC_SLACK_MS, "the gateway did not answer")) as GatewayAnswer;
+      // RPC types the answer as a stub of it; it is the plain object the object returned.
+      const got: unknown = await deadlineFor(stubFor(key).call(d.config, { op, args } as GatewayCall), budget + RPC_SLACK_MS, "the gateway did not answer");
+      answer = got as GatewayAnswer;
     } catch (err) {
       d.sink.event({ event: "gateway_fallback", assignment: key, backend: undefined, reason: reasonOf(err) });
       return (direct[op] as (...a: unknown[]) => Promise<Awaited<ReturnType<RequestPath[K]>>>)(...args);

@@ -94,7 +94,7 @@ export class NatsGateway extends DurableObject {
     const key = await sha256Key(JSON.stringify([config.gitea.url, config.gitea.scope, config.gitea.apiToken]));
     for (const [k, t] of this.#giteaTokens) if (k !== key && [...t.values()].every((kept) => kept.until < Date.now())) this.#giteaTokens.delete(k);
     let tokens = this.#giteaTokens.get(key);
-    if (!tokens) this.#giteaTokens.set(key, (tokens = new Map()));
+    if (!tokens) this.#giteaTokens.set(key, (tokens = new Map() as TokenCache));
     return tokens;
   }
 
@@ -120,8 +120,8 @@ export class NatsGateway extends DurableObject {
   }
 
   /** Connections this object opened, per NATS settings in use (for operators and tests). */
-  async connectionsOpened(): Promise<number> {
-    return [...this.#keepers.values()].reduce((n, k) => n + k.opened, 0);
+  connectionsOpened(): Promise<number> {
+    return Promise.resolve([...this.#keepers.values()].reduce((n, k) => n + k.opened, 0));
   }
 
   async #keeperFor(config: Config): Promise<{ key: string; keeper: ConnectionKeeper }> {

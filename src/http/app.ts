@@ -194,7 +194,7 @@ export function createApp(deps: AppDeps) {
       if (c.req.path === "/healthz") return c.json({ ok: false, error: "dispatcher is misconfigured", problems: err.problems }, 503);
       return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
-    console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err as Error).name }));
+    console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err).name }));
     if (answer) return c.json({ error: answer.message }, answer.status);
     return c.json({ error: "internal error" }, 500);
   });

@@ -26,7 +26,7 @@ export async function readLimited(req: Request, maxBytes: number): Promise<Uint8
   const declared = Number(req.headers.get("content-length") ?? "NaN");
   if (declared > maxBytes) throw tooLarge();
   if (!req.body) return new Uint8Array();
-  const reader = req.body.getReader();
+  const reader = (req.body as ReadableStream<Uint8Array>).getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {

@@ -54,7 +54,7 @@ export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
  * the job it took, else with a new warm runner. `filled` hears the backend of a pool that got a
  * new one, whose assignment waits for a pass.
  */
-export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown> = async () => undefined): Promise<void> {
+export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown> = () => Promise.resolve()): Promise<void> {
   // Nothing else settles it: a surplus runner would wait for its claim timeout. So through a
   // leader election (or a server lost), on a connection of its own, for up to SETTLE_RETRY_MS.
   const until = d.now() + SETTLE_RETRY_MS;

@@ -58,7 +58,7 @@ export interface ProcessDeps {
   /** Runs a backend call within the invocation's connection limit and timeout. */
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   sink: EventSink;
-  now(): number;
+  now: () => number;
 }
 
 /** One delivery on its way through the table. */

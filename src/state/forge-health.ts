@@ -20,7 +20,7 @@ export function createForgeHealthStore(kv: KV): ForgeHealthStore {
   return {
     async get() {
       const entry = await kv.get(FORGE_HEALTH_KEY);
-      return entry && entry.operation === "PUT" ? (entry.json() as ForgeHealth) : null;
+      return entry && entry.operation === "PUT" ? entry.json<ForgeHealth>() : null;
     },
     async put(health) {
       await kv.put(FORGE_HEALTH_KEY, JSON.stringify(health));

@@ -2,15 +2,13 @@
 // start it again). `route` answers a method and path with a JSON body, or undefined for 404.
 import { createServer } from "node:http";
 
-export async function startControlServer(route: (method: string, url: string) => Promise<unknown | undefined>) {
-  const server = createServer(async (req, res) => {
-    try {
-      const body = await route(req.method ?? "GET", req.url ?? "/");
-      if (body === undefined) res.writeHead(404).end();
-      else res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body));
-    } catch (err) {
-      res.writeHead(500, { "content-type": "text/plain" }).end(String(err));
-    }
+export async function startControlServer(route: (method: string, url: string) => Promise<unknown>) {
+  // Every error is answered (500), so the handler's promise is left to itself.
+  const server = createServer((req, res) => {
+    void route(req.method ?? "GET", req.url ?? "/").then(
+      (body) => (body === undefined ? res.writeHead(404).end() : res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body))),
+      (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(String(err)),
+    );
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const address = server.address();

@@ -56,7 +56,7 @@ export function pollerStub(env: Record<string, string>) {
 
 /** One poll now, through the object (as a run webhook would ask for it). */
 export async function poll(env: Record<string, string>): Promise<PollOutcome> {
-  return pollerStub(env).pollNow(loadConfig(env)) as Promise<PollOutcome>;
+  return pollerStub(env).pollNow(loadConfig(env));
 }
 
 /** Runs the object's alarm if one is set (true), as workerd would when it is due. */

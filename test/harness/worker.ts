@@ -18,7 +18,7 @@ export function withBindings(env: Record<string, string>): Record<string, unknow
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
   const ctx = createExecutionContext();
   const started = Date.now();
-  const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init) as Request<unknown, IncomingRequestCfProperties>, withBindings(env), ctx);
+  const res = await worker.fetch(new Request(`https://dispatch.example.org${path}`, init), withBindings(env), ctx);
   answerTimes.set(res, Date.now() - started);
   await waitOnExecutionContext(ctx);
   await checkAgainstOpenApi(init.method ?? "GET", path, res);

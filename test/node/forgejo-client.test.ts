@@ -109,7 +109,7 @@ describe("the Forgejo client", () => {
   });
 
   it("a Forgejo that does not answer within the timeout is an error that says so", async () => {
-    const hang = ((_url: string, init: RequestInit) => new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason)))) as typeof fetch;
+    const hang = ((_url: string, init: RequestInit) => new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason as Error)))) as typeof fetch;
     const client = createForgejoClient({ url: "https://forgejo.example.org", apiToken: TOKEN, timeoutMs: 50, fetch: hang });
     await expect(client.jobs({ kind: "admin" })).rejects.toThrow("Forgejo did not answer GET /admin/actions/runners/jobs: TimeoutError");
   });

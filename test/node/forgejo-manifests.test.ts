@@ -107,8 +107,8 @@ describe("forgejo-runner workloads", () => {
       const config = loadConfig(env);
       const names: string[] = [];
       const doFetch = (async (url: string | URL | Request, init?: RequestInit) => {
-        if (init?.method === "POST") names.push((JSON.parse(String(init.body)) as { metadata: { name: string } }).metadata.name);
-        return init?.method === "POST" ? new Response(String(init.body), { status: 201 }) : new Response(JSON.stringify({ kind: "Status", code: 404 }), { status: 404 });
+        if (init?.method === "POST") names.push((JSON.parse(init.body as string) as { metadata: { name: string } }).metadata.name);
+        return init?.method === "POST" ? new Response(init.body as string, { status: 201 }) : new Response(JSON.stringify({ kind: "Status", code: 404 }), { status: 404 });
       }) as typeof fetch;
       await createRunnerBackend(config, config.backends[0]!, doFetch).accept(request("forgejo-41-1"), AbortSignal.timeout(5_000));
       return names;

@@ -251,7 +251,7 @@ describe("Gitea client", () => {
         calls.push(`token ${issued}`);
         return Response.json({ token: issued });
       }
-      const { token } = JSON.parse(String(init.body)) as { token: string };
+      const { token } = JSON.parse(init.body as string) as { token: string };
       calls.push(`register ${token}`);
       if (token !== known) return Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 });
       return Response.json({ runner: { id: "12", uuid: "u", token: "rt", name: "gdr-x", labels: ["a"] } });
@@ -285,7 +285,7 @@ describe("Gitea client", () => {
 
   it("reports Gitea's refusals as errors with the status, never with a token", async () => {
     const cfg = loadConfig(giteaTestEnv("ws://x:1", "http://b", "https://git.example.com")).gitea!;
-    const client = createGiteaClient(cfg, 1_000, (async () => Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 })) as unknown as typeof fetch);
+    const client = createGiteaClient(cfg, 1_000, async () => Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 }));
     const err = await client.register({ name: "n", labels: [], version: "v" }).catch((e: Error) => e);
     expect(err).toMatchObject({ name: "GiteaError", status: 404 });
     expect(String((err as Error).message)).not.toContain("gitea-api-token");

@@ -43,7 +43,7 @@ describe("pod manifest", () => {
   });
 
   it("merges the README's docker-in-docker template: sidecar, env by name, resources, scheduling", () => {
-    const pod = podManifest({ name: "p", label: "p" }, request, { image: "img", template }) as { spec: Record<string, any> };
+    const pod = podManifest({ name: "p", label: "p" }, request, { image: "img", template }) as { spec: Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any -- a manifest, read as the JSON it is;
     const runner = pod.spec.containers.find((c: { name: string }) => c.name === "runner");
     expect(pod.spec.containers).toHaveLength(1);
     expect(runner.image).toBe("img");

@@ -35,7 +35,7 @@ function deps(opts: Options) {
   const record = (id: string, extra: Partial<AssignmentRecord> = {}) => ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
   for (const [id, r] of Object.entries(opts.known ?? {})) records.set(id, record(id, { tombstone: true, ...r }));
   const holders = Object.entries(opts.held ?? {}).flatMap(([repo, n]) => Array.from({ length: n }, (_, i) => `${repo}#${i}`));
-  for (const h of holders) records.set(h, record(h, { state: "claimed", job: { repository: h.split("#")[0]! } } as Partial<AssignmentRecord>));
+  for (const h of holders) records.set(h, record(h, { state: "claimed", job: { repository: h.split("#")[0]! } }));
   let free = opts.free;
   const d = {
     backend: "pod" as Backend,
@@ -76,7 +76,7 @@ function deps(opts: Options) {
     },
   };
   // The holders' records are read by heldNow in one batch read.
-  d.records.getMany = (async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }]))) as typeof d.records.getMany;
+  d.records.getMany = (async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }])));
   return { deps: d as unknown as ProcessDeps, asked };
 }
 

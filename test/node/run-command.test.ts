@@ -31,8 +31,8 @@ it("./run start from a fresh clone with Node 20 on PATH provisions Node 22, inst
   const env = { ...inherited, PATH: "/usr/bin:/bin", GDR_CACHE: cache, PORT: String(port), TICK_MS: "60000", DEV_VARS: "/nonexistent", ...(existsSync(realNats) ? {} : { NATS_SERVER_BIN: process.env.NATS_SERVER_BIN ?? "" }) };
   const child = spawn("./run", ["start"], { cwd: clone, env: env as unknown as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "";
-  child.stdout!.on("data", (d) => (out += d));
-  child.stderr!.on("data", (d) => (out += d));
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (out += d));
   try {
     const deadline = Date.now() + 360_000;
     while (!out.includes(`gitea-edge-dispatcher on http://127.0.0.1:${port}`)) {

@@ -23,7 +23,11 @@ function descendants(pid: number): number[] {
   }
   const found: number[] = [];
   const walk = (p: number) => {
-    for (const [child, parent] of parentOf) if (parent === p) (found.push(child), walk(child));
+    for (const [child, parent] of parentOf) {
+      if (parent !== p) continue;
+      found.push(child);
+      walk(child);
+    }
   };
   walk(pid);
   return found;
@@ -46,8 +50,8 @@ const portOpen = (port: number) =>
 async function startNpm(port: number, extra: Record<string, string> = {}): Promise<{ npm: ChildProcess; output: () => string }> {
   const npm = spawn("npm", ["start"], { env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent", ...extra }, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
-  npm.stdout!.on("data", (d) => (out += d));
-  npm.stderr!.on("data", (d) => (out += d));
+  npm.stdout.on("data", (d) => (out += d));
+  npm.stderr.on("data", (d) => (out += d));
   const deadline = Date.now() + 90_000;
   while (!out.includes(`gitea-edge-dispatcher on http://127.0.0.1:${port}`)) {
     if (Date.now() > deadline || npm.exitCode !== null) throw new Error(`npm start did not come up:\n${out.slice(-2000)}`);

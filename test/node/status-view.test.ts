@@ -13,7 +13,7 @@ const T = "2026-12-03T10:00:00Z";
 const rec = (over: Partial<AssignmentRecord>) => ({ id: "x", backend: "pod", state: "terminated", createdAt: T, receivedAt: T, updatedAt: T, contentHash: "", ...over }) as AssignmentRecord;
 
 describe("recent assignments", () => {
-  it("a job a warm runner ran reads 'ran on warm runner <id>', not terminated; a warm runner reads as one, with the job it ran or was given", () => {
+  it("a job a warm runner ran reads 'ran on warm runner <id>', not terminated; a warm runner reads as one, with the job it ran or was given", async () => {
     const ran = recentView(rec({ id: "gitea-5-1", job: { repository: "acme/app" }, reason: "its job ran on warm runner warm-small-0-abc" }), Date.parse(T));
     expect(ran.note).toBe("ran on warm runner warm-small-0-abc");
     const warm = recentView(rec({ id: "warm-small-0-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, took: "gitea-5-1" }), Date.parse(T));
@@ -23,7 +23,7 @@ describe("recent assignments", () => {
     // Near miss: a job cancelled in Gitea is what its state says.
     expect(recentView(rec({ id: "gitea-6-1", job: { repository: "acme/app" }, reason: "cancelled" }), Date.parse(T)).note).toBeNull();
 
-    const page = String(renderStatusPage({ at: T, problems: [], recent: [ran, warm], backends: [], pools: [], owners: [], stream: { messages: 0, published: 0, acked: 0 } } as Status));
+    const page: string = await renderStatusPage({ at: T, problems: [], recent: [ran, warm], backends: [], pools: [], owners: [], stream: { messages: 0, published: 0, acked: 0 } } as Status);
     const row = (id: string) => page.split("<tr>").find((r) => r.startsWith(`<td class="t">${id}</td>`))!;
     expect(row("gitea-5-1")).toContain("ran on warm runner warm-small-0-abc");
     expect(row("gitea-5-1")).not.toContain("terminated");

@@ -101,7 +101,7 @@ describe("Gitea REST calls against Gitea's own API description", () => {
     const calls: string[] = [];
     const answers = [405, 404, 200];
     const fakeFetch = (async (url: string, init: RequestInit) => {
-      calls.push(`${init.method} ${new URL(url).pathname} ${String(init.body)}`);
+      calls.push(`${init.method} ${new URL(url).pathname} ${init.body as string}`);
       return new Response(null, { status: answers.shift() });
     }) as typeof fetch;
     const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com" }).gitea!;

@@ -189,7 +189,7 @@ describe("NATS gateway", () => {
       const { TEST_SECRETS } = await import("../harness/env.ts");
       const headers = { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) };
       const ctx = createExecutionContext();
-      const res = await worker.fetch(new Request("https://dispatch.example.org/v1/gitea/webhook", { method: "POST", headers, body: raw }) as Request<unknown, IncomingRequestCfProperties>, { ...env, [GATEWAY_BINDING]: broken }, ctx);
+      const res = await worker.fetch(new Request("https://dispatch.example.org/v1/gitea/webhook", { method: "POST", headers, body: raw }), { ...env, [GATEWAY_BINDING]: broken }, ctx);
       await waitOnExecutionContext(ctx);
       expect(res.status).toBe(202);
       expect(await res.json()).toMatchObject({ assignment: "gitea-850000-1", duplicate: false });

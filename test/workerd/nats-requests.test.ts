@@ -54,8 +54,8 @@ it.each([
     expect(large.webhook / 30).toBeLessThanOrEqual(2);
     // Take the slot (its registration reservation rides along), store the registration (and the
     // backend's "ready"), nak; then ack.
-    expect(perAssignment).toBeLessThanOrEqual(assignmentOps as number);
-    expect(perPass).toBeLessThanOrEqual(passOps as number); // the pull, the batch read of the records
+    expect(perAssignment).toBeLessThanOrEqual(assignmentOps);
+    expect(perPass).toBeLessThanOrEqual(passOps); // the pull, the batch read of the records
   } finally {
     logs.restore();
   }

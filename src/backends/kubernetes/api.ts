@@ -63,7 +63,7 @@ export function createKubeApi(opts: KubeApiOptions): KubeApi {
       const res = await call("GET", path, signal);
       if (res.status === 404) return drain(res, null);
       if (!res.ok) return refuse("GET", path, res);
-      return (await res.json()) as KubeObject;
+      return res.json<KubeObject>();
     },
     async remove(path, signal) {
       const res = await call("DELETE", path, signal);

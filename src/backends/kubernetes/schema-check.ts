@@ -67,8 +67,8 @@ export function checkAgainst(doc: Doc, ref: string, value: unknown): string[] {
   return problems;
 }
 
-export const checkPod = (manifest: unknown) => checkAgainst(k8sCore as Doc, "io.k8s.api.core.v1.Pod", manifest);
-export const checkVmi = (manifest: unknown) => checkAgainst(kubevirt as Doc, "v1.VirtualMachineInstance", manifest);
+export const checkPod = (manifest: unknown) => checkAgainst(k8sCore, "io.k8s.api.core.v1.Pod", manifest);
+export const checkVmi = (manifest: unknown) => checkAgainst(kubevirt, "v1.VirtualMachineInstance", manifest);
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const join = (at: string, key: string) => (at ? `${at}.${key}` : key);

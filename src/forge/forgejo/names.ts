@@ -26,7 +26,7 @@ export interface NameStore {
 
 export function memoryNames(): NameStore {
   const names = new Map<number, KnownName>();
-  return { get: async (id) => names.get(id), put: async (id, n) => void names.set(id, n) };
+  return { get: (id) => Promise.resolve(names.get(id)), put: (id, n) => Promise.resolve(void names.set(id, n)) };
 }
 
 /** The repository of each of `jobs`, by repository id: "owner/name" where the scope or Forgejo says it. */

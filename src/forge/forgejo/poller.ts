@@ -138,7 +138,7 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       const bound = given?.bound;
       // A warm runner another poller (or this one, before it lost its storage) gave it to: followed, not doubled.
       if (bound && bound.handle === job.handle && !TERMINAL.has(given.state)) {
-        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle!, boundAt: Date.parse(bound.at) });
+        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle, boundAt: Date.parse(bound.at) });
       }
       // Given to a warm runner that ended before taking it: the job's own runner runs it.
       if (bound && bound.handle === job.handle) holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));

@@ -46,7 +46,7 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
         const known = await records.get(id);
         const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
         if (known && !(retry && (await startOver(records, known, d.now())))) return;
-        const again = retry ? { msgId: `${id}.retry-${Date.parse(known!.gaveUpAt!)}` } : {};
+        const again = retry ? { msgId: `${id}.retry-${Date.parse(known.gaveUpAt!)}` } : {};
         const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), again);
         if (published?.stored) {
           summary.recovered++;
