@@ -17,10 +17,10 @@ const EXPECTED_DISCONNECT = [
 ];
 for (const stream of [process.stdout, process.stderr]) {
   const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
-  stream.write = ((chunk: unknown, ...rest: unknown[]) => {
+  stream.write = (chunk: unknown, ...rest: unknown[]) => {
     const first = typeof chunk === "string" ? chunk.split("\n", 1)[0]! : "";
     return EXPECTED_DISCONNECT.some((re) => re.test(first)) ? true : write(chunk, ...rest);
-  });
+  };
 }
 
 export default defineConfig({

@@ -28,7 +28,14 @@ export async function measureFailoverGap({ cluster, config, seconds = 20 }) {
       try {
         const handle = await openNats(settings);
         try {
-          const a = { version: 1, id: `gap-${n}`, backend: "pod", workload: `spiffe://${config.trustDomain}/runner/pod/gap-${n}`, labels: ["x"], createdAt: new Date().toISOString() };
+          const a = {
+            version: 1,
+            id: `gap-${n}`,
+            backend: "pod",
+            workload: `spiffe://${config.trustDomain}/runner/pod/gap-${n}`,
+            labels: ["x"],
+            createdAt: new Date().toISOString(),
+          };
           await handle.js.publish(assignmentSubject(config, "pod"), encodeAssignment(a), { msgID: a.id });
           ok++;
           if (killedAt && started > killedAt) firstAfter = Date.now();

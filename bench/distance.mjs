@@ -5,7 +5,6 @@ import { jetstream } from "@nats-io/jetstream";
 import { encodeAssignment } from "../src/assignment.ts";
 import { busyBetween, cpuTimes, load } from "./lib.mjs";
 
-
 /**
  * `proxies`: RTT (ms) → a ws-proxy delaying each frame by half of it. Every other dependency is
  * the bench's own (run.mjs), so that these figures come from the same run as the others.
@@ -59,7 +58,14 @@ async function rawBaselines(proxy, tag, varsFor, provisioned, throughputN, log) 
   const vars = varsFor(tag);
   const config = await provisioned(vars);
   const subject = `${config.subjectBase}.pod`;
-  const payload = encodeAssignment({ version: 1, id: "x", backend: "pod", workload: "spiffe://bench.local/x", labels: ["a"], createdAt: new Date().toISOString() });
+  const payload = encodeAssignment({
+    version: 1,
+    id: "x",
+    backend: "pod",
+    workload: "spiffe://bench.local/x",
+    labels: ["a"],
+    createdAt: new Date().toISOString(),
+  });
   let i = 0;
   log(`distance: raw Node publishes through ${tag}`);
   const nc = await wsconnect({ servers: proxy.url(tag) });

@@ -27,7 +27,13 @@ export async function measureFairness({ varsFor, provisioned, startWorker, backe
       const ops = () => sum(proxy.counts(tag).byConnection.map((c) => c.pub));
       const ops0 = ops();
       const cpu0 = sum(Object.values(treeCpu(worker.pid)));
-      const queue = async (repository, n) => (await gitea("queue", Array.from({ length: n }, () => ({ labels: ["ubuntu-latest"], repository, runMs: runMs() })))).jobs;
+      const queue = async (repository, n) =>
+        (
+          await gitea(
+            "queue",
+            Array.from({ length: n }, () => ({ labels: ["ubuntu-latest"], repository, runMs: runMs() })),
+          )
+        ).jobs;
       log(`fairness (${name}): 200 jobs of a/mono, then 1 of b/fix, then 5 of c/app; capacity ${CAPACITY}`);
       const mono = await queue("a/mono", 200);
       const [fix] = await queue("b/fix", 1);
@@ -56,7 +62,10 @@ export async function measureFairness({ varsFor, provisioned, startWorker, backe
       const appTaken = taken.filter((t) => app.includes(t.job)).map((t) => t.at - t.queuedAt);
       return {
         fix: { toRunnerAskedMs: asked ? asked.at - queuedAt : null, toInProgressMs: fixJob.startedMs - queuedAt },
-        appToInProgressP50Ms: pick([...appTaken].sort((a, b) => a - b), 50),
+        appToInProgressP50Ms: pick(
+          [...appTaken].sort((a, b) => a - b),
+          50,
+        ),
         completed: mine.filter((j) => j.conclusion === "success").length,
         takenTwice: taken.filter((t) => ids.includes(t.job)).length - new Set(taken.map((t) => t.job)).size,
         jobsPerSec,
@@ -104,7 +113,13 @@ async function measureBacklog({ varsFor, provisioned, startWorker, backendMode, 
       fetch(`${worker.url}/v1/assignments`, {
         method: "POST",
         headers: { authorization: `Bearer ${vars.DISPATCH_TOKEN}`, "content-type": "application/json" },
-        body: JSON.stringify({ version: 1, id: `backlog-${i}`, backend: "pod", labels: ["ubuntu-latest"], job: { id: i, runId: i, attempt: 1, repository: `o${i % 4}/r` } }),
+        body: JSON.stringify({
+          version: 1,
+          id: `backlog-${i}`,
+          backend: "pod",
+          labels: ["ubuntu-latest"],
+          job: { id: i, runId: i, attempt: 1, repository: `o${i % 4}/r` },
+        }),
       }).then((r) => r.arrayBuffer());
     for (let i = 0; i < jobs; i += 20) await Promise.all(Array.from({ length: Math.min(20, jobs - i) }, (_, k) => post(i + k)));
     const end = Date.now() + 900_000;
@@ -120,7 +135,15 @@ async function measureBacklog({ varsFor, provisioned, startWorker, backendMode, 
     for (let i = 0; i < 40 && (await jsm.streams.info(vars.ASSIGNMENT_STREAM)).state.messages > 0; i++) await new Promise((r) => setTimeout(r, 250));
     const consumer = await jsm.consumers.info(vars.ASSIGNMENT_STREAM, "pod");
     const stream = await jsm.streams.info(vars.ASSIGNMENT_STREAM);
-    return { jobs, completed: completed(), created: state.created, wallMs, deliveriesPerJob: consumer.delivered.consumer_seq / jobs, leftInStream: stream.state.messages, maxDeliveriesAdvisories: maxDelivered };
+    return {
+      jobs,
+      completed: completed(),
+      created: state.created,
+      wallMs,
+      deliveriesPerJob: consumer.delivered.consumer_seq / jobs,
+      leftInStream: stream.state.messages,
+      maxDeliveriesAdvisories: maxDelivered,
+    };
   } finally {
     clearInterval(ticker);
     worker.stop();

@@ -7,7 +7,11 @@
 import { FAKE_FORGEJO, startFakeForgejo } from "../scripts/fake-forgejo.mjs";
 import { percentile as pick } from "./lib.mjs";
 
-const percentile = (xs, p) => pick([...xs].sort((a, b) => a - b), p);
+const percentile = (xs, p) =>
+  pick(
+    [...xs].sort((a, b) => a - b),
+    p,
+  );
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** The cron, as Cloudflare runs it: once a minute. */
 const CRON_MS = 60_000;
@@ -16,7 +20,8 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
   const forgejo = await startFakeForgejo();
   const base = varsFor("forgejo", { FORGE: "forgejo", GITEA_API_TOKEN: FAKE_FORGEJO.apiToken, FORGEJO_POLL_MS: String(pollMs), RETRY_DELAY_MS: "500" });
   const vars = { ...base, GITEA_URL: `${forgejo.url}/${base.ASSIGNMENT_STREAM}` };
-  const control = async (what, body) => (await fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) })).json();
+  const control = async (what, body) =>
+    (await fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) })).json();
   // The Worker's calls to Forgejo's REST API (runners' own protocol calls are not the Worker's).
   const apiCalls = async () => (await control("state")).requests.filter((r) => r.path.startsWith("/api/v1/"));
   await provisioned(vars);
@@ -74,7 +79,11 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
       toRunnerAsked: { n: asked.length, p50Ms: percentile(asked, 50), p99Ms: percentile(asked, 99), goalP50Ms: pollMs / 2 + 300 },
       afterPoll: { p50Ms: percentile(afterPoll, 50), p99Ms: percentile(afterPoll, 99) },
       pollGap: { p50Ms: percentile(gaps, 50), p99Ms: percentile(gaps, 99), maxMs: Math.max(...gaps) },
-      perJob: { requests: (jobCalls.length - polls) / jobs, byCall: countBy(jobCalls.filter((r) => !r.path.endsWith("/actions/runners/jobs"))), pollsMeanwhile: polls },
+      perJob: {
+        requests: (jobCalls.length - polls) / jobs,
+        byCall: countBy(jobCalls.filter((r) => !r.path.endsWith("/actions/runners/jobs"))),
+        pollsMeanwhile: polls,
+      },
       takenByOwnRunner: `${boundToOwn}/${taken.length}`,
     };
   } finally {

@@ -33,18 +33,29 @@ export async function measureIsolates({ vars, backend, backendMode, send, isolat
   try {
     const started = Date.now();
     let next = 0;
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      while (next < jobs) {
-        const i = next++;
-        await send(workers[i % isolates], firstJob + i);
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next < jobs) {
+          const i = next++;
+          await send(workers[i % isolates], firstJob + i);
+        }
+      }),
+    );
     const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error(`isolates: ${completed} of ${jobs} completed in 300 s`)), 300_000));
     await Promise.race([allDone, timeout]);
     const seconds = (Date.now() - started) / 1_000;
     const jobsPerSec = jobs / seconds;
     const ceiling = capacity / ((claimMs + runMs) / 1_000);
-    return { isolates, jobs, capacity, runMs, seconds: Number(seconds.toFixed(1)), jobsPerSec: Number(jobsPerSec.toFixed(3)), ceiling: Number(ceiling.toFixed(3)), ofCeiling: Number((jobsPerSec / ceiling).toFixed(2)) };
+    return {
+      isolates,
+      jobs,
+      capacity,
+      runMs,
+      seconds: Number(seconds.toFixed(1)),
+      jobsPerSec: Number(jobsPerSec.toFixed(3)),
+      ceiling: Number(ceiling.toFixed(3)),
+      ofCeiling: Number((jobsPerSec / ceiling).toFixed(2)),
+    };
   } finally {
     ticking = false;
     stop();

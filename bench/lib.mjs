@@ -21,7 +21,10 @@ function bundle() {
   bundled ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), "gdr-bundle-"));
     process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-    const child = spawn("npx", ["wrangler", "deploy", "--dry-run", "--outdir", dir], { stdio: "ignore", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
+    const child = spawn("npx", ["wrangler", "deploy", "--dry-run", "--outdir", dir], {
+      stdio: "ignore",
+      env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+    });
     const code = await new Promise((r) => child.on("exit", r));
     if (code !== 0) throw new Error(`wrangler deploy --dry-run exited ${code}`);
     return dir;
@@ -39,11 +42,28 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
   const all = { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
   let child;
   if (host === "miniflare") {
-    const env = { ...process.env, GDR_HOST_BUNDLE: await bundle(), GDR_HOST_PORT: String(port), GDR_HOST_VARS: JSON.stringify(all), ...(inspectorPort ? { BENCH_INSPECTOR_PORT: String(inspectorPort) } : {}) };
+    const env = {
+      ...process.env,
+      GDR_HOST_BUNDLE: await bundle(),
+      GDR_HOST_PORT: String(port),
+      GDR_HOST_VARS: JSON.stringify(all),
+      ...(inspectorPort ? { BENCH_INSPECTOR_PORT: String(inspectorPort) } : {}),
+    };
     child = spawn(process.execPath, ["bench/host.mjs"], { stdio: ["ignore", "pipe", "pipe"], env, detached: true });
   } else {
     // Its own inspector port, so that several Workers can run side by side (the default is fixed).
-    const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(process.env.BENCH_INSPECTOR_PORT ?? (await freePort())), "--test-scheduled", "--show-interactive-dev-session=false"];
+    const args = [
+      "wrangler",
+      "dev",
+      "--ip",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--inspector-port",
+      String(process.env.BENCH_INSPECTOR_PORT ?? (await freePort())),
+      "--test-scheduled",
+      "--show-interactive-dev-session=false",
+    ];
     for (const [k, v] of Object.entries(all)) args.push("--var", `${k}:${v}`);
     child = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
   }
@@ -121,7 +141,7 @@ function treeProcs(rootPid) {
     }
   }
   const within = new Set([rootPid]);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const p of procs) {
       if (within.has(p.pid) || !within.has(p.ppid)) continue;
@@ -167,5 +187,6 @@ export async function load(n, concurrency, fn) {
 
 /** The fake Gitea's control API for the tenant of `vars`: GET without a body, POST with one; JSON back. */
 export function giteaControl(vars) {
-  return (what, body) => fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
+  return (what, body) =>
+    fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
 }

@@ -78,16 +78,33 @@ async function provisioned(vars) {
   await withNats(config, (h) => provision(h, config));
   return config;
 }
-const backendMode = (vars, mode) => fetch(`${vars.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify({ token: "bench-backend", ...mode }) });
+const backendMode = (vars, mode) =>
+  fetch(`${vars.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify({ token: "bench-backend", ...mode }) });
 const backendState = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state`)).json();
 /** Counts only: cheap enough to poll every 20 ms while the fakes serve the Worker. */
 const backendCounts = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state?brief`)).json();
 
 async function sendWebhook(worker, jobId) {
-  const body = JSON.stringify({ action: "queued", workflow_job: { id: jobId, run_id: jobId, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() }, repository: { full_name: "acme/widgets" } });
+  const body = JSON.stringify({
+    action: "queued",
+    workflow_job: {
+      id: jobId,
+      run_id: jobId,
+      run_attempt: 1,
+      name: "build",
+      labels: ["ubuntu-latest"],
+      status: "queued",
+      created_at: new Date().toISOString(),
+    },
+    repository: { full_name: "acme/widgets" },
+  });
   const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
     method: "POST",
-    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)) },
+    headers: {
+      "content-type": "application/json",
+      "x-gitea-event-type": "workflow_job",
+      "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)),
+    },
     body,
   });
   const text = await res.text();
@@ -115,13 +132,29 @@ async function ingest() {
     const base = varsFor("baseline");
     const config = await provisioned(base);
     const subject = `${config.subjectBase}.pod`;
-    const payload = encodeAssignment({ version: 1, id: "x", backend: "pod", workload: "spiffe://bench.local/x", labels: ["a"], createdAt: new Date().toISOString() });
+    const payload = encodeAssignment({
+      version: 1,
+      id: "x",
+      backend: "pod",
+      workload: "spiffe://bench.local/x",
+      labels: ["a"],
+      createdAt: new Date().toISOString(),
+    });
     const baseline = await load(N, 16, async (i) => {
       const nc = await wsconnect({ servers: nats.wsUrl });
       await jetstream(nc).publish(subject, payload, { msgID: `b-${i}` });
       await nc.close();
     });
-    return { rps: c16.rps, p50Ms: c16.p50, p99Ms: c16.p99, p99MsAt32: c32.p99, baselineRps: baseline.rps, ratio: c16.rps / baseline.rps, concurrency: 16, n: N };
+    return {
+      rps: c16.rps,
+      p50Ms: c16.p50,
+      p99Ms: c16.p99,
+      p99MsAt32: c32.p99,
+      baselineRps: baseline.rps,
+      ratio: c16.rps / baseline.rps,
+      concurrency: 16,
+      n: N,
+    };
   } finally {
     worker.stop();
   }
@@ -132,11 +165,20 @@ async function reconcile() {
   const config = await provisioned(vars);
   await backendMode(vars, { autoClaimMs: Number(process.env.BENCH_AUTOCLAIM ?? 0) });
   await withNats(config, async (h) => {
-    await Promise.all(Array.from({ length: K }, (_, i) => {
-      const id = `r-${i}`;
-      const a = { version: 1, id, backend: "pod", workload: `spiffe://bench.local/runner/pod/${id}`, labels: ["ubuntu-latest:docker://node:20"], createdAt: new Date().toISOString() };
-      return h.js.publish(`${config.subjectBase}.pod`, encodeAssignment(a), { msgID: id });
-    }));
+    await Promise.all(
+      Array.from({ length: K }, (_, i) => {
+        const id = `r-${i}`;
+        const a = {
+          version: 1,
+          id,
+          backend: "pod",
+          workload: `spiffe://bench.local/runner/pod/${id}`,
+          labels: ["ubuntu-latest:docker://node:20"],
+          createdAt: new Date().toISOString(),
+        };
+        return h.js.publish(`${config.subjectBase}.pod`, encodeAssignment(a), { msgID: id });
+      }),
+    );
   });
   const worker = await startWorker(vars);
   try {
@@ -148,7 +190,15 @@ async function reconcile() {
       const counts = {};
       for (const e of worker.events) counts[e.event] = (counts[e.event] ?? 0) + 1;
       const sums = worker.events.filter((e) => e.event === "reconcile_summary");
-      console.error(counts, sums.length, sums.reduce((a, s) => ({ fetched: a.fetched + s.fetched, acked: a.acked + s.acked, errors: a.errors + s.errors, revisited: a.revisited + s.revisited }), { fetched: 0, acked: 0, errors: 0, revisited: 0 }), worker.events.filter((e) => e.event === "error").slice(0, 3));
+      console.error(
+        counts,
+        sums.length,
+        sums.reduce(
+          (a, s) => ({ fetched: a.fetched + s.fetched, acked: a.acked + s.acked, errors: a.errors + s.errors, revisited: a.revisited + s.revisited }),
+          { fetched: 0, acked: 0, errors: 0, revisited: 0 },
+        ),
+        worker.events.filter((e) => e.event === "error").slice(0, 3),
+      );
     }
     const elapsed = performance.now() - t;
     // Baseline: raw fetch + ackAck over one WebSocket connection.
@@ -297,13 +347,24 @@ async function measureInFlight(worker, vars, inFlight, firstJob) {
   }
   const latencies = [...first].map(([id, at]) => at - sent.get(id)).sort((a, b) => a - b);
   answered.sort((a, b) => a - b);
-  return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), n: latencies.length, answerP50Ms: percentile(answered, 50), webhooksPerSec: (JOBS / wallMs) * 1000, cpuMsPerJob, machineBusy };
+  return {
+    p50Ms: percentile(latencies, 50),
+    p99Ms: percentile(latencies, 99),
+    n: latencies.length,
+    answerP50Ms: percentile(answered, 50),
+    webhooksPerSec: (JOBS / wallMs) * 1000,
+    cpuMsPerJob,
+    machineBusy,
+  };
 }
 
 /** Admission ops at c=32, capacity 1000, on loopback and at 50 ms RTT (the far proxy). */
 async function admission() {
   const out = {};
-  for (const [name, url] of [["rtt0", nats.wsUrl], ["rtt50", farProxy.url("adm")]]) {
+  for (const [name, url] of [
+    ["rtt0", nats.wsUrl],
+    ["rtt50", farProxy.url("adm")],
+  ]) {
     const vars = varsFor(`adm${name}`, { CAPACITY_POD: "1000" });
     const config = await provisioned(vars);
     log(`admission (${name}): 32 invocations, capacity 1000, ${ADMISSION_S} s`);
@@ -316,11 +377,25 @@ const ADMISSION_S = Number(process.env.BENCH_ADMISSION_S ?? 10);
 /** Jobs/s of 4 isolates against 1, capacity 5, runners of 4 s: how near the pool's ceiling each gets. */
 async function isolates() {
   const out = {};
-  for (const [name, count, firstJob] of [["one", 1, 700_000], ["four", 4, 710_000]]) {
+  for (const [name, count, firstJob] of [
+    ["one", 1, 700_000],
+    ["four", 4, 710_000],
+  ]) {
     const vars = varsFor(`iso${count}`, { CAPACITY_POD: "5" });
     await provisioned(vars);
     log(`isolates (${count}): ${ISOLATE_JOBS} jobs, capacity 5, runners claim after 100 ms and run 4 s`);
-    out[name] = await measureIsolates({ vars, backend, backendMode, send: sendWebhook, isolates: count, jobs: ISOLATE_JOBS, capacity: 5, claimMs: 100, runMs: 4_000, firstJob });
+    out[name] = await measureIsolates({
+      vars,
+      backend,
+      backendMode,
+      send: sendWebhook,
+      isolates: count,
+      jobs: ISOLATE_JOBS,
+      capacity: 5,
+      claimMs: 100,
+      runMs: 4_000,
+      firstJob,
+    });
   }
   out.ratio = Number((out.four.jobsPerSec / out.one.jobsPerSec).toFixed(2));
   return out;
@@ -355,7 +430,10 @@ const SECTIONS = {
   reconcile: () => reconcile(),
   req: () => natsRequests(),
   ttr: async () => ({ loopback: await timeToRunner("ttr", nats.wsUrl), rtt50: await timeToRunner("ttr50", farProxy.url("far")) }),
-  ttrload: async () => ({ underLoad: await timeToRunnerUnderLoad(), underLoadOtherHost: process.env.BENCH_ONE_HOST ? {} : await timeToRunnerUnderLoad(OTHER_HOST) }),
+  ttrload: async () => ({
+    underLoad: await timeToRunnerUnderLoad(),
+    underLoadOtherHost: process.env.BENCH_ONE_HOST ? {} : await timeToRunnerUnderLoad(OTHER_HOST),
+  }),
   admission: () => admission(),
   cluster: () => clusterFigures(),
   isolates: () => isolates(),
@@ -364,10 +442,21 @@ const SECTIONS = {
     await provisioned(vars);
     return measureSoak({ vars, backendMode, startWorker, sendWebhook, log, jobs: SOAK_JOBS, perSec: SOAK_PER_SEC });
   },
-  pools: () => measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
+  pools: () =>
+    measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
   fairness: () => measureFairness({ varsFor, provisioned, startWorker, backendMode, webhookSecret, proxy, nats: nats.wsUrl, log }),
-  forgejo: () => measureForgejo({ varsFor, provisioned, startWorker, backendMode, log, jobs: Number(process.env.BENCH_FORGEJO_JOBS ?? 100), idleMs: Number(process.env.BENCH_FORGEJO_IDLE_MS ?? 60_000) }),
-  distance: () => measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
+  forgejo: () =>
+    measureForgejo({
+      varsFor,
+      provisioned,
+      startWorker,
+      backendMode,
+      log,
+      jobs: Number(process.env.BENCH_FORGEJO_JOBS ?? 100),
+      idleMs: Number(process.env.BENCH_FORGEJO_IDLE_MS ?? 60_000),
+    }),
+  distance: () =>
+    measureDistance({ proxies: { 0: proxy, 10: nearProxy, 50: farProxy }, varsFor, provisioned, startWorker, sendWebhook, timeToRunner, log, n: DIST_N }),
 };
 const only = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(",").map((x) => x.trim()) : undefined;
 const unknown = (only ?? []).filter((x) => !(x in SECTIONS));
@@ -379,7 +468,9 @@ const ROWS = {
     `| ingest, c=16, n=${i.n} | ${r(i.rps)} req/s, p50 ${r(i.p50Ms)} ms, p99 ${r(i.p99Ms)} ms | ${r(i.baselineRps)} publishes/s | ${r(i.ratio, 2)} | ratio ≥ 0.7 |`,
     `| ingest p99 at c=32 | ${r(i.p99MsAt32)} ms | | | ≤ 1000 ms |`,
   ],
-  reconcile: (c) => [`| reconcile, k=${c.k} | ${r(c.assignmentsPerSec)} acked/s (${c.wallMs} ms${c.ackedAll ? "" : ", not all acked"}) | ${r(c.baselinePerSec)} raw acks/s | ${r(c.ratio, 2)} | ≥ 2000/s |`],
+  reconcile: (c) => [
+    `| reconcile, k=${c.k} | ${r(c.assignmentsPerSec)} acked/s (${c.wallMs} ms${c.ackedAll ? "" : ", not all acked"}) | ${r(c.baselinePerSec)} raw acks/s | ${r(c.ratio, 2)} | ≥ 2000/s |`,
+  ],
   req: (q) => [
     `| NATS ops per webhook | ${r(q.perWebhook, 2)} | | | ≤ 3 |`,
     `| NATS ops per reconciled assignment | ${r(q.perReconciled, 2)} (+ ${r(q.perClaim, 2)} in the runner's claim call) | | | ≤ 4 |`,
@@ -388,7 +479,9 @@ const ROWS = {
     `| time to runner, loopback | p50 ${r(t.loopback.p50Ms)} ms, p99 ${r(t.loopback.p99Ms)} ms | | | p50 ≤ 250 ms |`,
     `| time to runner, 50 ms RTT | p50 ${r(t.rtt50.p50Ms)} ms, p99 ${r(t.rtt50.p99Ms)} ms | | | p50 ≤ 600 ms |`,
   ],
-  ttrload: (t) => [`| time to runner, loopback, 16 webhooks in flight, runners claiming | ${hostRow(t.underLoad)} | ${hostRow(t.underLoadOtherHost)} | | p50 ≤ 100 ms |`],
+  ttrload: (t) => [
+    `| time to runner, loopback, 16 webhooks in flight, runners claiming | ${hostRow(t.underLoad)} | ${hostRow(t.underLoadOtherHost)} | | p50 ≤ 100 ms |`,
+  ],
   admission: (a) =>
     ["rtt0", "rtt50"].map((k) => {
       const x = a[k];
@@ -398,7 +491,9 @@ const ROWS = {
     `| time to runner, 3-node R3 cluster, loopback | p50 ${r(c.timeToRunner.p50Ms)} ms, p99 ${r(c.timeToRunner.p99Ms)} ms | ${all.ttr ? `p50 ${r(all.ttr.loopback.p50Ms)} ms on one server` : ""} | | |`,
     `| failover gap: stream leader SIGKILLed → publishes succeed again | ${r(c.failover.gapMs)} ms (${c.failover.failed} publishes failed meanwhile) | | | |`,
   ],
-  isolates: (x) => [`| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`],
+  isolates: (x) => [
+    `| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`,
+  ],
   distance: (x) => distanceRows(x, r),
   pools: (p) => [
     `| job start-up (queued → in_progress), burst of 10, runners boot ${p.bootMs / 1000} s, poll every ${p.fetchMs / 1000} s: warm (minIdle 10) | p50 ${r(p.warm.p50Ms)} ms, p99 ${r(p.warm.p99Ms)} ms | cold (minIdle 0): p50 ${r(p.cold.p50Ms)} ms, p99 ${r(p.cold.p99Ms)} ms | ${r(p.cold.p50Ms / p.warm.p50Ms, 1)}× | warm p50 ≤ 3 s; cold p50 ≥ boot |`,
@@ -415,14 +510,23 @@ const ROWS = {
   forgejo: (f) => [
     `| FORGE=forgejo, FORGEJO_POLL_MS ${f.pollMs}: a job waiting in Forgejo → its runner asked of the backend, ${f.toRunnerAsked.n} jobs queued at random moments | p50 ${r(f.toRunnerAsked.p50Ms)} ms, p99 ${r(f.toRunnerAsked.p99Ms)} ms; ${f.takenByOwnRunner} taken by the runner bound to them. Of it, from the poll that saw the job: p50 ${r(f.afterPoll.p50Ms)} ms, p99 ${r(f.afterPoll.p99Ms)} ms; polls ${r(f.pollGap.p50Ms)} ms apart (p50; p99 ${r(f.pollGap.p99Ms)} ms) | half the period + 300 ms = ${r(f.toRunnerAsked.goalP50Ms)} ms | | p50 ≤ ${r(f.toRunnerAsked.goalP50Ms)} ms |`,
     `| Forgejo API requests, idle instance | ${r(f.idle.perMinute, 1)} per minute (${r(f.idle.pollsPerMinute, 1)} polls) | the poll rate: ${r(f.idle.goalPerMinute, 1)} per minute | | = the poll rate |`,
-    `| Forgejo API requests per job, beside the polls | ${r(f.perJob.requests, 2)} (${Object.entries(f.perJob.byCall).map(([k, v]) => `${k}: ${v}`).join(", ")}) | | | |`,
+    `| Forgejo API requests per job, beside the polls | ${r(f.perJob.requests, 2)} (${Object.entries(f.perJob.byCall)
+      .map(([k, v]) => `${k}: ${v}`)
+      .join(", ")}) | | | |`,
   ],
-  soak: (x) => [`| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`],
+  soak: (x) => [
+    `| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`,
+  ],
 };
 
 try {
   if (unknown.length) throw new Error(`BENCH_ONLY names no section ${unknown.join(", ")}; the sections: ${Object.keys(SECTIONS).join(", ")}`);
-  const results = { at: new Date().toISOString(), complete: false, machine: { host: HOST, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() }, failed: {} };
+  const results = {
+    at: new Date().toISOString(),
+    complete: false,
+    machine: { host: HOST, cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model, node: process.version, natsServer: natsServerVersion() },
+    failed: {},
+  };
   // A partial run (BENCH_ONLY) must not pass for the figures of a whole one.
   const out = only ? "bench/results/partial.json" : "bench/results/latest.json";
   mkdirSync("bench/results", { recursive: true });
@@ -463,7 +567,11 @@ machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${resu
 function hostRow(u) {
   return !u?.host
     ? ""
-    : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms; CPU ms per job at 16: ${Object.entries(u.cpuMsPerJob ?? {}).map(([k, v]) => `${k} ${v}`).join(", ")}, machine ${r((u.machineBusy ?? NaN) * 100)} % busy`;
+    : `${u.host}: p50 ${r(u.p50Ms)} ms, p99 ${r(u.p99Ms)} ms (its webhook answered: p50 ${r(u.answerP50Ms)} ms; ${r(u.webhooksPerSec)} webhooks/s); 1 and 4 in flight: p50 ${r(u.byInFlight?.[1]?.p50Ms)} and ${r(u.byInFlight?.[4]?.p50Ms)} ms; a request that does nothing, 16 in flight: p50 ${r(u.trivial?.p50Ms)} ms; CPU ms per job at 16: ${Object.entries(
+        u.cpuMsPerJob ?? {},
+      )
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ")}, machine ${r((u.machineBusy ?? NaN) * 100)} % busy`;
 }
 
 /** The `distance` rows: gateway on against off at each RTT, with the raw Node clients as baselines. */
@@ -477,8 +585,14 @@ function distanceRows(x, r) {
   });
   const t = x.throughput ?? {};
   const c = x.connectionsPer1000 ?? {};
-  rows.push(`| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s (machine ${r(100 * t.on?.machineBusy)} % busy); off: ${r(t.off?.rps)} req/s (${r(100 * t.off?.machineBusy)} % busy) | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`);
-  rows.push(`| time to runner, 50 ms RTT, gateway on / off | on: p50 ${r(x.timeToRunner?.on?.p50Ms)} ms, p99 ${r(x.timeToRunner?.on?.p99Ms)} ms; off: p50 ${r(x.timeToRunner?.off?.p50Ms)} ms | | | p50 ≤ 300 ms (6 RTT) |`);
-  rows.push(`| NATS connections per 1000 webhooks (eager passes included), gateway on / off | ${["0", "10", "50"].map((rtt) => `${rtt} ms: ${c[`rtt${rtt}`]?.on ?? "?"} / ${c[`rtt${rtt}`]?.off ?? "?"}`).join("; ")} | | | a handful |`);
+  rows.push(
+    `| webhooks/s, c=16, 50 ms RTT, gateway on / off | on: ${r(t.on?.rps)} req/s (machine ${r(100 * t.on?.machineBusy)} % busy); off: ${r(t.off?.rps)} req/s (${r(100 * t.off?.machineBusy)} % busy) | Node publishes/s, held: ${r(raw("rtt50").held?.rpsAt16)}; connecting per request: ${r(raw("rtt50").connectPerRequest?.rpsAt16)} | ${r(t.ratio, 1)}× | ≥ 4× |`,
+  );
+  rows.push(
+    `| time to runner, 50 ms RTT, gateway on / off | on: p50 ${r(x.timeToRunner?.on?.p50Ms)} ms, p99 ${r(x.timeToRunner?.on?.p99Ms)} ms; off: p50 ${r(x.timeToRunner?.off?.p50Ms)} ms | | | p50 ≤ 300 ms (6 RTT) |`,
+  );
+  rows.push(
+    `| NATS connections per 1000 webhooks (eager passes included), gateway on / off | ${["0", "10", "50"].map((rtt) => `${rtt} ms: ${c[`rtt${rtt}`]?.on ?? "?"} / ${c[`rtt${rtt}`]?.off ?? "?"}`).join("; ")} | | | a handful |`,
+  );
   return rows;
 }

@@ -31,7 +31,11 @@ async function heapAfterGc(worker, inspectorPort) {
     if (!done) throw new Error("the isolate did not collect garbage");
     const { result } = await call("Runtime.getHeapUsage");
     // The process's resident memory beside it: workerd's own, not only the JS heap.
-    return { usedMB: +(result.usedSize / 2 ** 20).toFixed(2), totalMB: +(result.totalSize / 2 ** 20).toFixed(2), workerdRssMB: treeRssMB(worker.pid).workerd ?? null };
+    return {
+      usedMB: +(result.usedSize / 2 ** 20).toFixed(2),
+      totalMB: +(result.totalSize / 2 ** 20).toFixed(2),
+      workerdRssMB: treeRssMB(worker.pid).workerd ?? null,
+    };
   } finally {
     ws.close();
   }

@@ -34,7 +34,14 @@ await withNats(config, async (h) => {
   await Promise.all(
     Array.from({ length: N }, (_, i) => {
       const id = `bench-${i}`;
-      const a = { version: 1, id, backend: "pod", workload: `spiffe://bench.local/runner/pod/${id}`, labels: ["ubuntu-latest"], createdAt: new Date().toISOString() };
+      const a = {
+        version: 1,
+        id,
+        backend: "pod",
+        workload: `spiffe://bench.local/runner/pod/${id}`,
+        labels: ["ubuntu-latest"],
+        createdAt: new Date().toISOString(),
+      };
       return h.js.publish(`${config.subjectBase}.pod`, encodeAssignment(a), { msgID: id });
     }),
   );
@@ -65,8 +72,13 @@ const acked = await tick();
 
 console.log(`machine: ${os.cpus().length} cpus, node ${process.version}, ${natsServerVersion()}`);
 console.log(`N=${N} assignments, one cron invocation each:`);
-for (const [name, s] of [["provision (backend ready)", provisioned], ["ack after claims", acked]]) {
-  console.log(`  ${name.padEnd(26)} fetched=${s.fetched} acked=${s.acked} naked=${s.naked} deferred=${s.deferred} errors=${s.errors} pass=${s.durationMs}ms wall=${s.wallMs}ms`);
+for (const [name, s] of [
+  ["provision (backend ready)", provisioned],
+  ["ack after claims", acked],
+]) {
+  console.log(
+    `  ${name.padEnd(26)} fetched=${s.fetched} acked=${s.acked} naked=${s.naked} deferred=${s.deferred} errors=${s.errors} pass=${s.durationMs}ms wall=${s.wallMs}ms`,
+  );
 }
 worker.stop();
 await backend.close();

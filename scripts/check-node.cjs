@@ -18,7 +18,11 @@ module.exports = { tooOld: tooOld };
 
 if (require.main === module && tooOld(process.version)) {
   console.error(
-    "gitea-edge-dispatcher needs Node.js >= " + NEED.join(".") + ", and this is " + process.version + ": " +
+    "gitea-edge-dispatcher needs Node.js >= " +
+      NEED.join(".") +
+      ", and this is " +
+      process.version +
+      ": " +
       "use `./run start` or `./run test` (they put Node 22 into ~/.cache/gdr), or install Node 22 from https://nodejs.org/",
   );
   process.exit(1);

@@ -5,13 +5,26 @@ import { startTenantServer } from "./fake-http.mjs";
 import { startRunner } from "./fake-runner.mjs";
 
 const defaults = () => ({
-  token: "backend-token", readyAfter: 0, failFirst: 0, hangFirst: 0, hangMs: 60_000, delayMs: 0, readyAfterMs: 0, autoClaimMs: -1, autoCompleteMs: -1,
+  token: "backend-token",
+  readyAfter: 0,
+  failFirst: 0,
+  hangFirst: 0,
+  hangMs: 60_000,
+  delayMs: 0,
+  readyAfterMs: 0,
+  autoClaimMs: -1,
+  autoCompleteMs: -1,
   // Flaky mode: each PUT or DELETE fails with 503 (failRate) or answers only after hangMs (hangRate),
   // drawn from a PRNG seeded with `seed`, so a failing run can be replayed.
-  failRate: 0, hangRate: 0, seed: 1,
+  failRate: 0,
+  hangRate: 0,
+  seed: 1,
   // Runner mode: each workload runs a fake act_runner (fake-runner.mjs) from the identity it is
   // handed; it is ready once booted, polls Gitea for a task, runs it and exits.
-  runner: false, bootMs: 0, fetchIntervalMs: 2_000, jobMs: 1_000,
+  runner: false,
+  bootMs: 0,
+  fetchIntervalMs: 2_000,
+  jobMs: 1_000,
 });
 
 /** mulberry32: a small seeded PRNG. */

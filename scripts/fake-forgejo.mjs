@@ -11,7 +11,16 @@ import { authenticatedRunner, startTenantServer } from "./fake-http.mjs";
 
 export const FAKE_FORGEJO = { apiToken: "forgejo-api-token-0000", user: "alice" };
 const DONE = new Set(["success", "failure", "cancelled", "skipped"]);
-const RESULTS = { RESULT_SUCCESS: "success", RESULT_FAILURE: "failure", RESULT_CANCELLED: "cancelled", RESULT_SKIPPED: "skipped", 1: "success", 2: "failure", 3: "cancelled", 4: "skipped" };
+const RESULTS = {
+  RESULT_SUCCESS: "success",
+  RESULT_FAILURE: "failure",
+  RESULT_CANCELLED: "cancelled",
+  RESULT_SKIPPED: "skipped",
+  1: "success",
+  2: "failure",
+  3: "cancelled",
+  4: "skipped",
+};
 const labelName = (l) => (l.includes(":") ? l.slice(0, l.indexOf(":")) : l);
 
 const newInstance = (onTake) => ({
@@ -45,7 +54,8 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
   const rpc = /^\/api\/actions\/runner\.v1\.RunnerService\/(\w+)$/.exec(path)?.[1];
   if (rpc) return runnerRpc(g, rpc, req, text, send);
   if (!path.startsWith("/api/v1/")) return apiError(404, "not found");
-  if (!/^(token|bearer) /i.test(req.headers.authorization ?? "") || req.headers.authorization.replace(/^\S+ /, "") !== g.apiToken) return apiError(401, "token is required");
+  if (!/^(token|bearer) /i.test(req.headers.authorization ?? "") || req.headers.authorization.replace(/^\S+ /, "") !== g.apiToken)
+    return apiError(401, "token is required");
   if (path === "/api/v1/version" && req.method === "GET") return send(200, { version: g.version });
   // repoGetByID: a repository by id, as the token sees it (a private one it may not read is a 404).
   const byId = /^\/api\/v1\/repositories\/(\d+)$/.exec(path);
@@ -54,12 +64,27 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
     if (g.repositoryFault) return apiError(g.repositoryFault, "refused");
     const job = g.jobs.find((j) => j.repo_id === Number(byId[1]));
     if (!job) return apiError(404, "The target couldn't be found.");
-    return send(200, { id: job.repo_id, name: job.repo, full_name: `${job.owner}/${job.repo}`, owner: { id: job.owner_id, login: job.owner }, private: false, fork: false, empty: false });
+    return send(200, {
+      id: job.repo_id,
+      name: job.repo,
+      full_name: `${job.owner}/${job.repo}`,
+      owner: { id: job.owner_id, login: job.owner },
+      private: false,
+      fork: false,
+      empty: false,
+    });
   }
   const scoped = /^\/api\/v1\/(admin|user|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/runners(\/jobs|\/\d+)?$/.exec(path);
   if (!scoped) return apiError(404, "not found");
   const parts = decodeURIComponent(scoped[1]).toLowerCase().split("/");
-  const scope = parts[0] === "admin" ? { kind: "admin" } : parts[0] === "user" ? { kind: "user", owner: FAKE_FORGEJO.user } : parts[0] === "orgs" ? { kind: "org", owner: parts[1] } : { kind: "repo", owner: parts[1], repo: parts[2] };
+  const scope =
+    parts[0] === "admin"
+      ? { kind: "admin" }
+      : parts[0] === "user"
+        ? { kind: "user", owner: FAKE_FORGEJO.user }
+        : parts[0] === "orgs"
+          ? { kind: "org", owner: parts[1] }
+          : { kind: "repo", owner: parts[1], repo: parts[2] };
   const tail = scoped[2] ?? "";
   if (tail === "/jobs" && req.method === "GET") {
     if (g.jobsFault === "down") return req.socket.destroy();
@@ -77,7 +102,8 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
   const visible = (r) => sameScope(r.scope, scope);
   if (tail === "" && req.method === "POST") {
     if (g.registerFault) return apiError(g.registerFault, g.registerFault === 422 ? "[Name]: Required" : "refused");
-    if (g.registerRepoFault && scope.kind === "repo") return apiError(g.registerRepoFault, "user should be an owner or a collaborator with admin write of a repository");
+    if (g.registerRepoFault && scope.kind === "repo")
+      return apiError(g.registerRepoFault, "user should be an owner or a collaborator with admin write of a repository");
     let body;
     try {
       body = JSON.parse(text || "{}");
@@ -85,7 +111,15 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
       return apiError(422, "invalid JSON");
     }
     if (!body.name) return apiError(422, "[Name]: Required");
-    const runner = { id: g.nextRunner++, uuid: randomUUID(), token: randomBytes(20).toString("hex"), name: body.name, ephemeral: body.ephemeral === true, labels: [], scope };
+    const runner = {
+      id: g.nextRunner++,
+      uuid: randomUUID(),
+      token: randomBytes(20).toString("hex"),
+      name: body.name,
+      ephemeral: body.ephemeral === true,
+      labels: [],
+      scope,
+    };
     g.runners.set(runner.id, runner);
     g.registrations++;
     return send(201, { id: runner.id, uuid: runner.uuid, token: runner.token });
@@ -112,16 +146,38 @@ function inScope(scope, job) {
   if (scope.kind === "admin") return true;
   return scope.owner === job.owner && (scope.kind !== "repo" || scope.repo === job.repo);
 }
-const sameScope = (a, b) => b.kind === "admin" ? a.kind === "admin" : a.kind === b.kind && a.owner === b.owner && a.repo === b.repo;
+const sameScope = (a, b) => (b.kind === "admin" ? a.kind === "admin" : a.kind === b.kind && a.owner === b.owner && a.repo === b.repo);
 /** `ItRunsOn`: every runs_on label among the runner's; false when either is empty. */
 const runsOn = (job, labels) => job.runs_on.length > 0 && labels.length > 0 && job.runs_on.every((l) => labels.includes(l));
 
 function publicJob(j) {
-  return { id: j.id, attempt: j.attempt, handle: j.handle, name: j.name, needs: null, owner_id: j.owner_id, repo_id: j.repo_id, runs_on: j.runs_on, status: j.status, task_id: j.task_id };
+  return {
+    id: j.id,
+    attempt: j.attempt,
+    handle: j.handle,
+    name: j.name,
+    needs: null,
+    owner_id: j.owner_id,
+    repo_id: j.repo_id,
+    runs_on: j.runs_on,
+    status: j.status,
+    task_id: j.task_id,
+  };
 }
 function apiRunner(r) {
   const status = r.task !== undefined ? "active" : r.lastOnline !== undefined ? "idle" : "offline";
-  return { id: r.id, uuid: r.uuid, name: r.name, ephemeral: r.ephemeral, labels: r.labels, status, owner_id: 0, repo_id: 0, version: r.version ?? "", description: "" };
+  return {
+    id: r.id,
+    uuid: r.uuid,
+    name: r.name,
+    ephemeral: r.ephemeral,
+    labels: r.labels,
+    status,
+    owner_id: 0,
+    repo_id: 0,
+    version: r.version ?? "",
+    description: "",
+  };
 }
 
 function runnerRpc(g, rpc, req, text, send) {
@@ -152,7 +208,8 @@ function runnerRpc(g, rpc, req, text, send) {
 
 /** Forgejo's pick: waiting, no task, in the runner's scope, oldest (updated, id) first; with a handle, only that attempt. */
 function take(g, runner, handle) {
-  const fits = (j) => j.status === "waiting" && j.task_id === 0 && inScope(runner.scope, j) && (handle === undefined || j.handle === handle) && runsOn(j, runner.labels);
+  const fits = (j) =>
+    j.status === "waiting" && j.task_id === 0 && inScope(runner.scope, j) && (handle === undefined || j.handle === handle) && runsOn(j, runner.labels);
   const job = g.jobs.filter(fits).sort((a, b) => a.updated - b.updated || a.id - b.id)[0];
   if (!job) return undefined;
   Object.assign(job, { status: "running", task_id: g.nextTask++, runnerId: runner.id, startedMs: Date.now() });
@@ -162,7 +219,13 @@ function take(g, runner, handle) {
   const took = { job: job.id, attempt: job.attempt, handle: job.handle, runner: runner.name, at: Date.now(), queuedAt: job.queuedAt };
   g.taken.push(took);
   g.onTake?.({ job: job.id, runner: runner.name, waitedMs: took.at - took.queuedAt });
-  return { id: String(job.task_id), context: { repository: `${job.owner}/${job.repo}`, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) }, secrets: {}, needs: {}, vars: {} };
+  return {
+    id: String(job.task_id),
+    context: { repository: `${job.owner}/${job.repo}`, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) },
+    secrets: {},
+    needs: {},
+    vars: {},
+  };
 }
 
 function finish(g, job, status) {
@@ -180,16 +243,33 @@ function finish(g, job, status) {
 function emitRun(g, job, action, prior) {
   const payload = {
     action,
-    run: { id: job.run, title: "CI", repository: { id: job.repo_id, name: job.repo, full_name: `${job.owner}/${job.repo}` }, workflow_id: "ci.yml", index_in_repo: job.run, status: action === "success" ? "success" : job.status, html_url: `http://forgejo.example.com/${job.owner}/${job.repo}/actions/runs/${job.run}` },
+    run: {
+      id: job.run,
+      title: "CI",
+      repository: { id: job.repo_id, name: job.repo, full_name: `${job.owner}/${job.repo}` },
+      workflow_id: "ci.yml",
+      index_in_repo: job.run,
+      status: action === "success" ? "success" : job.status,
+      html_url: `http://forgejo.example.com/${job.owner}/${job.repo}/actions/runs/${job.run}`,
+    },
     prior_status: prior,
   };
   const raw = JSON.stringify(payload, null, 2);
   const signature = g.webhook.secret ? createHmac("sha256", g.webhook.secret).update(raw).digest("hex") : "";
   const event = `action_run_${action}`;
-  const headers = { "content-type": "application/json", "x-forgejo-event": event, "x-forgejo-event-type": event, "x-forgejo-delivery": randomUUID(), "x-forgejo-signature": signature, "x-hub-signature-256": `sha256=${signature}` };
+  const headers = {
+    "content-type": "application/json",
+    "x-forgejo-event": event,
+    "x-forgejo-event-type": event,
+    "x-forgejo-delivery": randomUUID(),
+    "x-forgejo-signature": signature,
+    "x-hub-signature-256": `sha256=${signature}`,
+  };
   const delivery = { event, run: job.run, headers, body: raw };
   if (!g.webhook.url) return void g.outbox.push(delivery);
-  fetch(g.webhook.url, { method: "POST", headers, body: raw, signal: AbortSignal.timeout(5_000) }).then((r) => r.body?.cancel()).catch(() => undefined);
+  fetch(g.webhook.url, { method: "POST", headers, body: raw, signal: AbortSignal.timeout(5_000) })
+    .then((r) => r.body?.cancel())
+    .catch(() => undefined);
 }
 
 /** A run queues jobs: [{runs_on, repository?: "owner/name", runMs?, id?, handle?, attempt?}]. */
@@ -235,7 +315,15 @@ function control(g, what, method, text, send) {
     const { id, handle, sameAttempt } = body();
     const job = g.jobs.find((j) => j.id === id);
     if (!job) return send(404, { error: "no such job" });
-    Object.assign(job, { attempt: job.attempt + (sameAttempt ? 0 : 1), handle: handle ?? randomUUID(), status: "waiting", task_id: 0, runnerId: undefined, updated: Date.now(), queuedAt: Date.now() });
+    Object.assign(job, {
+      attempt: job.attempt + (sameAttempt ? 0 : 1),
+      handle: handle ?? randomUUID(),
+      status: "waiting",
+      task_id: 0,
+      runnerId: undefined,
+      updated: Date.now(),
+      queuedAt: Date.now(),
+    });
     g.tasksVersion++;
     return send(200, publicJob(job));
   }
@@ -258,6 +346,7 @@ function control(g, what, method, text, send) {
   }
   if (what === "webhook" && method === "POST") return send(200, (g.webhook = body()));
   if (what === "deliveries" && method === "POST") return send(200, { deliveries: g.outbox.splice(0) });
-  if (what === "state") return send(200, { runners: [...g.runners.values()], jobs: g.jobs, taken: g.taken, registrations: g.registrations, requests: g.requests });
+  if (what === "state")
+    return send(200, { runners: [...g.runners.values()], jobs: g.jobs, taken: g.taken, registrations: g.registrations, requests: g.requests });
   return send(404, { error: "unknown control" });
 }

@@ -91,10 +91,18 @@ export function inScope(scope = { kind: "admin" }, repository) {
 /** Gitea's pick: the oldest queued job of the runner's scope whose every runs-on label is one of the runner's label names. */
 function take(g, runner) {
   const names = new Set(runner.labels.map(labelName));
-  const fits = (j) => j.status === "queued" && inScope(runner.scope, j.repository ?? "acme/widgets") && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
+  const fits = (j) =>
+    j.status === "queued" && inScope(runner.scope, j.repository ?? "acme/widgets") && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
   const job = g.jobs.filter(fits).sort((a, b) => a.id - b.id)[0];
   if (!job) return undefined;
-  Object.assign(job, { status: "in_progress", started_at: iso(), startedMs: Date.now(), runner_id: runner.id, runner_name: runner.name, taskId: g.actions.nextTask++ });
+  Object.assign(job, {
+    status: "in_progress",
+    started_at: iso(),
+    startedMs: Date.now(),
+    runner_id: runner.id,
+    runner_name: runner.name,
+    taskId: g.actions.nextTask++,
+  });
   runner.task = job.taskId;
   g.actions.tasksVersion++;
   const took = { job: job.id, runner: runner.name, at: Date.now(), queuedAt: job.queuedAt ?? Date.parse(job.created_at) };
@@ -102,7 +110,13 @@ function take(g, runner) {
   g.actions.onTake?.({ job: job.id, runner: runner.name, waitedMs: took.at - took.queuedAt });
   emit(g, "in_progress", job);
   // What a runner needs to run it; the fake runner reads only how long to take (`run_ms`).
-  return { id: String(job.taskId), context: { repository: job.repository, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) }, secrets: {}, needs: {}, vars: {} };
+  return {
+    id: String(job.taskId),
+    context: { repository: job.repository, job: job.name, ...(job.runMs !== undefined ? { run_ms: job.runMs } : {}) },
+    secrets: {},
+    needs: {},
+    vars: {},
+  };
 }
 
 function finish(g, job, conclusion) {
@@ -129,13 +143,24 @@ export function payloadOf(action, job) {
   const [owner, name] = repository.split("/");
   const workflow_job = { ...listed, status: action === "completed" ? "completed" : job.status };
   if (action !== "completed") delete workflow_job.conclusion;
-  return { ...fixture, action, workflow_job, repository: { ...fixture.repository, name, full_name: repository, owner: { ...fixture.repository.owner, login: owner } } };
+  return {
+    ...fixture,
+    action,
+    workflow_job,
+    repository: { ...fixture.repository, name, full_name: repository, owner: { ...fixture.repository.owner, login: owner } },
+  };
 }
 
 function emit(g, action, job) {
   const raw = JSON.stringify(payloadOf(action, job));
   const signature = createHmac("sha256", g.actions.webhook.secret).update(raw).digest("hex");
-  const headers = { "content-type": "application/json", "x-gitea-event": "workflow_job", "x-gitea-event-type": "workflow_job", "x-gitea-delivery": randomUUID(), "x-gitea-signature": signature };
+  const headers = {
+    "content-type": "application/json",
+    "x-gitea-event": "workflow_job",
+    "x-gitea-event-type": "workflow_job",
+    "x-gitea-delivery": randomUUID(),
+    "x-gitea-signature": signature,
+  };
   const delivery = { action, job: job.id, headers, body: raw };
   if (!g.actions.webhook.url) return void g.actions.outbox.push(delivery);
   // One attempt, no retry, as Gitea's deliverer.

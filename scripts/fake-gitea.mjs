@@ -11,7 +11,21 @@ export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken:
 function newInstance(onTake) {
   // `users`: owners that are users, not organisations (lower case); `scopeTokens`: registration
   // tokens of the scopes other than the instance's, by "org:x" | "user:x" | "repo:o/r".
-  return { version: "1.25.0", users: new Set(), scopeTokens: new Map(), runners: new Map(), nextRunnerId: 1, jobs: [], requests: [], registrations: 0, failDelete: [], delayMs: 0, apiToken: FAKE_GITEA.apiToken, registrationToken: FAKE_GITEA.registrationToken, actions: newActions(onTake) };
+  return {
+    version: "1.25.0",
+    users: new Set(),
+    scopeTokens: new Map(),
+    runners: new Map(),
+    nextRunnerId: 1,
+    jobs: [],
+    requests: [],
+    registrations: 0,
+    failDelete: [],
+    delayMs: 0,
+    apiToken: FAKE_GITEA.apiToken,
+    registrationToken: FAKE_GITEA.registrationToken,
+    actions: newActions(onTake),
+  };
 }
 
 /** `onTake({ job, runner, waitedMs })` hears each job a runner is given (npm start prints them). */
@@ -39,7 +53,16 @@ export function startFakeGitea({ onTake } = {}) {
       const at = msg.token === g.registrationToken ? { kind: "admin" } : [...g.scopeTokens].find(([, t]) => t === msg.token)?.[0];
       if (!at) return send(404, { code: "not_found", message: "runner registration token not found" });
       const scope = typeof at === "string" ? scopeOfKey(at) : at;
-      const runner = { id: g.nextRunnerId++, uuid: randomUUID(), token: randomBytes(20).toString("hex"), name: msg.name, version: msg.version ?? "", labels: msg.labels ?? [], ephemeral: msg.ephemeral === true, scope };
+      const runner = {
+        id: g.nextRunnerId++,
+        uuid: randomUUID(),
+        token: randomBytes(20).toString("hex"),
+        name: msg.name,
+        version: msg.version ?? "",
+        labels: msg.labels ?? [],
+        ephemeral: msg.ephemeral === true,
+        scope,
+      };
       g.runners.set(runner.id, runner);
       g.registrations++;
       // protojson renders int64 as a string.
@@ -56,7 +79,13 @@ export function startFakeGitea({ onTake } = {}) {
     // an administrator's token names in Sudo), or a repository. Names are case-insensitive.
     const parts = decodeURIComponent(where).toLowerCase().split("/");
     const scope =
-      parts[0] === "admin" ? { kind: "admin" } : parts[0] === "user" ? { kind: "user", owner: (req.headers.sudo ?? "admin").toLowerCase() } : parts[0] === "orgs" ? { kind: "org", owner: parts[1] } : { kind: "repo", owner: parts[1], repo: parts[2] };
+      parts[0] === "admin"
+        ? { kind: "admin" }
+        : parts[0] === "user"
+          ? { kind: "user", owner: (req.headers.sudo ?? "admin").toLowerCase() }
+          : parts[0] === "orgs"
+            ? { kind: "org", owner: parts[1] }
+            : { kind: "repo", owner: parts[1], repo: parts[2] };
     if (scope.kind === "org" && g.users.has(scope.owner)) return notFound();
     if (tail === "runners/registration-token" && req.method === "POST") {
       if (scope.kind === "admin") return send(200, { token: g.registrationToken });
@@ -65,7 +94,7 @@ export function startFakeGitea({ onTake } = {}) {
       return send(200, { token: g.scopeTokens.get(key) });
     }
     // A runner is seen and changed only from its own scope, or the instance's (Gitea's EditableInContext).
-    const editable = (r) => scope.kind === "admin" || (r.scope ?? { kind: "admin" }).kind === scope.kind && keyOfScope(r.scope) === keyOfScope(scope);
+    const editable = (r) => scope.kind === "admin" || ((r.scope ?? { kind: "admin" }).kind === scope.kind && keyOfScope(r.scope) === keyOfScope(scope));
     const modern = g.version >= "1.25";
     if (tail === "jobs" && req.method === "GET") {
       if (!modern) return notFound();
@@ -126,7 +155,15 @@ export function startFakeGitea({ onTake } = {}) {
   /** Gitea's ActionRunner: busy while it runs a task; "offline" until it polled once. */
   function apiRunner(r) {
     const status = r.task !== undefined ? "active" : r.lastOnline !== undefined ? "idle" : "offline";
-    return { id: r.id, name: r.name, status, busy: r.task !== undefined, disabled: r.disabled === true, ephemeral: r.ephemeral, labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })) };
+    return {
+      id: r.id,
+      name: r.name,
+      status,
+      busy: r.task !== undefined,
+      disabled: r.disabled === true,
+      ephemeral: r.ephemeral,
+      labels: r.labels.map((name) => ({ id: 0, name, type: "custom" })),
+    };
   }
   function control(g, what, method, text, send) {
     // A workflow run queues jobs: POST [{labels, runMs?, repository?, id?}] (queued webhooks follow).

@@ -22,21 +22,47 @@ function invalidFields(resource, obj) {
   const name = obj.metadata.name;
   const label = resource === "virtualmachineinstances";
   if (typeof name !== "string" || (label ? !(name.length <= 63 && DNS_LABEL.test(name)) : !(name.length <= 253 && DNS_SUBDOMAIN.test(name)))) {
-    const rule = label ? "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character" : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+    const rule = label
+      ? "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+      : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
     causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(name)}: ${rule}`, field: "metadata.name" });
   }
   for (const [key, value] of Object.entries(obj.metadata.labels ?? {})) {
-    if (!(key.length <= 317 && QUALIFIED_NAME.test(key))) causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(key)}: name part must consist of alphanumeric characters, '-', '_' or '.'`, field: "metadata.labels" });
+    if (!(key.length <= 317 && QUALIFIED_NAME.test(key)))
+      causes.push({
+        reason: "FieldValueInvalid",
+        message: `Invalid value: ${JSON.stringify(key)}: name part must consist of alphanumeric characters, '-', '_' or '.'`,
+        field: "metadata.labels",
+      });
     if (typeof value !== "string" || !(value.length <= 63 && LABEL_VALUE.test(value))) {
-      causes.push({ reason: "FieldValueInvalid", message: `Invalid value: ${JSON.stringify(value)}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: `metadata.labels` });
+      causes.push({
+        reason: "FieldValueInvalid",
+        message: `Invalid value: ${JSON.stringify(value)}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+        field: `metadata.labels`,
+      });
     }
   }
   return causes;
 }
 
-const status = (code, reason, message, details) => ({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, ...(details ? { details } : {}), code });
+const status = (code, reason, message, details) => ({
+  kind: "Status",
+  apiVersion: "v1",
+  metadata: {},
+  status: "Failure",
+  message,
+  reason,
+  ...(details ? { details } : {}),
+  code,
+});
 
-const newCluster = () => ({ objects: new Map(), requests: [], created: { pods: 0, secrets: 0, virtualmachineinstances: 0 }, mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 }, calls: 0 });
+const newCluster = () => ({
+  objects: new Map(),
+  requests: [],
+  created: { pods: 0, secrets: 0, virtualmachineinstances: 0 },
+  mode: { token: FAKE_K8S_TOKEN, runAfterGets: -1, hangFirst: 0, hangMs: 5_000, failFirst: 0 },
+  calls: 0,
+});
 
 export function startFakeKubernetes() {
   return startTenantServer(newCluster, serve);
@@ -49,7 +75,8 @@ export function startFakeKubernetes() {
       await new Promise((r) => setTimeout(r, c.mode.hangMs));
       return send(504, status(504, "Timeout", "hung"));
     }
-    if (call <= c.mode.hangFirst + c.mode.failFirst) return send(503, status(503, "ServiceUnavailable", "the server is currently unable to handle the request"));
+    if (call <= c.mode.hangFirst + c.mode.failFirst)
+      return send(503, status(503, "ServiceUnavailable", "the server is currently unable to handle the request"));
     const m = RESOURCE.exec(path);
     if (!m) return send(404, status(404, "NotFound", "the server could not find the requested resource"));
     const [, ns, resource, name] = m;
@@ -68,7 +95,8 @@ export function startFakeKubernetes() {
         const message = `${KINDS[resource]} ${JSON.stringify(String(objName))} is invalid: ${causes.map((c) => `${c.field}: ${c.message}`).join(", ")}`;
         return send(422, status(422, "Invalid", message, { name: objName, kind: KINDS[resource], causes }));
       }
-      if (c.objects.has(key(objName))) return send(409, status(409, "AlreadyExists", `${resource} "${objName}" already exists`, { name: objName, kind: resource }));
+      if (c.objects.has(key(objName)))
+        return send(409, status(409, "AlreadyExists", `${resource} "${objName}" already exists`, { name: objName, kind: resource }));
       const stored = {
         ...obj,
         metadata: { ...obj.metadata, namespace: ns, uid: randomUUID(), resourceVersion: "1", creationTimestamp: new Date().toISOString() },
@@ -91,13 +119,20 @@ export function startFakeKubernetes() {
     if (req.method === "PUT") {
       if (!existing) return notFound();
       const obj = JSON.parse(text);
-      c.objects.set(key(name), { ...obj, metadata: { ...existing.metadata, ...obj.metadata, resourceVersion: String(Number(existing.metadata.resourceVersion) + 1) }, gets: 0 });
+      c.objects.set(key(name), {
+        ...obj,
+        metadata: { ...existing.metadata, ...obj.metadata, resourceVersion: String(Number(existing.metadata.resourceVersion) + 1) },
+        gets: 0,
+      });
       return send(200, view(c.objects.get(key(name))));
     }
     if (req.method === "DELETE") {
       if (!existing) return notFound();
       c.objects.delete(key(name));
-      return send(200, resource === "secrets" ? { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", details: { name, kind: resource } } : view(existing));
+      return send(
+        200,
+        resource === "secrets" ? { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", details: { name, kind: resource } } : view(existing),
+      );
     }
     return send(405, status(405, "MethodNotAllowed", "method not allowed"));
   }

@@ -18,7 +18,10 @@ const rpc = (file, name, body) =>
 export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobMs = 1_000 }, on = () => undefined) {
   const forgejo = request.forgejo;
   const file = forgejo ? { address: forgejo.url, uuid: forgejo.uuid, token: forgejo.token } : request.runner;
-  const fetchTask = (version) => (forgejo ? rpc(file, "FetchSingleTask", { tasksVersion: version, ...(forgejo.handle ? { handle: forgejo.handle } : {}) }) : rpc(file, "FetchTask", { tasksVersion: version }));
+  const fetchTask = (version) =>
+    forgejo
+      ? rpc(file, "FetchSingleTask", { tasksVersion: version, ...(forgejo.handle ? { handle: forgejo.handle } : {}) })
+      : rpc(file, "FetchTask", { tasksVersion: version });
   let stopped = false;
   let timer;
   const wait = (ms) => new Promise((r) => (timer = setTimeout(r, ms)));
@@ -28,7 +31,9 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
     on({ event: "booted" });
     // A warm runner asks the dispatcher for its job's handle until it is given one.
     while (forgejo && !forgejo.handle && request.handleUrl && !stopped) {
-      const res = await fetch(request.handleUrl, { headers: { authorization: `Bearer ${request.claimToken}` }, signal: AbortSignal.timeout(5_000) }).catch(() => undefined);
+      const res = await fetch(request.handleUrl, { headers: { authorization: `Bearer ${request.claimToken}` }, signal: AbortSignal.timeout(5_000) }).catch(
+        () => undefined,
+      );
       if (res?.status === 200) forgejo.handle = await res.text();
       else {
         await res?.body?.cancel();
@@ -36,7 +41,10 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
       }
     }
     if (stopped) return;
-    if (forgejo) await rpc(file, "Declare", { version: "12.8.0", labels: forgejo.labels }).then((r) => r.body?.cancel()).catch(() => undefined);
+    if (forgejo)
+      await rpc(file, "Declare", { version: "12.8.0", labels: forgejo.labels })
+        .then((r) => r.body?.cancel())
+        .catch(() => undefined);
     let version = "0";
     while (!stopped) {
       const res = await fetchTask(version).catch(() => undefined);

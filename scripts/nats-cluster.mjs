@@ -32,14 +32,22 @@ export async function startNatsCluster({ size = 3, freePort = pickFreePort } = {
     specs.length = 0;
     for (let i = 0; i < size; i++) rmSync(join(root, `n${i + 1}`), { recursive: true, force: true });
     for (let i = 0; i < size; i++) {
-      specs.push({ name: `gdr-${id}-n${i + 1}`, store: join(root, `n${i + 1}`), ports: { nats: await freePort(), websocket: await freePort() }, route: await freePort() });
+      specs.push({
+        name: `gdr-${id}-n${i + 1}`,
+        store: join(root, `n${i + 1}`),
+        ports: { nats: await freePort(), websocket: await freePort() },
+        route: await freePort(),
+      });
     }
   };
   const configOf = (spec) => `
 cluster {
   name: gdr-${id}
   listen: "127.0.0.1:${spec.route}"
-  routes: [${specs.filter((s) => s !== spec).map((s) => `"nats-route://127.0.0.1:${s.route}"`).join(", ")}]
+  routes: [${specs
+    .filter((s) => s !== spec)
+    .map((s) => `"nats-route://127.0.0.1:${s.route}"`)
+    .join(", ")}]
 }`;
   const start = (spec) => startNatsServer({ name: spec.name, storeDir: spec.store, ports: spec.ports, extraConfig: configOf(spec) });
   const servers = await startAll(pickPorts, () => specs.map(start));

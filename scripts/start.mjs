@@ -89,7 +89,8 @@ if (needsCluster && !vars.K8S_API_URL) {
 let fakeGitea;
 const DEMO_POOL = { name: "small", minIdle: 2, maxRunners: 6 };
 const forgejo = vars.FORGE === "forgejo";
-const onTake = ({ job, runner, waitedMs }) => console.log(`job ${job} → runner ${runner}, ${(waitedMs / 1000).toFixed(1)} s after it was queued${runner.includes("-warm-") ? " (a warm runner)" : ""}`);
+const onTake = ({ job, runner, waitedMs }) =>
+  console.log(`job ${job} → runner ${runner}, ${(waitedMs / 1000).toFixed(1)} s after it was queued${runner.includes("-warm-") ? " (a warm runner)" : ""}`);
 if (forgejo && !vars.GITEA_URL) {
   fakeGitea = await startFakeForgejo({ onTake });
   stops.push(() => fakeGitea.close());
@@ -99,9 +100,13 @@ if (forgejo && !vars.GITEA_URL) {
     GITEA_WEBHOOK_SECRET: randomBytes(16).toString("hex"),
     RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
   });
-  if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES) vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: "pod", labels: ["ubuntu-latest:docker://node:22-bookworm"] }]);
+  if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES)
+    vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: "pod", labels: ["ubuntu-latest:docker://node:22-bookworm"] }]);
   // Forgejo's run-level webhook: the fake sends action_run_* to the Worker once a run is done.
-  await fetch(`${vars.GITEA_URL}/_control/webhook`, { method: "POST", body: JSON.stringify({ url: `${base}/v1/forgejo/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }) });
+  await fetch(`${vars.GITEA_URL}/_control/webhook`, {
+    method: "POST",
+    body: JSON.stringify({ url: `${base}/v1/forgejo/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }),
+  });
 }
 if (!vars.GITEA_URL) {
   fakeGitea = await startFakeGitea({ onTake });
@@ -120,7 +125,10 @@ if (!vars.GITEA_URL) {
     else vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: backendOf, labels }]);
   }
   // Gitea's webhook: the fake delivers each workflow_job to the Worker, signed with its secret.
-  await fetch(`${vars.GITEA_URL}/_control/webhook`, { method: "POST", body: JSON.stringify({ url: `${base}/v1/gitea/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }) });
+  await fetch(`${vars.GITEA_URL}/_control/webhook`, {
+    method: "POST",
+    body: JSON.stringify({ url: `${base}/v1/gitea/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }),
+  });
 }
 await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfig(vars)));
 
@@ -128,9 +136,26 @@ await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfi
 // command line, `ps` would show them to everyone on the machine.
 const varsDir = mkdtempSync(join(tmpdir(), "gdr-start-"));
 const envFile = join(varsDir, "worker.env");
-writeFileSync(envFile, Object.entries(vars).map(([k, v]) => `${k}=${dotenvQuote(v)}`).join("\n") + "\n", { mode: 0o600 });
+writeFileSync(
+  envFile,
+  Object.entries(vars)
+    .map(([k, v]) => `${k}=${dotenvQuote(v)}`)
+    .join("\n") + "\n",
+  { mode: 0o600 },
+);
 stops.push(() => rmSync(varsDir, { recursive: true, force: true }));
-const args = ["wrangler", "dev", "--ip", "127.0.0.1", "--port", String(PORT), "--test-scheduled", "--show-interactive-dev-session=false", "--env-file", envFile];
+const args = [
+  "wrangler",
+  "dev",
+  "--ip",
+  "127.0.0.1",
+  "--port",
+  String(PORT),
+  "--test-scheduled",
+  "--show-interactive-dev-session=false",
+  "--env-file",
+  envFile,
+];
 // Its own process group: npx, wrangler and workerd all go with one signal, and none is left
 // holding the port.
 const wrangler = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
@@ -160,7 +185,34 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
       seen.push(step);
       progress.set(e.assignment, seen);
       console.log(`${e.assignment} (${e.backend}): ${seen.join(" → ")}`);
-    } else if (["capacity_wait", "backend_retry", "backend_auth", "claim_timeout", "invalid", "conflict", "no_route", "cancelled", "recovered", "error", "warm_filled", "warm_took_job", "warm_converted", "taken_by_other", "warm_scaled_down", "warm_recycled", "boot_timeout", "boot_gave_up", "lifetime_reached", "poller_armed", "forgejo_poll_failed", "forgejo_poll_recovered", "handle_conflict", "unbindable_job"].includes(e.event)) {
+    } else if (
+      [
+        "capacity_wait",
+        "backend_retry",
+        "backend_auth",
+        "claim_timeout",
+        "invalid",
+        "conflict",
+        "no_route",
+        "cancelled",
+        "recovered",
+        "error",
+        "warm_filled",
+        "warm_took_job",
+        "warm_converted",
+        "taken_by_other",
+        "warm_scaled_down",
+        "warm_recycled",
+        "boot_timeout",
+        "boot_gave_up",
+        "lifetime_reached",
+        "poller_armed",
+        "forgejo_poll_failed",
+        "forgejo_poll_recovered",
+        "handle_conflict",
+        "unbindable_job",
+      ].includes(e.event)
+    ) {
       console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}${e.message ? `: ${e.message}` : ""}`);
     }
   });
@@ -193,7 +245,11 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
   if (vars.GITEA_WEBHOOK_SECRET && !forgejo) {
     const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
     const file = join(dir, "queued.json");
-    const body = JSON.stringify({ action: "queued", workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() }, repository: { full_name: "acme/widgets" } });
+    const body = JSON.stringify({
+      action: "queued",
+      workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },
+      repository: { full_name: "acme/widgets" },
+    });
     writeFileSync(file, body);
     const sig = await giteaSignature(vars.GITEA_WEBHOOK_SECRET, new TextEncoder().encode(body));
     console.log(`  # a signed Gitea workflow_job delivery:
@@ -215,7 +271,9 @@ async function demo() {
     if (pools[0] && pools[0].idle >= target) break;
   }
   const found = forgejo ? `the poller finds them within ${Number(vars.FORGEJO_POLL_MS ?? 3000) / 1000} s and gives` : "Gitea hands";
-  console.log(`\n${target} warm runners are up. Queueing ${target + 1} jobs: ${found} ${target} to the warm runners, which start within about 2 s (their fetch interval); the last waits for a cold runner to boot (${BOOT_MS / 1000} s).`);
+  console.log(
+    `\n${target} warm runners are up. Queueing ${target + 1} jobs: ${found} ${target} to the warm runners, which start within about 2 s (their fetch interval); the last waits for a cold runner to boot (${BOOT_MS / 1000} s).`,
+  );
   const job = forgejo ? { runs_on: ["ubuntu-latest"] } : { labels: ["ubuntu-latest"] };
   await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => job)) });
 }
@@ -262,4 +320,3 @@ function dotenvQuote(value) {
   for (const q of ["'", "`", '"']) if (!v.includes(q)) return `${q}${v}${q}`;
   throw new Error("a variable holds every kind of quote; it cannot go into a dotenv file");
 }
-

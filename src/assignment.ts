@@ -33,13 +33,23 @@ const jobSchema = z.strictObject({
   repository: repositorySchema,
   name: z.string().max(256).optional(),
   /** Forgejo: the attempt's handle, which binds the runner to exactly this job (`one-job --handle`). Not a secret. */
-  handle: z.string().regex(/^[A-Za-z0-9-]{1,64}$/, { message: "must be 1-64 of [A-Za-z0-9-] (a Forgejo job handle)" }).optional(),
+  handle: z
+    .string()
+    .regex(/^[A-Za-z0-9-]{1,64}$/, { message: "must be 1-64 of [A-Za-z0-9-] (a Forgejo job handle)" })
+    .optional(),
 });
 
 /** A runner pool's name (RUNNER_POOLS): a DNS label. */
-export const poolNameSchema = z.string().max(63).regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, { message: "must be a DNS label (lowercase letters, digits and '-', at most 63)" });
+export const poolNameSchema = z
+  .string()
+  .max(63)
+  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, { message: "must be a DNS label (lowercase letters, digits and '-', at most 63)" });
 
-const labelSchema = z.string().min(1).max(256).regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" });
+const labelSchema = z
+  .string()
+  .min(1)
+  .max(256)
+  .regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" });
 
 /** An assignment's createdAt: RFC 3339 with an offset. */
 export const assignmentTime = z.iso.datetime({ offset: true, message: "must be an RFC 3339 timestamp" });
@@ -115,7 +125,17 @@ export function decodeAssignment(data: Uint8Array, trustDomain: string): Decoded
 /** Canonical bytes: fixed key order, so equal assignments encode equally. */
 export function encodeAssignment(a: Assignment): Uint8Array {
   const job = a.job && { id: a.job.id, runId: a.job.runId, attempt: a.job.attempt, repository: a.job.repository, name: a.job.name, handle: a.job.handle };
-  const ordered = { version: a.version, id: a.id, backend: a.backend, workload: a.workload, labels: a.labels, pools: a.pools, warm: a.warm, job, createdAt: a.createdAt };
+  const ordered = {
+    version: a.version,
+    id: a.id,
+    backend: a.backend,
+    workload: a.workload,
+    labels: a.labels,
+    pools: a.pools,
+    warm: a.warm,
+    job,
+    createdAt: a.createdAt,
+  };
   return new TextEncoder().encode(JSON.stringify(ordered));
 }
 

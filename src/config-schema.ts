@@ -47,7 +47,10 @@ const optionalString = z.string().trim().min(1).optional().catch(undefined);
 const secret = (minLength: number) =>
   z.string({ message: "is required (a secret: wrangler secret put)" }).min(minLength, { message: `must be at least ${minLength} characters` });
 const wsUrls = z.string({ message: "is required" }).transform((value, ctx) => {
-  const urls = value.split(",").map((s) => s.trim()).filter(Boolean);
+  const urls = value
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (!urls.length) ctx.addIssue({ code: "custom", message: "is required" });
   for (const url of urls) {
     if (!/^wss?:\/\/[^\s/]+/.test(url)) ctx.addIssue({ code: "custom", message: "must be comma-separated ws:// or wss:// URLs" });
@@ -65,7 +68,9 @@ export const envSchema = z.object({
   NATS_TOKEN: optionalString,
   NATS_USER: optionalString,
   NATS_PASS: optionalString,
-  TRUST_DOMAIN: z.string({ message: "is required" }).regex(TRUST_DOMAIN, { message: "must be a SPIFFE trust domain: lowercase letters, digits, '.', '_', '-'" }),
+  TRUST_DOMAIN: z
+    .string({ message: "is required" })
+    .regex(TRUST_DOMAIN, { message: "must be a SPIFFE trust domain: lowercase letters, digits, '.', '_', '-'" }),
   PUBLIC_URL: httpUrl,
   ASSIGNMENT_STREAM: z.string().regex(STREAM_NAME, { message: "must be 1-64 of [A-Za-z0-9_-]" }).default("ASSIGNMENTS"),
   ASSIGNMENT_SUBJECT_BASE: z.string().regex(SUBJECT_BASE, { message: "must be dot-separated tokens without wildcards" }).default("assignments"),
@@ -101,13 +106,18 @@ export const envSchema = z.object({
   GITEA_API_TOKEN: optionalString,
   GITEA_SCOPE: z
     .string()
-    .regex(/^(admin|user|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, { message: "must be admin, org:<name> or repo:<owner>/<name> (or user, with FORGE=forgejo)" })
+    .regex(/^(admin|user|org:[A-Za-z0-9_.-]+|repo:[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/, {
+      message: "must be admin, org:<name> or repo:<owner>/<name> (or user, with FORGE=forgejo)",
+    })
     .default("admin"),
   RUNNER_SCOPE: z.enum(RUNNER_SCOPES, { message: `must be one of ${RUNNER_SCOPES.join(", ")}` }).default("instance"),
   FAIR_SHARE: z.enum(["on", "off"], { message: "must be on or off" }).default("on"),
   QUOTAS: z.string().optional(),
   STATUS_TOP_OWNERS: intFrom(0, 1_000).default(10),
-  RUNNER_NAME_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" }).default("gdr"),
+  RUNNER_NAME_PREFIX: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,31}$/, { message: "must be 1-32 of [a-z0-9-]" })
+    .default("gdr"),
   RUNS_ON_ROUTES: z.string().optional(),
   RUNNER_POOLS: z.string().optional(),
   RUNNER_IDENTITY_KEY: optionalString,
@@ -120,7 +130,10 @@ export const envSchema = z.object({
   VM_DRIVER: z.enum(DRIVERS).default("http"),
   K8S_API_URL: httpUrl.optional(),
   K8S_TOKEN: optionalString,
-  K8S_NAMESPACE: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { message: "must be a Kubernetes namespace name" }).default("default"),
+  K8S_NAMESPACE: z
+    .string()
+    .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { message: "must be a Kubernetes namespace name" })
+    .default("default"),
   RUNNER_IMAGE: z.string().min(1).default(DEFAULT_RUNNER_IMAGE),
   RUNNER_VM_IMAGE: optionalString,
   POD_TEMPLATE: optionalString,

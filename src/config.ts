@@ -113,7 +113,7 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
   const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
   const auth = parseAuth(env, problems);
   const raw = blankToUndefined(env);
-  const text = (k: string) => (typeof raw[k] === "string" ? (raw[k]) : undefined);
+  const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
   const pools = parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) ?? [];
   if (!parsed.success || problems.length) throw new ConfigError(problems);
   const e = parsed.data;
@@ -138,10 +138,11 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const auth = parseAuth(env, problems);
   const forgejo = raw.FORGE === "forgejo";
   const giteaParts = raw.GITEA_URL && !forgejo ? parseGiteaSecrets(raw, problems) : undefined;
-  const text = (k: string) => (typeof raw[k] === "string" ? (raw[k]) : undefined);
+  const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
   const pools: Pool[] = (raw.GITEA_URL || forgejo ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
   const quotas = parseQuotas(text("QUOTAS"), problems);
-  if (quotas !== NO_QUOTAS && raw.FAIR_SHARE === "off") problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
+  if (quotas !== NO_QUOTAS && raw.FAIR_SHARE === "off")
+    problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const { backends, kubernetes } = parseBackends(
@@ -183,7 +184,9 @@ export function loadConfig(env: Record<string, unknown>): Config {
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
     // A pass keeps deliveries (held for a claim, or in work) until its budget ends, plus one last
     // look; were AckWait shorter, JetStream would deliver them a second time meanwhile.
-    problems.push(`ACK_WAIT_MS must be at least RECONCILE_BUDGET_MS + ${ACK_WAIT_HEADROOM_MS} (${e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS}), got ${e.ACK_WAIT_MS}`);
+    problems.push(
+      `ACK_WAIT_MS must be at least RECONCILE_BUDGET_MS + ${ACK_WAIT_HEADROOM_MS} (${e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS}), got ${e.ACK_WAIT_MS}`,
+    );
   }
   if (problems.length) throw new ConfigError(problems);
   return {
@@ -227,7 +230,7 @@ function blankToUndefined(env: Record<string, unknown>): Record<string, unknown>
 }
 
 function parseAuth(env: Record<string, unknown>, problems: string[]): NatsAuth {
-  const str = (k: string) => (typeof env[k] === "string" && (env[k]).trim() ? (env[k]) : undefined);
+  const str = (k: string) => (typeof env[k] === "string" && env[k].trim() ? env[k] : undefined);
   const creds = str("NATS_CREDS");
   const token = str("NATS_TOKEN");
   const user = str("NATS_USER");

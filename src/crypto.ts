@@ -38,10 +38,7 @@ const INCARNATION = /^[0-9a-z]{1,12}$/;
 /** Constant-time comparison of two strings, by comparing their HMACs under a per-call key. */
 export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
   const key = await hmacKey(crypto.randomUUID());
-  const [ma, mb] = await Promise.all([
-    crypto.subtle.sign("HMAC", key, encoder.encode(a)),
-    crypto.subtle.sign("HMAC", key, encoder.encode(b)),
-  ]);
+  const [ma, mb] = await Promise.all([crypto.subtle.sign("HMAC", key, encoder.encode(a)), crypto.subtle.sign("HMAC", key, encoder.encode(b))]);
   const va = new Uint8Array(ma);
   const vb = new Uint8Array(mb);
   let diff = 0;

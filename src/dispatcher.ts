@@ -67,7 +67,6 @@ export interface DispatcherDeps {
   decorateState?: (state: State) => State;
 }
 
-
 /** Messages per pull of an eager pass, and how many pulls it may take to reach a new one. */
 export const EAGER_BATCH = 4;
 export const EAGER_MAX_PULLS = 8;
@@ -79,7 +78,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const sink = deps.sink ?? consoleSink;
   const now = deps.now ?? Date.now;
   const limit = createLimiter(BACKEND_CONCURRENCY);
-  const gitea = config.gitea ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens)) : undefined;
+  const gitea = config.gitea
+    ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens))
+    : undefined;
   const forge = createForge(config, gitea, now, deps.forgejo, deps.giteaTimeoutMs, sink);
   const runners = new Map<Backend, RunnerBackend>();
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
@@ -92,7 +93,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const anyWaiting = config.fairShare ? (backend: Backend) => waiting.any(backend) : undefined;
     const state: State = {
       records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
-      admission: createAdmission(handle, { names, capacity: config.capacity, poolCaps, leaseTtlMs: config.leaseTtlMs, registrationLeaseMs: registrationLeaseMs(config), anyWaiting }),
+      admission: createAdmission(handle, {
+        names,
+        capacity: config.capacity,
+        poolCaps,
+        leaseTtlMs: config.leaseTtlMs,
+        registrationLeaseMs: registrationLeaseMs(config),
+        anyWaiting,
+      }),
       quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
@@ -150,7 +158,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       if (outcome === "busy") return "busy";
       const { identity, ref } = outcome;
       // A Forgejo runner without a job (warm) asks for its handle there (forge/forgejo/warm.ts).
-      const credentials = identity.forge === "gitea" ? { runner: identity.file } : { forgejo: identity.runner, ...(identity.runner.handle ? {} : { handleUrl: `${base}/handle` }) };
+      const credentials =
+        identity.forge === "gitea"
+          ? { runner: identity.file }
+          : { forgejo: identity.runner, ...(identity.runner.handle ? {} : { handleUrl: `${base}/handle` }) };
       return { request: { ...request, ...credentials }, ...(ref ? { ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
@@ -195,7 +206,9 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
-    ...(d.gitea && d.config.gitea?.apiToken ? { jobQueued: async (repository: string, id: number) => STILL_WAITING.has((await d.gitea!.getJob(repository, id))?.status ?? "queued") } : {}),
+    ...(d.gitea && d.config.gitea?.apiToken
+      ? { jobQueued: async (repository: string, id: number) => STILL_WAITING.has((await d.gitea!.getJob(repository, id))?.status ?? "queued") }
+      : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     takeIdleWarm: async (pool) => {
@@ -215,7 +228,9 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     needsIdentity: d.forge !== undefined,
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
-    ...(d.config.fairShare ? { waiting: { set: state.waiting, rules: shareRules(d.config.quotas), ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}) } } : {}),
+    ...(d.config.fairShare
+      ? { waiting: { set: state.waiting, rules: shareRules(d.config.quotas), ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}) } }
+      : {}),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
     sink: d.sink,

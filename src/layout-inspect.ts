@@ -23,7 +23,12 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
   const stream = await maybe(() => jsm.streams.info(cfg.stream));
   if (!stream) problems.push(`stream ${cfg.stream} is missing (${PROVISION})`);
   else {
-    report.stream = { name: cfg.stream, messages: stream.state.messages, replicas: stream.config.num_replicas, ...(stream.cluster?.leader ? { leader: stream.cluster.leader } : {}) };
+    report.stream = {
+      name: cfg.stream,
+      messages: stream.state.messages,
+      replicas: stream.config.num_replicas,
+      ...(stream.cluster?.leader ? { leader: stream.cluster.leader } : {}),
+    };
     if (stream.config.retention !== RetentionPolicy.Workqueue) problems.push(`stream ${cfg.stream} must use work-queue retention`);
     problems.push(...replicaProblems(`stream ${cfg.stream}`, stream.config.num_replicas, stream.cluster, cfg.replicas));
     for (const b of cfg.backends) {
@@ -35,7 +40,8 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
       }
       report.consumers[want.name] = { pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered };
       for (const key of ["filter_subject", "max_ack_pending", "ack_wait", "max_deliver"] as const) {
-        if (info.config[key] !== want[key]) problems.push(`consumer ${want.name}: ${key} is ${info.config[key]}, configuration wants ${want[key]} (${PROVISION})`);
+        if (info.config[key] !== want[key])
+          problems.push(`consumer ${want.name}: ${key} is ${info.config[key]}, configuration wants ${want[key]} (${PROVISION})`);
       }
       // A consumer's 0 replicas means "as many as its stream".
       problems.push(...replicaProblems(`consumer ${want.name}`, info.config.num_replicas || stream.config.num_replicas, info.cluster, cfg.replicas));
@@ -46,7 +52,8 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
     if (!info) problems.push(`stream ${want.name} is missing (${PROVISION})`);
     else {
       // A slots stream's message limit is the backend's capacity: the one place it is enforced.
-      if (info.config.max_msgs !== want.max_msgs) problems.push(`stream ${want.name} admits ${info.config.max_msgs} runners, configuration wants ${want.max_msgs} (${PROVISION})`);
+      if (info.config.max_msgs !== want.max_msgs)
+        problems.push(`stream ${want.name} admits ${info.config.max_msgs} runners, configuration wants ${want.max_msgs} (${PROVISION})`);
       if (!info.config.allow_msg_ttl) problems.push(`stream ${want.name} does not allow message TTLs, so leases would never expire (${PROVISION})`);
       problems.push(...replicaProblems(`stream ${want.name}`, info.config.num_replicas, info.cluster, cfg.replicas));
     }
@@ -74,7 +81,9 @@ export function replicaProblems(what: string, replicas: number, cluster: Cluster
   for (const peer of cluster?.replicas ?? []) {
     if (peer.offline) problems.push(`${what}: replica on ${peer.name} is offline (bring that NATS server back)`);
     else if (!peer.current || (peer.lag ?? 0) > LAG_LIMIT) {
-      problems.push(`${what}: replica on ${peer.name} lags ${peer.lag ?? "?"} operations behind its leader (it catches up by itself; if it does not, check that server's disk and network)`);
+      problems.push(
+        `${what}: replica on ${peer.name} lags ${peer.lag ?? "?"} operations behind its leader (it catches up by itself; if it does not, check that server's disk and network)`,
+      );
     }
   }
   return problems;

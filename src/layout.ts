@@ -1,11 +1,35 @@
 // The JetStream layout the dispatcher needs: created or updated by `npm run provision`,
 // inspected (never created) by the Worker's /healthz.
-import { AckPolicy, DeliverPolicy, DiscardPolicy, JetStreamApiError, RetentionPolicy, StorageType, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  DiscardPolicy,
+  JetStreamApiError,
+  RetentionPolicy,
+  StorageType,
+  jetstreamManager,
+  type JetStreamManager,
+  type StreamConfig,
+} from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
 import type { BackendConfig, Config } from "./config.ts";
-import { assignmentSubject, consumerName, legacyAdmissionBucket, poolSlotPrefix, poolSlotsStream, recordsBucket, registrationSubjects, registrationsStream, slotPrefix, slotsStream, streamSubjects, waitStream, type Backend } from "./names.ts";
+import {
+  assignmentSubject,
+  consumerName,
+  legacyAdmissionBucket,
+  poolSlotPrefix,
+  poolSlotsStream,
+  recordsBucket,
+  registrationSubjects,
+  registrationsStream,
+  slotPrefix,
+  slotsStream,
+  streamSubjects,
+  waitStream,
+  type Backend,
+} from "./names.ts";
 import type { Pool } from "./pools/config.ts";
 import type { NatsHandle } from "./nats/connection.ts";
 
@@ -70,10 +94,21 @@ export function bucketNames(cfg: Pick<LayoutConfig, "stream" | "subjectBase">) {
  */
 export function admissionStreams(cfg: LayoutConfig): (Partial<StreamConfig> & { name: string; max_msgs: number })[] {
   const names = { stream: cfg.stream, subjectBase: cfg.subjectBase };
-  const leases = { retention: RetentionPolicy.Limits, storage: StorageType.File, discard: DiscardPolicy.New, allow_msg_ttl: true, allow_direct: true, num_replicas: cfg.replicas };
+  const leases = {
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.New,
+    allow_msg_ttl: true,
+    allow_direct: true,
+    num_replicas: cfg.replicas,
+  };
   return [
     ...cfg.backends.map((b) => ({ ...leases, name: slotsStream(names, b.backend), subjects: [`${slotPrefix(names, b.backend)}.*`], max_msgs: b.capacity })),
-    ...(cfg.pools ?? []).flatMap((p) => (p.maxRunners === undefined ? [] : [{ ...leases, name: poolSlotsStream(names, p.name), subjects: [`${poolSlotPrefix(names, p.name)}.*`], max_msgs: p.maxRunners }])),
+    ...(cfg.pools ?? []).flatMap((p) =>
+      p.maxRunners === undefined
+        ? []
+        : [{ ...leases, name: poolSlotsStream(names, p.name), subjects: [`${poolSlotPrefix(names, p.name)}.*`], max_msgs: p.maxRunners }],
+    ),
     // One word per id: a new one replaces the last.
     { ...leases, name: registrationsStream(names), subjects: registrationSubjects(names), max_msgs: -1, max_msgs_per_subject: 1 },
   ];
@@ -85,7 +120,17 @@ export function admissionStreams(cfg: LayoutConfig): (Partial<StreamConfig> & { 
  */
 export function waitStreamConfig(cfg: LayoutConfig): Partial<StreamConfig> & { name: string } {
   const names = { stream: cfg.stream, subjectBase: cfg.subjectBase };
-  return { retention: RetentionPolicy.Limits, storage: StorageType.File, discard: DiscardPolicy.Old, allow_direct: true, num_replicas: cfg.replicas, name: waitStream(names), subjects: [`${cfg.subjectBase}.waiting.*.*.*`], max_msgs: -1, duplicate_window: nanos(DUPLICATE_WINDOW_MS) };
+  return {
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    allow_direct: true,
+    num_replicas: cfg.replicas,
+    name: waitStream(names),
+    subjects: [`${cfg.subjectBase}.waiting.*.*.*`],
+    max_msgs: -1,
+    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+  };
 }
 
 /** JetStream cannot keep the asked-for replicas (a single server, or too few JetStream servers). */
@@ -144,7 +189,8 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
     }
   }
   const legacy = legacyAdmissionBucket({ stream: cfg.stream, subjectBase: cfg.subjectBase });
-  if (await exists(() => jsm.streams.info(`KV_${legacy}`))) done.push(`bucket ${legacy}: no longer used (admission is in streams now); delete it once no older Worker runs`);
+  if (await exists(() => jsm.streams.info(`KV_${legacy}`)))
+    done.push(`bucket ${legacy}: no longer used (admission is in streams now); delete it once no older Worker runs`);
   const kvm = new Kvm(handle.js);
   const buckets = bucketNames(cfg);
   const kvOptions = { history: 1, storage: StorageType.File, allow_direct: true, replicas: cfg.replicas };

@@ -3,16 +3,7 @@
 export const BACKENDS = ["pod", "vm"] as const;
 export type Backend = (typeof BACKENDS)[number];
 
-export const ASSIGNMENT_STATES = [
-  "received",
-  "capacity_wait",
-  "quota_wait",
-  "backend_pending",
-  "backend_ready",
-  "claimed",
-  "completed",
-  "terminated",
-] as const;
+export const ASSIGNMENT_STATES = ["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready", "claimed", "completed", "terminated"] as const;
 export type AssignmentState = (typeof ASSIGNMENT_STATES)[number];
 
 /** States a runner reached (claimed) or an assignment ended in: nothing more is asked for it. */

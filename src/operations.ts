@@ -164,7 +164,8 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
-  const completable = (r: AssignmentRecord) => sameIncarnation(r, opts) && isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
+  const completable = (r: AssignmentRecord) =>
+    sameIncarnation(r, opts) && isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
   const record = await d.withState(async (state) => {
     const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
     // Released on every call, so a retried complete frees a slot a failed release left behind.

@@ -44,7 +44,9 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
   const pools = (a.pools ?? []).flatMap((name, i) => {
     const pool = d.config.pools.find((p) => p.name === name);
     if (!pool) return [{ field: `pools.${i}`, message: `no pool ${name} is configured (RUNNER_POOLS)` }];
-    return i === 0 && pool.backend !== a.backend ? [{ field: "pools.0", message: `pool ${name} runs on ${pool.backend}, not on the assignment's backend ${a.backend}` }] : [];
+    return i === 0 && pool.backend !== a.backend
+      ? [{ field: "pools.0", message: `pool ${name} runs on ${pool.backend}, not on the assignment's backend ${a.backend}` }]
+      : [];
   });
   if (a.warm && !opts.warm) pools.push({ field: "warm", message: "is set by the dispatcher's own pool maintenance only" });
   else if (a.warm && (a.pools?.length !== 1 || a.job)) pools.push({ field: "warm", message: "a warm runner names exactly one pool and no job" });
@@ -75,8 +77,11 @@ async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolea
     } catch (err) {
       // No stream listens: the server refused it. Any other failure (a lost acknowledgement, a
       // connection that broke) may come after the stream stored it.
-      if (refusedUnheard(err)) throw new Unavailable("NATS did not confirm the publish (no stream took it); nothing was queued. Retrying with the same id is safe.");
-      throw new Unavailable("NATS did not confirm the publish; the assignment may or may not be queued. Retrying with the same id is safe: it is deduplicated by id.");
+      if (refusedUnheard(err))
+        throw new Unavailable("NATS did not confirm the publish (no stream took it); nothing was queued. Retrying with the same id is safe.");
+      throw new Unavailable(
+        "NATS did not confirm the publish; the assignment may or may not be queued. Retrying with the same id is safe: it is deduplicated by id.",
+      );
     }
     let result: "new" | "same" | "conflict" | undefined;
     let record;
@@ -93,7 +98,16 @@ async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolea
     const pending = recordLater && result === undefined ? { pending: a } : {};
     // Its message is termed at its first delivery, as any terminated assignment's.
     const ended = record?.tombstone ? { ended: true as const } : {};
-    return { id: a.id, backend: a.backend, stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate || result === "same", stored: !ack.duplicate, ...pending, ...ended };
+    return {
+      id: a.id,
+      backend: a.backend,
+      stream: ack.stream,
+      seq: ack.seq,
+      duplicate: ack.duplicate || result === "same",
+      stored: !ack.duplicate,
+      ...pending,
+      ...ended,
+    };
   });
 }
 
@@ -108,5 +122,6 @@ function refusedUnheard(err: unknown): boolean {
 /** Writes the record of an assignment published with `recordLater`. A conflict found now is logged: its message is termed at delivery. */
 export async function recordAssignment(d: Dispatcher, a: Assignment): Promise<void> {
   const offered = await d.withState((state) => state.records.offer(a));
-  if (offered.result === "conflict") d.sink.event({ event: "conflict", assignment: a.id, backend: a.backend, reason: "published with other content than its record" });
+  if (offered.result === "conflict")
+    d.sink.event({ event: "conflict", assignment: a.id, backend: a.backend, reason: "published with other content than its record" });
 }

@@ -56,7 +56,10 @@ export function parseBackends(
     const prefix = b.backend.toUpperCase();
     const common = { backend: b.backend, capacity: b.capacity, batchSize: b.batchSize ?? b.capacity };
     if (b.driver === "http") {
-      if (!b.url) problems.push(`${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 and ${prefix}_DRIVER=http (set CAPACITY_${prefix}=0 to disable the ${b.backend} backend)`);
+      if (!b.url)
+        problems.push(
+          `${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 and ${prefix}_DRIVER=http (set CAPACITY_${prefix}=0 to disable the ${b.backend} backend)`,
+        );
       else backends.push({ ...common, driver: "http", url: b.url, token: b.token });
       continue;
     }

@@ -11,15 +11,21 @@ import { placementOf, type AssignmentRecord } from "../state/records.ts";
  * With `tombstone`, an id that has no record yet gets a terminated one, so that a `queued`
  * delivered after the job's end provisions nothing (`tombstoned` in the result).
  */
-export async function cancelAssignment(d: Dispatcher, id: string, reason: string, tombstone?: Tombstone): Promise<Released<{ record: AssignmentRecord; tombstoned?: true }> | null> {
+export async function cancelAssignment(
+  d: Dispatcher,
+  id: string,
+  reason: string,
+  tombstone?: Tombstone,
+): Promise<Released<{ record: AssignmentRecord; tombstoned?: true }> | null> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
   let tombstoned: AssignmentRecord | null = null;
   const record = await d.withState(async (state) => {
-    const terminate = () => state.records.update(id, (r) =>
-      (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
-    );
+    const terminate = () =>
+      state.records.update(id, (r) =>
+        (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
+      );
     let r = await terminate();
     if (!r && tombstone) {
       tombstoned = await state.records.tombstone(id, tombstone.backend, tombstone.reason, tombstone.job);

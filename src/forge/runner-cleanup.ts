@@ -90,4 +90,3 @@ export async function cleanRunner({ d, records, admission, registering, summary,
   summary.runnersDeleted++;
   d.sink.event({ event: "runner_deleted", assignment: id, backend: record?.backend, reason: verdict });
 }
-

@@ -41,7 +41,9 @@ async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
 export async function sealIdentity(key: Uint8Array, assignmentId: string, file: object): Promise<string> {
   const iv = crypto.getRandomValues(new Uint8Array(12));
   const data = new TextEncoder().encode(JSON.stringify(file));
-  const ct = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(assignmentId) }, await aesKey(key), data));
+  const ct = new Uint8Array(
+    await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(assignmentId) }, await aesKey(key), data),
+  );
   const out = new Uint8Array(iv.length + ct.length);
   out.set(iv);
   out.set(ct, iv.length);
@@ -57,4 +59,3 @@ export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId
   );
   return JSON.parse(new TextDecoder().decode(plain)) as T;
 }
-

@@ -9,9 +9,21 @@ import type { Forge } from "./types.ts";
 import type { EventSink } from "../events.ts";
 
 /** `forgejo`: a client to use instead of one on fetch (tests); `timeoutMs`: a caller's tighter bound on each call. */
-export function createForge(config: Config, gitea: GiteaClient | undefined, now: () => number, forgejo?: ForgejoClient, timeoutMs = Infinity, sink?: EventSink): Forge<Dispatcher> | undefined {
+export function createForge(
+  config: Config,
+  gitea: GiteaClient | undefined,
+  now: () => number,
+  forgejo?: ForgejoClient,
+  timeoutMs = Infinity,
+  sink?: EventSink,
+): Forge<Dispatcher> | undefined {
   if (config.gitea && gitea) return createGiteaForge(config.gitea, gitea, now);
   const f = config.forgejo;
   if (!f) return undefined;
-  return createForgejoForge(f, forgejo ?? createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, timeoutMs) }), now, sink);
+  return createForgejoForge(
+    f,
+    forgejo ?? createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, timeoutMs) }),
+    now,
+    sink,
+  );
 }

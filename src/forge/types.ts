@@ -46,7 +46,13 @@ export interface Forge<Ctx = unknown> {
    * The runner identity of `assignment` with `labels` (its pool's), registering it when
    * `reserved` and the record has none yet.
    */
-  identity(assignment: Assignment, labels: string[], record: AssignmentRecord, reserved: boolean, pool: { scope?: string | undefined } | undefined): Promise<IdentityOutcome>;
+  identity(
+    assignment: Assignment,
+    labels: string[],
+    record: AssignmentRecord,
+    reserved: boolean,
+    pool: { scope?: string | undefined } | undefined,
+  ): Promise<IdentityOutcome>;
   /** A cron tick's forge work: find what webhooks missed and clean up runners left behind. */
   tick(ctx: Ctx): Promise<void>;
   /** Deletes a runner from the forge; one the forge no longer has is gone already. */

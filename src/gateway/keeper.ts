@@ -38,7 +38,10 @@ export function createKeeper(settings: NatsSettings, name: string, now: () => nu
   const checking = new WeakMap<NatsHandle, Promise<void>>();
 
   const discard = (handle: NatsHandle) => {
-    void current?.then((h) => h === handle && (current = undefined), () => undefined);
+    void current?.then(
+      (h) => h === handle && (current = undefined),
+      () => undefined,
+    );
     if (!handle.nc.isClosed()) void handle.nc.close().catch(() => undefined);
   };
   const acquire = (): Promise<NatsHandle> => {

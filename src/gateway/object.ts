@@ -81,7 +81,10 @@ export class NatsGateway extends DurableObject {
     const { pending, record, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
     const assignment = pending ?? record;
     if (!assignment) return answer;
-    const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), { deadline: Date.now() + CALL_DEADLINE_MS, retry: true });
+    const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), {
+      deadline: Date.now() + CALL_DEADLINE_MS,
+      retry: true,
+    });
     // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
     // connection then held the answer past its deadline). The object outlives the promise anyway.
     void write.catch((err) => consoleSink.error("record after publish failed", { reason: reasonOf(err) }));
@@ -106,7 +109,9 @@ export class NatsGateway extends DurableObject {
     try {
       const value = await keeper.run(
         (handle) => {
-          const path = directPath(createDispatcher({ config, sink, borrowed: handle, ...(pass ? {} : { giteaTimeoutMs: GITEA_CALL_MS }), ...(giteaTokens ? { giteaTokens } : {}) }));
+          const path = directPath(
+            createDispatcher({ config, sink, borrowed: handle, ...(pass ? {} : { giteaTimeoutMs: GITEA_CALL_MS }), ...(giteaTokens ? { giteaTokens } : {}) }),
+          );
           return (path[call.op] as (...args: unknown[]) => Promise<unknown>)(...call.args);
         },
         { deadline, retry: !pass },

@@ -70,7 +70,8 @@ export function toWire(err: unknown, op: PathOp): WireError {
  */
 const UNAVAILABLE: Record<PathOp, string> = {
   publish: "NATS did not confirm the publish in time; the assignment may still be queued. Retrying with the same id is safe: it is deduplicated by id.",
-  webhook: "NATS did not confirm in time; the job may still be queued. Redelivering it is safe (deduplicated by job and attempt); the sweep also finds it while it is queued.",
+  webhook:
+    "NATS did not confirm in time; the job may still be queued. Redelivering it is safe (deduplicated by job and attempt); the sweep also finds it while it is queued.",
   record: "NATS did not confirm the record in time; it is written at the message's first delivery if it was not",
   get: "NATS did not answer in time; retrying the same request is safe",
   claim: "NATS did not confirm the claim in time; it may still be recorded. Retrying the same request is safe.",

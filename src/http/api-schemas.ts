@@ -27,10 +27,19 @@ export const assignmentView = z
     terminatedAt: timestamp.nullable(),
     reason: z.string().nullable(),
     giteaRunnerId: z.number().int().nullable(),
-    giteaRunnerScope: z.string().nullable().meta({ description: "Where in Gitea its runner is registered (RUNNER_SCOPE): org:<name>, user:<name> or repo:<owner>/<name>; null for GITEA_SCOPE" }),
+    giteaRunnerScope: z
+      .string()
+      .nullable()
+      .meta({ description: "Where in Gitea its runner is registered (RUNNER_SCOPE): org:<name>, user:<name> or repo:<owner>/<name>; null for GITEA_SCOPE" }),
     pool: z.string().nullable().meta({ description: "The runner pool that admitted it (RUNNER_POOLS), once admitted" }),
     warm: z.boolean().meta({ description: "Its runner is kept warm for its pool, for any job" }),
-    handle: z.string().nullable().meta({ description: "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet" }),
+    handle: z
+      .string()
+      .nullable()
+      .meta({
+        description:
+          "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet",
+      }),
   })
   .meta({ id: "Assignment" });
 
@@ -41,7 +50,10 @@ export const healthBody = z
     problems: z.array(z.string()),
     warnings: z.array(z.string()).optional().describe("What works, but not as configured (a missing NATS gateway binding)."),
     error: z.string().optional(),
-    forge: z.object({ kind: z.enum(["gitea", "forgejo"]), version: z.string().optional(), ok: z.boolean() }).optional().describe("FORGE=forgejo: the version Forgejo reports, read at start-up and every 10 minutes."),
+    forge: z
+      .object({ kind: z.enum(["gitea", "forgejo"]), version: z.string().optional(), ok: z.boolean() })
+      .optional()
+      .describe("FORGE=forgejo: the version Forgejo reports, read at start-up and every 10 minutes."),
     stream: z.object({ name: z.string(), messages: z.number().int(), replicas: z.number().int(), leader: z.string().optional() }).optional(),
     consumers: z.record(z.string(), z.object({ pending: z.number().int(), ackPending: z.number().int(), redelivered: z.number().int() })).optional(),
   })
@@ -82,12 +94,18 @@ export const statusBody = z
         startup: z
           .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional() })
           .nullable()
-          .meta({ description: "Job start-up times (seconds): cumulative counts per bucket of 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600 s" }),
+          .meta({
+            description:
+              "Job start-up times (seconds): cumulative counts per bucket of 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600 s",
+          }),
       }),
     ),
     owners: z
       .array(z.object({ owner: z.string(), runners: count, waitingForCapacity: count, waitingForQuota: count }))
-      .meta({ description: "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job" }),
+      .meta({
+        description:
+          "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job",
+      }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({
@@ -100,7 +118,13 @@ export const statusBody = z
         updatedAt: timestamp,
         ageSeconds: count,
         runner: z.string().nullable(),
-        note: z.string().nullable().meta({ description: 'What happened, where the state alone misleads: "ran on warm runner <id>" for a job a warm runner ran, "warm runner of pool <name>" (and the job it ran or was given) for a warm runner' }),
+        note: z
+          .string()
+          .nullable()
+          .meta({
+            description:
+              'What happened, where the state alone misleads: "ran on warm runner <id>" for a job a warm runner ran, "warm runner of pool <name>" (and the job it ran or was given) for a warm runner',
+          }),
       }),
     ),
   })
@@ -110,7 +134,9 @@ const seconds = z.number().nonnegative();
 const usageFigures = {
   jobs: count.meta({ description: "Jobs queued in the window" }),
   runnerSeconds: seconds.meta({ description: "From each runner asked of the backend to its job's end (or now)" }),
-  queuedToRunning: z.object({ count, meanSeconds: seconds.nullable(), p50Seconds: seconds.nullable(), p95Seconds: seconds.nullable() }).meta({ description: "From queued to in_progress, over the window's jobs a runner took" }),
+  queuedToRunning: z
+    .object({ count, meanSeconds: seconds.nullable(), p50Seconds: seconds.nullable(), p95Seconds: seconds.nullable() })
+    .meta({ description: "From queued to in_progress, over the window's jobs a runner took" }),
 };
 export const usageBody = z
   .object({
@@ -138,4 +164,6 @@ export const webhookBody = z
   .meta({ id: "WebhookOutcome" });
 
 /** What a Forgejo run-level delivery did: the poller looks now, or nothing and why. */
-export const forgejoWebhookBody = z.union([z.object({ run: z.number().int(), polled: z.literal(true) }), z.object({ ignored: z.string() })]).meta({ id: "ForgejoWebhookOutcome" });
+export const forgejoWebhookBody = z
+  .union([z.object({ run: z.number().int(), polled: z.literal(true) }), z.object({ ignored: z.string() })])
+  .meta({ id: "ForgejoWebhookOutcome" });

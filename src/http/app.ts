@@ -37,7 +37,6 @@ export interface AppDeps {
   health?: HealthCache;
 }
 
-
 export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
 
@@ -134,7 +133,10 @@ export function createApp(deps: AppDeps) {
     if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunner), "runner teardown");
     if (outcome.taken) {
       // A warm runner's replacement is asked for now, not at the next tick.
-      const pass = (backend: Backend) => (d.config.eagerReconcile ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true }) : Promise.resolve());
+      const pass = (backend: Backend) =>
+        d.config.eagerReconcile
+          ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true })
+          : Promise.resolve();
       inBackground(c, d, settleTaken(d, outcome.taken, pass), "after a runner took another job");
     }
     if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
@@ -155,7 +157,9 @@ export function createApp(deps: AppDeps) {
     const d = c.var.d;
     if (!d.config.statusToken) throw new HttpError(404, "not found");
     if (!(await basicPasswordMatches(c.req.raw, d.config.statusToken))) {
-      return c.text("the status page needs its password (STATUS_TOKEN; any user name)", 401, { "www-authenticate": 'Basic realm="gitea-edge-dispatcher status", charset="UTF-8"' });
+      return c.text("the status page needs its password (STATUS_TOKEN; any user name)", 401, {
+        "www-authenticate": 'Basic realm="gitea-edge-dispatcher status", charset="UTF-8"',
+      });
     }
     const page = await renderStatusPage(await readStatus(d));
     return c.html(page, 200, {
@@ -194,7 +198,7 @@ export function createApp(deps: AppDeps) {
       if (c.req.path === "/healthz") return c.json({ ok: false, error: "dispatcher is misconfigured", problems: err.problems }, 503);
       return c.json({ error: "dispatcher is misconfigured" }, 500);
     }
-    console.error(JSON.stringify({ event: "error", path: c.req.path, message: (err).name }));
+    console.error(JSON.stringify({ event: "error", path: c.req.path, message: err.name }));
     if (answer) return c.json({ error: answer.message }, answer.status);
     return c.json({ error: "internal error" }, 500);
   });
@@ -211,5 +215,10 @@ function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "web
   const delay = trigger === "claim" ? DEFAULT_DELAYS.claim : trigger === "release" && !d.config.fairShare ? capacityWaitDelay(1) : undefined;
   const wait = delay === undefined ? 0 : (d.config.retryDelayMs ?? delay) + 250;
   const budget = Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs);
-  inBackground(c, d, c.var.path.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }), `reconcile after ${trigger}`);
+  inBackground(
+    c,
+    d,
+    c.var.path.reconcile(trigger, budget, { only: [backend], firstPullWaitMs: Math.min(wait, budget - 500), eager: true }),
+    `reconcile after ${trigger}`,
+  );
 }

@@ -27,7 +27,8 @@ export function forgejoRoutes() {
   app.post("/v1/forgejo/webhook", async (c) => {
     const d = c.var.d;
     const f = d.config.forgejo;
-    if (!f?.webhookSecret) throw new HttpError(404, f ? "Forgejo webhooks are not configured (GITEA_WEBHOOK_SECRET)" : "Forgejo integration is not configured (FORGE=forgejo)");
+    if (!f?.webhookSecret)
+      throw new HttpError(404, f ? "Forgejo webhooks are not configured (GITEA_WEBHOOK_SECRET)" : "Forgejo integration is not configured (FORGE=forgejo)");
     const raw = await readLimited(c.req.raw, f.webhookMaxBytes);
     // Nothing is parsed, logged or acted on before the signature holds.
     if (!(await verifyForgejoSignature(c.req.raw.headers, raw, f.webhookSecret))) throw new HttpError(401, "missing or invalid X-Forgejo-Signature");

@@ -42,13 +42,19 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
   try {
     report = await withNats(config, (handle) => inspect(handle, config));
   } catch (err) {
-    return { status: 503, body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`] } };
+    return {
+      status: 503,
+      body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`] },
+    };
   }
   const forge = await forgeCheck(config);
   const problems = [...report.problems, ...(forge?.problem ? [forge.problem] : [])];
   const ok = report.ok && !forge?.problem;
   const forgeBody = forge ? { forge: { kind: config.forge, ...(forge.version ? { version: forge.version } : {}), ok: !forge.problem } } : {};
-  return { status: ok ? 200 : 503, body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody } };
+  return {
+    status: ok ? 200 : 503,
+    body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody },
+  };
 }
 
 /** FORGE=forgejo: the version Forgejo reports, and what is wrong with it (see forge/forgejo/version.ts). */

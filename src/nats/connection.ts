@@ -16,10 +16,7 @@ export interface NatsSettings {
 }
 
 export type NatsAuth =
-  | { kind: "none" }
-  | { kind: "token"; token: string }
-  | { kind: "userpass"; user: string; pass: string }
-  | { kind: "creds"; creds: string };
+  { kind: "none" } | { kind: "token"; token: string } | { kind: "userpass"; user: string; pass: string } | { kind: "creds"; creds: string };
 
 const CONNECT_TIMEOUT_MS = 5_000;
 export const REQUEST_TIMEOUT_MS = 5_000;
@@ -29,7 +26,11 @@ export const REQUEST_TIMEOUT_MS = 5_000;
  * invocations over a cluster) until one answers, within `connectTimeoutMs` in all. nats.js with
  * reconnect off gives up after the first server that refuses, so the failover is ours.
  */
-export async function openNats(settings: NatsSettings, name = "gitea-edge-dispatcher", { keepAlive, connectTimeoutMs = CONNECT_TIMEOUT_MS }: OpenOptions = {}): Promise<NatsHandle> {
+export async function openNats(
+  settings: NatsSettings,
+  name = "gitea-edge-dispatcher",
+  { keepAlive, connectTimeoutMs = CONNECT_TIMEOUT_MS }: OpenOptions = {},
+): Promise<NatsHandle> {
   const urls = settings.natsServers;
   const deadline = Date.now() + connectTimeoutMs;
   const perServer = Math.max(MIN_CONNECT_ATTEMPT_MS, Math.floor(connectTimeoutMs / urls.length));
@@ -57,7 +58,10 @@ export async function openNats(settings: NatsSettings, name = "gitea-edge-dispat
       const nc = await deadlineFor(attempt, Math.min(perServer, left));
       return { nc, js: jetstream(nc, { timeout: REQUEST_TIMEOUT_MS, checkAPI: false }) };
     } catch (err) {
-      void attempt.then((late) => late.close(), () => undefined);
+      void attempt.then(
+        (late) => late.close(),
+        () => undefined,
+      );
       // Auth refusals are the same on every server of a cluster: no point in trying the others.
       if (err instanceof errors.AuthorizationError || err instanceof errors.UserAuthenticationExpiredError) throw err;
       failures.push((err as Error).name);
@@ -137,10 +141,7 @@ export function isNatsUnavailable(err: unknown): boolean {
  */
 export function isNatsError(err: unknown): boolean {
   return (
-    isNatsUnavailable(err) ||
-    err instanceof JetStreamError ||
-    err instanceof JetStreamApiError ||
-    Object.values(errors).some((type) => err instanceof type)
+    isNatsUnavailable(err) || err instanceof JetStreamError || err instanceof JetStreamApiError || Object.values(errors).some((type) => err instanceof type)
   );
 }
 
@@ -198,7 +199,10 @@ export function flushNats(nc: NatsConnection): Promise<void> {
  * mid-invocation may never report it, and a drain waiting on it would hold the invocation open.
  */
 export async function closeNats(nc: NatsConnection): Promise<void> {
-  const drained = await bounded(nc, "NATS drain", nc.drain(), DRAIN_TIMEOUT_MS).then(() => true, () => false);
+  const drained = await bounded(nc, "NATS drain", nc.drain(), DRAIN_TIMEOUT_MS).then(
+    () => true,
+    () => false,
+  );
   if (!drained && !nc.isClosed()) void nc.close().catch(() => undefined);
 }
 

@@ -34,8 +34,7 @@ export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
     async ackAck() {
       await nc.request(reply, encoder.encode("+ACK"), { timeout: ACK_TIMEOUT_MS });
     },
-    nak: (delayMs) =>
-      nc.publish(reply, encoder.encode(delayMs > 0 ? `-NAK ${JSON.stringify({ delay: delayMs * 1_000_000 })}` : "-NAK")),
+    nak: (delayMs) => nc.publish(reply, encoder.encode(delayMs > 0 ? `-NAK ${JSON.stringify({ delay: delayMs * 1_000_000 })}` : "-NAK")),
     term: (reason) => nc.publish(reply, encoder.encode(`+TERM ${reason}`)),
   };
 }

@@ -22,17 +22,49 @@ export function formatMetrics(s: Snapshot): string {
   const metric = (name: string, type: "gauge" | "counter", help: string, samples: Sample[]) => {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
     for (const [labels, value] of samples) {
-      const l = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(",");
+      const l = Object.entries(labels)
+        .map(([k, v]) => `${k}="${escapeLabel(v)}"`)
+        .join(",");
       lines.push(`${name}${l ? `{${l}}` : ""} ${value}`);
     }
   };
   const per = (pick: (b: Snapshot["backends"][number]) => number): Sample[] => s.backends.map((b) => [{ backend: b.backend }, pick(b)]);
-  metric("gdr_capacity", "gauge", "Most runners of the backend at once (CAPACITY_*).", per((b) => b.capacity));
-  metric("gdr_slots_in_use", "gauge", "Admission slots held: runners being provisioned, ready or running.", per((b) => b.slotsInUse));
-  metric("gdr_registrations_in_progress", "gauge", "Runner registrations under way (reserved, no runner stored yet).", per((b) => b.registering));
-  metric("gdr_consumer_pending_messages", "gauge", "Assignments queued in the stream, never delivered yet.", per((b) => b.queued));
-  metric("gdr_consumer_ack_pending_messages", "gauge", "Assignments delivered and not yet acknowledged.", per((b) => b.ackPending));
-  metric("gdr_consumer_redelivered_messages", "gauge", "Assignments out for redelivery at least once.", per((b) => b.redelivered));
+  metric(
+    "gdr_capacity",
+    "gauge",
+    "Most runners of the backend at once (CAPACITY_*).",
+    per((b) => b.capacity),
+  );
+  metric(
+    "gdr_slots_in_use",
+    "gauge",
+    "Admission slots held: runners being provisioned, ready or running.",
+    per((b) => b.slotsInUse),
+  );
+  metric(
+    "gdr_registrations_in_progress",
+    "gauge",
+    "Runner registrations under way (reserved, no runner stored yet).",
+    per((b) => b.registering),
+  );
+  metric(
+    "gdr_consumer_pending_messages",
+    "gauge",
+    "Assignments queued in the stream, never delivered yet.",
+    per((b) => b.queued),
+  );
+  metric(
+    "gdr_consumer_ack_pending_messages",
+    "gauge",
+    "Assignments delivered and not yet acknowledged.",
+    per((b) => b.ackPending),
+  );
+  metric(
+    "gdr_consumer_redelivered_messages",
+    "gauge",
+    "Assignments out for redelivery at least once.",
+    per((b) => b.redelivered),
+  );
   metric("gdr_stream_messages", "gauge", "Assignment messages in the stream.", [[{}, s.stream.messages]]);
   const states: [string, (b: Snapshot["backends"][number]) => number][] = [
     ["received", (b) => b.queued],
@@ -50,15 +82,28 @@ export function formatMetrics(s: Snapshot): string {
   );
   metric("gdr_stream_published_messages_total", "counter", "Assignment messages stored in the stream so far.", [[{}, s.stream.published]]);
   metric("gdr_stream_acked_messages_total", "counter", "Assignment messages acknowledged (or terminated) and removed so far.", [[{}, s.stream.acked]]);
-  metric("gdr_consumer_delivered_messages_total", "counter", "Deliveries so far, redeliveries included.", per((b) => b.delivered));
+  metric(
+    "gdr_consumer_delivered_messages_total",
+    "counter",
+    "Deliveries so far, redeliveries included.",
+    per((b) => b.delivered),
+  );
   // Bounded: STATUS_TOP_OWNERS owners by name, the rest as owner="other".
   const owner = (pick: (o: Snapshot["owners"][number]) => number): Sample[] => s.owners.map((o) => [{ owner: o.owner }, pick(o)]);
-  metric("gdr_owner_runners", "gauge", "Slots held by the owner's jobs on every backend (the busiest owners; the rest as other).", owner((o) => o.runners));
+  metric(
+    "gdr_owner_runners",
+    "gauge",
+    "Slots held by the owner's jobs on every backend (the busiest owners; the rest as other).",
+    owner((o) => o.runners),
+  );
   metric(
     "gdr_owner_waiting_jobs",
     "gauge",
     "The owner's jobs waiting their turn in the wait set: for a free slot (capacity_wait) or under a QUOTAS limit (quota_wait).",
-    s.owners.flatMap((o): Sample[] => [[{ owner: o.owner, state: "capacity_wait" }, o.waitingForCapacity], [{ owner: o.owner, state: "quota_wait" }, o.waitingForQuota]]),
+    s.owners.flatMap((o): Sample[] => [
+      [{ owner: o.owner, state: "capacity_wait" }, o.waitingForCapacity],
+      [{ owner: o.owner, state: "quota_wait" }, o.waitingForQuota],
+    ]),
   );
   if (s.pools.length) {
     const pool = (pick: (p: Snapshot["pools"][number]) => number): Sample[] => s.pools.map((p) => [{ pool: p.pool }, pick(p)]);
@@ -68,14 +113,39 @@ export function formatMetrics(s: Snapshot): string {
       "Runners of the pool: idle (up, waiting for a job), busy (running one), booting (asked for, not up yet).",
       s.pools.flatMap((p) => (["idle", "busy", "booting"] as const).map((state): Sample => [{ pool: p.pool, state }, p[state]])),
     );
-    metric("gdr_pool_warm_runners", "gauge", "Of the pool's idle and booting runners, those kept warm.", pool((p) => p.warm));
-    metric("gdr_pool_warm_target", "gauge", "Warm runners the pool keeps now (minIdle, or its schedule window's).", pool((p) => p.target));
-    metric("gdr_pool_max_runners", "gauge", "The pool's maxRunners (absent: only the backend's capacity caps it).", s.pools.flatMap((p): Sample[] => (p.maxRunners === null ? [] : [[{ pool: p.pool }, p.maxRunners]])));
-    metric("gdr_pool_boot_give_ups_total", "counter", "Runners of the pool given up on: not up within bootTimeoutMs, 3 times over (boot_gave_up).", pool((p) => p.startup?.bootGiveUps ?? 0));
+    metric(
+      "gdr_pool_warm_runners",
+      "gauge",
+      "Of the pool's idle and booting runners, those kept warm.",
+      pool((p) => p.warm),
+    );
+    metric(
+      "gdr_pool_warm_target",
+      "gauge",
+      "Warm runners the pool keeps now (minIdle, or its schedule window's).",
+      pool((p) => p.target),
+    );
+    metric(
+      "gdr_pool_max_runners",
+      "gauge",
+      "The pool's maxRunners (absent: only the backend's capacity caps it).",
+      s.pools.flatMap((p): Sample[] => (p.maxRunners === null ? [] : [[{ pool: p.pool }, p.maxRunners]])),
+    );
+    metric(
+      "gdr_pool_boot_give_ups_total",
+      "counter",
+      "Runners of the pool given up on: not up within bootTimeoutMs, 3 times over (boot_gave_up).",
+      pool((p) => p.startup?.bootGiveUps ?? 0),
+    );
     histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
   }
   if (s.forgePoll) {
-    metric("gdr_forgejo_poll_failures_total", "counter", "Polls of Forgejo's waiting list that failed (no answer, or not Forgejo 15's); nothing is concluded from them.", [[{}, s.forgePoll.failuresTotal]]);
+    metric(
+      "gdr_forgejo_poll_failures_total",
+      "counter",
+      "Polls of Forgejo's waiting list that failed (no answer, or not Forgejo 15's); nothing is concluded from them.",
+      [[{}, s.forgePoll.failuresTotal]],
+    );
     metric("gdr_forgejo_poll_failing", "gauge", "1 while the last poll of Forgejo's waiting list failed.", [[{}, s.forgePoll.failing ? 1 : 0]]);
   }
   return `${lines.join("\n")}\n`;

@@ -21,7 +21,12 @@ export const OTHER_OWNERS = "other";
  * Rows for the `top` busiest owners and one `other` row for the rest (only when there is a rest).
  * A repository's waiting jobs count as quota_wait where `limited` says (atQuotaLimit).
  */
-export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMap<string, number>, limited: (repository: string) => boolean, top: number): OwnerSnapshot[] {
+export function ownerRows(
+  held: readonly AssignmentRecord[],
+  waiting: ReadonlyMap<string, number>,
+  limited: (repository: string) => boolean,
+  top: number,
+): OwnerSnapshot[] {
   const rows = new Map<string, OwnerSnapshot>();
   const row = (owner: string) => rows.get(owner) ?? rows.set(owner, { owner, runners: 0, waitingForCapacity: 0, waitingForQuota: 0 }).get(owner)!;
   for (const r of held) row(ownerOfRunner(r)).runners++;
@@ -33,7 +38,9 @@ export function ownerRows(held: readonly AssignmentRecord[], waiting: ReadonlyMa
   // An owner actually named "other" is always counted in the rest: the row stays unambiguous.
   const named = rows.get(OTHER_OWNERS);
   rows.delete(OTHER_OWNERS);
-  const sorted = [...rows.values()].sort((a, b) => b.runners - a.runners || b.waitingForCapacity + b.waitingForQuota - (a.waitingForCapacity + a.waitingForQuota) || (a.owner < b.owner ? -1 : 1));
+  const sorted = [...rows.values()].sort(
+    (a, b) => b.runners - a.runners || b.waitingForCapacity + b.waitingForQuota - (a.waitingForCapacity + a.waitingForQuota) || (a.owner < b.owner ? -1 : 1),
+  );
   const rest = [...sorted.slice(top), ...(named ? [named] : [])];
   if (!rest.length) return sorted;
   const other: OwnerSnapshot = { owner: OTHER_OWNERS, runners: 0, waitingForCapacity: 0, waitingForQuota: 0 };
@@ -71,6 +78,9 @@ export function atQuotaLimit(held: readonly AssignmentRecord[], quotas: Quotas):
     const at = ownerOf(repository);
     if (!at) return false;
     const limits = limitsOf(quotas, at.repository);
-    return (limits.owner !== undefined && (count.get(`o:${at.owner}`) ?? 0) >= limits.owner) || (limits.repository !== undefined && (count.get(`r:${at.repository}`) ?? 0) >= limits.repository);
+    return (
+      (limits.owner !== undefined && (count.get(`o:${at.owner}`) ?? 0) >= limits.owner) ||
+      (limits.repository !== undefined && (count.get(`r:${at.repository}`) ?? 0) >= limits.repository)
+    );
   };
 }

@@ -25,7 +25,12 @@ export interface PoolSnapshot {
 
 const BOOTING = new Set(["received", "capacity_wait", "quota_wait", "backend_pending"]);
 
-export function poolSnapshots(pools: readonly Pool[], holders: readonly AssignmentRecord[], histograms: ReadonlyMap<string, StartupHistogram>, now: number): PoolSnapshot[] {
+export function poolSnapshots(
+  pools: readonly Pool[],
+  holders: readonly AssignmentRecord[],
+  histograms: ReadonlyMap<string, StartupHistogram>,
+  now: number,
+): PoolSnapshot[] {
   return pools.map((p) => {
     const mine = holders.filter((r) => r.placement?.pool === p.name);
     const count = (pick: (r: AssignmentRecord) => boolean) => mine.filter(pick).length;

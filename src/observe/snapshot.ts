@@ -103,6 +103,12 @@ export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
     });
     const { messages, last_seq } = stream.state;
     // A work queue removes a message once it is acknowledged (or termed).
-    return { stream: { messages, published: last_seq, acked: last_seq - messages }, backends, pools: poolSnapshots(d.config.pools, held, histograms, d.now()), owners: ownerRows(held, waiting, limited, d.config.statusTopOwners), ...(d.config.forgejo ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}) };
+    return {
+      stream: { messages, published: last_seq, acked: last_seq - messages },
+      backends,
+      pools: poolSnapshots(d.config.pools, held, histograms, d.now()),
+      owners: ownerRows(held, waiting, limited, d.config.statusTopOwners),
+      ...(d.config.forgejo ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}),
+    };
   });
 }

@@ -38,7 +38,7 @@ export async function readUsage(handle: NatsHandle, bucket: string, since: numbe
   const records: AssignmentRecord[] = [];
   let scanned = 0;
   let truncated = false;
-  for (let from: { start_time: string } | { seq: number } = { start_time: new Date(since).toISOString() }; ; ) {
+  for (let from: { start_time: string } | { seq: number } = { start_time: new Date(since).toISOString() }; ;) {
     // Nothing stored from there on is answered "message not found": an empty batch.
     const batch: StoredMsg[] = await readBatch(handle, `KV_${bucket}`, { ...from, batch: BATCH, next_by_subj: subjects }).catch((err: unknown) => {
       if (/message not found/i.test((err as Error).message)) return [] as StoredMsg[];
@@ -92,7 +92,14 @@ export function summarizeUsage(records: readonly AssignmentRecord[], since: numb
   }
   for (const o of owners.values()) {
     const all = o.repositories;
-    Object.assign(o, figures(sum(all.map((r) => r.jobs)), sum(all.map((r) => r.runnerSeconds)), [...all].flatMap((r) => rows.get(r.repository)!.waits)));
+    Object.assign(
+      o,
+      figures(
+        sum(all.map((r) => r.jobs)),
+        sum(all.map((r) => r.runnerSeconds)),
+        [...all].flatMap((r) => rows.get(r.repository)!.waits),
+      ),
+    );
   }
   const list = [...owners.values()].sort((a, b) => b.runnerSeconds - a.runnerSeconds || (a.owner < b.owner ? -1 : 1));
   return { since: new Date(since).toISOString(), until: new Date(until).toISOString(), owners: list };
@@ -107,7 +114,12 @@ function figures(jobs: number, seconds: number, waits: number[]): UsageFigures {
   return {
     jobs,
     runnerSeconds: round(seconds),
-    queuedToRunning: { count: sorted.length, meanSeconds: sorted.length ? round(sum(sorted) / sorted.length) : null, p50Seconds: at(0.5), p95Seconds: at(0.95) },
+    queuedToRunning: {
+      count: sorted.length,
+      meanSeconds: sorted.length ? round(sum(sorted) / sorted.length) : null,
+      p50Seconds: at(0.5),
+      p95Seconds: at(0.95),
+    },
   };
 }
 
@@ -118,7 +130,11 @@ const DAY_MS = 24 * 60 * 60 * 1000;
  * before `until`. Problems name their field: a window must start before it ends, and not before
  * the records kept (`keptMs` back from now), whose jobs could no longer be counted.
  */
-export function usageWindow(query: { since?: string | undefined; until?: string | undefined }, now: number, keptMs: number): { since: number; until: number } | FieldIssue[] {
+export function usageWindow(
+  query: { since?: string | undefined; until?: string | undefined },
+  now: number,
+  keptMs: number,
+): { since: number; until: number } | FieldIssue[] {
   const issues: FieldIssue[] = [];
   const time = (field: "since" | "until") => {
     const raw = query[field];
@@ -131,6 +147,10 @@ export function usageWindow(query: { since?: string | undefined; until?: string 
   const since = time("since") ?? until - DAY_MS;
   if (issues.length) return issues;
   if (since >= until) issues.push({ field: "since", message: "must be before until" });
-  if (since < now - keptMs) issues.push({ field: "since", message: `must be within the ${Math.round(keptMs / DAY_MS)} days records are kept (after ${new Date(now - keptMs).toISOString()})` });
+  if (since < now - keptMs)
+    issues.push({
+      field: "since",
+      message: `must be within the ${Math.round(keptMs / DAY_MS)} days records are kept (after ${new Date(now - keptMs).toISOString()})`,
+    });
   return issues.length ? issues : { since, until };
 }

@@ -9,7 +9,13 @@ import { vmiManifest } from "../backends/kubevirt.ts";
 import type { RunnerRequest } from "../backends/types.ts";
 import type { Pool } from "./config.ts";
 
-export function checkPools(pools: readonly Pool[], variable: string, backends: readonly BackendConfig[], k8s: KubernetesConfig | undefined, problems: string[]): void {
+export function checkPools(
+  pools: readonly Pool[],
+  variable: string,
+  backends: readonly BackendConfig[],
+  k8s: KubernetesConfig | undefined,
+  problems: string[],
+): void {
   pools.forEach((pool, i) => {
     const at = (field: string) => `${variable}[${i}][${JSON.stringify(field)}]`;
     const named = ` (pool ${JSON.stringify(pool.name)})`;
@@ -19,7 +25,8 @@ export function checkPools(pools: readonly Pool[], variable: string, backends: r
       return;
     }
     const mostIdle = Math.max(pool.minIdle, ...(pool.schedule ?? []).map((w) => w.minIdle));
-    if (mostIdle > b.capacity) problems.push(`${at("minIdle")} asks for ${mostIdle} warm runners, more than CAPACITY_${pool.backend.toUpperCase()} (${b.capacity})${named}`);
+    if (mostIdle > b.capacity)
+      problems.push(`${at("minIdle")} asks for ${mostIdle} warm runners, more than CAPACITY_${pool.backend.toUpperCase()} (${b.capacity})${named}`);
     if (!pool.template || !k8s || b.driver === "http") return;
     const made = manifestOf(pool, b.driver, k8s);
     if (!made) return; // RUNNER_VM_IMAGE is missing: reported with the driver settings
@@ -32,7 +39,8 @@ export function checkPools(pools: readonly Pool[], variable: string, backends: r
 function manifestOf(pool: Pool, driver: "kubernetes" | "kubevirt", k8s: KubernetesConfig) {
   const names = { name: "gdr-template-check", label: "template-check" };
   const request = sampleRequest(pool);
-  if (driver === "kubernetes") return { kind: "Pod", check: checkPod, manifest: podManifest(names, request, { image: k8s.runnerImage, template: k8s.podTemplate }) };
+  if (driver === "kubernetes")
+    return { kind: "Pod", check: checkPod, manifest: podManifest(names, request, { image: k8s.runnerImage, template: k8s.podTemplate }) };
   if (!k8s.vmImage) return undefined;
   return { kind: "VirtualMachineInstance", check: checkVmi, manifest: vmiManifest(names, request, { image: k8s.vmImage, template: k8s.vmTemplate }) };
 }
@@ -41,7 +49,15 @@ function sampleRequest(pool: Pool): RunnerRequest {
   const id = "template-check";
   const url = `https://dispatcher.invalid/v1/assignments/${id}`;
   return {
-    assignment: { version: 1, id, backend: pool.backend, workload: `spiffe://check.invalid/${id}`, labels: pool.labels, pools: [pool.name], createdAt: "2026-01-01T00:00:00Z" },
+    assignment: {
+      version: 1,
+      id,
+      backend: pool.backend,
+      workload: `spiffe://check.invalid/${id}`,
+      labels: pool.labels,
+      pools: [pool.name],
+      createdAt: "2026-01-01T00:00:00Z",
+    },
     claimToken: "x",
     claimUrl: `${url}/claim`,
     completeUrl: `${url}/complete`,

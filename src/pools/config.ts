@@ -46,14 +46,19 @@ const poolSchema = z
     minIdle: z.number().int().min(0).default(0),
     schedule: z.array(windowSchema).max(16).optional(),
     maxIdleMs: z.number().int().min(60_000).default(HOUR_MS),
-    bootTimeoutMs: z.number().int().min(10_000).default(10 * 60_000),
-    maxLifetimeMs: z.number().int().min(60_000).default(6 * HOUR_MS),
+    bootTimeoutMs: z
+      .number()
+      .int()
+      .min(10_000)
+      .default(10 * 60_000),
+    maxLifetimeMs: z
+      .number()
+      .int()
+      .min(60_000)
+      .default(6 * HOUR_MS),
     priority: z.number().int().min(0).max(1_000_000).default(100),
     /** Where all its runners are registered, as GITEA_SCOPE is written; unset, RUNNER_SCOPE decides for job runners and GITEA_SCOPE for warm ones. */
-    scope: z
-      .string()
-      .regex(SCOPE_TEXT, { message: "must be admin, org:<name>, user:<name> or repo:<owner>/<name>" })
-      .optional(),
+    scope: z.string().regex(SCOPE_TEXT, { message: "must be admin, org:<name>, user:<name> or repo:<owner>/<name>" }).optional(),
   })
   .superRefine((pool, ctx) => {
     const cap = pool.maxRunners ?? Infinity;
@@ -61,7 +66,8 @@ const poolSchema = z
     pool.schedule?.forEach((w, i) => {
       if (w.minIdle > cap) ctx.addIssue({ code: "custom", path: ["schedule", i, "minIdle"], message: `must be at most maxRunners (${cap})` });
     });
-    if (pool.maxLifetimeMs <= pool.bootTimeoutMs) ctx.addIssue({ code: "custom", path: ["maxLifetimeMs"], message: `must be longer than bootTimeoutMs (${pool.bootTimeoutMs})` });
+    if (pool.maxLifetimeMs <= pool.bootTimeoutMs)
+      ctx.addIssue({ code: "custom", path: ["maxLifetimeMs"], message: `must be longer than bootTimeoutMs (${pool.bootTimeoutMs})` });
   });
 
 export const poolsSchema = z

@@ -13,7 +13,14 @@ export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capac
  * The ended record, or null when `when` refused the record as it stood (or there was none).
  * `inGitea: false` leaves the Gitea runner alone (one Gitea no longer has).
  */
-export async function endRunner(d: Dispatcher, state: State, id: string, reason: string, when: (r: AssignmentRecord) => boolean, { inGitea = true } = {}): Promise<AssignmentRecord | null> {
+export async function endRunner(
+  d: Dispatcher,
+  state: State,
+  id: string,
+  reason: string,
+  when: (r: AssignmentRecord) => boolean,
+  { inGitea = true } = {},
+): Promise<AssignmentRecord | null> {
   const at = new Date(d.now()).toISOString();
   const ended = await state.records.update(id, (r) => (when(r) ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined));
   if (ended?.state !== "terminated" || ended.terminatedAt !== at) return null;

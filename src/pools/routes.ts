@@ -5,7 +5,16 @@ import { BACKENDS } from "../names.ts";
 
 export const routeSchema = z.strictObject({
   backend: z.enum(BACKENDS),
-  labels: z.array(z.string().min(1).max(256).regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" })).min(1).max(32),
+  labels: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(256)
+        .regex(/^[^\s,]+$/, { message: "must not contain spaces or commas" }),
+    )
+    .min(1)
+    .max(32),
 });
 export const routesSchema = z.array(routeSchema).min(1, { message: "must list at least one route" });
 export type Route = z.infer<typeof routeSchema>;

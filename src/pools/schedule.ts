@@ -60,11 +60,26 @@ function parseField(text: string, field: (typeof FIELDS)[number]): Set<number> {
 /** The wall-clock minute of `at` in `timeZone` (an IANA name; throws RangeError for an unknown one). */
 export function wallClock(at: Date, timeZone: string): { minute: number; hour: number; day: number; month: number; weekday: number } {
   const parts = Object.fromEntries(
-    new Intl.DateTimeFormat("en-US", { timeZone, hourCycle: "h23", weekday: "short", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric" })
+    new Intl.DateTimeFormat("en-US", {
+      timeZone,
+      hourCycle: "h23",
+      weekday: "short",
+      year: "numeric",
+      month: "numeric",
+      day: "numeric",
+      hour: "numeric",
+      minute: "numeric",
+    })
       .formatToParts(at)
       .map((p) => [p.type, p.value]),
   );
-  return { minute: Number(parts.minute), hour: Number(parts.hour), day: Number(parts.day), month: Number(parts.month), weekday: ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].indexOf(parts.weekday!) };
+  return {
+    minute: Number(parts.minute),
+    hour: Number(parts.hour),
+    day: Number(parts.day),
+    month: Number(parts.month),
+    weekday: ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].indexOf(parts.weekday!),
+  };
 }
 
 /** Whether `cron` matches the minute `at` falls in, read in `timeZone`. */

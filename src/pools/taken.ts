@@ -83,7 +83,7 @@ async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) =>
     // claim (and swap) is written, the runner standing for the job is the next in the chain. Not
     // waited for, that one would idle until its claim timeout while a new warm runner is made.
     const until = d.now() + BUSY_WAIT_MS;
-    for (let surplus = await standIn(state, t.own); surplus && (await adoptOrEnd(d, state, surplus, t.by, vacate)) === "busy"; ) {
+    for (let surplus = await standIn(state, t.own); surplus && (await adoptOrEnd(d, state, surplus, t.by, vacate)) === "busy";) {
       const busy = surplus;
       while (d.now() < until && (await state.records.get(busy.id))?.state === busy.state) await sleep(BUSY_POLL_MS);
       if (d.now() >= until) break;
@@ -127,7 +127,8 @@ async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: 
   // Only a runner registered where the pool's warm runners are may become one: a runner of one
   // repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
   const gitea = d.config.gitea;
-  const fits = !gitea || !r.runner || (r.runner.scope ?? scopeKey(gitea.scope)) === warmScopeKey(d.config.pools.find((p) => p.name === pool)?.scope, gitea.scope);
+  const fits =
+    !gitea || !r.runner || (r.runner.scope ?? scopeKey(gitea.scope)) === warmScopeKey(d.config.pools.find((p) => p.name === pool)?.scope, gitea.scope);
   if (pool && fits && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
     return "settled";

@@ -59,7 +59,14 @@ export function occupantOf(record: PlanRecord | undefined, slot: PlanSlot, now: 
 }
 
 /** `vacate`: runners whose positions are empty now even if they took their job just now (the settling of that job plans). */
-export function planPool(target: number, slots: readonly PlanSlot[], records: ReadonlyMap<string, PlanRecord>, now: number, maxIdleMs: number, vacate: ReadonlySet<string> = new Set()): WarmPlan {
+export function planPool(
+  target: number,
+  slots: readonly PlanSlot[],
+  records: ReadonlyMap<string, PlanRecord>,
+  now: number,
+  maxIdleMs: number,
+  vacate: ReadonlySet<string> = new Set(),
+): WarmPlan {
   const plan: WarmPlan = { fill: [], move: [], drain: [], clear: [], counts: { idle: 0, booting: 0 } };
   const occupant = (s: PlanSlot) => occupantOf(records.get(s.id), s, now, vacate);
   const live = slots.filter((s) => occupant(s) === "booting" || occupant(s) === "idle");

@@ -69,7 +69,9 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
     await w.set.remove(head.seq);
     return "gone";
   }
-  const chosen = known.chosen ? known : await deps.records.update(head.id, (r) => (SETTLED_STATES.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
+  const chosen = known.chosen
+    ? known
+    : await deps.records.update(head.id, (r) => (SETTLED_STATES.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
   if (!chosen?.chosen) {
     await w.set.remove(head.seq);
     return "gone";

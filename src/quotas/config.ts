@@ -13,8 +13,15 @@ const weight = z.number().gt(0, { message: "must be above 0" }).max(1_000);
 const quotasSchema = z.strictObject({
   /** Limits for every owner and repository not named below; unset: none. */
   default: z.strictObject({ owner: limit.optional(), repository: limit.optional() }).default({}),
-  owners: z.record(z.string().regex(NAME, { message: "must be a Gitea owner name" }), z.strictObject({ limit: limit.optional(), weight: weight.default(1) })).default({}),
-  repositories: z.record(z.string().regex(/^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/, { message: 'must be "owner/name"' }), z.strictObject({ limit: limit.optional() })).default({}),
+  owners: z
+    .record(z.string().regex(NAME, { message: "must be a Gitea owner name" }), z.strictObject({ limit: limit.optional(), weight: weight.default(1) }))
+    .default({}),
+  repositories: z
+    .record(
+      z.string().regex(/^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/, { message: 'must be "owner/name"' }),
+      z.strictObject({ limit: limit.optional() }),
+    )
+    .default({}),
 });
 
 /** Limits and weights, keyed in lower case. */
@@ -85,7 +92,12 @@ export function limitsOf(q: Quotas, repository: string): { owner?: number; repos
 
 /** Whether any concurrent-runner limit is set (the ledger is used only then). */
 export function hasLimits(q: Quotas): boolean {
-  return q.defaultOwnerLimit !== undefined || q.defaultRepositoryLimit !== undefined || [...q.owners.values()].some((o) => o.limit !== undefined) || [...q.repositories.values()].some((r) => r.limit !== undefined);
+  return (
+    q.defaultOwnerLimit !== undefined ||
+    q.defaultRepositoryLimit !== undefined ||
+    [...q.owners.values()].some((o) => o.limit !== undefined) ||
+    [...q.repositories.values()].some((r) => r.limit !== undefined)
+  );
 }
 
 /** QUOTAS as the fair share reads it. */

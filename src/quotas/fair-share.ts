@@ -53,7 +53,13 @@ export function taken(s: Shares, w: Waiting): Shares {
 }
 
 /** `items` in turn order (turnOrder), each read as a job by `whose` (its owner and repository) and `seq` (lower came first). */
-export function inTurnOrder<T>(items: readonly T[], whose: (t: T) => { owner: string; repository: string }, seq: (t: T) => number, s: Shares, rules: ShareRules): T[] {
+export function inTurnOrder<T>(
+  items: readonly T[],
+  whose: (t: T) => { owner: string; repository: string },
+  seq: (t: T) => number,
+  s: Shares,
+  rules: ShareRules,
+): T[] {
   const jobs = items.map((t, i) => ({ ...whose(t), id: String(i), seq: seq(t) }));
   return turnOrder(s, rules, jobs).map((j) => items[Number(j.id)]!);
 }

@@ -53,7 +53,18 @@ export function bootRetryDelay(attempts: number): number {
 
 export type Action = { kind: "ack" } | { kind: "nak"; delayMs: number } | { kind: "term"; reason: string };
 
-export const EFFECTS = ["enter_wait_set", "mark_quota_wait", "mark_waiting", "mark_pending", "mark_ready", "release_slot", "forget_ready_and_teardown", "boot_retry", "give_up_boot", "end_unneeded"] as const;
+export const EFFECTS = [
+  "enter_wait_set",
+  "mark_quota_wait",
+  "mark_waiting",
+  "mark_pending",
+  "mark_ready",
+  "release_slot",
+  "forget_ready_and_teardown",
+  "boot_retry",
+  "give_up_boot",
+  "end_unneeded",
+] as const;
 export type Effect = (typeof EFFECTS)[number];
 
 export interface Verdict {
@@ -116,7 +127,8 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.state === "backend_pending" && f.askedAt !== undefined && p.bootTimeoutMs !== undefined && f.now - f.askedAt > p.bootTimeoutMs) {
     const attempts = (f.bootAttempts ?? 0) + 1;
     // The job stays queued in Gitea: the sweep publishes it again later (gitea/sweep.ts).
-    if (attempts >= MAX_BOOT_ATTEMPTS) return verdict({ kind: "term", reason: `its runner did not boot in ${attempts} attempts` }, ["boot_timeout", "boot_gave_up"], ["give_up_boot"]);
+    if (attempts >= MAX_BOOT_ATTEMPTS)
+      return verdict({ kind: "term", reason: `its runner did not boot in ${attempts} attempts` }, ["boot_timeout", "boot_gave_up"], ["give_up_boot"]);
     return verdict(nak(bootRetryDelay(attempts)), ["boot_timeout"], ["boot_retry"]);
   }
   if (f.backend === undefined && !waiting) return { next: "call_backend" };

@@ -8,9 +8,14 @@ import { waitEntryOf } from "../quotas/admit-waiting.ts";
 import { placeOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
-
 /** All of a verdict's record changes, and a new runner identity, in one write. */
-export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effect[], ref: RunnerRef | undefined, holdUntil?: number): Promise<AssignmentRecord | null> {
+export async function applyEffects(
+  deps: ProcessDeps,
+  p: Prepared,
+  effects: Effect[],
+  ref: RunnerRef | undefined,
+  holdUntil?: number,
+): Promise<AssignmentRecord | null> {
   if (!p.assignment || !p.known) return null;
   const at = new Date(deps.now()).toISOString();
   const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
@@ -22,7 +27,8 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
       for (const effect of effects) {
         if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
         if (effect === "mark_quota_wait" && next.state !== "quota_wait") next = { ...next, state: "quota_wait" };
-        if (effect === "mark_pending" && (next.state !== "backend_pending" || !next.askedAt)) next = { ...next, state: "backend_pending", askedAt: next.askedAt ?? at };
+        if (effect === "mark_pending" && (next.state !== "backend_pending" || !next.askedAt))
+          next = { ...next, state: "backend_pending", askedAt: next.askedAt ?? at };
         if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) {
           next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
         }
@@ -56,18 +62,24 @@ export async function applyEffects(deps: ProcessDeps, p: Prepared, effects: Effe
   const place = placeOf(p);
   const gaveUp = effects.includes("give_up_boot") && after?.gaveUpAt === at;
   if (gaveUp && place.pool) {
-    await deps.countGiveUp(place.pool).catch((err) => deps.sink.error("counting a boot give-up failed", { assignment: p.assignment!.id, reason: (err as Error).message }));
+    await deps
+      .countGiveUp(place.pool)
+      .catch((err) => deps.sink.error("counting a boot give-up failed", { assignment: p.assignment!.id, reason: (err as Error).message }));
   }
-  const retried = (effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt) || (effects.includes("end_unneeded") && after?.terminatedAt === at);
+  const retried =
+    (effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt) ||
+    (effects.includes("end_unneeded") && after?.terminatedAt === at);
   if (effects.includes("release_slot") || gaveUp || retried) await deps.admission.release(place, p.assignment.id);
   // Tear down only when the claim did not win the race: a claimed runner is left alone. The Gitea
   // runner of one given up on goes with the sweep's next look (its record is terminated).
   const forgot = effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt;
   if (forgot || gaveUp || retried) {
     const id = p.assignment.id;
-    await deps.callBackend((signal) => deps.runnersFor(place.backend).teardown(id, signal)).catch((err) => {
-      deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });
-    });
+    await deps
+      .callBackend((signal) => deps.runnersFor(place.backend).teardown(id, signal))
+      .catch((err) => {
+        deps.sink.event({ event: "teardown_failed", assignment: id, backend: deps.backend, reason: (err as Error).message });
+      });
   }
   return after;
 }

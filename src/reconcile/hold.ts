@@ -30,7 +30,9 @@ export async function holdForClaims(deps: ProcessDeps, held: Prepared[], summary
       await Promise.all(
         [...waiting].map(async ([id, p]) => {
           const r = records.get(id)?.value;
-          const step = r && decide({ now: lookedAt, budgetSpent: false, decoded: true, offer: "same", state: r.state, ...(r.reason ? { reason: r.reason } : {}) }, deps.policy);
+          const step =
+            r &&
+            decide({ now: lookedAt, budgetSpent: false, decoded: true, offer: "same", state: r.state, ...(r.reason ? { reason: r.reason } : {}) }, deps.policy);
           // Only the end of the wait is decided here: claimed or completed (ack), terminated (term).
           if (step?.next !== "done") {
             if (lookedAt < p.heldUntil!) return;

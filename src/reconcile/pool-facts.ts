@@ -52,4 +52,3 @@ export const placeOf = (p: Prepared): Placement => ({
   ...(p.placement ?? (p.known ? placementOf(p.known.value) : { backend: p.assignment!.backend })),
   ...placedRepository(p.assignment?.job?.repository),
 });
-

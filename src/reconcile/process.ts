@@ -21,7 +21,11 @@ const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
 
 /** Decodes, offers and admits a whole batch: one read of all records, the slot requests sent together. */
 export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number): Promise<Prepared[]> {
-  const batch: Prepared[] = msgs.map((msg) => ({ msg, facts: { now: deps.now(), budgetSpent: deps.now() >= deadline, jitter: Math.random() }, reserved: false }));
+  const batch: Prepared[] = msgs.map((msg) => ({
+    msg,
+    facts: { now: deps.now(), budgetSpent: deps.now() >= deadline, jitter: Math.random() },
+    reserved: false,
+  }));
   for (const p of batch) {
     if (decide(p.facts, deps.policy).next !== "decode") continue;
     const decoded = decodeAssignment(p.msg.data, deps.trustDomain);
@@ -31,30 +35,31 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   }
   const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
   const records = await deps.records.getMany(offering.map((p) => p.assignment!.id));
+  await eachAlone(offering, async (p) => {
+    const a = p.assignment!;
+    const known = records.get(a.id);
+    if (known) {
+      p.known = known;
+      p.facts.offer = sameContent(known.value, await contentHash(a)) ? "same" : "conflict";
+    } else {
+      // Published straight into the stream: this delivery creates its record.
+      const offered = await deps.records.offer(a);
+      p.known = { value: offered.record, revision: offered.revision };
+      p.facts.offer = offered.result;
+    }
+    const r = p.known.value;
+    Object.assign(p.facts, {
+      state: r.state,
+      reason: r.reason,
+      readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined,
+      askedAt: r.askedAt ? Date.parse(r.askedAt) : undefined,
+      bootAttempts: r.bootAttempts,
+    });
+  });
   await eachAlone(
-    offering, async (p) => {
-      const a = p.assignment!;
-      const known = records.get(a.id);
-      if (known) {
-        p.known = known;
-        p.facts.offer = sameContent(known.value, await contentHash(a)) ? "same" : "conflict";
-      } else {
-        // Published straight into the stream: this delivery creates its record.
-        const offered = await deps.records.offer(a);
-        p.known = { value: offered.record, revision: offered.revision };
-        p.facts.offer = offered.result;
-      }
-      const r = p.known.value;
-      Object.assign(p.facts, {
-        state: r.state,
-        reason: r.reason,
-        readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined,
-        askedAt: r.askedAt ? Date.parse(r.askedAt) : undefined,
-        bootAttempts: r.bootAttempts,
-      });
-    },
+    batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit"),
+    (p) => graceFor(deps, p),
   );
-  await eachAlone(batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit"), (p) => graceFor(deps, p));
   const admitting = batch.filter((p) => !p.failed && decide(p.facts, deps.policy).next === "admit");
   // Fair share: while others wait their turn, a new job joins them, unless its turn came already.
   // One admitted before (its runner asked for: a redelivery while it boots) keeps its slot.
@@ -62,7 +67,10 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   if (deps.waiting && admitting.some(waits) && (await deps.waiting.set.any(deps.backend))) {
     for (const p of admitting) if (waits(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
-  const quotaTaken = await takeQuotas(deps, admitting.filter((p) => p.facts.admitted === undefined));
+  const quotaTaken = await takeQuotas(
+    deps,
+    admitting.filter((p) => p.facts.admitted === undefined),
+  );
   const trying = admitting.filter((p) => !p.failed && p.facts.admitted === undefined);
   if (trying.length) {
     const reserve = new Set(deps.needsIdentity ? trying.filter((p) => !p.known!.value.runner).map((p) => p.assignment!.id) : []);
@@ -161,7 +169,12 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     if (step.next !== "done") throw new Error(`unprepared step ${step.next} for ${idOf(p)}`);
     if (step.effects.includes("forget_ready_and_teardown") && (await startedElsewhere(deps, p))) {
       // Not asked for again: the job it was made for runs (or ran) on another runner.
-      const ended: Verdict = { next: "done", action: { kind: "term", reason: "its job started on another runner" }, events: ["claim_timeout", "job_started_elsewhere"], effects: ["end_unneeded"] };
+      const ended: Verdict = {
+        next: "done",
+        action: { kind: "term", reason: "its job started on another runner" },
+        events: ["claim_timeout", "job_started_elsewhere"],
+        effects: ["end_unneeded"],
+      };
       await applyEffects(deps, p, ended.effects, ref);
       for (const event of ended.events) emit(deps, event, idOf(p), ended);
       p.msg.term(ended.action.kind === "term" ? ended.action.reason : "");
@@ -215,4 +228,3 @@ export function emit(deps: ProcessDeps, event: EventName, assignment: string, st
     ...(action?.kind === "term" ? { reason: action.reason } : {}),
   });
 }
-

@@ -12,7 +12,13 @@ import { listedBy } from "../forge/gitea/scope.ts";
  * visible, a failed backend teardown is listed for the tick (`remember`, on by default). Resolves
  * false when something is left.
  */
-export async function releaseRunner(d: Dispatcher, id: string, backend: Backend, giteaRunner: RunnerAt | undefined, { remember = true } = {}): Promise<boolean> {
+export async function releaseRunner(
+  d: Dispatcher,
+  id: string,
+  backend: Backend,
+  giteaRunner: RunnerAt | undefined,
+  { remember = true } = {},
+): Promise<boolean> {
   const failed = (reason: unknown) => {
     d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (reason as Error).message });
     return false;
@@ -21,10 +27,15 @@ export async function releaseRunner(d: Dispatcher, id: string, backend: Backend,
     await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
   } catch (err) {
     // Forgejo's cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
-    const sweepSees = giteaRunner !== undefined && ((d.config.forgejo !== undefined && giteaRunner.scope === undefined) || (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
+    const sweepSees =
+      giteaRunner !== undefined &&
+      ((d.config.forgejo !== undefined && giteaRunner.scope === undefined) ||
+        (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
     if (remember && !sweepSees) {
       const runner = giteaRunner && d.forge ? { runner: giteaRunner } : {};
-      await d.withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString(), ...runner })).catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));
+      await d
+        .withState((s) => s.teardowns.add({ id, backend, since: new Date(d.now()).toISOString(), ...runner }))
+        .catch((e) => d.sink.error("listing a failed teardown failed", { reason: (e as Error).name }));
     }
     return failed(err);
   }

@@ -82,4 +82,3 @@ export interface Prepared {
   /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
   heldUntil?: number;
 }
-

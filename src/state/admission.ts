@@ -16,7 +16,18 @@
 // (one message per id: "open", or "mine" until a time) say who may register.
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { NatsHandle } from "../nats/connection.ts";
-import { idOfToken, poolSlotPrefix, poolSlotsStream, registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../names.ts";
+import {
+  idOfToken,
+  poolSlotPrefix,
+  poolSlotsStream,
+  registrationPrefix,
+  registrationsStream,
+  slotPrefix,
+  slotsStream,
+  subjectToken,
+  type Backend,
+  type NatsNames,
+} from "../names.ts";
 import { maybe } from "../layout.ts";
 import { isWrongLastSequence, readBatch } from "./kv.ts";
 
@@ -51,7 +62,10 @@ export interface Admission {
    * order; `admitted` says where. Reserves runner registration for admitted `reserve` ids.
    * `fullBackends`: backends that refused a slot themselves (not a pool's cap) during the call.
    */
-  placeMany(candidates: readonly Candidate[], reserve?: ReadonlySet<string>): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
+  placeMany(
+    candidates: readonly Candidate[],
+    reserve?: ReadonlySet<string>,
+  ): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
   /**
    * Frees the slots (backend and pool) and registration reservations of `ids` at `place`; ids
    * holding none are ignored. Resolves true when a slot was freed in a full backend or pool, or
@@ -173,7 +187,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       };
       // A round tries each candidate's next place, all sent together on one connection: the
       // stream leaders take them in order. A candidate refused everywhere stays out.
-      for (let round = candidates.map((c) => ({ c, k: 0 })); round.length; ) {
+      for (let round = candidates.map((c) => ({ c, k: 0 })); round.length;) {
         const outcomes = await Promise.all(round.map(({ c, k }) => take(c.id, c.places[k]!)));
         const next: typeof round = [];
         await Promise.all(
@@ -225,7 +239,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       await Promise.all(
         ids.map(async (id) => {
           const slot = await last(slots(backend), slotSubject(backend, id));
-          if (slot) await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), { ttl: ttl(opts.leaseTtlMs) });
+          if (slot)
+            await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), {
+              ttl: ttl(opts.leaseTtlMs),
+            });
         }),
       );
     },
@@ -237,7 +254,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return (await admission.snapshot(backend)).registering;
     },
     async snapshot(backend) {
-      const [taken, words] = await Promise.all([lastOfAll(slots(backend), slotPrefix(opts.names, backend)), lastOfAll(registrations, registrationPrefix(opts.names, backend))]);
+      const [taken, words] = await Promise.all([
+        lastOfAll(slots(backend), slotPrefix(opts.names, backend)),
+        lastOfAll(registrations, registrationPrefix(opts.names, backend)),
+      ]);
       return { holders: [...taken.keys()], registering: [...taken].filter(([id, slot]) => registeringNow(slot, words.get(id))).map(([id]) => id) };
     },
   };

@@ -107,7 +107,12 @@ const MAX_CAS_ATTEMPTS = 30;
  * Applies `change` to the current value with compare-and-set, retrying on a concurrent writer.
  * `change` returns the new value, or undefined to leave the entry as it is.
  */
-export async function casUpdate<T, R>(kv: KV, key: string, change: (current: Versioned<T> | null) => { value: T | undefined; result: R }, leader?: KV): Promise<R> {
+export async function casUpdate<T, R>(
+  kv: KV,
+  key: string,
+  change: (current: Versioned<T> | null) => { value: T | undefined; result: R },
+  leader?: KV,
+): Promise<R> {
   return (await casUpdateRevision(kv, key, change, { leader })).result;
 }
 

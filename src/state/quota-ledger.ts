@@ -29,7 +29,12 @@ export const QUOTA_PREFIX = "q";
 const ownerKey = (owner: string) => `${QUOTA_PREFIX}.o.${subjectToken(owner)}`;
 const repositoryKey = (repository: string) => `${QUOTA_PREFIX}.r.${repository.split("/").map(subjectToken).join(".")}`;
 
-export function createQuotaLedger(kv: KV, readMany: (keys: string[]) => Promise<Map<string, { value: Holders }>>, leaseTtlMs: number, now: () => number): QuotaLedger {
+export function createQuotaLedger(
+  kv: KV,
+  readMany: (keys: string[]) => Promise<Map<string, { value: Holders }>>,
+  leaseTtlMs: number,
+  now: () => number,
+): QuotaLedger {
   const live = (h: Holders | undefined) => (h?.holders ?? []).filter(([, until]) => until > now());
   /** Adds `id` under `key` if below `limit`; "held" if it was there already. */
   const add = async (key: string, id: string, limit: number | undefined): Promise<"taken" | "held" | "full"> => {

@@ -165,44 +165,71 @@ export function createRecordStore(
 ): RecordStore {
   const iso = () => new Date(now()).toISOString();
   const updateVersioned = async (id: string, change: Transition): Promise<Versioned<AssignmentRecord> | null> => {
-    const { result, revision } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current) => {
-      if (!current) return { value: undefined, result: null };
-      const next = change(current.value);
-      if (!next) return { value: undefined, result: current.value };
-      const stamped = { ...next, updatedAt: iso() };
-      return { value: stamped, result: stamped };
-    }, { leader: leaderKv });
+    const { result, revision } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(
+      kv,
+      recordKey(id),
+      (current) => {
+        if (!current) return { value: undefined, result: null };
+        const next = change(current.value);
+        if (!next) return { value: undefined, result: current.value };
+        const stamped = { ...next, updatedAt: iso() };
+        return { value: stamped, result: stamped };
+      },
+      { leader: leaderKv },
+    );
     return result && revision !== undefined ? { value: result, revision } : null;
   };
   return {
     async offer(assignment) {
       const hash = await contentHash(assignment);
-      const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(kv, recordKey(assignment.id), (current) => {
-        if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
-        const at = iso();
-        const record: AssignmentRecord = {
-          id: assignment.id,
-          backend: assignment.backend,
-          contentHash: hash,
-          state: "received",
-          createdAt: assignment.createdAt,
-          receivedAt: at,
-          updatedAt: at,
-          ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
-          ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
-          ...(assignment.warm ? { warm: true as const } : {}),
-        };
-        return { value: record, result: { result: "new", record } };
-      }, { assumeAbsent: true, leader: leaderKv });
+      const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(
+        kv,
+        recordKey(assignment.id),
+        (current) => {
+          if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
+          const at = iso();
+          const record: AssignmentRecord = {
+            id: assignment.id,
+            backend: assignment.backend,
+            contentHash: hash,
+            state: "received",
+            createdAt: assignment.createdAt,
+            receivedAt: at,
+            updatedAt: at,
+            ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+            ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
+            ...(assignment.warm ? { warm: true as const } : {}),
+          };
+          return { value: record, result: { result: "new", record } };
+        },
+        { assumeAbsent: true, leader: leaderKv },
+      );
       return { ...result, revision: revision! };
     },
     async tombstone(id, backend, reason, job) {
-      const { result } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(kv, recordKey(id), (current) => {
-        if (current) return { value: undefined, result: null };
-        const at = iso();
-        const record: AssignmentRecord = { id, backend, contentHash: "", state: "terminated", createdAt: at, receivedAt: at, updatedAt: at, terminatedAt: at, reason, tombstone: true, ...(job ? { job } : {}) };
-        return { value: record, result: record };
-      }, { assumeAbsent: true, leader: leaderKv });
+      const { result } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(
+        kv,
+        recordKey(id),
+        (current) => {
+          if (current) return { value: undefined, result: null };
+          const at = iso();
+          const record: AssignmentRecord = {
+            id,
+            backend,
+            contentHash: "",
+            state: "terminated",
+            createdAt: at,
+            receivedAt: at,
+            updatedAt: at,
+            terminatedAt: at,
+            reason,
+            tombstone: true,
+            ...(job ? { job } : {}),
+          };
+          return { value: record, result: record };
+        },
+        { assumeAbsent: true, leader: leaderKv },
+      );
       return result;
     },
     async get(id) {

@@ -37,7 +37,10 @@ export function addObservation(h: StartupHistogram, seconds: number): StartupHis
 export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): StartupTimes {
   return {
     async observe(pool, seconds) {
-      await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => ({ value: addObservation(current?.value ?? emptyHistogram(), seconds), result: undefined }));
+      await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => ({
+        value: addObservation(current?.value ?? emptyHistogram(), seconds),
+        result: undefined,
+      }));
     },
     async countGiveUp(pool) {
       await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => {
@@ -47,10 +50,12 @@ export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): 
     },
     async read(pools) {
       const found = await readManyJson<StartupHistogram>(handle, bucket, pools.map(startupKey));
-      return new Map(pools.flatMap((p) => {
-        const h = found.get(startupKey(p))?.value;
-        return h ? [[p, h] as const] : [];
-      }));
+      return new Map(
+        pools.flatMap((p) => {
+          const h = found.get(startupKey(p))?.value;
+          return h ? [[p, h] as const] : [];
+        }),
+      );
     },
   };
 }

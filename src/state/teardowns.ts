@@ -40,7 +40,10 @@ export function createTeardownList(handle: NatsHandle, kv: KV, bucket: string): 
       const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
       if (!keys.length) return [];
       const found = await readManyJson<PendingTeardown>(handle, bucket, keys);
-      return [...found.values()].map((v) => v.value).sort((a, b) => a.since.localeCompare(b.since)).slice(0, limit);
+      return [...found.values()]
+        .map((v) => v.value)
+        .sort((a, b) => a.since.localeCompare(b.since))
+        .slice(0, limit);
     },
     async done(id) {
       await kv.purge(teardownKey(id));

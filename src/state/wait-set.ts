@@ -62,7 +62,12 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
     const [owner = "", repo = ""] = repository.split("/");
     return `${waitPrefix(names, backend)}.${token(owner)}.${token(repo)}`;
   };
-  const repositoryOf = (backend: Backend, subj: string) => subj.slice(waitPrefix(names, backend).length + 1).split(".").map(name).join("/");
+  const repositoryOf = (backend: Backend, subj: string) =>
+    subj
+      .slice(waitPrefix(names, backend).length + 1)
+      .split(".")
+      .map(name)
+      .join("/");
   const head = (seq: number, data: Uint8Array): WaitHead => ({ ...(JSON.parse(new TextDecoder().decode(data)) as WaitEntry), seq });
   return {
     async add(backend, entry, incarnation) {

@@ -51,9 +51,7 @@ export function assignment(id: string, labels = ["ubuntu-latest"]): Assignment {
   return { version: 1, id, backend: "pod", workload: `spiffe://example.org/runner/pod/${id}`, labels, createdAt: "2026-11-30T10:00:00Z" };
 }
 
-export const TEST_ROUTES = [
-  { backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm", "ubuntu-22.04:docker://node:20-bookworm"] },
-];
+export const TEST_ROUTES = [{ backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm", "ubuntu-22.04:docker://node:20-bookworm"] }];
 
 /** Worker variables with the Gitea integration on, against the shared fake Gitea. */
 export function giteaTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: string, overrides: Record<string, unknown> = {}): Record<string, string> {
@@ -85,7 +83,13 @@ export async function currentClaimToken(get: (path: string) => Promise<Response>
 }
 
 /** Worker variables with RUNNER_POOLS instead of RUNS_ON_ROUTES (a vm backend on the same fake, its own namespace). */
-export function poolsTestEnv(natsWsUrl: string, backendUrl: string, giteaUrl: string, pools: unknown[], overrides: Record<string, unknown> = {}): Record<string, string> {
+export function poolsTestEnv(
+  natsWsUrl: string,
+  backendUrl: string,
+  giteaUrl: string,
+  pools: unknown[],
+  overrides: Record<string, unknown> = {},
+): Record<string, string> {
   const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(natsWsUrl, backendUrl, giteaUrl, { CAPACITY_VM: 10, ...overrides });
   return { VM_BACKEND_URL: `${env.POD_BACKEND_URL}-vm`, VM_BACKEND_TOKEN: TEST_SECRETS.BACKEND_TOKEN, ...env, RUNNER_POOLS: JSON.stringify(pools) };
 }

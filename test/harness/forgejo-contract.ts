@@ -16,7 +16,8 @@ function operation(doc: Doc, method: string, path: string): Op | undefined {
   return undefined;
 }
 
-const jsonType = (v: unknown) => (Array.isArray(v) ? "array" : v === null ? "null" : typeof v === "number" ? (Number.isInteger(v) ? "integer" : "number") : typeof v);
+const jsonType = (v: unknown) =>
+  Array.isArray(v) ? "array" : v === null ? "null" : typeof v === "number" ? (Number.isInteger(v) ? "integer" : "number") : typeof v;
 
 export function checkForgejoRequests(requests: { method: string; path: string; search: string; headers: Record<string, string>; body: string }[]): string[] {
   const problems: string[] = [];

@@ -33,7 +33,8 @@ export function forgejoControl(env: Record<string, string>) {
   const base = `${env.GITEA_URL}/_control`;
   const post = async (what: string, body: unknown) => (await fetch(`${base}/${what}`, { method: "POST", body: JSON.stringify(body) })).json();
   return {
-    queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number }[]) => ((await post("queue", jobs)) as { jobs: FakeForgejoJob[] }).jobs,
+    queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number }[]) =>
+      ((await post("queue", jobs)) as { jobs: FakeForgejoJob[] }).jobs,
     cancel: (id: number) => post("cancel", { id }),
     rerun: (id: number, handle?: string, sameAttempt = false) => post("rerun", { id, ...(handle ? { handle } : {}), sameAttempt }) as Promise<FakeForgejoJob>,
     /** The jobs list answers `jobs` (a status, or "down" to drop the connection; 0: normally); registration answers `register`. */
@@ -41,8 +42,15 @@ export function forgejoControl(env: Record<string, string>) {
     rename: (from: string, to: string) => post("rename", { from, to }),
     version: (version: string) => post("version", { version }),
     webhook: (hook: { url?: string; secret: string }) => post("webhook", hook),
-    deliveries: async () => ((await post("deliveries", {})) as { deliveries: { event: string; run: number; headers: Record<string, string>; body: string }[] }).deliveries,
-    async state(): Promise<{ runners: FakeForgejoRunner[]; jobs: FakeForgejoJob[]; taken: { job: number; attempt: number; handle: string; runner: string }[]; registrations: number; requests: { method: string; path: string; search: string; headers: Record<string, string>; body: string }[] }> {
+    deliveries: async () =>
+      ((await post("deliveries", {})) as { deliveries: { event: string; run: number; headers: Record<string, string>; body: string }[] }).deliveries,
+    async state(): Promise<{
+      runners: FakeForgejoRunner[];
+      jobs: FakeForgejoJob[];
+      taken: { job: number; attempt: number; handle: string; runner: string }[];
+      registrations: number;
+      requests: { method: string; path: string; search: string; headers: Record<string, string>; body: string }[];
+    }> {
       return (await fetch(`${base}/state`)).json();
     },
   };
@@ -76,7 +84,13 @@ export async function deliverRuns(env: Record<string, string>): Promise<number[]
 }
 
 /** Plays `forgejo-runner one-job --handle`: declares the labels, takes the handle's job and reports `result`. The task id, or undefined when none was given. */
-export async function runAsRunner(env: Record<string, string>, runner: { uuid: string; token: string }, labels: string[], handle: string, result: "RESULT_SUCCESS" | "RESULT_FAILURE" | null = "RESULT_SUCCESS"): Promise<number | undefined> {
+export async function runAsRunner(
+  env: Record<string, string>,
+  runner: { uuid: string; token: string },
+  labels: string[],
+  handle: string,
+  result: "RESULT_SUCCESS" | "RESULT_FAILURE" | null = "RESULT_SUCCESS",
+): Promise<number | undefined> {
   const call = async (name: string, body: unknown) => {
     const res = await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/${name}`, {
       method: "POST",

@@ -20,7 +20,10 @@ export async function deliverJob(env: Record<string, string>, payload: unknown):
 }
 
 /** deliverJob, with the milliseconds until the answer (background work apart). */
-export async function deliverJobTimed(env: Record<string, string>, payload: unknown): Promise<{ status: number; body: Record<string, unknown>; answerMs: number }> {
+export async function deliverJobTimed(
+  env: Record<string, string>,
+  payload: unknown,
+): Promise<{ status: number; body: Record<string, unknown>; answerMs: number }> {
   const raw = JSON.stringify(payload);
   const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
   const res = await request(env, "/v1/gitea/webhook", {
@@ -41,9 +44,11 @@ export async function deliverJobTimed(env: Record<string, string>, payload: unkn
 /** Runs `fn` over `items` with `concurrency` at once. */
 export async function inParallel<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < items.length) await fn(items[next++]!);
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < items.length) await fn(items[next++]!);
+    }),
+  );
 }
 
 export interface JobView {

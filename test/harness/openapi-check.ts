@@ -22,7 +22,8 @@ export async function checkAgainstOpenApi(method: string, path: string, res: Res
   if (!response) throw new Error(`OpenAPI: ${method} ${path} answered ${res.status}, which the document does not list`);
   const type = (res.headers.get("content-type") ?? "").split(";")[0]!.trim();
   const media = response.content?.[type];
-  if (response.content && !media) throw new Error(`OpenAPI: ${method} ${path} ${res.status} answered ${type}, the document says ${Object.keys(response.content).join(", ")}`);
+  if (response.content && !media)
+    throw new Error(`OpenAPI: ${method} ${path} ${res.status} answered ${type}, the document says ${Object.keys(response.content).join(", ")}`);
   if (type !== "application/json" || !media) return;
   const body = await res.clone().json();
   const result = new Validator({ ...media.schema, components: doc.components }, "2020-12", false).validate(body);

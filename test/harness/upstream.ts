@@ -11,7 +11,9 @@ export const load = (file: string) => JSON.parse(readFileSync(new URL(file, file
 function strict(node: unknown): unknown {
   if (Array.isArray(node)) return node.map(strict);
   if (!node || typeof node !== "object") return node;
-  const out = Object.fromEntries(Object.entries(node).map(([k, v]) => [k, k === "properties" ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, strict(s)])) : strict(v)]));
+  const out = Object.fromEntries(
+    Object.entries(node).map(([k, v]) => [k, k === "properties" ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, strict(s)])) : strict(v)]),
+  );
   if ("properties" in out && !("additionalProperties" in out)) out.additionalProperties = false;
   return out;
 }
@@ -28,5 +30,5 @@ export const pod = validator("k8s-core-v1.json", "#/components/schemas/io.k8s.ap
 export const secret = validator("k8s-core-v1.json", "#/components/schemas/io.k8s.api.core.v1.Secret");
 export const vmi = validator("kubevirt-v1.json", "#/definitions/v1.VirtualMachineInstance");
 
-export const errorsOf = (validate: ValidateFunction, value: unknown) => (validate(value) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message} ${JSON.stringify(e.params)}`));
-
+export const errorsOf = (validate: ValidateFunction, value: unknown) =>
+  validate(value) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message} ${JSON.stringify(e.params)}`);

@@ -62,16 +62,21 @@ export interface Captured {
 export function captureLogs(): Captured {
   const lines: string[] = [];
   const push = (...args: unknown[]) => void lines.push(args.map(String).join(" "));
-  const spies = [vi.spyOn(console, "log").mockImplementation(push), vi.spyOn(console, "error").mockImplementation(push), vi.spyOn(console, "warn").mockImplementation(push)];
+  const spies = [
+    vi.spyOn(console, "log").mockImplementation(push),
+    vi.spyOn(console, "error").mockImplementation(push),
+    vi.spyOn(console, "warn").mockImplementation(push),
+  ];
   return {
     lines,
-    events: () => lines.flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    }),
+    events: () =>
+      lines.flatMap((l) => {
+        try {
+          return [JSON.parse(l)];
+        } catch {
+          return [];
+        }
+      }),
     restore: () => spies.forEach((s) => s.mockRestore()),
   };
 }
@@ -162,7 +167,10 @@ export function giteaControl(env: Record<string, string>) {
         await res.body?.cancel();
       }
     },
-    async actions(): Promise<{ jobs: { id: number; status: string; conclusion?: string; runner_id?: number; runner_name?: string }[]; taken: { job: number; runner: string; at: number; queuedAt: number }[] }> {
+    async actions(): Promise<{
+      jobs: { id: number; status: string; conclusion?: string; runner_id?: number; runner_name?: string }[];
+      taken: { job: number; runner: string; at: number; queuedAt: number }[];
+    }> {
       return (await fetch(`${base}/actions`)).json();
     },
     async state(): Promise<{
@@ -176,7 +184,12 @@ export function giteaControl(env: Record<string, string>) {
 }
 
 /** Delivers the fake Gitea's webhooks and ticks the cron until `done`, as Gitea and the cron would; then delivers what is left. */
-export async function runUntil(env: Record<string, string>, gitea: ReturnType<typeof giteaControl>, done: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+export async function runUntil(
+  env: Record<string, string>,
+  gitea: ReturnType<typeof giteaControl>,
+  done: () => Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await done())) {
     if (Date.now() > until) throw new Error("timed out");
@@ -189,5 +202,6 @@ export async function runUntil(env: Record<string, string>, gitea: ReturnType<ty
 
 /** Runners the fake Gitea sees polling (online) and running no task. */
 export async function idleInGitea(gitea: ReturnType<typeof giteaControl>): Promise<number> {
-  return (await gitea.state()).runners.filter((r) => (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined).length;
+  return (await gitea.state()).runners.filter((r) => (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined)
+    .length;
 }

@@ -14,7 +14,11 @@ const TRUST = "dispatch.test";
 type Refusal = "backend" | "pool" | undefined;
 
 const head = (id: string, repository: string, seq: number): WaitHead => {
-  const decoded = completeAssignment({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: seq, runId: seq, attempt: 1, repository } }, TRUST, new Date(0));
+  const decoded = completeAssignment(
+    { version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: seq, runId: seq, attempt: 1, repository } },
+    TRUST,
+    new Date(0),
+  );
   if (!decoded.ok) throw new Error("bad fixture");
   return { id, owner: repository.split("/")[0]!, repository, seq, data: btoa(String.fromCharCode(...encodeAssignment(decoded.assignment))) };
 };
@@ -43,7 +47,11 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     backend: "pod" as Backend,
     trustDomain: TRUST,
     pools: new Map(),
-    sink: { event: (e: { event: string; assignment?: string }) => void (e.event === "turn_given" && turns.push(e.assignment!)), summary: () => undefined, error: () => undefined },
+    sink: {
+      event: (e: { event: string; assignment?: string }) => void (e.event === "turn_given" && turns.push(e.assignment!)),
+      summary: () => undefined,
+      error: () => undefined,
+    },
     records: {
       get: async (id: string) => records.get(id) ?? null,
       update: async (id: string, fn: (r: unknown) => unknown) => {
@@ -68,7 +76,8 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       ...(opts.ledger ? { ledger: opts.ledger } : {}),
       set: {
         heads: async () => heads,
-        next: async (_backend: Backend, repository: string, afterSeq: number) => queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
+        next: async (_backend: Backend, repository: string, afterSeq: number) =>
+          queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
         republish: async () => true,
         remove: async () => undefined,
       },
@@ -122,6 +131,11 @@ describe("admitWaiting, counting and giving back", () => {
     // Near miss: a turn admitted keeps them.
     const kept = memoryLedger();
     await admitWaiting(world([], { ledger: kept, limits: () => ({ owner: 5 }) }).deps);
-    expect(await kept.held(["a", "c"])).toEqual(new Map([["a", 1], ["c", 1]]));
+    expect(await kept.held(["a", "c"])).toEqual(
+      new Map([
+        ["a", 1],
+        ["c", 1],
+      ]),
+    );
   });
 });

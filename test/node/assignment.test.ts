@@ -58,7 +58,10 @@ describe("assignment wire format v1", () => {
   it("rejects non-JSON, non-UTF-8 and oversized bodies", () => {
     expect(decodeAssignment(bytes("{nope"), TD).ok).toBe(false);
     expect(decodeAssignment(new Uint8Array([0x7b, 0xff, 0x7d]), TD).ok).toBe(false);
-    expect(decodeAssignment(bytes({ ...valid, job: { ...valid.job, name: "x".repeat(17_000) } }), TD)).toMatchObject({ ok: false, issues: [{ field: "(body)" }] });
+    expect(decodeAssignment(bytes({ ...valid, job: { ...valid.job, name: "x".repeat(17_000) } }), TD)).toMatchObject({
+      ok: false,
+      issues: [{ field: "(body)" }],
+    });
   });
 
   it("fingerprint ignores createdAt only", () => {

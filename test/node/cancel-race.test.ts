@@ -16,17 +16,19 @@ const events: { event: string; assignment: string }[] = [];
 const sink = { event: (e: { event: string; assignment: string }) => void events.push(e), summary: () => undefined, error: () => undefined };
 
 /** The record is terminated just after the pass's batch read returns it, as a cancel landing then would. */
-const endedAfterRead = (reason: string) => (state: State): State => ({
-  ...state,
-  records: {
-    ...state.records,
-    getMany: async (ids) => {
-      const read = await state.records.getMany(ids);
-      for (const id of ids) await state.records.update(id, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason }));
-      return read;
+const endedAfterRead =
+  (reason: string) =>
+  (state: State): State => ({
+    ...state,
+    records: {
+      ...state.records,
+      getMany: async (ids) => {
+        const read = await state.records.getMany(ids);
+        for (const id of ids) await state.records.update(id, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason }));
+        return read;
+      },
     },
-  },
-});
+  });
 
 describe("a job that ends between a pass's read and its backend call", () => {
   it("gets no workload, and the slot the pass took after the end goes back", async () => {
@@ -43,7 +45,10 @@ describe("a job that ends between a pass's read and its backend call", () => {
     const backend = (await (await fetch(`${env.POD_BACKEND_URL}/_control/state`)).json()) as { runners: unknown[]; requests: { method: string }[] };
     expect(backend.requests.filter((r) => r.method === "PUT")).toEqual([]);
     // Nobody else released it: the cancel came before the pass took it.
-    const after = await createDispatcher({ config }).withState(async ({ admission, records }) => ({ snapshot: await admission.snapshot("pod"), record: await records.get(id) }));
+    const after = await createDispatcher({ config }).withState(async ({ admission, records }) => ({
+      snapshot: await admission.snapshot("pod"),
+      record: await records.get(id),
+    }));
     expect(after.snapshot).toEqual({ holders: [], registering: [] });
     // The runner it registered is in the record, for the sweep to delete.
     expect(after.record).toMatchObject({ state: "terminated", reason: "cancelled", runner: { id: 1 } });
@@ -90,7 +95,13 @@ describe("a runner past its claim timeout whose job Gitea cannot be asked about"
     const longAgo = new Date(Date.now() - 60_000).toISOString();
     await d.withState(async ({ records }) => {
       await records.offer(a);
-      await records.update(id, (r) => ({ ...r, state: "backend_ready", askedAt: longAgo, readyAt: longAgo, runner: { id: 9, name: `gdr-${id}`, registeredAt: longAgo, sealed: "x" } }));
+      await records.update(id, (r) => ({
+        ...r,
+        state: "backend_ready",
+        askedAt: longAgo,
+        readyAt: longAgo,
+        runner: { id: 9, name: `gdr-${id}`, registeredAt: longAgo, sealed: "x" },
+      }));
     });
     await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(a), { msgID: id }));
     events.length = 0;

@@ -34,7 +34,17 @@ describe("coalescing eager passes", () => {
     const c = createCoalescer<number>(2);
     const gates = [gate(), gate()];
     let runs = 0;
-    const started = [0, 1].map((i) => c.run("k", async (round) => { runs++; if (round === 0) await gates[i]!.opened; return round; }, { until: Date.now() + 1_000 }));
+    const started = [0, 1].map((i) =>
+      c.run(
+        "k",
+        async (round) => {
+          runs++;
+          if (round === 0) await gates[i]!.opened;
+          return round;
+        },
+        { until: Date.now() + 1_000 },
+      ),
+    );
     expect(c.inFlight).toBe(2);
     expect(await c.run("k", async () => -1, { until: Date.now() + 1_000 })).toBeUndefined();
     gates[0]!.open();
@@ -73,7 +83,15 @@ describe("coalescing eager passes", () => {
     const c = createCoalescer<number>();
     const gates = [gate(), gate()];
     let runs = 0;
-    const first = c.run("k", async () => { const n = runs++; await gates[n]?.opened; return n; }, { until: Date.now() + 1_000 });
+    const first = c.run(
+      "k",
+      async () => {
+        const n = runs++;
+        await gates[n]?.opened;
+        return n;
+      },
+      { until: Date.now() + 1_000 },
+    );
     await c.run("k", async () => -1, { until: Date.now() + 1_000 });
     gates[0]!.open();
     await new Promise((r) => setTimeout(r, 0));
@@ -86,7 +104,15 @@ describe("coalescing eager passes", () => {
 
   it("a failed run frees the key for the next caller", async () => {
     const c = createCoalescer<number>();
-    await expect(c.run("k", async () => { throw new Error("nats down"); }, { until: Date.now() + 1_000 })).rejects.toThrow("nats down");
+    await expect(
+      c.run(
+        "k",
+        async () => {
+          throw new Error("nats down");
+        },
+        { until: Date.now() + 1_000 },
+      ),
+    ).rejects.toThrow("nats down");
     expect(await c.run("k", async () => 7, { until: Date.now() + 1_000 })).toBe(7);
   });
 });

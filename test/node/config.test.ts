@@ -55,8 +55,21 @@ describe("configuration", () => {
       NATS_TOKEN: "t",
       NATS_USER: "u",
     });
-    for (const name of ["NATS_URL", "TRUST_DOMAIN", "PUBLIC_URL", "CAPACITY_POD", "BATCH_SIZE", "DISPATCH_TOKEN", "CLAIM_SIGNING_KEY", "NATS auth", "NATS_USER and NATS_PASS"]) {
-      expect(found.some((p) => p.startsWith(name)), `${name} in ${found.join(" | ")}`).toBe(true);
+    for (const name of [
+      "NATS_URL",
+      "TRUST_DOMAIN",
+      "PUBLIC_URL",
+      "CAPACITY_POD",
+      "BATCH_SIZE",
+      "DISPATCH_TOKEN",
+      "CLAIM_SIGNING_KEY",
+      "NATS auth",
+      "NATS_USER and NATS_PASS",
+    ]) {
+      expect(
+        found.some((p) => p.startsWith(name)),
+        `${name} in ${found.join(" | ")}`,
+      ).toBe(true);
     }
   });
 
@@ -67,7 +80,9 @@ describe("configuration", () => {
   });
 
   it("requires a backend URL for every enabled backend", () => {
-    expect(problems({ ...good, CAPACITY_VM: undefined })).toEqual([expect.stringContaining("VM_BACKEND_URL is required while CAPACITY_VM > 0 and VM_DRIVER=http")]);
+    expect(problems({ ...good, CAPACITY_VM: undefined })).toEqual([
+      expect.stringContaining("VM_BACKEND_URL is required while CAPACITY_VM > 0 and VM_DRIVER=http"),
+    ]);
   });
 
   it("requires AckWait to outlast a pass (budget plus 10 s), so a held delivery is not redelivered", () => {
@@ -82,17 +97,34 @@ describe("configuration", () => {
   });
 
   it("accepts numbers given as numbers (wrangler vars) and as strings", () => {
-    expect(loadConfig({ ...good, CAPACITY_POD: 3, BATCH_SIZE: "2", RETRY_DELAY_MS: 500 })).toMatchObject({ capacity: { pod: 3 }, retryDelayMs: 500, backends: [{ batchSize: 2 }] });
+    expect(loadConfig({ ...good, CAPACITY_POD: 3, BATCH_SIZE: "2", RETRY_DELAY_MS: 500 })).toMatchObject({
+      capacity: { pod: 3 },
+      retryDelayMs: 500,
+      backends: [{ batchSize: 2 }],
+    });
   });
 
   it("turns the NATS gateway on by default, with one shard and no location hint", () => {
     expect(loadConfig(good).gateway).toEqual({ enabled: true, shards: 1, location: undefined });
-    expect(loadConfig({ ...good, NATS_GATEWAY: "off", NATS_GATEWAY_SHARDS: "4", NATS_GATEWAY_LOCATION: "weur" }).gateway).toEqual({ enabled: false, shards: 4, location: "weur" });
+    expect(loadConfig({ ...good, NATS_GATEWAY: "off", NATS_GATEWAY_SHARDS: "4", NATS_GATEWAY_LOCATION: "weur" }).gateway).toEqual({
+      enabled: false,
+      shards: 4,
+      location: "weur",
+    });
     expect(loadConfig({ ...good, NATS_GATEWAY_SHARDS: 64 }).gateway.shards).toBe(64);
   });
 
   it("names each gateway variable given a near miss", () => {
-    for (const [name, bad] of [["NATS_GATEWAY", "true"], ["NATS_GATEWAY", "On"], ["NATS_GATEWAY_SHARDS", "0"], ["NATS_GATEWAY_SHARDS", "65"], ["NATS_GATEWAY_SHARDS", "1.5"], ["NATS_GATEWAY_LOCATION", "WEUR"], ["NATS_GATEWAY_LOCATION", "eu"], ["NATS_GATEWAY_LOCATION", "constructor"]] as const) {
+    for (const [name, bad] of [
+      ["NATS_GATEWAY", "true"],
+      ["NATS_GATEWAY", "On"],
+      ["NATS_GATEWAY_SHARDS", "0"],
+      ["NATS_GATEWAY_SHARDS", "65"],
+      ["NATS_GATEWAY_SHARDS", "1.5"],
+      ["NATS_GATEWAY_LOCATION", "WEUR"],
+      ["NATS_GATEWAY_LOCATION", "eu"],
+      ["NATS_GATEWAY_LOCATION", "constructor"],
+    ] as const) {
       const found = problems({ ...good, [name]: bad });
       expect(found, `${name}=${bad}`).toHaveLength(1);
       expect(found[0]).toMatch(new RegExp(`^${name}\\b`));

@@ -21,36 +21,152 @@ describe("decide: fact gathering order", () => {
 
 describe("decide: the reconciliation table, row by row", () => {
   const rows: [string, Facts, object][] = [
-    ["budget spent → nak 0, deferred", { ...base, budgetSpent: true, decoded: true }, { action: { kind: "nak", delayMs: 0 }, events: ["deferred"], effects: [] }],
+    [
+      "budget spent → nak 0, deferred",
+      { ...base, budgetSpent: true, decoded: true },
+      { action: { kind: "nak", delayMs: 0 }, events: ["deferred"], effects: [] },
+    ],
     ["undecodable → term invalid", { ...base, decoded: false }, { action: { kind: "term", reason: "invalid assignment" }, events: ["invalid"], effects: [] }],
-    ["conflicting → term conflicting", { ...base, decoded: true, offer: "conflict" }, { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] }],
-    ["a new job while a warm runner of its pool is idle → nak for the rest of its grace, no slot taken", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 3_200 }, { action: { kind: "nak", delayMs: 3_200 }, events: ["warm_grace"], effects: [] }],
-    ["grace over (0) → admitted as usual", { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 0, admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
-    ["not up within its pool's boot timeout → torn down, asked for again after 15 s", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001 }, { action: { kind: "nak", delayMs: 15_000 }, events: ["boot_timeout"], effects: ["boot_retry"] }],
-    ["the second time → after 30 s", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 1 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["boot_timeout"], effects: ["boot_retry"] }],
-    ["the third time → given up: term, the job stays queued in Gitea", { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 2 }, { action: { kind: "term", reason: "its runner did not boot in 3 attempts" }, events: ["boot_timeout", "boot_gave_up"], effects: ["give_up_boot"] }],
-    ["no slot → nak 2 s capacity_wait", { ...base, decoded: true, offer: "new", state: "received", admitted: false }, { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
-    ["no slot, fair share → the wait set keeps it, ack", { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true }, { action: { kind: "ack" }, events: ["capacity_wait"], effects: ["enter_wait_set", "mark_waiting"] }],
-    ["owner or repository at its QUOTAS limit → the wait set keeps it, quota_wait, ack", { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true, quota: true }, { action: { kind: "ack" }, events: ["quota_wait"], effects: ["enter_wait_set", "mark_quota_wait"] }],
-    ["admitted, fair share → as usual", { ...base, decoded: true, offer: "same", state: "capacity_wait", admitted: true, waitSet: false }, { next: "call_backend" }],
-    ["no slot, lowest jitter → nak 1 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0 }, { action: { kind: "nak", delayMs: 1_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
-    ["no slot, highest jitter → nak just under 3 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0.9995 }, { action: { kind: "nak", delayMs: 2_999 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
-    ["no slot, jitter out of range → clamped to 3 s", { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 7 }, { action: { kind: "nak", delayMs: 3_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] }],
-    ["backend error → release, nak 15 s", { ...upToBackend, backend: "error" }, { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] }],
-    ["backend refused our credentials → release, nak 15 s, loud", { ...upToBackend, backend: "auth_error" }, { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_auth", "backend_retry"], effects: ["release_slot", "mark_pending"] }],
-    ["backend pending → nak 2 s", { ...upToBackend, backend: "pending" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] }],
-    ["claimed → double-ack", { ...base, decoded: true, offer: "same", state: "claimed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
-    ["completed before the ack → double-ack, no backend call", { ...base, decoded: true, offer: "same", state: "completed" }, { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] }],
-    ["first ready → remember ready time, nak 2 s claim_pending", { ...upToBackend, backend: "ready" }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: ["mark_ready"] }],
-    ["ready within claim timeout → nak, backing off to 30 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["backend_ready", "claim_pending"], effects: [] }],
-    ["claim timeout passed → teardown, forget, nak 2 s", { ...upToBackend, backend: "ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_timeout"], effects: ["forget_ready_and_teardown"] }],
-    ["waiting for the claim a moment → nak 2 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 1_000 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_pending"], effects: [] }],
-    ["waiting for the claim 10 s → nak 5 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 10_000 }, { action: { kind: "nak", delayMs: 5_000 }, events: ["claim_pending"], effects: [] }],
-    ["waiting for the claim 4 min → nak 30 s, backend not asked", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 }, { action: { kind: "nak", delayMs: 30_000 }, events: ["claim_pending"], effects: [] }],
-    ["waited past the claim timeout → teardown, forget, nak 2 s", { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_001 }, { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_timeout"], effects: ["forget_ready_and_teardown"] }],
-    ["terminated → term with its reason", { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" }, { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] }],
-    ["terminated after this pass took its slot (seen storing its registration) → term, slot released", { ...upToBackend, state: "terminated", reason: "its job ran on warm runner w" }, { action: { kind: "term", reason: "its job ran on warm runner w" }, events: ["already_done"], effects: ["release_slot"] }],
-    ["terminated, and refused a slot → term, nothing to release", { ...base, decoded: true, offer: "same", state: "terminated", admitted: false }, { action: { kind: "term", reason: "terminated" }, events: ["already_done"], effects: [] }],
+    [
+      "conflicting → term conflicting",
+      { ...base, decoded: true, offer: "conflict" },
+      { action: { kind: "term", reason: "conflicting assignment" }, events: ["conflict"], effects: [] },
+    ],
+    [
+      "a new job while a warm runner of its pool is idle → nak for the rest of its grace, no slot taken",
+      { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 3_200 },
+      { action: { kind: "nak", delayMs: 3_200 }, events: ["warm_grace"], effects: [] },
+    ],
+    [
+      "grace over (0) → admitted as usual",
+      { ...base, decoded: true, offer: "new", state: "received", warmGraceMs: 0, admitted: false },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
+    ],
+    [
+      "not up within its pool's boot timeout → torn down, asked for again after 15 s",
+      { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001 },
+      { action: { kind: "nak", delayMs: 15_000 }, events: ["boot_timeout"], effects: ["boot_retry"] },
+    ],
+    [
+      "the second time → after 30 s",
+      { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 1 },
+      { action: { kind: "nak", delayMs: 30_000 }, events: ["boot_timeout"], effects: ["boot_retry"] },
+    ],
+    [
+      "the third time → given up: term, the job stays queued in Gitea",
+      { ...upToBackend, state: "backend_pending", askedAt: NOW - 600_001, bootAttempts: 2 },
+      { action: { kind: "term", reason: "its runner did not boot in 3 attempts" }, events: ["boot_timeout", "boot_gave_up"], effects: ["give_up_boot"] },
+    ],
+    [
+      "no slot → nak 2 s capacity_wait",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
+    ],
+    [
+      "no slot, fair share → the wait set keeps it, ack",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true },
+      { action: { kind: "ack" }, events: ["capacity_wait"], effects: ["enter_wait_set", "mark_waiting"] },
+    ],
+    [
+      "owner or repository at its QUOTAS limit → the wait set keeps it, quota_wait, ack",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true, quota: true },
+      { action: { kind: "ack" }, events: ["quota_wait"], effects: ["enter_wait_set", "mark_quota_wait"] },
+    ],
+    [
+      "admitted, fair share → as usual",
+      { ...base, decoded: true, offer: "same", state: "capacity_wait", admitted: true, waitSet: false },
+      { next: "call_backend" },
+    ],
+    [
+      "no slot, lowest jitter → nak 1 s",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0 },
+      { action: { kind: "nak", delayMs: 1_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
+    ],
+    [
+      "no slot, highest jitter → nak just under 3 s",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 0.9995 },
+      { action: { kind: "nak", delayMs: 2_999 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
+    ],
+    [
+      "no slot, jitter out of range → clamped to 3 s",
+      { ...base, decoded: true, offer: "new", state: "received", admitted: false, jitter: 7 },
+      { action: { kind: "nak", delayMs: 3_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
+    ],
+    [
+      "backend error → release, nak 15 s",
+      { ...upToBackend, backend: "error" },
+      { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] },
+    ],
+    [
+      "backend refused our credentials → release, nak 15 s, loud",
+      { ...upToBackend, backend: "auth_error" },
+      { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_auth", "backend_retry"], effects: ["release_slot", "mark_pending"] },
+    ],
+    [
+      "backend pending → nak 2 s",
+      { ...upToBackend, backend: "pending" },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] },
+    ],
+    [
+      "claimed → double-ack",
+      { ...base, decoded: true, offer: "same", state: "claimed" },
+      { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] },
+    ],
+    [
+      "completed before the ack → double-ack, no backend call",
+      { ...base, decoded: true, offer: "same", state: "completed" },
+      { action: { kind: "ack" }, events: ["runner_claimed", "acked"], effects: [] },
+    ],
+    [
+      "first ready → remember ready time, nak 2 s claim_pending",
+      { ...upToBackend, backend: "ready" },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_pending"], effects: ["mark_ready"] },
+    ],
+    [
+      "ready within claim timeout → nak, backing off to 30 s",
+      { ...upToBackend, backend: "ready", readyAt: NOW - 240_000 },
+      { action: { kind: "nak", delayMs: 30_000 }, events: ["backend_ready", "claim_pending"], effects: [] },
+    ],
+    [
+      "claim timeout passed → teardown, forget, nak 2 s",
+      { ...upToBackend, backend: "ready", readyAt: NOW - 240_001 },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_ready", "claim_timeout"], effects: ["forget_ready_and_teardown"] },
+    ],
+    [
+      "waiting for the claim a moment → nak 2 s, backend not asked",
+      { ...upToBackend, state: "backend_ready", readyAt: NOW - 1_000 },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_pending"], effects: [] },
+    ],
+    [
+      "waiting for the claim 10 s → nak 5 s, backend not asked",
+      { ...upToBackend, state: "backend_ready", readyAt: NOW - 10_000 },
+      { action: { kind: "nak", delayMs: 5_000 }, events: ["claim_pending"], effects: [] },
+    ],
+    [
+      "waiting for the claim 4 min → nak 30 s, backend not asked",
+      { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_000 },
+      { action: { kind: "nak", delayMs: 30_000 }, events: ["claim_pending"], effects: [] },
+    ],
+    [
+      "waited past the claim timeout → teardown, forget, nak 2 s",
+      { ...upToBackend, state: "backend_ready", readyAt: NOW - 240_001 },
+      { action: { kind: "nak", delayMs: 2_000 }, events: ["claim_timeout"], effects: ["forget_ready_and_teardown"] },
+    ],
+    [
+      "terminated → term with its reason",
+      { ...base, decoded: true, offer: "same", state: "terminated", reason: "cancelled" },
+      { action: { kind: "term", reason: "cancelled" }, events: ["already_done"], effects: [] },
+    ],
+    [
+      "terminated after this pass took its slot (seen storing its registration) → term, slot released",
+      { ...upToBackend, state: "terminated", reason: "its job ran on warm runner w" },
+      { action: { kind: "term", reason: "its job ran on warm runner w" }, events: ["already_done"], effects: ["release_slot"] },
+    ],
+    [
+      "terminated, and refused a slot → term, nothing to release",
+      { ...base, decoded: true, offer: "same", state: "terminated", admitted: false },
+      { action: { kind: "term", reason: "terminated" }, events: ["already_done"], effects: [] },
+    ],
   ];
   it.each(rows)("%s", (_name, facts, expected) => {
     expect(decide(facts, policy)).toEqual({ next: "done", ...expected });

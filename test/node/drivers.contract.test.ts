@@ -31,7 +31,8 @@ interface Harness {
 async function httpHarness(): Promise<Harness> {
   const ns = uniqueName("http");
   const base = `${backendUrl}/${ns}`;
-  const ctl = (what: string, body?: unknown) => fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+  const ctl = (what: string, body?: unknown) =>
+    fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
   await ctl("mode", { token: "backend-token", readyAfter: 1 });
   const env = giteaTestEnv("ws://127.0.0.1:1", backendUrl, "http://127.0.0.1:2", { POD_BACKEND_URL: base });
   const config = loadConfig(env);
@@ -58,7 +59,8 @@ function kubeHarness(driverName: "kubernetes" | "kubevirt") {
   return async (): Promise<Harness> => {
     const prefix = uniqueName("k8s").toLowerCase().replaceAll("_", "-");
     const base = `${k8sUrl}/${prefix}`;
-    const ctl = (what: string, body?: unknown) => fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+    const ctl = (what: string, body?: unknown) =>
+      fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
     const env = giteaTestEnv("ws://127.0.0.1:1", backendUrl, "http://127.0.0.1:2", {
       POD_DRIVER: driverName,
       K8S_API_URL: base,

@@ -7,10 +7,33 @@ import { describe, expect, it } from "vitest";
 import { formatMetrics } from "../../src/observe/metrics.ts";
 import type { BackendSnapshot } from "../../src/observe/snapshot.ts";
 
-const pod: BackendSnapshot = { backend: "pod", capacity: 5, slotsInUse: 2, registering: 0, queued: 3, ackPending: 0, redelivered: 0, waitingForCapacity: 0, pendingAtBackend: 0, readyForClaim: 0, running: 2, delivered: 4, waitingForQuota: 0 };
-const text = formatMetrics({ stream: { messages: 3, published: 5, acked: 2 }, backends: [pod], pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }], owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }] });
+const pod: BackendSnapshot = {
+  backend: "pod",
+  capacity: 5,
+  slotsInUse: 2,
+  registering: 0,
+  queued: 3,
+  ackPending: 0,
+  redelivered: 0,
+  waitingForCapacity: 0,
+  pendingAtBackend: 0,
+  readyForClaim: 0,
+  running: 2,
+  delivered: 4,
+  waitingForQuota: 0,
+};
+const text = formatMetrics({
+  stream: { messages: 3, published: 5, acked: 2 },
+  backends: [pod],
+  pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
+  owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
+});
 // A histogram is queried by its series: <name>_bucket, _sum and _count.
-const exported = new Set([...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].flatMap(([, name, type]) => (type === "histogram" ? ["_bucket", "_sum", "_count"].map((s) => name! + s) : [name!])));
+const exported = new Set(
+  [...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].flatMap(([, name, type]) =>
+    type === "histogram" ? ["_bucket", "_sum", "_count"].map((s) => name! + s) : [name!],
+  ),
+);
 
 function checkQuery(expr: string): string[] {
   const problems: string[] = [];
@@ -39,10 +62,22 @@ describe("examples", () => {
   });
 
   it("grafana-dashboard.json: importable JSON whose panels query exported metrics (queue, slots, states, redeliveries)", () => {
-    const dash = JSON.parse(readFileSync("examples/grafana-dashboard.json", "utf8")) as { title: string; panels: { title: string; targets: { expr: string }[] }[] };
+    const dash = JSON.parse(readFileSync("examples/grafana-dashboard.json", "utf8")) as {
+      title: string;
+      panels: { title: string; targets: { expr: string }[] }[];
+    };
     const exprs = dash.panels.flatMap((p) => p.targets.map((t) => t.expr.replaceAll("$backend", ".*")));
     expect(exprs.flatMap(checkQuery)).toEqual([]);
     const used = exprs.join(" ");
-    for (const name of ["gdr_consumer_pending_messages", "gdr_slots_in_use", "gdr_capacity", "gdr_assignments", "gdr_consumer_redelivered_messages", "gdr_job_startup_duration_seconds_bucket", "gdr_pool_runners"]) expect(used).toContain(name);
+    for (const name of [
+      "gdr_consumer_pending_messages",
+      "gdr_slots_in_use",
+      "gdr_capacity",
+      "gdr_assignments",
+      "gdr_consumer_redelivered_messages",
+      "gdr_job_startup_duration_seconds_bucket",
+      "gdr_pool_runners",
+    ])
+      expect(used).toContain(name);
   });
 });

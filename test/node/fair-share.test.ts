@@ -6,7 +6,11 @@ import { pickNext, taken, turnOrder, type Shares, type ShareRules, type Waiting 
 import { limitsOf, parseQuotas, weightOf, type Quotas } from "../../src/quotas/config.ts";
 
 const w = (id: string, repository: string, seq: number): Waiting => ({ id, owner: repository.split("/")[0]!, repository, seq });
-const shares = (heads: Waiting[], owners: Record<string, number> = {}, repos: Record<string, number> = {}): Shares => ({ heads, heldByOwner: new Map(Object.entries(owners)), heldByRepository: new Map(Object.entries(repos)) });
+const shares = (heads: Waiting[], owners: Record<string, number> = {}, repos: Record<string, number> = {}): Shares => ({
+  heads,
+  heldByOwner: new Map(Object.entries(owners)),
+  heldByRepository: new Map(Object.entries(repos)),
+});
 const rules = (q: Quotas = parseQuotas(undefined, [])!): ShareRules => ({ weight: (o) => weightOf(q, o), limits: (r) => limitsOf(q, r) });
 const quotas = (v: unknown) => {
   const problems: string[] = [];
@@ -80,7 +84,11 @@ describe("QUOTAS", () => {
   });
 
   it("overrides by owner and repository, case-insensitively; defaults for the rest", () => {
-    const { q, problems } = quotas({ default: { owner: 20, repository: 5 }, owners: { Acme: { limit: 50, weight: 2 } }, repositories: { "acme/Mono": { limit: 8 } } });
+    const { q, problems } = quotas({
+      default: { owner: 20, repository: 5 },
+      owners: { Acme: { limit: 50, weight: 2 } },
+      repositories: { "acme/Mono": { limit: 8 } },
+    });
     expect(problems).toEqual([]);
     expect(limitsOf(q!, "ACME/mono")).toEqual({ owner: 50, repository: 8 });
     expect(limitsOf(q!, "acme/app")).toEqual({ owner: 50, repository: 5 });
@@ -102,7 +110,9 @@ describe("QUOTAS", () => {
     expect(quotas({ owners: { a: { weight: 0.001 } } }).problems).toEqual([]);
     expect(quotas({ default: { owner: -1 } }).problems).toHaveLength(1);
     expect(quotas({ default: { owner: -1 } }).problems[0]).toMatch(/^QUOTAS\["default"\]\["owner"\] /);
-    expect(quotas({ owners: { Acme: { limit: 1 }, acme: { limit: 2 } } }).problems).toEqual(['QUOTAS.owners: "Acme" and "acme" are the same (Gitea names are case-insensitive)']);
+    expect(quotas({ owners: { Acme: { limit: 1 }, acme: { limit: 2 } } }).problems).toEqual([
+      'QUOTAS.owners: "Acme" and "acme" are the same (Gitea names are case-insensitive)',
+    ]);
     expect(quotas({ repositories: { "acme/app": {}, "ACME/App": {} } }).problems).toHaveLength(1);
     expect(quotas({ repositories: { acme: { limit: 1 } } }).problems[0]).toMatch(/^QUOTAS\["repositories"\]\["acme"\]/);
     expect(quotas({ owner: { a: {} } }).problems[0]).toMatch(/^QUOTAS/);

@@ -13,7 +13,17 @@ import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
-const quiet = { event: (e: unknown) => { if (process.env.DBG) console.log(JSON.stringify(e)); }, summary: (e: unknown) => { if (process.env.DBG) console.log(JSON.stringify(e)); }, error: (m: string, e: unknown) => { if (process.env.DBG) console.log(m, JSON.stringify(e)); } };
+const quiet = {
+  event: (e: unknown) => {
+    if (process.env.DBG) console.log(JSON.stringify(e));
+  },
+  summary: (e: unknown) => {
+    if (process.env.DBG) console.log(JSON.stringify(e));
+  },
+  error: (m: string, e: unknown) => {
+    if (process.env.DBG) console.log(m, JSON.stringify(e));
+  },
+};
 
 /** Capacity 2; six jobs of a/mono queued first, then `last` (b/fix's one job, or a seventh of a/mono). */
 async function scene(opts: { fairShare: "on" | "off"; last: string; booting: boolean }) {
@@ -28,7 +38,8 @@ async function scene(opts: { fairShare: "on" | "off"; last: string; booting: boo
   return d;
 }
 
-const states = (d: Dispatcher, ids: string[]) => d.withState(async ({ records }) => Object.fromEntries(await Promise.all(ids.map(async (id) => [id, (await records.get(id))?.state] as const))));
+const states = (d: Dispatcher, ids: string[]) =>
+  d.withState(async ({ records }) => Object.fromEntries(await Promise.all(ids.map(async (id) => [id, (await records.get(id))?.state] as const))));
 /** Passes until nothing more changes within one (a turn is published again and pulled in the next round). */
 const settle = async (d: Dispatcher) => {
   await new Promise((r) => setTimeout(r, 50));
@@ -78,7 +89,8 @@ describe("a batch of several repositories, with nobody in the wait set", () => {
     await provisionEnv(env);
     await fetch(`${env.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify({ readyAfter: 1_000 }) });
     const d = createDispatcher({ config: loadConfig(env), sink: quiet });
-    const publish = (id: string, n: number, repository: string) => publishAssignment(d, { ...assignment(id), job: { id: n, runId: 1, attempt: 1, repository } });
+    const publish = (id: string, n: number, repository: string) =>
+      publishAssignment(d, { ...assignment(id), job: { id: n, runId: 1, attempt: 1, repository } });
     await publish("a1", 1, "a/mono");
     await d.reconcile("test", 3_000);
     // One pull sees both: a/mono holds a runner, b/fix none.

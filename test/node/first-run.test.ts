@@ -23,7 +23,10 @@ describe("first run", () => {
     const system = "/usr/bin/node";
     if (!existsSync(system) || !tooOld(execFileSync(system, ["--version"], { encoding: "utf8" }).trim())) return;
     for (const script of ["start", "test", "provision"]) {
-      const run = spawnSync(system, ["/usr/lib/node_modules/npm/bin/npm-cli.js", "run", script], { encoding: "utf8", env: { PATH: "/usr/bin:/bin" } as unknown as NodeJS.ProcessEnv });
+      const run = spawnSync(system, ["/usr/lib/node_modules/npm/bin/npm-cli.js", "run", script], {
+        encoding: "utf8",
+        env: { PATH: "/usr/bin:/bin" } as unknown as NodeJS.ProcessEnv,
+      });
       expect(run.status, script).not.toBe(0);
       const ours = run.stderr.split("\n").filter((l) => l.includes("gitea-edge-dispatcher needs"));
       expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: use `\.\/run start` or `\.\/run test`/)]);
@@ -51,7 +54,9 @@ describe("first run", () => {
   });
 
   it("a NATS_SERVER_BIN that is not a nats-server is an error naming it, not a fallback", () => {
-    expect(() => findNatsServer({ ...process.env, NATS_SERVER_BIN: "/nonexistent/nats-server" })).toThrow(/^NATS_SERVER_BIN=\/nonexistent\/nats-server is not an executable file/);
+    expect(() => findNatsServer({ ...process.env, NATS_SERVER_BIN: "/nonexistent/nats-server" })).toThrow(
+      /^NATS_SERVER_BIN=\/nonexistent\/nats-server is not an executable file/,
+    );
     expect(() => findNatsServer({ ...process.env, NATS_SERVER_BIN: "/bin/true" })).toThrow(/^NATS_SERVER_BIN=\/bin\/true is not a nats-server/);
     const real = findNatsServer({ ...process.env, NATS_SERVER_BIN: "" });
     expect(findNatsServer({ ...process.env, NATS_SERVER_BIN: real })).toBe(real);

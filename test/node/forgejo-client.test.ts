@@ -29,14 +29,30 @@ type Call = { method: string; path: string; body: string | undefined; authorizat
 function fakeForgejo(answer: (call: Call) => Response) {
   const calls: Call[] = [];
   const fetch = (async (url: string, init: RequestInit) => {
-    const call = { method: String(init.method), path: new URL(url).pathname, body: init.body as string | undefined, authorization: new Headers(init.headers).get("authorization") };
+    const call = {
+      method: String(init.method),
+      path: new URL(url).pathname,
+      body: init.body as string | undefined,
+      authorization: new Headers(init.headers).get("authorization"),
+    };
     calls.push(call);
     return answer(call);
   }) as typeof globalThis.fetch;
   return { calls, client: createForgejoClient({ url: "https://forgejo.example.org/", apiToken: TOKEN, timeoutMs: 1_000, fetch }) };
 }
 
-const job = { id: 41, attempt: 1, handle: "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e", name: "build", needs: null, owner_id: 2, repo_id: 7, runs_on: ["docker"], status: "waiting", task_id: 0 };
+const job = {
+  id: 41,
+  attempt: 1,
+  handle: "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e",
+  name: "build",
+  needs: null,
+  owner_id: 2,
+  repo_id: 7,
+  runs_on: ["docker"],
+  status: "waiting",
+  task_id: 0,
+};
 
 describe("the Forgejo client", () => {
   it("calls only operations of Forgejo 15, in every scope, with the token header and a registration body Forgejo accepts", async () => {
@@ -57,7 +73,11 @@ describe("the Forgejo client", () => {
       expect(c.authorization).toBe(`token ${TOKEN}`);
       if (c.body !== undefined) expect(registerOptions(JSON.parse(c.body)), JSON.stringify(registerOptions.errors)).toBe(true);
     }
-    expect(calls.map((c) => `${c.method} ${c.path}`).slice(3, 6)).toEqual(["GET /api/v1/orgs/acme/actions/runners/jobs", "POST /api/v1/orgs/acme/actions/runners", "DELETE /api/v1/orgs/acme/actions/runners/12"]);
+    expect(calls.map((c) => `${c.method} ${c.path}`).slice(3, 6)).toEqual([
+      "GET /api/v1/orgs/acme/actions/runners/jobs",
+      "POST /api/v1/orgs/acme/actions/runners",
+      "DELETE /api/v1/orgs/acme/actions/runners/12",
+    ]);
     expect(JSON.parse(calls[1]!.body!)).toEqual({ name: "gdr-forgejo-41-1", ephemeral: true });
     // The validator itself refuses a field Forgejo does not know.
     expect(registerOptions({ name: "x", labels: ["a"] })).toBe(false);
@@ -99,7 +119,11 @@ describe("the Forgejo client", () => {
 
   it("a scope name that is not a Forgejo name never reaches a path", async () => {
     const { calls, client } = fakeForgejo(() => Response.json(null));
-    for (const scope of [{ kind: "org", org: "../admin" }, { kind: "repo", owner: "acme", repo: "a/b" }, { kind: "org", org: "" }] as ForgejoScope[]) {
+    for (const scope of [
+      { kind: "org", org: "../admin" },
+      { kind: "repo", owner: "acme", repo: "a/b" },
+      { kind: "org", org: "" },
+    ] as ForgejoScope[]) {
       await expect(client.jobs(scope)).rejects.toThrow(/not a Forgejo name/);
     }
     expect(calls).toEqual([]);
@@ -109,7 +133,8 @@ describe("the Forgejo client", () => {
   });
 
   it("a Forgejo that does not answer within the timeout is an error that says so", async () => {
-    const hang = ((_url: string, init: RequestInit) => new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason as Error)))) as typeof fetch;
+    const hang = ((_url: string, init: RequestInit) =>
+      new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason as Error)))) as typeof fetch;
     const client = createForgejoClient({ url: "https://forgejo.example.org", apiToken: TOKEN, timeoutMs: 50, fetch: hang });
     await expect(client.jobs({ kind: "admin" })).rejects.toThrow("Forgejo did not answer GET /admin/actions/runners/jobs: TimeoutError");
   });

@@ -27,7 +27,13 @@ function request(id: string, warm = false): RunnerRequest {
     claimToken: "<the assignment's claim token>",
     claimUrl: `${base}/claim`,
     completeUrl: `${base}/complete`,
-    forgejo: { url: "https://forgejo.example.org", uuid: "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b", token: TOKEN, labels: LABELS, ...(warm ? {} : { handle: HANDLE }) },
+    forgejo: {
+      url: "https://forgejo.example.org",
+      uuid: "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b",
+      token: TOKEN,
+      labels: LABELS,
+      ...(warm ? {} : { handle: HANDLE }),
+    },
     ...(warm ? { handleUrl: `${base}/handle` } : {}),
   };
 }
@@ -37,7 +43,10 @@ async function made(id: string, warm = false) {
   const r = request(id, warm);
   return {
     pod: { secret: runnerSecret(names, r), pod: podManifest(names, r, { image: IMAGE, template: undefined }) },
-    vm: { secret: runnerSecret(names, r, { userdata: cloudInit(r) }), vmi: vmiManifest(names, r, { image: "<a containerDisk with forgejo-runner>", template: undefined }) },
+    vm: {
+      secret: runnerSecret(names, r, { userdata: cloudInit(r) }),
+      vmi: vmiManifest(names, r, { image: "<a containerDisk with forgejo-runner>", template: undefined }),
+    },
     userdata: cloudInit(r),
   };
 }
@@ -54,9 +63,25 @@ describe("forgejo-runner workloads", () => {
     const { pod: p } = await made("forgejo-41-1");
     expect(errorsOf(pod, p.pod)).toEqual([]);
     expect(errorsOf(secret, p.secret)).toEqual([]);
-    const container = (p.pod as { spec: { containers: { command: string[]; volumeMounts: { mountPath: string }[]; env: { name: string }[] }[] } }).spec.containers[0]!;
+    const container = (p.pod as { spec: { containers: { command: string[]; volumeMounts: { mountPath: string }[]; env: { name: string }[] }[] } }).spec
+      .containers[0]!;
     const args = container.command.slice(4);
-    expect(args).toEqual(["one-job", "--url", "https://forgejo.example.org", "--uuid", "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b", "--token-url", "file:/etc/forgejo-runner/token", "--label", LABELS[0], "--label", LABELS[1], "--handle", HANDLE, "--wait"]);
+    expect(args).toEqual([
+      "one-job",
+      "--url",
+      "https://forgejo.example.org",
+      "--uuid",
+      "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b",
+      "--token-url",
+      "file:/etc/forgejo-runner/token",
+      "--label",
+      LABELS[0],
+      "--label",
+      LABELS[1],
+      "--handle",
+      HANDLE,
+      "--wait",
+    ]);
     // Arguments reach the shell as "$@": a quote in a label is no command.
     expect(container.command.slice(0, 2)).toEqual(["/bin/sh", "-c"]);
     expect(container.command[2]).toContain('forgejo-runner "$@"');
@@ -73,7 +98,9 @@ describe("forgejo-runner workloads", () => {
     const container = (p.pod as { spec: { containers: { command: string[]; env: { name: string; value: string }[] }[] } }).spec.containers[0]!;
     expect(container.command).not.toContain("--handle");
     expect(container.env).toContainEqual({ name: "GDR_HANDLE_URL", value: "https://dispatch.example.org/v1/assignments/warm-small-0-x/handle" });
-    expect(container.command[2]).toMatch(/while \[ -z "\$h" \]; do h=\$\(wget -q -O - --header "Authorization: Bearer \$\(cat \/etc\/forgejo-runner\/claim-token\)" "\$GDR_HANDLE_URL"\)/);
+    expect(container.command[2]).toMatch(
+      /while \[ -z "\$h" \]; do h=\$\(wget -q -O - --header "Authorization: Bearer \$\(cat \/etc\/forgejo-runner\/claim-token\)" "\$GDR_HANDLE_URL"\)/,
+    );
     expect(container.command[2]).toContain('set -- "$@" --handle "$h"');
   });
 
@@ -82,9 +109,20 @@ describe("forgejo-runner workloads", () => {
     expect(errorsOf(vmi, vm.vmi)).toEqual([]);
     expect(errorsOf(secret, vm.secret)).toEqual([]);
     expect(JSON.stringify(vm.vmi)).not.toContain(TOKEN);
-    const doc = parseYaml(userdata.replace(/^#cloud-config\n/, "")) as { write_files: { path: string; permissions: string; encoding?: string; content: string }[]; runcmd: unknown[] };
-    const files = doc.write_files.map((f) => ({ path: f.path, mode: f.permissions, text: f.encoding === "b64" ? Buffer.from(f.content, "base64").toString("utf8") : f.content }));
-    expect(files.map((f) => [f.path, f.mode])).toEqual([["/var/lib/forgejo-runner/token", "0600"], ["/var/lib/forgejo-runner/claim-token", "0600"], ["/var/lib/forgejo-runner/run.sh", "0700"]]);
+    const doc = parseYaml(userdata.replace(/^#cloud-config\n/, "")) as {
+      write_files: { path: string; permissions: string; encoding?: string; content: string }[];
+      runcmd: unknown[];
+    };
+    const files = doc.write_files.map((f) => ({
+      path: f.path,
+      mode: f.permissions,
+      text: f.encoding === "b64" ? Buffer.from(f.content, "base64").toString("utf8") : f.content,
+    }));
+    expect(files.map((f) => [f.path, f.mode])).toEqual([
+      ["/var/lib/forgejo-runner/token", "0600"],
+      ["/var/lib/forgejo-runner/claim-token", "0600"],
+      ["/var/lib/forgejo-runner/run.sh", "0700"],
+    ]);
     expect(files[0]!.text).toBe(TOKEN);
     expect(files[2]!.text).toContain(`'--handle' '${HANDLE}'`);
     expect(files[2]!.text).toContain(`'it'\\''s-quoted'`);
@@ -108,7 +146,9 @@ describe("forgejo-runner workloads", () => {
       const names: string[] = [];
       const doFetch = (async (url: string | URL | Request, init?: RequestInit) => {
         if (init?.method === "POST") names.push((JSON.parse(init.body as string) as { metadata: { name: string } }).metadata.name);
-        return init?.method === "POST" ? new Response(init.body as string, { status: 201 }) : new Response(JSON.stringify({ kind: "Status", code: 404 }), { status: 404 });
+        return init?.method === "POST"
+          ? new Response(init.body as string, { status: 201 })
+          : new Response(JSON.stringify({ kind: "Status", code: 404 }), { status: 404 });
       }) as typeof fetch;
       await createRunnerBackend(config, config.backends[0]!, doFetch).accept(request("forgejo-41-1"), AbortSignal.timeout(5_000));
       return names;

@@ -4,7 +4,17 @@ import { describe, expect, it } from "vitest";
 import type { ForgejoJob, ForgejoScope } from "../../src/forge/forgejo/client.ts";
 import { FAILED_RETRY_MS, memoryNames, NAME_TTL_MS, repositoryNames } from "../../src/forge/forgejo/names.ts";
 
-const job = (id: number, owner: number, repo: number): ForgejoJob => ({ id, attempt: 1, handle: `h${id}`, name: "build", owner_id: owner, repo_id: repo, runs_on: ["x"], status: "waiting", task_id: 0 });
+const job = (id: number, owner: number, repo: number): ForgejoJob => ({
+  id,
+  attempt: 1,
+  handle: `h${id}`,
+  name: "build",
+  owner_id: owner,
+  repo_id: repo,
+  runs_on: ["x"],
+  status: "waiting",
+  task_id: 0,
+});
 const ADMIN: ForgejoScope = { kind: "admin" };
 
 function forgejo(names: Record<number, string | Error | null>) {
@@ -72,7 +82,9 @@ describe("Forgejo repository names", () => {
     names[7] = new Error("Forgejo did not answer");
     expect((await repositoryNames([job(2, 2, 7)], { kind: "org", org: "acme" }, client, store, NAME_TTL_MS + 1, sink)).get(7)).toBe("acme/widgets");
     const repoScoped = forgejo({});
-    expect((await repositoryNames([job(3, 2, 9)], { kind: "repo", owner: "acme", repo: "tools" }, repoScoped, memoryNames(), 0, sink)).get(9)).toBe("acme/tools");
+    expect((await repositoryNames([job(3, 2, 9)], { kind: "repo", owner: "acme", repo: "tools" }, repoScoped, memoryNames(), 0, sink)).get(9)).toBe(
+      "acme/tools",
+    );
     expect(repoScoped.asked).toEqual([]);
   });
 });

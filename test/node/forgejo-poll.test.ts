@@ -48,7 +48,12 @@ describe("a claimed Forgejo job that left the list while its runner is still the
     const id = "forgejo-41-1";
     await d.withState(async ({ records }) => {
       await records.offer({ ...assignment(id), job: { id: 41, runId: 0, attempt: 1, repository: "id-2/id-7" } });
-      await records.update(id, (r) => ({ ...r, state: "claimed", claimedAt: new Date(clock).toISOString(), runner: { id: 5, name: `gdr-${id}`, registeredAt: new Date(clock).toISOString(), sealed: "x" } }));
+      await records.update(id, (r) => ({
+        ...r,
+        state: "claimed",
+        claimedAt: new Date(clock).toISOString(),
+        runner: { id: 5, name: `gdr-${id}`, registeredAt: new Date(clock).toISOString(), sealed: "x" },
+      }));
     });
     const store = memoryStore([{ id, job: 41, attempt: 1, handle: "h", claimed: true }]);
     const stateOf = async () => (await d.withState(({ records }) => records.get(id)))?.state;
@@ -70,7 +75,17 @@ describe("a claimed Forgejo job that left the list while its runner is still the
 });
 
 const LABELS = TEST_ROUTES[0]!.labels;
-const waiting = (id: number, owner: number, repo: number): ForgejoJob => ({ id, attempt: 1, handle: `h-${id}`, name: "build", owner_id: owner, repo_id: repo, runs_on: ["ubuntu-latest"], status: "waiting", task_id: 0 });
+const waiting = (id: number, owner: number, repo: number): ForgejoJob => ({
+  id,
+  attempt: 1,
+  handle: `h-${id}`,
+  name: "build",
+  owner_id: owner,
+  repo_id: repo,
+  runs_on: ["ubuntu-latest"],
+  status: "waiting",
+  task_id: 0,
+});
 
 /** A pool of `n` warm runners, up and idle, registered at the configured Forgejo: their ids. */
 async function idleWarm(d: Dispatcher, config: Config, n: number): Promise<string[]> {
@@ -79,9 +94,26 @@ async function idleWarm(d: Dispatcher, config: Config, n: number): Promise<strin
     for (let i = 0; i < n; i++) {
       const id = `warm-small-${i}-x`;
       const now = new Date().toISOString();
-      await state.records.offer({ version: 1, id, backend: "pod", workload: `spiffe://example.org/runner/pod/${id}`, labels: LABELS, pools: ["small"], warm: true, createdAt: now });
+      await state.records.offer({
+        version: 1,
+        id,
+        backend: "pod",
+        workload: `spiffe://example.org/runner/pod/${id}`,
+        labels: LABELS,
+        pools: ["small"],
+        warm: true,
+        createdAt: now,
+      });
       expect(await state.admission.acquire("pod", id)).toBe(true);
-      await state.records.update(id, (r) => ({ ...r, warm: true, state: "backend_ready", readyAt: now, askedAt: now, placement: { pool: "small", backend: "pod" }, runner: { id: 100 + i, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) } }));
+      await state.records.update(id, (r) => ({
+        ...r,
+        warm: true,
+        state: "backend_ready",
+        readyAt: now,
+        askedAt: now,
+        placement: { pool: "small", backend: "pod" },
+        runner: { id: 100 + i, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) },
+      }));
       await state.warm.put("small", i, id, 0);
       ids.push(id);
     }
@@ -101,7 +133,12 @@ async function holding(d: Dispatcher, owner: number, repo: number, n: number) {
   });
 }
 
-const warmPoolEnv = (extra: Record<string, unknown> = {}) => forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9", { RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, minIdle: 2 }]), ...extra });
+const warmPoolEnv = (extra: Record<string, unknown> = {}) =>
+  forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9", {
+    RUNS_ON_ROUTES: "",
+    RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, minIdle: 2 }]),
+    ...extra,
+  });
 
 describe("Forgejo jobs given to warm runners count like any other", () => {
   it("take their QUOTAS places: with one place for the repository, one of three new jobs gets a warm runner, the others are published to wait; its end gives the place back", async () => {
@@ -197,7 +234,10 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     let failing = true;
     const dies = (state: State): State => ({
       ...state,
-      records: { ...state.records, update: async (id, change) => (failing && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : state.records.update(id, change)) },
+      records: {
+        ...state.records,
+        update: async (id, change) => (failing && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : state.records.update(id, change)),
+      },
     });
     const d = createDispatcher({ config, sink: silent, forgejo: client, now: () => clock, decorateState: dies });
     const [w] = await idleWarm(createDispatcher({ config, sink: silent }), config, 1);
@@ -206,7 +246,9 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     expect(store.known.size).toBe(0);
     // Its warm runner is gone meanwhile; the handle still names it.
     failing = false;
-    await createDispatcher({ config, sink: silent }).withState(({ records }) => records.update(w!, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })));
+    await createDispatcher({ config, sink: silent }).withState(({ records }) =>
+      records.update(w!, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })),
+    );
     clock = Date.now();
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
     expect(store.known.size).toBe(0);
@@ -219,7 +261,8 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
 /** The record of assignment `id`. */
 const recordOf = (d: Dispatcher, id: string) => d.withState(({ records }) => records.get(id));
 /** Messages in the assignments stream. */
-const messages = (d: Dispatcher, config: Config) => d.withState(async (_s, h) => (await (await jetstreamManager(h.nc)).streams.info(config.stream)).state.messages);
+const messages = (d: Dispatcher, config: Config) =>
+  d.withState(async (_s, h) => (await (await jetstreamManager(h.nc)).streams.info(config.stream)).state.messages);
 
 /**
  * Three jobs published to their own runners while no warm runner was idle (owner 2's 41 and 42,
@@ -231,7 +274,12 @@ async function waitingThenWarm(extra: Record<string, unknown> = {}, decorateStat
   const jobs = [waiting(41, 2, 7), waiting(42, 2, 7), waiting(44, 9, 1)];
   const client = stubForgejo(() => jobs, new Set());
   const events: { event: string; assignment: string }[] = [];
-  const d = createDispatcher({ config, sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) }, forgejo: client, ...(decorateState ? { decorateState } : {}) });
+  const d = createDispatcher({
+    config,
+    sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) },
+    forgejo: client,
+    ...(decorateState ? { decorateState } : {}),
+  });
   const plain = createDispatcher({ config, sink: silent });
   await holding(plain, 2, 7, 3);
   const store = memoryStore();
@@ -289,13 +337,21 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
         update: async (id, change) => {
           if (racing && id === "forgejo-44-1") {
             racing = false;
-            await s.records.update(id, (r) => ({ ...r, state: "backend_pending", askedAt: new Date().toISOString(), runner: { id: 8, name: "gdr-forgejo-44-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
+            await s.records.update(id, (r) => ({
+              ...r,
+              state: "backend_pending",
+              askedAt: new Date().toISOString(),
+              runner: { id: 8, name: "gdr-forgejo-44-1", registeredAt: new Date().toISOString(), sealed: "x" },
+            }));
           }
           return s.records.update(id, change);
         },
       },
     });
-    const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, passFirst);
+    const { config, client, d, plain, store, w } = await waitingThenWarm(
+      { QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) },
+      passFirst,
+    );
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
     expect(racing).toBe(false);
     // The place the move took under the warm runner went back.
@@ -330,7 +386,10 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
       records: {
         ...s.records,
         update: async (id, change) => {
-          if (id.startsWith("warm-")) await s.records.update(id, (r) => (r.state === "backend_ready" ? { ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" } : undefined));
+          if (id.startsWith("warm-"))
+            await s.records.update(id, (r) =>
+              r.state === "backend_ready" ? { ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" } : undefined,
+            );
           return s.records.update(id, change);
         },
       },
@@ -350,7 +409,13 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("a poll that dies after ending the job's own assignment: the next poll finishes the move", async () => {
     let dying = true;
-    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const dies = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => (dying && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
+      },
+    });
     const { config, client, d, plain, store, w, events } = await waitingThenWarm({}, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);
@@ -365,7 +430,13 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("near miss, a poll that dies before ending it: the next poll gives the place back and leaves the job waiting for its own runner", async () => {
     let dying = true;
-    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const dies = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
+      },
+    });
     const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);
@@ -373,7 +444,9 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     expect(await held()).toEqual(new Map([["id-9", 1]]));
     dying = false;
     // Its warm runner is recycled meanwhile: nothing to move to.
-    await plain.withState(({ records }) => records.update(w, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" })));
+    await plain.withState(({ records }) =>
+      records.update(w, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" })),
+    );
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 0 });
     expect(await held()).toEqual(new Map([["id-9", 0]]));
     expect(store.known.get("44-1")).toEqual({ id: "forgejo-44-1", job: 44, attempt: 1, handle: "h-44" });
@@ -386,7 +459,13 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("near miss, a poll that died before ending it, with the warm runner still idle: the next poll ends the job's own assignment before it gives the runner, never the runner alone", async () => {
     let dying = true;
-    const dies = (s: State): State => ({ ...s, records: { ...s.records, update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)) } });
+    const dies = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
+      },
+    });
     const { config, client, d, plain, store, w } = await waitingThenWarm({}, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);

@@ -10,7 +10,18 @@ import { forgejoTestEnv, TEST_ROUTES } from "../harness/env.ts";
 
 const H1 = "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e";
 const H2 = "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b";
-const job = (over: Partial<ForgejoJob> = {}): ForgejoJob => ({ id: 41, attempt: 1, handle: H1, name: "build", owner_id: 2, repo_id: 7, runs_on: ["ubuntu-latest"], status: "waiting", task_id: 0, ...over });
+const job = (over: Partial<ForgejoJob> = {}): ForgejoJob => ({
+  id: 41,
+  attempt: 1,
+  handle: H1,
+  name: "build",
+  owner_id: 2,
+  repo_id: 7,
+  runs_on: ["ubuntu-latest"],
+  status: "waiting",
+  task_id: 0,
+  ...over,
+});
 const known = (over: Partial<KnownJob> = {}): KnownJob => ({ id: "forgejo-41-1", job: 41, attempt: 1, handle: H1, ...over });
 const knownMap = (...ks: KnownJob[]) => new Map(ks.map((k) => [jobKey(k.job, k.attempt), k]));
 
@@ -96,7 +107,12 @@ describe("a Forgejo job as an assignment", () => {
 
   it("is named by job and attempt, deduplicated by job, attempt and handle, routed by runs_on", () => {
     const a = forgejoAssignment(pools, { kind: "repo", owner: "acme", repo: "widgets" }, job({ attempt: 3 }))!;
-    expect(a).toMatchObject({ id: "forgejo-41-3", backend: "pod", pools: [pools[0]!.name], job: { id: 41, runId: 0, attempt: 3, repository: "acme/widgets", handle: H1 } });
+    expect(a).toMatchObject({
+      id: "forgejo-41-3",
+      backend: "pod",
+      pools: [pools[0]!.name],
+      job: { id: 41, runId: 0, attempt: 3, repository: "acme/widgets", handle: H1 },
+    });
     expect(forgejoMsgId(job({ attempt: 3 }))).toBe(`forgejo-41-3.${H1}`);
     expect(forgejoMsgId(job({ attempt: 3, handle: H2 }))).not.toBe(forgejoMsgId(job({ attempt: 3 })));
     expect(forgejoAssignment(pools, { kind: "admin" }, job({ runs_on: ["windows"] }))).toBeUndefined();
@@ -172,9 +188,15 @@ describe("FORGE=forgejo configuration", () => {
 
   it("refuses a pool scope and GITEA_SCOPE=user with Gitea; asks for RUNNER_IMAGE with the kubernetes driver", () => {
     const pools = JSON.stringify([{ name: "small", backend: "pod", labels: ["ubuntu-latest"], scope: "org:acme" }]);
-    expect(problems({ ...base(), RUNS_ON_ROUTES: "", RUNNER_POOLS: pools })).toEqual([expect.stringContaining('pool "small" has a scope, which does not apply with FORGE=forgejo')]);
+    expect(problems({ ...base(), RUNS_ON_ROUTES: "", RUNNER_POOLS: pools })).toEqual([
+      expect.stringContaining('pool "small" has a scope, which does not apply with FORGE=forgejo'),
+    ]);
     const { FORGE: _f, GITEA_API_TOKEN: _t, ...gitea } = base();
-    expect(problems({ ...gitea, GITEA_RUNNER_REGISTRATION_TOKEN: "reg", GITEA_SCOPE: "user" })).toEqual([expect.stringContaining("GITEA_SCOPE=user is Forgejo's")]);
-    expect(problems({ ...base(), POD_DRIVER: "kubernetes", K8S_API_URL: "https://k8s.example.org", K8S_TOKEN: "t" })).toEqual([expect.stringContaining("RUNNER_IMAGE is required with FORGE=forgejo")]);
+    expect(problems({ ...gitea, GITEA_RUNNER_REGISTRATION_TOKEN: "reg", GITEA_SCOPE: "user" })).toEqual([
+      expect.stringContaining("GITEA_SCOPE=user is Forgejo's"),
+    ]);
+    expect(problems({ ...base(), POD_DRIVER: "kubernetes", K8S_API_URL: "https://k8s.example.org", K8S_TOKEN: "t" })).toEqual([
+      expect.stringContaining("RUNNER_IMAGE is required with FORGE=forgejo"),
+    ]);
   });
 });

@@ -20,7 +20,11 @@ import { stubGitea } from "../harness/gitea-stub.ts";
 
 describe("routing", () => {
   // Gitea's rule: every runs-on label among the runner's label names; the first route wins.
-  const matchRoute = (routes: Route[], runsOn: readonly string[]) => poolsFor(routes.map((r) => ({ ...r, priority: 100 })), runsOn)[0];
+  const matchRoute = (routes: Route[], runsOn: readonly string[]) =>
+    poolsFor(
+      routes.map((r) => ({ ...r, priority: 100 })),
+      runsOn,
+    )[0];
   const routes: Route[] = [
     { backend: "vm", labels: ["windows:host", "windows-2022:host"] },
     { backend: "pod", labels: ["ubuntu-latest:docker://node:20", "ubuntu-22.04:docker://node:20", "self-hosted"] },
@@ -76,7 +80,9 @@ describe("cleanup verdict", () => {
     createdAt: "",
     receivedAt: "",
     updatedAt: "",
-    ...(runnerId === undefined ? {} : { runner: { id: runnerId, name: "gdr-gitea-1-1", sealed: "", registeredAt: new Date(now - registeredMsAgo).toISOString() } }),
+    ...(runnerId === undefined
+      ? {}
+      : { runner: { id: runnerId, name: "gdr-gitea-1-1", sealed: "", registeredAt: new Date(now - registeredMsAgo).toISOString() } }),
   });
   it.each([
     ["no record", null, "delete"],
@@ -101,14 +107,29 @@ describe("cleanup verdict", () => {
 
 describe("runner identity", () => {
   const key = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
-  const file: RunnerFile = { WARNING: "w", id: 3, uuid: "u", name: "gdr-a", token: "runner-secret-token", address: "https://g", labels: ["x"], ephemeral: true };
+  const file: RunnerFile = {
+    WARNING: "w",
+    id: 3,
+    uuid: "u",
+    name: "gdr-a",
+    token: "runner-secret-token",
+    address: "https://g",
+    labels: ["x"],
+    ephemeral: true,
+  };
   it("is sealed with AES-256-GCM, bound to its assignment", async () => {
     const sealed = await sealIdentity(key, "a", file);
     expect(sealed).not.toContain("runner-secret-token");
     expect(atob(sealed)).not.toContain("runner-secret-token");
     expect(await openIdentity(key, "a", sealed)).toEqual(file);
     await expect(openIdentity(key, "b", sealed)).rejects.toThrow();
-    await expect(openIdentity(key.map((b) => b ^ 1), "a", sealed)).rejects.toThrow();
+    await expect(
+      openIdentity(
+        key.map((b) => b ^ 1),
+        "a",
+        sealed,
+      ),
+    ).rejects.toThrow();
     // A fresh IV each time: the same file sealed twice never gives the same ciphertext (GCM with a
     // repeated IV under one key leaks the XOR of plaintexts and the authentication key).
     const again = await sealIdentity(key, "a", file);
@@ -165,8 +186,14 @@ describe("Gitea configuration", () => {
     expect(problems({ ...base, RUNNER_SCOPE: "repo" })).toEqual(["RUNNER_SCOPE must be one of instance, owner, repository"]);
     const staticToken = { ...base, GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" };
     expect(loadConfig(staticToken).gitea?.runnerScope).toBe("instance");
-    expect(problems({ ...staticToken, RUNNER_SCOPE: "owner" })).toEqual(["RUNNER_SCOPE=owner needs GITEA_API_TOKEN: each owner's registration token is fetched with it"]);
-    const pool = (p: Record<string, unknown>) => ({ ...base, RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: ["x"], ...p }]) });
+    expect(problems({ ...staticToken, RUNNER_SCOPE: "owner" })).toEqual([
+      "RUNNER_SCOPE=owner needs GITEA_API_TOKEN: each owner's registration token is fetched with it",
+    ]);
+    const pool = (p: Record<string, unknown>) => ({
+      ...base,
+      RUNS_ON_ROUTES: "",
+      RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: ["x"], ...p }]),
+    });
     // Warm runners have no repository: under repository scope, their pool must say where they go.
     expect(problems({ ...pool({ minIdle: 1 }), RUNNER_SCOPE: "repository" })).toEqual([
       'RUNNER_POOLS: pool "small" keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=repository',
@@ -175,7 +202,9 @@ describe("Gitea configuration", () => {
     expect(problems({ ...pool({ minIdle: 1 }), RUNNER_SCOPE: "instance" })).toEqual([]);
     expect(problems({ ...pool({ minIdle: 1, scope: "org:acme" }), RUNNER_SCOPE: "repository" })).toEqual([]);
     expect(problems({ ...pool({ minIdle: 0 }), RUNNER_SCOPE: "repository" })).toEqual([]);
-    expect(problems(pool({ scope: "team:acme" }))).toEqual(['RUNNER_POOLS[0]["scope"] must be admin, org:<name>, user:<name> or repo:<owner>/<name> (pool "small")']);
+    expect(problems(pool({ scope: "team:acme" }))).toEqual([
+      'RUNNER_POOLS[0]["scope"] must be admin, org:<name>, user:<name> or repo:<owner>/<name> (pool "small")',
+    ]);
     expect(problems({ ...pool({ scope: "org:acme" }), GITEA_API_TOKEN: "", GITEA_RUNNER_REGISTRATION_TOKEN: "reg" })).toEqual([
       'RUNNER_POOLS: pool "small" has scope org:acme, whose registration token is fetched with GITEA_API_TOKEN, which is not set',
     ]);
@@ -188,8 +217,12 @@ describe("Gitea configuration", () => {
     expect(loadConfig({ ...base, QUOTAS: quotas }).quotas.owners.get("acme")).toEqual({ weight: 2 });
     expect(loadConfig(base).fairShare).toBe(true);
     expect(loadConfig({ ...base, FAIR_SHARE: "off" }).fairShare).toBe(false);
-    expect(problems({ ...base, FAIR_SHARE: "off", QUOTAS: quotas })).toEqual(["QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set"]);
-    expect(problems({ ...base, FAIR_SHARE: "on", QUOTAS: JSON.stringify({ owners: { acme: { weight: 0 } } }) })).toEqual(['QUOTAS["owners"]["acme"]["weight"] must be above 0']);
+    expect(problems({ ...base, FAIR_SHARE: "off", QUOTAS: quotas })).toEqual([
+      "QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set",
+    ]);
+    expect(problems({ ...base, FAIR_SHARE: "on", QUOTAS: JSON.stringify({ owners: { acme: { weight: 0 } } }) })).toEqual([
+      'QUOTAS["owners"]["acme"]["weight"] must be above 0',
+    ]);
     expect(problems({ ...base, FAIR_SHARE: "yes" })).toEqual(["FAIR_SHARE must be on or off"]);
   });
 
@@ -199,11 +232,21 @@ describe("Gitea configuration", () => {
       GITEA_WEBHOOK_SECRET: "",
       GITEA_API_TOKEN: "",
       RUNNER_IDENTITY_KEY: "c2hvcnQ=",
-      RUNS_ON_ROUTES: JSON.stringify([{ backend: "lambda", labels: [] }, { backend: "vm", labels: ["x"] }]),
+      RUNS_ON_ROUTES: JSON.stringify([
+        { backend: "lambda", labels: [] },
+        { backend: "vm", labels: ["x"] },
+      ]),
       GITEA_SCOPE: "team:x",
     });
     const text = found.join("\n");
-    for (const s of ["GITEA_WEBHOOK_SECRET", "GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN", "RUNNER_IDENTITY_KEY", 'RUNS_ON_ROUTES[0]["backend"]', 'RUNS_ON_ROUTES[0]["labels"]', "GITEA_SCOPE"]) {
+    for (const s of [
+      "GITEA_WEBHOOK_SECRET",
+      "GITEA_RUNNER_REGISTRATION_TOKEN or GITEA_API_TOKEN",
+      "RUNNER_IDENTITY_KEY",
+      'RUNS_ON_ROUTES[0]["backend"]',
+      'RUNS_ON_ROUTES[0]["labels"]',
+      "GITEA_SCOPE",
+    ]) {
       expect(text).toContain(s);
     }
     expect(text).not.toContain("c2hvcnQ=");
@@ -285,7 +328,9 @@ describe("Gitea client", () => {
 
   it("reports Gitea's refusals as errors with the status, never with a token", async () => {
     const cfg = loadConfig(giteaTestEnv("ws://x:1", "http://b", "https://git.example.com")).gitea!;
-    const client = createGiteaClient(cfg, 1_000, async () => Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 }));
+    const client = createGiteaClient(cfg, 1_000, async () =>
+      Response.json({ code: "not_found", message: "runner registration token not found" }, { status: 404 }),
+    );
     const err = await client.register({ name: "n", labels: [], version: "v" }).catch((e: Error) => e);
     expect(err).toMatchObject({ name: "GiteaError", status: 404 });
     expect(String((err as Error).message)).not.toContain("gitea-api-token");

@@ -15,7 +15,10 @@ const ISOLATES = 4;
 type Worker = Awaited<ReturnType<typeof startWorker>>;
 
 const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), inject("giteaUrl"), {
-  CAPACITY_POD: CAPACITY, GITEA_JOB_PAGES: 10, RECONCILE_BUDGET_MS: 4_000, ACK_WAIT_MS: 14_000,
+  CAPACITY_POD: CAPACITY,
+  GITEA_JOB_PAGES: 10,
+  RECONCILE_BUDGET_MS: 4_000,
+  ACK_WAIT_MS: 14_000,
 });
 // Each Worker's own URL: the runners it provisions claim and complete there.
 delete (env as Record<string, string | undefined>).PUBLIC_URL;
@@ -37,7 +40,11 @@ async function deliver(worker: Worker, job: number): Promise<number> {
   payload.workflow_job.id = job;
   const raw = JSON.stringify(payload);
   const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
-  const res = await fetch(`${worker.url}/v1/gitea/webhook`, { method: "POST", headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature }, body: raw });
+  const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature },
+    body: raw,
+  });
   await res.arrayBuffer();
   return res.status;
 }
@@ -61,12 +68,14 @@ describe(`${ISOLATES} isolates, one NATS`, () => {
     })();
     const statuses: number[] = [];
     let next = 0;
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      while (next < N) {
-        const i = next++;
-        statuses.push(await deliver(workers[i % ISOLATES]!, jobs[i]!));
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next < N) {
+          const i = next++;
+          statuses.push(await deliver(workers[i % ISOLATES]!, jobs[i]!));
+        }
+      }),
+    );
     const deadline = Date.now() + 200_000;
     let states: string[] = [];
     while (Date.now() < deadline) {

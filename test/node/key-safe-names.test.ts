@@ -19,7 +19,11 @@ const app = createApp({ dispatcher: (env) => createDispatcher({ config: loadConf
 
 const job = (repository: string, id = 1) => ({ id, runId: id, attempt: 1, repository });
 const post = (env: Record<string, string>, body: unknown) =>
-  app.request("/v1/assignments", { method: "POST", headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}`, "content-type": "application/json" }, body: JSON.stringify(body) }, env);
+  app.request(
+    "/v1/assignments",
+    { method: "POST", headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}`, "content-type": "application/json" }, body: JSON.stringify(body) },
+    env,
+  );
 
 const BAD = [
   ["a space", "Acme Corp/app"],
@@ -60,8 +64,24 @@ describe("repository names", () => {
   it("a Gitea webhook whose repository no Gitea names is a 400 naming repository.full_name", async () => {
     const env = giteaTestEnv(nats, backendUrl, "http://127.0.0.1:9");
     await provisionEnv(env);
-    const body = JSON.stringify({ action: "queued", workflow_job: { id: 5, run_id: 5, labels: ["ubuntu-latest"], status: "queued" }, repository: { full_name: "Acme Corp/app" } });
-    const res = await app.request("/v1/gitea/webhook", { method: "POST", headers: { "content-type": "application/json", "x-gitea-event": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body)) }, body }, env);
+    const body = JSON.stringify({
+      action: "queued",
+      workflow_job: { id: 5, run_id: 5, labels: ["ubuntu-latest"], status: "queued" },
+      repository: { full_name: "Acme Corp/app" },
+    });
+    const res = await app.request(
+      "/v1/gitea/webhook",
+      {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "x-gitea-event": "workflow_job",
+          "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body)),
+        },
+        body,
+      },
+      env,
+    );
     expect(res.status).toBe(400);
     expect(((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field)).toEqual(["repository.full_name"]);
     expect(await streamState(env)).toMatchObject({ messages: 0 });
@@ -69,7 +89,8 @@ describe("repository names", () => {
 });
 
 describe("one delivery's bad data fails that delivery alone", () => {
-  const publishRaw = (env: Record<string, string>, a: Assignment) => withNats(loadConfig(env), (h) => h.js.publish(assignmentSubject(loadConfig(env), "pod"), encodeAssignment(a)));
+  const publishRaw = (env: Record<string, string>, a: Assignment) =>
+    withNats(loadConfig(env), (h) => h.js.publish(assignmentSubject(loadConfig(env), "pod"), encodeAssignment(a)));
 
   it("a message of an older release with a name that cannot key is termed; the three beside it get their runners (QUOTAS set)", async () => {
     const env = testEnv(nats, backendUrl, { QUOTAS: JSON.stringify({ default: { owner: 10 } }) });
@@ -77,7 +98,9 @@ describe("one delivery's bad data fails that delivery alone", () => {
     const good = ["g-1", "g-2", "g-3"].map((id, i) => ({ ...assignment(id), job: job("acme/app", i + 1) }));
     // Straight into the stream, as a release that took any name published it.
     await publishRaw(env, good[0]!);
-    await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), new TextEncoder().encode(JSON.stringify({ ...assignment("bad-1"), job: job("Acme Corp/app", 9) }))));
+    await withNats(config, (h) =>
+      h.js.publish(assignmentSubject(config, "pod"), new TextEncoder().encode(JSON.stringify({ ...assignment("bad-1"), job: job("Acme Corp/app", 9) }))),
+    );
     for (const a of good.slice(1)) await publishRaw(env, a);
     const d = createDispatcher({ config, sink: quiet });
     const [summary] = await d.reconcile("test", 5_000);
@@ -93,7 +116,11 @@ describe("one delivery's bad data fails that delivery alone", () => {
     for (const [i, id] of ids.entries()) await publishRaw(env, { ...assignment(id), job: job("acme/app", i + 1) });
     const refusing = (state: State): State => ({
       ...state,
-      quotas: { ...state.quotas, take: async (owner, repository, id, limits) => (id === "q-2" ? Promise.reject(new Error("invalid key")) : state.quotas.take(owner, repository, id, limits)) },
+      quotas: {
+        ...state.quotas,
+        take: async (owner, repository, id, limits) =>
+          id === "q-2" ? Promise.reject(new Error("invalid key")) : state.quotas.take(owner, repository, id, limits),
+      },
     });
     const d = createDispatcher({ config, sink: quiet, decorateState: refusing });
     const [summary] = await d.reconcile("test", 5_000);

@@ -13,7 +13,16 @@ const request: RunnerRequest = {
   claimToken: "claim-token-secret",
   claimUrl: "https://d.example.org/v1/assignments/gitea-1187-1/claim",
   completeUrl: "https://d.example.org/v1/assignments/gitea-1187-1/complete",
-  runner: { WARNING: "w", id: 7, uuid: "uuid-7", name: "gdr-gitea-1187-1", token: "runner-token-secret", address: "https://g", labels: ["ubuntu-latest:docker://node:20"], ephemeral: true },
+  runner: {
+    WARNING: "w",
+    id: 7,
+    uuid: "uuid-7",
+    name: "gdr-gitea-1187-1",
+    token: "runner-token-secret",
+    address: "https://g",
+    labels: ["ubuntu-latest:docker://node:20"],
+    ephemeral: true,
+  },
 };
 const template = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
 
@@ -34,7 +43,10 @@ describe("pod manifest", () => {
     const text = JSON.stringify(pod);
     for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
     expect(pod).toMatchObject({
-      metadata: { name: "gdr-gitea-1187-1", labels: { "app.kubernetes.io/managed-by": "gitea-edge-dispatcher", "gitea-edge-dispatcher/assignment": "gitea-1187-1" } },
+      metadata: {
+        name: "gdr-gitea-1187-1",
+        labels: { "app.kubernetes.io/managed-by": "gitea-edge-dispatcher", "gitea-edge-dispatcher/assignment": "gitea-1187-1" },
+      },
       spec: { restartPolicy: "Never", automountServiceAccountToken: false, volumes: [{ name: "runner-identity", secret: { secretName: "gdr-gitea-1187-1" } }] },
     });
     const secret = runnerSecret(NAMES, request) as { stringData: Record<string, string> };
@@ -47,7 +59,14 @@ describe("pod manifest", () => {
     const runner = pod.spec.containers.find((c: { name: string }) => c.name === "runner");
     expect(pod.spec.containers).toHaveLength(1);
     expect(runner.image).toBe("img");
-    expect(runner.env.map((e: { name: string }) => e.name)).toEqual(["GDR_ASSIGNMENT_ID", "GDR_CLAIM_URL", "GDR_COMPLETE_URL", "DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"]);
+    expect(runner.env.map((e: { name: string }) => e.name)).toEqual([
+      "GDR_ASSIGNMENT_ID",
+      "GDR_CLAIM_URL",
+      "GDR_COMPLETE_URL",
+      "DOCKER_HOST",
+      "DOCKER_TLS_VERIFY",
+      "DOCKER_CERT_PATH",
+    ]);
     expect(runner.volumeMounts.map((v: { name: string }) => v.name)).toEqual(["runner-identity", "docker-certs"]);
     expect(runner.resources.limits.memory).toBe("4Gi");
     expect(pod.spec.initContainers[0]).toMatchObject({ name: "dind", restartPolicy: "Always", securityContext: { privileged: true } });
@@ -65,7 +84,10 @@ describe("pod manifest", () => {
 
 describe("kubevirt manifest", () => {
   it("boots the containerDisk with cloud-init from the Secret; the identity only in the Secret's user data", () => {
-    const vmi = vmiManifest(NAMES, request, { image: "registry.example.org/runner-vm:1", template: { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } } });
+    const vmi = vmiManifest(NAMES, request, {
+      image: "registry.example.org/runner-vm:1",
+      template: { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } },
+    });
     const text = JSON.stringify(vmi);
     for (const secret of ["runner-token-secret", "uuid-7", "claim-token-secret"]) expect(text).not.toContain(secret);
     expect(vmi).toMatchObject({
@@ -73,7 +95,10 @@ describe("kubevirt manifest", () => {
       kind: "VirtualMachineInstance",
       spec: {
         domain: { resources: { requests: { memory: "8Gi" } } },
-        volumes: [{ name: "containerdisk", containerDisk: { image: "registry.example.org/runner-vm:1" } }, { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name: "gdr-gitea-1187-1" } } }],
+        volumes: [
+          { name: "containerdisk", containerDisk: { image: "registry.example.org/runner-vm:1" } },
+          { name: "cloudinitdisk", cloudInitNoCloud: { secretRef: { name: "gdr-gitea-1187-1" } } },
+        ],
       },
     });
     const userData = cloudInit(request);

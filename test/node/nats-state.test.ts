@@ -116,7 +116,10 @@ describe("JetStream handoff against nats-server", () => {
 
   it("counts ids named after Object.prototype properties like any other id", async () => {
     const names = ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "__defineGetter__"];
-    const ids = fc.uniqueArray(fc.oneof(fc.constantFrom(...names.filter((n) => assignmentIdSchema.safeParse(n).success)), fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/)), { minLength: 1, maxLength: 12 });
+    const ids = fc.uniqueArray(
+      fc.oneof(fc.constantFrom(...names.filter((n) => assignmentIdSchema.safeParse(n).success)), fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/)),
+      { minLength: 1, maxLength: 12 },
+    );
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 0, max: 4 }), ids, ids, async (capacity, first, second) => {
         const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: capacity }));
@@ -139,7 +142,9 @@ describe("JetStream handoff against nats-server", () => {
     );
     // The case that was: two ordinary ids and two prototype names against capacity 2.
     const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
-    const admitted = await createDispatcher({ config, sink: silent }).withState(({ admission }) => admission.acquireMany("pod", ["a-1", "a-2", "constructor", "toString"]));
+    const admitted = await createDispatcher({ config, sink: silent }).withState(({ admission }) =>
+      admission.acquireMany("pod", ["a-1", "a-2", "constructor", "toString"]),
+    );
     expect([...admitted.admitted]).toEqual(["a-1", "a-2"]);
   });
 
@@ -184,7 +189,8 @@ describe("JetStream handoff against nats-server", () => {
     await d.withState(async ({ teardowns }) => {
       // Ids in the reverse order of their failures: the key order is not the age.
       const base = Date.parse("2026-12-03T10:00:00Z");
-      for (let i = 0; i < 25; i++) await teardowns.add({ id: `t-${String(i).padStart(2, "0")}`, backend: "pod", since: new Date(base - i * 60_000).toISOString() });
+      for (let i = 0; i < 25; i++)
+        await teardowns.add({ id: `t-${String(i).padStart(2, "0")}`, backend: "pod", since: new Date(base - i * 60_000).toISOString() });
       await teardowns.add({ id: "t-00", backend: "pod", since: new Date(base - 3_600_000).toISOString() });
       const first = await teardowns.list(TEARDOWNS_PER_TICK);
       expect(first.map((t) => t.id)).toEqual(Array.from({ length: TEARDOWNS_PER_TICK }, (_, i) => `t-${String(24 - i).padStart(2, "0")}`));
@@ -263,7 +269,9 @@ describe("JetStream handoff against nats-server", () => {
       const before = (await jsm.streams.names().next()).length;
       const err = await provision(h, config).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ReplicasUnavailable);
-      expect((err as Error).message).toMatch(/^JETSTREAM_REPLICAS=3 needs a NATS cluster with at least 3 JetStream servers, and the server refused \(.+\)\. Nothing was created or changed\./);
+      expect((err as Error).message).toMatch(
+        /^JETSTREAM_REPLICAS=3 needs a NATS cluster with at least 3 JetStream servers, and the server refused \(.+\)\. Nothing was created or changed\./,
+      );
       expect((await jsm.streams.names().next()).length).toBe(before);
       expect((await inspect(h, config)).problems).toEqual([
         expect.stringMatching(`stream ${config.stream} is missing`),
@@ -295,7 +303,12 @@ describe("JetStream handoff against nats-server", () => {
       expect(await inspect(h, config)).toMatchObject({ ok: true, problems: [] });
       const jsm = await jetstreamManager(h.nc);
       const consumer = await jsm.consumers.info(config.stream, consumerName("pod"));
-      expect(consumer.config).toMatchObject({ max_ack_pending: 3, max_deliver: 1000, ack_policy: "explicit", filter_subject: assignmentSubject(config, "pod") });
+      expect(consumer.config).toMatchObject({
+        max_ack_pending: 3,
+        max_deliver: 1000,
+        ack_policy: "explicit",
+        filter_subject: assignmentSubject(config, "pod"),
+      });
       const stream = await jsm.streams.info(config.stream);
       expect(stream.config).toMatchObject({ retention: "workqueue", storage: "file", subjects: [`${config.subjectBase}.*`] });
 

@@ -6,7 +6,11 @@ import { describe, expect, it } from "vitest";
 import { createApp } from "../../src/http/app.ts";
 import { openApiDocument } from "../../src/http/openapi.ts";
 
-type Doc = { openapi: string; paths: Record<string, Record<string, { security?: Record<string, string[]>[]; responses: Record<string, unknown> }>>; components: { securitySchemes: Record<string, unknown> } };
+type Doc = {
+  openapi: string;
+  paths: Record<string, Record<string, { security?: Record<string, string[]>[]; responses: Record<string, unknown> }>>;
+  components: { securitySchemes: Record<string, unknown> };
+};
 const doc = openApiDocument() as unknown as Doc;
 
 describe("OpenAPI document", () => {
@@ -23,14 +27,25 @@ describe("OpenAPI document", () => {
   });
 
   it("documents exactly the routes the app serves", () => {
-    const app = createApp({ dispatcher: () => { throw new Error("not called"); } });
+    const app = createApp({
+      dispatcher: () => {
+        throw new Error("not called");
+      },
+    });
     const served = new Set(app.routes.filter((r) => r.method !== "ALL").map((r) => `${r.method.toLowerCase()} ${r.path.replace(/:(\w+)/g, "{$1}")}`));
     const documented = new Set(Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m} ${path}`)));
     expect([...documented].sort()).toEqual([...served].sort());
   });
 
   it("names the auth schemes and lists each route's errors", () => {
-    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(["claimToken", "dispatchToken", "forgejoSignature", "giteaSignature", "metricsToken", "statusPassword"]);
+    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual([
+      "claimToken",
+      "dispatchToken",
+      "forgejoSignature",
+      "giteaSignature",
+      "metricsToken",
+      "statusPassword",
+    ]);
     const op = (path: string, method = "post") => doc.paths[path]![method]!;
     expect(op("/v1/assignments/{id}/claim").security).toEqual([{ claimToken: [] }]);
     expect(op("/v1/gitea/webhook").security).toEqual([{ giteaSignature: [] }]);

@@ -5,13 +5,22 @@ import { atQuotaLimit, ownerRows } from "../../src/observe/owners.ts";
 import { NO_QUOTAS, parseQuotas, type Quotas } from "../../src/quotas/config.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 
-const held = (...repos: (string | undefined)[]) => repos.map((repository, i) => ({ id: `j${i}`, state: "claimed", ...(repository ? { job: { repository } } : {}) }) as AssignmentRecord);
+const held = (...repos: (string | undefined)[]) =>
+  repos.map((repository, i) => ({ id: `j${i}`, state: "claimed", ...(repository ? { job: { repository } } : {}) }) as AssignmentRecord);
 const quotas = (json: unknown) => parseQuotas(JSON.stringify(json), [])!;
 const rowsOf = (h: AssignmentRecord[], waiting: Map<string, number>, q: Quotas, top: number) => ownerRows(h, waiting, atQuotaLimit(h, q), top);
 
 describe("owners", () => {
   it("the busiest by runners, then by waiting, then by name; the rest summed as other", () => {
-    const rows = rowsOf(held("a/x", "a/y", "b/x", "c/x", "d/x", undefined), new Map([["c/z", 4], ["e/x", 1]]), NO_QUOTAS, 3);
+    const rows = rowsOf(
+      held("a/x", "a/y", "b/x", "c/x", "d/x", undefined),
+      new Map([
+        ["c/z", 4],
+        ["e/x", 1],
+      ]),
+      NO_QUOTAS,
+      3,
+    );
     expect(rows).toEqual([
       { owner: "a", runners: 2, waitingForCapacity: 0, waitingForQuota: 0 },
       { owner: "c", runners: 1, waitingForCapacity: 4, waitingForQuota: 0 },
@@ -24,14 +33,26 @@ describe("owners", () => {
   });
 
   it("a Forgejo warm runner given a job counts to the job's owner, and to its QUOTAS limit", () => {
-    const given = { id: "w", state: "claimed", warm: true, bound: { job: 7, attempt: 1, handle: "h", repository: "Acme/x", at: "2026-12-01T10:00:00Z" } } as AssignmentRecord;
+    const given = {
+      id: "w",
+      state: "claimed",
+      warm: true,
+      bound: { job: 7, attempt: 1, handle: "h", repository: "Acme/x", at: "2026-12-01T10:00:00Z" },
+    } as AssignmentRecord;
     const h = [given, ...held("acme/y")];
-    expect(rowsOf(h, new Map([["acme/z", 1]]), quotas({ owners: { acme: { limit: 2 } } }), 10)).toEqual([{ owner: "acme", runners: 2, waitingForCapacity: 0, waitingForQuota: 1 }]);
+    expect(rowsOf(h, new Map([["acme/z", 1]]), quotas({ owners: { acme: { limit: 2 } } }), 10)).toEqual([
+      { owner: "acme", runners: 2, waitingForCapacity: 0, waitingForQuota: 1 },
+    ]);
   });
 
   it("a warm runner without a job counts under its pool, not as -; one given a job counts to the job's owner", () => {
     const idle = { id: "w1", state: "backend_ready", warm: true, placement: { pool: "small", backend: "pod" } } as AssignmentRecord;
-    const given = { ...idle, id: "w2", state: "claimed", bound: { job: 7, attempt: 1, handle: "h", repository: "acme/x", at: "2026-12-01T10:00:00Z" } } as AssignmentRecord;
+    const given = {
+      ...idle,
+      id: "w2",
+      state: "claimed",
+      bound: { job: 7, attempt: 1, handle: "h", repository: "acme/x", at: "2026-12-01T10:00:00Z" },
+    } as AssignmentRecord;
     expect(rowsOf([idle, given, ...held(undefined)], new Map(), NO_QUOTAS, 10).map((r) => [r.owner, r.runners])).toEqual([
       ["-", 1],
       ["acme", 1],
@@ -50,7 +71,11 @@ describe("owners", () => {
 
   it("waiting jobs count as quota_wait while their owner or repository is at its limit, capacity_wait one below", () => {
     const q = quotas({ owners: { acme: { limit: 2 } }, repositories: { "beta/x": { limit: 1 } } });
-    const waiting = new Map([["acme/x", 3], ["beta/x", 1], ["beta/y", 2]]);
+    const waiting = new Map([
+      ["acme/x", 3],
+      ["beta/x", 1],
+      ["beta/y", 2],
+    ]);
     expect(rowsOf(held("acme/x", "acme/y", "beta/x"), waiting, q, 10)).toEqual([
       { owner: "acme", runners: 2, waitingForCapacity: 0, waitingForQuota: 3 },
       { owner: "beta", runners: 1, waitingForCapacity: 2, waitingForQuota: 1 },

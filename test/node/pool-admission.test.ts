@@ -61,9 +61,15 @@ describe("admission with runner pools", () => {
   });
 
   it("spills to the next pool, on another backend, only when the first is full; exact under 20 concurrent callers", async () => {
-    const config = await setup([pool("pods", "pod", { maxRunners: 3 }), pool("vms", "vm", { maxRunners: 10, priority: 200 })], { CAPACITY_POD: 10, CAPACITY_VM: 4 });
+    const config = await setup([pool("pods", "pod", { maxRunners: 3 }), pool("vms", "vm", { maxRunners: 10, priority: 200 })], {
+      CAPACITY_POD: 10,
+      CAPACITY_VM: 4,
+    });
     const ids = Array.from({ length: 20 }, (_, i) => `job-${i}`);
-    const placed = await placeApart(config, ids, [{ backend: "pod", pool: "pods" }, { backend: "vm", pool: "vms" }]);
+    const placed = await placeApart(config, ids, [
+      { backend: "pod", pool: "pods" },
+      { backend: "vm", pool: "vms" },
+    ]);
     const where = [...placed.values()].map((p) => p.pool);
     expect(where.filter((p) => p === "pods")).toHaveLength(3);
     // The vm pool allows 10, CAPACITY_VM 4: the smaller holds.
@@ -72,13 +78,41 @@ describe("admission with runner pools", () => {
     // Asked again, an admitted id keeps its place; a refused one is still refused.
     await createDispatcher({ config, sink: silent }).withState(async ({ admission }) => {
       const inPods = [...placed].find(([, p]) => p.pool === "pods")![0];
-      const again = await admission.placeMany([{ id: inPods, places: [{ backend: "pod", pool: "pods" }, { backend: "vm", pool: "vms" }] }]);
+      const again = await admission.placeMany([
+        {
+          id: inPods,
+          places: [
+            { backend: "pod", pool: "pods" },
+            { backend: "vm", pool: "vms" },
+          ],
+        },
+      ]);
       expect(again.admitted.get(inPods)).toEqual({ backend: "pod", pool: "pods" });
       const refused = ids.find((id) => !placed.has(id))!;
-      expect((await admission.placeMany([{ id: refused, places: [{ backend: "pod", pool: "pods" }, { backend: "vm", pool: "vms" }] }])).admitted.size).toBe(0);
+      expect(
+        (
+          await admission.placeMany([
+            {
+              id: refused,
+              places: [
+                { backend: "pod", pool: "pods" },
+                { backend: "vm", pool: "vms" },
+              ],
+            },
+          ])
+        ).admitted.size,
+      ).toBe(0);
       // A release frees both slots: the refused one now gets the pod pool's, its first choice.
       expect(await admission.release({ backend: "pod", pool: "pods" }, inPods)).toBe(true);
-      const after = await admission.placeMany([{ id: refused, places: [{ backend: "pod", pool: "pods" }, { backend: "vm", pool: "vms" }] }]);
+      const after = await admission.placeMany([
+        {
+          id: refused,
+          places: [
+            { backend: "pod", pool: "pods" },
+            { backend: "vm", pool: "vms" },
+          ],
+        },
+      ]);
       expect(after.admitted.get(refused)).toEqual({ backend: "pod", pool: "pods" });
     });
   });

@@ -29,11 +29,22 @@ async function race(config: Config, n: number): Promise<string[]> {
 }
 
 const claimedNow = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date().toISOString() });
-const job = (id: string) => ({ version: 1 as const, id, backend: "pod" as const, workload: `gdr-${id}`, labels: ["ubuntu-latest"], createdAt: new Date().toISOString() });
+const job = (id: string) => ({
+  version: 1 as const,
+  id,
+  backend: "pod" as const,
+  workload: `gdr-${id}`,
+  labels: ["ubuntu-latest"],
+  createdAt: new Date().toISOString(),
+});
 
 describe("pool maintenance from many isolates at once", () => {
   it("fills to the target and never above; refills each vacancy once", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3, maxRunners: 5 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3, maxRunners: 5 }], {
+        CAPACITY_VM: 0,
+      }),
+    );
     const first = await race(config, 12);
     expect(first).toHaveLength(3);
     expect(await race(config, 12)).toEqual([]);
@@ -50,7 +61,9 @@ describe("pool maintenance from many isolates at once", () => {
   });
 
   it("a scale-down that moves a warm runner to a lower position leaves its old position empty", async () => {
-    const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3 }], { CAPACITY_VM: 0 });
+    const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3 }], {
+      CAPACITY_VM: 0,
+    });
     const config = await provisionEnv(env);
     await race(config, 1);
     const d = createDispatcher({ config, sink: silent });
@@ -68,17 +81,28 @@ describe("pool maintenance from many isolates at once", () => {
   });
 
   it("a job's runner made warm takes the position its settling vacated, not another one left empty", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }),
+    );
     const d = createDispatcher({ config, sink: silent });
     await race(config, 1);
     await d.withState(async (state) => {
       const [p0, p1] = (await state.warm.list()).get("small")!;
       // Position 0's runner took a job long ago (empty to any pass); position 1's just now, and
       // this settling vacates it.
-      const claimed = (ago: number) => (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - ago).toISOString() });
+      const claimed =
+        (ago: number) =>
+        (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - ago).toISOString() });
       await state.records.update(p0!.id, claimed(60_000));
       await state.records.update(p1!.id, claimed(0));
-      await state.records.offer({ version: 1, id: "gitea-77-1", backend: "pod", workload: "gdr-gitea-77-1", labels: ["ubuntu-latest"], createdAt: new Date().toISOString() });
+      await state.records.offer({
+        version: 1,
+        id: "gitea-77-1",
+        backend: "pod",
+        workload: "gdr-gitea-77-1",
+        labels: ["ubuntu-latest"],
+        createdAt: new Date().toISOString(),
+      });
       expect(await adoptWarm(d, state, "gitea-77-1", "small", new Set([p1!.id]))).toBe(true);
       const after = (await state.warm.list()).get("small")!;
       expect(after.find((p) => p.index === 1)?.id).toBe("gitea-77-1");
@@ -87,7 +111,9 @@ describe("pool maintenance from many isolates at once", () => {
   });
 
   it("a job's runner that took a job before it could be made warm leaves the position to the runner that vacated it", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }], { CAPACITY_VM: 0 }),
+    );
     const d = createDispatcher({ config, sink: silent });
     await race(config, 1);
     await d.withState(async (state) => {
@@ -102,7 +128,9 @@ describe("pool maintenance from many isolates at once", () => {
   });
 
   it("settling a warm runner's take follows the chain when the job's runner takes another job while it is being made warm", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }),
+    );
     await race(config, 1);
     const placed = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" } });
     const w = await createDispatcher({ config, sink: silent }).withState(async ({ records, warm }) => {
@@ -130,12 +158,22 @@ describe("pool maintenance from many isolates at once", () => {
       },
     });
     const events: { event: string; assignment: string }[] = [];
-    const d = createDispatcher({ config, sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) }, decorateState: racing });
+    const d = createDispatcher({
+      config,
+      sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(e) },
+      decorateState: racing,
+    });
     await settleTaken(d, { own: "gitea-1-1", by: w, warm: true, pool: "small" });
     expect(raced).toBe(true);
     // B's runner, made for a job A's runner ran, is the one kept warm, in W's position.
-    expect(events.filter((e) => e.event.startsWith("warm_") || e.event === "taken_by_other").map((e) => `${e.event} ${e.assignment}`)).toEqual(["warm_converted gitea-2-1"]);
-    const after = await createDispatcher({ config }).withState(async ({ records, warm }) => ({ positions: (await warm.list()).get("small"), a: await records.get("gitea-1-1"), b: await records.get("gitea-2-1") }));
+    expect(events.filter((e) => e.event.startsWith("warm_") || e.event === "taken_by_other").map((e) => `${e.event} ${e.assignment}`)).toEqual([
+      "warm_converted gitea-2-1",
+    ]);
+    const after = await createDispatcher({ config }).withState(async ({ records, warm }) => ({
+      positions: (await warm.list()).get("small"),
+      a: await records.get("gitea-1-1"),
+      b: await records.get("gitea-2-1"),
+    }));
     expect(after.positions?.map((p) => p.id)).toEqual(["gitea-2-1"]);
     expect(after.a).toMatchObject({ state: "claimed", took: "gitea-2-1" });
     expect(after.a?.warm).toBeUndefined();
@@ -143,22 +181,34 @@ describe("pool maintenance from many isolates at once", () => {
   });
 
   it("a job's runner that a warm runner's take made surplus, with its pool at its target, is torn down and deleted from Gitea too", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 0 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 0 }], { CAPACITY_VM: 0 }),
+    );
     const gitea = stubGitea();
     const deleted: number[] = [];
     gitea.deleteRunner = async (runner) => void deleted.push(runner.id);
     const d = createDispatcher({ config, sink: silent, gitea });
     await d.withState(async ({ records }) => {
       await records.offer(job("gitea-5-1"));
-      await records.update("gitea-5-1", (r) => ({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" }, runner: { id: 42, name: "gdr-gitea-5-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
+      await records.update("gitea-5-1", (r) => ({
+        ...r,
+        state: "backend_pending",
+        placement: { pool: "small", backend: "pod" },
+        runner: { id: 42, name: "gdr-gitea-5-1", registeredAt: new Date().toISOString(), sealed: "x" },
+      }));
     });
     await settleTaken(d, { own: "gitea-5-1", by: "warm-small-0-x", warm: true, pool: "small" });
-    expect(await d.withState(({ records }) => records.get("gitea-5-1"))).toMatchObject({ state: "terminated", reason: "its job ran on warm runner warm-small-0-x" });
+    expect(await d.withState(({ records }) => records.get("gitea-5-1"))).toMatchObject({
+      state: "terminated",
+      reason: "its job ran on warm runner warm-small-0-x",
+    });
     expect(deleted).toEqual([42]);
   });
 
   it("a claim that lands while a warm runner is being drained wins: the runner is neither ended nor torn down", async () => {
-    const config = await provisionEnv(poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }));
+    const config = await provisionEnv(
+      poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }),
+    );
     await race(config, 1);
     const gitea = stubGitea();
     const deleted: number[] = [];
@@ -166,7 +216,12 @@ describe("pool maintenance from many isolates at once", () => {
     const d = createDispatcher({ config, sink: silent, gitea });
     const w = await d.withState(async ({ records, warm }) => {
       const [p0] = (await warm.list()).get("small")!;
-      await records.update(p0!.id, (r) => ({ ...r, state: "backend_ready", readyAt: new Date().toISOString(), runner: { id: 7, name: "gdr-w", registeredAt: new Date().toISOString(), sealed: "x" } }));
+      await records.update(p0!.id, (r) => ({
+        ...r,
+        state: "backend_ready",
+        readyAt: new Date().toISOString(),
+        runner: { id: 7, name: "gdr-w", registeredAt: new Date().toISOString(), sealed: "x" },
+      }));
       return p0!.id;
     });
     // Gitea says it is idle, and its claim lands right after that answer.

@@ -12,7 +12,14 @@ import { poolsFor, routeJob } from "../../src/pools/route.ts";
 import { MAX_POOLS_PER_JOB } from "../../src/assignment.ts";
 import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
 
-const small = { name: "small", backend: "pod", labels: ["ubuntu-latest:docker://node:20", "small"], maxRunners: 10, minIdle: 2, schedule: [{ cron: "* 8-17 * * mon-fri", timeZone: "Europe/Berlin", minIdle: 4 }] };
+const small = {
+  name: "small",
+  backend: "pod",
+  labels: ["ubuntu-latest:docker://node:20", "small"],
+  maxRunners: 10,
+  minIdle: 2,
+  schedule: [{ cron: "* 8-17 * * mon-fri", timeZone: "Europe/Berlin", minIdle: 4 }],
+};
 const large = { name: "large", backend: "vm", labels: ["ubuntu-latest", "large"], priority: 200 };
 const parse = (value: unknown, routes?: Parameters<typeof parsePools>[1]) => {
   const problems: string[] = [];
@@ -37,34 +44,52 @@ describe("RUNNER_POOLS", () => {
       { ...large, name: "small", backend: "lambda", maxLifetimeMs: 60_000 },
     ]);
     expect(pools).toBeUndefined();
-    expect(problems).toEqual(expect.arrayContaining([
-      expect.stringMatching(/^RUNNER_POOLS\[0\]\["name"\] must be a DNS label/),
-      expect.stringMatching(/^RUNNER_POOLS\[0\] .*minIddle/),
-      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23 \(pool "small"\)$/),
-      expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["timeZone"\] must be an IANA time zone/),
-      expect.stringMatching(/^RUNNER_POOLS\[2\]\["backend"\]/),
-    ]));
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^RUNNER_POOLS\[0\]\["name"\] must be a DNS label/),
+        expect.stringMatching(/^RUNNER_POOLS\[0\] .*minIddle/),
+        expect.stringMatching(
+          /^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23 \(pool "small"\)$/,
+        ),
+        expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["timeZone"\] must be an IANA time zone/),
+        expect.stringMatching(/^RUNNER_POOLS\[2\]\["backend"\]/),
+      ]),
+    );
   });
 
   it("refuses near misses: a duplicate name, minIdle over the cap, a lifetime within the boot timeout", () => {
     expect(parse([small, { ...large, name: "small" }]).problems).toEqual(['RUNNER_POOLS[1]["name"] "small" is the name of pool 0 too (pool "small")']);
     expect(parse([{ ...small, minIdle: 11 }]).problems).toEqual(['RUNNER_POOLS[0]["minIdle"] must be at most maxRunners (10) (pool "small")']);
     expect(parse([{ ...small, minIdle: 10 }]).problems).toEqual([]);
-    expect(parse([{ ...small, schedule: [{ cron: "* * * * *", minIdle: 11 }] }]).problems).toEqual(['RUNNER_POOLS[0]["schedule"][0]["minIdle"] must be at most maxRunners (10) (pool "small")']);
-    expect(parse([{ ...large, bootTimeoutMs: 600_000, maxLifetimeMs: 600_000 }]).problems).toEqual(['RUNNER_POOLS[0]["maxLifetimeMs"] must be longer than bootTimeoutMs (600000) (pool "large")']);
+    expect(parse([{ ...small, schedule: [{ cron: "* * * * *", minIdle: 11 }] }]).problems).toEqual([
+      'RUNNER_POOLS[0]["schedule"][0]["minIdle"] must be at most maxRunners (10) (pool "small")',
+    ]);
+    expect(parse([{ ...large, bootTimeoutMs: 600_000, maxLifetimeMs: 600_000 }]).problems).toEqual([
+      'RUNNER_POOLS[0]["maxLifetimeMs"] must be longer than bootTimeoutMs (600000) (pool "large")',
+    ]);
     expect(parse([{ ...large, name: "constructor" }]).problems).toEqual([]);
-    expect(parse('[{"name":"a","backend":"pod","labels":["x"],"__proto__":{"minIdle":5}}]').problems).toEqual([expect.stringMatching(/^RUNNER_POOLS\[0\] .*__proto__/)]);
+    expect(parse('[{"name":"a","backend":"pod","labels":["x"],"__proto__":{"minIdle":5}}]').problems).toEqual([
+      expect.stringMatching(/^RUNNER_POOLS\[0\] .*__proto__/),
+    ]);
     expect(parse("[").problems).toEqual(["RUNNER_POOLS must be JSON"]);
     expect(parse([]).problems).toEqual(["RUNNER_POOLS must list at least one pool"]);
   });
 
   it("and RUNS_ON_ROUTES together are an error naming both; RUNS_ON_ROUTES alone is one pool per route", () => {
-    const routes = [{ backend: "pod" as const, labels: ["ubuntu-latest"] }, { backend: "vm" as const, labels: ["ubuntu-latest", "vm"] }];
-    expect(parse([small], JSON.stringify(routes)).problems).toEqual(["RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)"]);
+    const routes = [
+      { backend: "pod" as const, labels: ["ubuntu-latest"] },
+      { backend: "vm" as const, labels: ["ubuntu-latest", "vm"] },
+    ];
+    expect(parse([small], JSON.stringify(routes)).problems).toEqual([
+      "RUNNER_POOLS and RUNS_ON_ROUTES are both set: use RUNNER_POOLS alone (each route is a pool)",
+    ]);
     const { pools, problems } = parse("", JSON.stringify(routes));
     expect(problems).toEqual([]);
     expect(pools).toEqual(poolsOfRoutes(routes));
-    expect(pools?.map((p) => [p.name, p.backend, p.minIdle, p.maxRunners, p.priority])).toEqual([["route-0", "pod", 0, undefined, 0], ["route-1", "vm", 0, undefined, 1]]);
+    expect(pools?.map((p) => [p.name, p.backend, p.minIdle, p.maxRunners, p.priority])).toEqual([
+      ["route-0", "pod", 0, undefined, 0],
+      ["route-1", "vm", 0, undefined, 1],
+    ]);
   });
 });
 
@@ -81,7 +106,8 @@ describe("which pools can run a job", () => {
     expect(poolsFor(pools, [])).toEqual([]);
   });
   it("are at most 16 for a job that more can run, the first 16 in the order tried; 16 are all kept", () => {
-    const many = (n: number) => parse(Array.from({ length: n }, (_, i) => ({ name: `p${i}`, backend: "pod", labels: ["ubuntu-latest"], priority: 100 + (n - i) }))).pools!;
+    const many = (n: number) =>
+      parse(Array.from({ length: n }, (_, i) => ({ name: `p${i}`, backend: "pod", labels: ["ubuntu-latest"], priority: 100 + (n - i) }))).pools!;
     const routed = routeJob(many(20), ["ubuntu-latest"])!;
     expect(routed.pools).toEqual(Array.from({ length: 16 }, (_, i) => `p${19 - i}`));
     expect(routeJob(many(16), ["ubuntu-latest"])!.pools).toHaveLength(16);
@@ -151,11 +177,20 @@ describe("schedule windows", () => {
       ["* * * * funday", /^day of week: "funday"/],
       ["* * 0 * *", /^day of month: "0"/],
       ["1,,2 * * * *", /^minute: "" is not a value/],
-    ] as const) expect(() => parseCron(text), text).toThrow(message);
+    ] as const)
+      expect(() => parseCron(text), text).toThrow(message);
   });
 
   it("set the warm target: the first active window's, else the pool's own", () => {
-    const pool = parse([{ ...small, schedule: [{ cron: "* 8-17 * * 1-5", timeZone: "Europe/Berlin", minIdle: 4 }, { cron: "* * * * *", minIdle: 0 }] }]).pools![0]!;
+    const pool = parse([
+      {
+        ...small,
+        schedule: [
+          { cron: "* 8-17 * * 1-5", timeZone: "Europe/Berlin", minIdle: 4 },
+          { cron: "* * * * *", minIdle: 0 },
+        ],
+      },
+    ]).pools![0]!;
     expect(idleTarget(pool, at("2026-12-02T09:00:00Z"))).toBe(4);
     expect(idleTarget(pool, at("2026-12-02T20:00:00Z"))).toBe(0);
     expect(idleTarget({ ...pool, schedule: [] }, at("2026-12-02T20:00:00Z"))).toBe(2);
@@ -163,7 +198,14 @@ describe("schedule windows", () => {
 });
 
 describe("RUNNER_POOLS in the configuration", () => {
-  const k8s = { CAPACITY_VM: "10", POD_DRIVER: "kubernetes", VM_DRIVER: "kubevirt", K8S_API_URL: "https://k8s.example.org", K8S_TOKEN: "k8s-token", RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1" };
+  const k8s = {
+    CAPACITY_VM: "10",
+    POD_DRIVER: "kubernetes",
+    VM_DRIVER: "kubevirt",
+    K8S_API_URL: "https://k8s.example.org",
+    K8S_TOKEN: "k8s-token",
+    RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1",
+  };
   const env = (pools: unknown, extra: Record<string, unknown> = {}): Record<string, string> => {
     const { RUNS_ON_ROUTES: _routes, ...base } = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", { ...k8s, ...extra });
     return { ...base, RUNNER_POOLS: JSON.stringify(pools) };
@@ -176,11 +218,18 @@ describe("RUNNER_POOLS in the configuration", () => {
       return (err as ConfigError).problems;
     }
   };
-  const podTemplate = { spec: { nodeSelector: { "node.example.org/size": "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "2", memory: "4Gi" } } }] } };
+  const podTemplate = {
+    spec: { nodeSelector: { "node.example.org/size": "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "2", memory: "4Gi" } } }] },
+  };
   const vmTemplate = { spec: { domain: { cpu: { cores: 8 }, resources: { requests: { memory: "16Gi" } } } } };
 
   it("takes pools with their own Pod and VMI shapes; a job is routed to the pools that can run it", () => {
-    const config = loadConfig(env([{ ...small, template: podTemplate }, { ...large, template: vmTemplate }]));
+    const config = loadConfig(
+      env([
+        { ...small, template: podTemplate },
+        { ...large, template: vmTemplate },
+      ]),
+    );
     expect(config.pools.map((p) => p.name)).toEqual(["small", "large"]);
     const job = { id: 7, run_id: 3, labels: ["ubuntu-latest"] };
     expect(jobAssignment(config.pools, job, "acme/widgets")).toMatchObject({ backend: "pod", labels: small.labels, pools: ["small", "large"] });
@@ -216,7 +265,9 @@ describe("RUNNER_POOLS in the configuration", () => {
     ]);
     expect(problems(env([{ ...small, maxRunners: 20, schedule: [{ cron: "* * * * *", minIdle: 10 }] }, large], { CAPACITY_POD: "10" }))).toEqual([]);
     const { GITEA_URL: _g, ...noGitea } = env([small]);
-    expect(problems({ ...noGitea, POD_DRIVER: "http", VM_DRIVER: "http", CAPACITY_VM: "0" })).toEqual(["RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea"]);
+    expect(problems({ ...noGitea, POD_DRIVER: "http", VM_DRIVER: "http", CAPACITY_VM: "0" })).toEqual([
+      "RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea",
+    ]);
     const { RUNNER_POOLS: _p, ...neither } = env([small]);
     expect(problems(neither)).toEqual(["RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with GITEA_URL"]);
   });
@@ -228,7 +279,9 @@ describe("RUNNER_POOLS in the configuration", () => {
     const fields = async (body: object) => ((await publishAssignment(d, body).catch((e: unknown) => e)) as InvalidInput).fields;
     expect(await fields({ ...base, pools: ["small", "nope"] })).toEqual([{ field: "pools.1", message: "no pool nope is configured (RUNNER_POOLS)" }]);
     expect(await fields({ ...base, pools: ["large"] })).toEqual([{ field: "pools.0", message: "pool large runs on vm, not on the assignment's backend pod" }]);
-    expect(await fields({ ...base, pools: ["small"], warm: true })).toEqual([{ field: "warm", message: "is set by the dispatcher's own pool maintenance only" }]);
+    expect(await fields({ ...base, pools: ["small"], warm: true })).toEqual([
+      { field: "warm", message: "is set by the dispatcher's own pool maintenance only" },
+    ]);
     expect(await fields({ ...base, pools: ["Small"] })).toEqual([expect.objectContaining({ field: "pools.0" })]);
   });
 });

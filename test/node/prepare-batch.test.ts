@@ -13,9 +13,21 @@ import { memoryLedger } from "../harness/memory.ts";
 const TRUST = "dispatch.test";
 let seq = 0;
 const message = (id: string, repository: string): DeliveredMessage => {
-  const decoded = completeAssignment({ version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: ++seq, runId: 1, attempt: 1, repository } }, TRUST, new Date(0));
+  const decoded = completeAssignment(
+    { version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: ++seq, runId: 1, attempt: 1, repository } },
+    TRUST,
+    new Date(0),
+  );
   if (!decoded.ok) throw new Error("bad fixture");
-  return { data: encodeAssignment(decoded.assignment), seq, deliveryCount: 1, ack: () => undefined, ackAck: async () => undefined, nak: () => undefined, term: () => undefined };
+  return {
+    data: encodeAssignment(decoded.assignment),
+    seq,
+    deliveryCount: 1,
+    ack: () => undefined,
+    ackAck: async () => undefined,
+    nak: () => undefined,
+    term: () => undefined,
+  };
 };
 
 interface Options {
@@ -32,7 +44,8 @@ interface Options {
 function deps(opts: Options) {
   const asked: string[] = [];
   const records = new Map<string, AssignmentRecord>();
-  const record = (id: string, extra: Partial<AssignmentRecord> = {}) => ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
+  const record = (id: string, extra: Partial<AssignmentRecord> = {}) =>
+    ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
   for (const [id, r] of Object.entries(opts.known ?? {})) records.set(id, record(id, { tombstone: true, ...r }));
   const holders = Object.entries(opts.held ?? {}).flatMap(([repo, n]) => Array.from({ length: n }, (_, i) => `${repo}#${i}`));
   for (const h of holders) records.set(h, record(h, { state: "claimed", job: { repository: h.split("#")[0]! } }));
@@ -76,7 +89,7 @@ function deps(opts: Options) {
     },
   };
   // The holders' records are read by heldNow in one batch read.
-  d.records.getMany = (async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }])));
+  d.records.getMany = async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }]));
   return { deps: d as unknown as ProcessDeps, asked };
 }
 

@@ -31,13 +31,21 @@ const withLedger = <T>(config: Config, fn: (ledger: QuotaLedger) => Promise<T>, 
 describe("the quota ledger", () => {
   it("holds an owner's limit exactly when many take at once, and a repository's inside it", async () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
-    const takes = await Promise.all(Array.from({ length: 16 }, (_, i) => withLedger(config, (l) => l.take("acme", `acme/r${i % 2}`, `job-${i}`, { owner: 5, repository: 3 }))));
+    const takes = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => withLedger(config, (l) => l.take("acme", `acme/r${i % 2}`, `job-${i}`, { owner: 5, repository: 3 }))),
+    );
     // Never more than 5. Fewer is possible at once: a take refused by its repository holds the
     // owner's place for a moment before it gives it back. Refused ones taking again fill it.
     expect(takes.filter(Boolean).length).toBeLessThanOrEqual(5);
-    for (let i = 0; i < 16; i++) if (!takes[i]) takes[i] = await withLedger(config, (l) => l.take("acme", `acme/r${i % 2}`, `job-${i}`, { owner: 5, repository: 3 }));
+    for (let i = 0; i < 16; i++)
+      if (!takes[i]) takes[i] = await withLedger(config, (l) => l.take("acme", `acme/r${i % 2}`, `job-${i}`, { owner: 5, repository: 3 }));
     expect(takes.filter(Boolean)).toHaveLength(5);
-    expect(await withLedger(config, (l) => l.held(["acme", "other"]))).toEqual(new Map([["acme", 5], ["other", 0]]));
+    expect(await withLedger(config, (l) => l.held(["acme", "other"]))).toEqual(
+      new Map([
+        ["acme", 5],
+        ["other", 0],
+      ]),
+    );
     // A take again by a holder holds; a new one is refused.
     const holder = `job-${takes.indexOf(true)}`;
     expect(await withLedger(config, (l) => l.take("acme", `acme/r${Number(holder.slice(4)) % 2}`, holder, { owner: 5, repository: 3 }))).toBe(true);
@@ -73,10 +81,26 @@ describe("the quota ledger", () => {
   it("a place whose release was lost ends after its lease", async () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     let clock = Date.now();
-    await withLedger(config, (l) => l.take("acme", "acme/x", "lost", { owner: 1 }), () => clock);
-    expect(await withLedger(config, (l) => l.take("acme", "acme/x", "next", { owner: 1 }), () => clock + 59_999)).toBe(false);
+    await withLedger(
+      config,
+      (l) => l.take("acme", "acme/x", "lost", { owner: 1 }),
+      () => clock,
+    );
+    expect(
+      await withLedger(
+        config,
+        (l) => l.take("acme", "acme/x", "next", { owner: 1 }),
+        () => clock + 59_999,
+      ),
+    ).toBe(false);
     clock += 60_001;
-    expect(await withLedger(config, (l) => l.take("acme", "acme/x", "next", { owner: 1 }), () => clock)).toBe(true);
+    expect(
+      await withLedger(
+        config,
+        (l) => l.take("acme", "acme/x", "next", { owner: 1 }),
+        () => clock,
+      ),
+    ).toBe(true);
   });
 
   it("a job moved to another owner between attempts: each attempt holds, and gives back, its own owner's place", async () => {
@@ -90,7 +114,12 @@ describe("the quota ledger", () => {
       // Attempt 1 ends: its release names the repository it was admitted for (its placement).
       const admission = withQuotaRelease({ release: async () => true } as unknown as Admission, l);
       await admission.release({ backend: "pod", repository: "a/x" }, "gitea-7-1");
-      expect(await l.held(["a", "b"])).toEqual(new Map([["a", 0], ["b", 1]]));
+      expect(await l.held(["a", "b"])).toEqual(
+        new Map([
+          ["a", 0],
+          ["b", 1],
+        ]),
+      );
       expect(await takeQuota(l, rules, "gitea-8-1", "a/y")).toBe("taken");
       expect(await takeQuota(l, rules, "gitea-9-1", "b/z")).toBe("refused");
     });
@@ -114,11 +143,20 @@ describe("the quota ledger", () => {
     const env = testEnv(nats, backendUrl, { CAPACITY_POD: 1, QUOTAS: JSON.stringify({ default: { owner: 5, repository: 5 } }) });
     const config = await provisionEnv(env);
     const d = createDispatcher({ config, sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
-    for (const [i, id] of ["first", "second"].entries()) await publishAssignment(d, { ...assignment(id), job: { id: i + 1, runId: 1, attempt: 1, repository: "acme/app" } });
+    for (const [i, id] of ["first", "second"].entries())
+      await publishAssignment(d, { ...assignment(id), job: { id: i + 1, runId: 1, attempt: 1, repository: "acme/app" } });
     await d.reconcile("test", 3_000);
-    expect(await d.withState(async ({ records }) => [(await records.get("first"))?.state, (await records.get("second"))?.state])).toEqual(["backend_ready", "capacity_wait"]);
+    expect(await d.withState(async ({ records }) => [(await records.get("first"))?.state, (await records.get("second"))?.state])).toEqual([
+      "backend_ready",
+      "capacity_wait",
+    ]);
     // Only the job holding the slot holds a place: the refused one gave its owner's and repository's back.
     expect(await withLedger(config, (l) => l.held(["acme"]))).toEqual(new Map([["acme", 1]]));
-    expect(await withLedger(config, async (l) => [await l.take("acme", "acme/app", "x1", { repository: 2 }), await l.take("acme", "acme/app", "x2", { repository: 2 })])).toEqual([true, false]);
+    expect(
+      await withLedger(config, async (l) => [
+        await l.take("acme", "acme/app", "x1", { repository: 2 }),
+        await l.take("acme", "acme/app", "x2", { repository: 2 }),
+      ]),
+    ).toEqual([true, false]);
   });
 });

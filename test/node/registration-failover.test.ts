@@ -13,17 +13,19 @@ import { stubGitea } from "../harness/gitea-stub.ts";
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
 
 /** Record writes fail with a NATS error while `failing()` holds; reads keep working. */
-const failingWrites = (failing: () => boolean) => (state: State): State => {
-  const refuse = () => Promise.reject(new NatsUnavailable("records bucket: no leader"));
-  return {
-    ...state,
-    records: {
-      ...state.records,
-      update: (id, change) => (failing() ? refuse() : state.records.update(id, change)),
-      updateFrom: (known, change) => (failing() ? refuse() : state.records.updateFrom(known, change)),
-    },
+const failingWrites =
+  (failing: () => boolean) =>
+  (state: State): State => {
+    const refuse = () => Promise.reject(new NatsUnavailable("records bucket: no leader"));
+    return {
+      ...state,
+      records: {
+        ...state.records,
+        update: (id, change) => (failing() ? refuse() : state.records.update(id, change)),
+        updateFrom: (known, change) => (failing() ? refuse() : state.records.updateFrom(known, change)),
+      },
+    };
   };
-};
 
 async function setup(): Promise<{ config: Config; id: string }> {
   const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { RETRY_DELAY_MS: 30 });

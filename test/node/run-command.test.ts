@@ -28,7 +28,15 @@ it("./run start from a fresh clone with Node 20 on PATH provisions Node 22, inst
   // The machine's environment (its CA and registry settings among it) as a new shell has it: no
   // Node 22 on PATH, nothing this test run's npm or .ci/env.sh exported.
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(npm_|NODE_OPTIONS$|NATS_SERVER_BIN$|GDR_|VITEST|PATH$)/i.test(k)));
-  const env = { ...inherited, PATH: "/usr/bin:/bin", GDR_CACHE: cache, PORT: String(port), TICK_MS: "60000", DEV_VARS: "/nonexistent", ...(existsSync(realNats) ? {} : { NATS_SERVER_BIN: process.env.NATS_SERVER_BIN ?? "" }) };
+  const env = {
+    ...inherited,
+    PATH: "/usr/bin:/bin",
+    GDR_CACHE: cache,
+    PORT: String(port),
+    TICK_MS: "60000",
+    DEV_VARS: "/nonexistent",
+    ...(existsSync(realNats) ? {} : { NATS_SERVER_BIN: process.env.NATS_SERVER_BIN ?? "" }),
+  };
   const child = spawn("./run", ["start"], { cwd: clone, env: env as unknown as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "";
   child.stdout.on("data", (d) => (out += d));
@@ -57,6 +65,9 @@ it("./run start from a fresh clone with Node 20 on PATH provisions Node 22, inst
     while (child.exitCode === null && child.signalCode === null && Date.now() < stopBy) await new Promise((r) => setTimeout(r, 200));
   }
   expect(child.exitCode !== null || child.signalCode !== null).toBe(true);
-  const stillServing = await fetch(`http://127.0.0.1:${port}/healthz`).then(() => true, () => false);
+  const stillServing = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+    () => true,
+    () => false,
+  );
   expect(stillServing).toBe(false);
 });

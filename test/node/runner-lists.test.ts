@@ -23,7 +23,10 @@ const others = (from: number, n: number) => Array.from({ length: n }, (_, i) => 
 
 describe("Gitea: a warm runner the list does not show", () => {
   async function warmRunner(pages: { id: number; name: string }[][], seen: () => boolean, jobPages = 5) {
-    const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0, GITEA_JOB_PAGES: jobPages });
+    const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], {
+      CAPACITY_VM: 0,
+      GITEA_JOB_PAGES: jobPages,
+    });
     await provisionEnv(env);
     const gitea = stubGitea();
     const asked: number[] = [];
@@ -36,7 +39,13 @@ describe("Gitea: a warm runner the list does not show", () => {
     const w = await d.withState(async (state) => {
       await maintainPools(d, state);
       const [p0] = (await state.warm.list()).get("small")!;
-      await state.records.update(p0!.id, (r) => ({ ...r, warm: true, state: "backend_ready", readyAt: longAgo(), runner: { id: 77, name: `gdr-${p0!.id}`, registeredAt: longAgo(), sealed: "x" } }));
+      await state.records.update(p0!.id, (r) => ({
+        ...r,
+        warm: true,
+        state: "backend_ready",
+        readyAt: longAgo(),
+        runner: { id: 77, name: `gdr-${p0!.id}`, registeredAt: longAgo(), sealed: "x" },
+      }));
       return p0!.id;
     });
     const ended = await d.withState((state) => endGhosts(d, state));
@@ -70,7 +79,12 @@ describe("Forgejo: a runner an assignment waits on that the list does not show",
     const summary = await d.withState(async (state) => {
       await state.records.offer(assignment("forgejo-5-1"));
       expect(await state.admission.acquire("pod", "forgejo-5-1")).toBe(true);
-      await state.records.update("forgejo-5-1", (r) => ({ ...r, state: "backend_ready", readyAt: longAgo(), runner: { id: 5, name: "gdr-forgejo-5-1", registeredAt: longAgo(), sealed: "x" } }));
+      await state.records.update("forgejo-5-1", (r) => ({
+        ...r,
+        state: "backend_ready",
+        readyAt: longAgo(),
+        runner: { id: 5, name: "gdr-forgejo-5-1", registeredAt: longAgo(), sealed: "x" },
+      }));
       return cleanForgejoRunners(d, client, config.forgejo!, state);
     });
     return { forgotten: summary.forgotten, asked, runner: (await d.withState(({ records }) => records.get("forgejo-5-1")))?.runner?.id ?? null };

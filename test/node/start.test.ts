@@ -48,7 +48,10 @@ const portOpen = (port: number) =>
   });
 
 async function startNpm(port: number, extra: Record<string, string> = {}): Promise<{ npm: ChildProcess; output: () => string }> {
-  const npm = spawn("npm", ["start"], { env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent", ...extra }, stdio: ["ignore", "pipe", "pipe"] });
+  const npm = spawn("npm", ["start"], {
+    env: { ...process.env, PORT: String(port), TICK_MS: "60000", DISPATCH_TOKEN: TOKEN, DEV_VARS: "/nonexistent", ...extra },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   npm.stdout.on("data", (d) => (out += d));
   npm.stderr.on("data", (d) => (out += d));
@@ -64,37 +67,44 @@ describe("npm start", () => {
   for (const target of ["npm", "start.mjs"] as const) {
     // One run with EAGER_RECONCILE=false, one without: the variable reaches the Worker.
     const eager = target === "start.mjs";
-    it(`stops everything it started and frees the port on SIGTERM to ${target}; no secret on a command line; EAGER_RECONCILE=${eager} is passed on`, { timeout: 150_000 }, async () => {
-      const port = await freePort();
-      const { npm, output } = await startNpm(port, eager ? {} : { EAGER_RECONCILE: "false", NATS_GATEWAY: "off" });
-      const tree = descendants(npm.pid!);
-      expect(tree.some((p) => cmdline(p).includes("workerd"))).toBe(true);
-      expect(tree.some((p) => cmdline(p).includes("nats-server"))).toBe(true);
-      // The token is printed for the user to copy, but no process shows it to `ps`.
-      expect(output()).toContain(TOKEN);
-      expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(TOKEN))).toEqual([]);
-      expect(await portOpen(port)).toBe(true);
-      // It prints the status page's URL and password, and they open the page.
-      const printed = /Status page: (http:\S+\/status) +\(any user name, password: (\S+)\)/.exec(output());
-      expect(printed?.[1]).toBe(`http://127.0.0.1:${port}/status`);
-      expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(printed![2]!))).toEqual([]);
-      const page = await fetch(printed![1]!, { headers: { authorization: `Basic ${btoa(`me:${printed![2]}`)}` } });
-      expect(page.status).toBe(200);
-      expect(await page.text()).toContain("slots used");
-      // No cron tick for a minute: only an eager pass provisions an assignment now.
-      const api = (path: string, init: RequestInit = {}) => fetch(`http://127.0.0.1:${port}${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } });
-      expect((await api("/v1/assignments", { method: "POST", body: JSON.stringify({ version: 1, id: "start-1", backend: "pod", labels: ["x"] }) })).status).toBe(202);
-      await new Promise((r) => setTimeout(r, 4_000));
-      const { state } = (await (await api("/v1/assignments/start-1")).json()) as { state: string };
-      if (eager) expect(["backend_pending", "backend_ready", "claimed", "completed"]).toContain(state);
-      else expect(state).toBe("received");
+    it(
+      `stops everything it started and frees the port on SIGTERM to ${target}; no secret on a command line; EAGER_RECONCILE=${eager} is passed on`,
+      { timeout: 150_000 },
+      async () => {
+        const port = await freePort();
+        const { npm, output } = await startNpm(port, eager ? {} : { EAGER_RECONCILE: "false", NATS_GATEWAY: "off" });
+        const tree = descendants(npm.pid!);
+        expect(tree.some((p) => cmdline(p).includes("workerd"))).toBe(true);
+        expect(tree.some((p) => cmdline(p).includes("nats-server"))).toBe(true);
+        // The token is printed for the user to copy, but no process shows it to `ps`.
+        expect(output()).toContain(TOKEN);
+        expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(TOKEN))).toEqual([]);
+        expect(await portOpen(port)).toBe(true);
+        // It prints the status page's URL and password, and they open the page.
+        const printed = /Status page: (http:\S+\/status) +\(any user name, password: (\S+)\)/.exec(output());
+        expect(printed?.[1]).toBe(`http://127.0.0.1:${port}/status`);
+        expect([npm.pid!, ...tree].filter((p) => cmdline(p).includes(printed![2]!))).toEqual([]);
+        const page = await fetch(printed![1]!, { headers: { authorization: `Basic ${btoa(`me:${printed![2]}`)}` } });
+        expect(page.status).toBe(200);
+        expect(await page.text()).toContain("slots used");
+        // No cron tick for a minute: only an eager pass provisions an assignment now.
+        const api = (path: string, init: RequestInit = {}) =>
+          fetch(`http://127.0.0.1:${port}${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } });
+        expect(
+          (await api("/v1/assignments", { method: "POST", body: JSON.stringify({ version: 1, id: "start-1", backend: "pod", labels: ["x"] }) })).status,
+        ).toBe(202);
+        await new Promise((r) => setTimeout(r, 4_000));
+        const { state } = (await (await api("/v1/assignments/start-1")).json()) as { state: string };
+        if (eager) expect(["backend_pending", "backend_ready", "claimed", "completed"]).toContain(state);
+        else expect(state).toBe("received");
 
-      const victim = target === "npm" ? npm.pid! : tree.find((p) => cmdline(p).includes("scripts/start.mjs"))!;
-      process.kill(victim, "SIGTERM");
-      const deadline = Date.now() + 30_000;
-      while ([npm.pid!, ...tree].some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-      expect([npm.pid!, ...tree].filter(alive).map((p) => `${p} ${cmdline(p).slice(0, 80)}`)).toEqual([]);
-      expect(await portOpen(port)).toBe(false);
-    });
+        const victim = target === "npm" ? npm.pid! : tree.find((p) => cmdline(p).includes("scripts/start.mjs"))!;
+        process.kill(victim, "SIGTERM");
+        const deadline = Date.now() + 30_000;
+        while ([npm.pid!, ...tree].some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+        expect([npm.pid!, ...tree].filter(alive).map((p) => `${p} ${cmdline(p).slice(0, 80)}`)).toEqual([]);
+        expect(await portOpen(port)).toBe(false);
+      },
+    );
   }
 });

@@ -21,7 +21,18 @@ beforeAll(async () => {
   [worker, browser] = await Promise.all([
     startWorker(env),
     // As root in a closed network: no sandbox, and none of Chromium's own background connections.
-    chromium.launch({ executablePath, args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"] }),
+    chromium.launch({
+      executablePath,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
+    }),
   ]);
 }, 120_000);
 afterAll(async () => {
@@ -37,12 +48,23 @@ const post = (id: string, name: string) =>
   });
 
 it("shows the numbers per backend and the recent assignments, in a real browser", { timeout: 120_000 }, async () => {
-  for (const [id, name] of [["sp-1", "build"], ["sp-2", "test"], ["sp-3", "lint"], ["sp-4", "docs"]]) expect((await post(id!, name!)).status).toBe(202);
+  for (const [id, name] of [
+    ["sp-1", "build"],
+    ["sp-2", "test"],
+    ["sp-3", "lint"],
+    ["sp-4", "docs"],
+  ])
+    expect((await post(id!, name!)).status).toBe(202);
   // A cron pass hands out two (MaxAckPending = capacity 2) and provisions both; sp-1 claims; the
   // next pass acks it and hands out sp-3, which finds no slot and waits its turn in the wait set
   // (fair share), and so does sp-4 behind it; sp-2 is held for its claim.
   await worker.tick();
-  const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, { method: "POST", headers: { authorization: `Bearer ${await currentClaimToken((path) => fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}` } }), "sp-1")}` } });
+  const claim = await fetch(`${worker.url}/v1/assignments/sp-1/claim`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${await currentClaimToken((path) => fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${TEST_SECRETS.DISPATCH_TOKEN}` } }), "sp-1")}`,
+    },
+  });
   expect(claim.status).toBe(200);
   await worker.tick();
 
@@ -56,7 +78,13 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
   await page.screenshot({ path: "test-results/status-page.png", fullPage: true });
 
   expect(backend).toContain("2 of 2 slots used, 0 free");
-  const counts = Object.fromEntries(backend.split("\n").map((l) => /^(.+?)\t(\d+)$/.exec(l)).filter((m) => m).map((m) => [m![1], Number(m![2])]));
+  const counts = Object.fromEntries(
+    backend
+      .split("\n")
+      .map((l) => /^(.+?)\t(\d+)$/.exec(l))
+      .filter((m) => m)
+      .map((m) => [m![1], Number(m![2])]),
+  );
   // Fair share (the default): sp-3 finds no slot and goes into the wait set, and the pass pulls on
   // past MaxAckPending: sp-4, behind it, waits there too.
   expect(counts).toEqual({
@@ -105,7 +133,11 @@ it("long names wrap or are cut with the whole name in a title, and bidi controls
   const long = "x".repeat(256);
   // U+202E (right-to-left override) would show "build-exe.txt" for what is "build-txt.exe".
   const tricky = "build-\u202Etxt.exe\u202C-\u2067x\u2069";
-  for (const [id, name] of [["sp-long", long], ["sp-bidi", tricky]]) expect((await post(id!, name!)).status).toBe(202);
+  for (const [id, name] of [
+    ["sp-long", long],
+    ["sp-bidi", tricky],
+  ])
+    expect((await post(id!, name!)).status).toBe(202);
   const context = await browser.newContext({ httpCredentials: { username: "ops", password: STATUS_TOKEN }, viewport: { width: 1100, height: 900 } });
   const page = await context.newPage();
   expect((await page.goto(`${worker.url}/status`))?.status()).toBe(200);

@@ -10,20 +10,41 @@ import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
 
 const T = "2026-12-03T10:00:00Z";
-const rec = (over: Partial<AssignmentRecord>) => ({ id: "x", backend: "pod", state: "terminated", createdAt: T, receivedAt: T, updatedAt: T, contentHash: "", ...over }) as AssignmentRecord;
+const rec = (over: Partial<AssignmentRecord>) =>
+  ({ id: "x", backend: "pod", state: "terminated", createdAt: T, receivedAt: T, updatedAt: T, contentHash: "", ...over }) as AssignmentRecord;
 
 describe("recent assignments", () => {
   it("a job a warm runner ran reads 'ran on warm runner <id>', not terminated; a warm runner reads as one, with the job it ran or was given", async () => {
     const ran = recentView(rec({ id: "gitea-5-1", job: { repository: "acme/app" }, reason: "its job ran on warm runner warm-small-0-abc" }), Date.parse(T));
     expect(ran.note).toBe("ran on warm runner warm-small-0-abc");
-    const warm = recentView(rec({ id: "warm-small-0-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, took: "gitea-5-1" }), Date.parse(T));
+    const warm = recentView(
+      rec({ id: "warm-small-0-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, took: "gitea-5-1" }),
+      Date.parse(T),
+    );
     expect(warm).toMatchObject({ note: "warm runner of pool small, ran gitea-5-1", repository: null });
-    const given = recentView(rec({ id: "warm-small-1-abc", state: "claimed", warm: true, placement: { pool: "small", backend: "pod" }, bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: T } }), Date.parse(T));
+    const given = recentView(
+      rec({
+        id: "warm-small-1-abc",
+        state: "claimed",
+        warm: true,
+        placement: { pool: "small", backend: "pod" },
+        bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: T },
+      }),
+      Date.parse(T),
+    );
     expect(given).toMatchObject({ note: "warm runner of pool small, given job 7", repository: "id-2/id-7" });
     // Near miss: a job cancelled in Gitea is what its state says.
     expect(recentView(rec({ id: "gitea-6-1", job: { repository: "acme/app" }, reason: "cancelled" }), Date.parse(T)).note).toBeNull();
 
-    const page: string = await renderStatusPage({ at: T, problems: [], recent: [ran, warm], backends: [], pools: [], owners: [], stream: { messages: 0, published: 0, acked: 0 } } as Status);
+    const page: string = await renderStatusPage({
+      at: T,
+      problems: [],
+      recent: [ran, warm],
+      backends: [],
+      pools: [],
+      owners: [],
+      stream: { messages: 0, published: 0, acked: 0 },
+    } as Status);
     const row = (id: string) => page.split("<tr>").find((r) => r.startsWith(`<td class="t">${id}</td>`))!;
     expect(row("gitea-5-1")).toContain("ran on warm runner warm-small-0-abc");
     expect(row("gitea-5-1")).not.toContain("terminated");

@@ -21,7 +21,16 @@ const request = (id: string): RunnerRequest => ({
   claimToken: "claim-token",
   claimUrl: `https://d.example.org/v1/assignments/${id}/claim`,
   completeUrl: `https://d.example.org/v1/assignments/${id}/complete`,
-  runner: { WARNING: "w", id: 7, uuid: "uuid-7", name: `gdr-${id}`, token: "runner-token", address: "https://g", labels: ["ubuntu-latest:docker://node:20"], ephemeral: true },
+  runner: {
+    WARNING: "w",
+    id: 7,
+    uuid: "uuid-7",
+    name: `gdr-${id}`,
+    token: "runner-token",
+    address: "https://g",
+    labels: ["ubuntu-latest:docker://node:20"],
+    ephemeral: true,
+  },
 });
 const dind = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
 
@@ -44,13 +53,21 @@ describe("manifests against the upstream schemas", () => {
       const template = { spec: { domain: { resources: { requests: { memory: "8Gi" } } } } };
       expect(errorsOf(vmi, vmiManifest(names, r, { image: "registry.example.org/runner-vm:1", template }))).toEqual([]);
       // A pool's template goes over the backend's own, and the workload carries the pool's label.
-      const small = { ...r, pool: { name: "small", template: { spec: { nodeSelector: { size: "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "1" } } }] } } } };
-      const made = podManifest(names, small, { image: DEFAULT_RUNNER_IMAGE, template: dind }) as { metadata: { labels: Record<string, string> }; spec: { nodeSelector: object; containers: { name: string; resources?: object; securityContext?: object }[] } };
+      const small = {
+        ...r,
+        pool: { name: "small", template: { spec: { nodeSelector: { size: "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "1" } } }] } } },
+      };
+      const made = podManifest(names, small, { image: DEFAULT_RUNNER_IMAGE, template: dind }) as {
+        metadata: { labels: Record<string, string> };
+        spec: { nodeSelector: object; containers: { name: string; resources?: object; securityContext?: object }[] };
+      };
       expect(errorsOf(pod, made)).toEqual([]);
       expect(made.metadata.labels["gitea-edge-dispatcher/pool"]).toBe("small");
       expect(made.spec.nodeSelector).toEqual({ "kubernetes.io/os": "linux", size: "small" });
       expect(made.spec.containers.find((c) => c.name === "runner")?.resources).toMatchObject({ limits: { cpu: "1" } });
-      const big = vmiManifest(names, { ...r, pool: { name: "large", template: { spec: { domain: { cpu: { cores: 16 } } } } } }, { image: "i", template }) as { spec: { domain: { cpu: object; resources: object } } };
+      const big = vmiManifest(names, { ...r, pool: { name: "large", template: { spec: { domain: { cpu: { cores: 16 } } } } } }, { image: "i", template }) as {
+        spec: { domain: { cpu: object; resources: object } };
+      };
       expect(errorsOf(vmi, big)).toEqual([]);
       expect(big.spec.domain).toMatchObject({ cpu: { cores: 16 }, resources: { requests: { memory: "8Gi" } } });
     });
@@ -83,7 +100,9 @@ describe("the Worker's own schema check (schema-check.ts) agrees with ajv", () =
   });
   it("the near misses are refused, naming the field", async () => {
     const { checkPod, checkVmi } = await import("../../src/backends/kubernetes/schema-check.ts");
-    expect(checkPod(spec({ containers: [{ name: "c", imagePullPolicyy: "Always" }] }))).toEqual(["spec.containers[0].imagePullPolicyy is not a field of this object"]);
+    expect(checkPod(spec({ containers: [{ name: "c", imagePullPolicyy: "Always" }] }))).toEqual([
+      "spec.containers[0].imagePullPolicyy is not a field of this object",
+    ]);
     expect(checkPod(spec({ activeDeadlineSeconds: "60" }))).toEqual(["spec.activeDeadlineSeconds must be integer"]);
     expect(checkPod(spec({ constructor: {} }))).toEqual(["spec.constructor is not a field of this object"]);
     expect(checkVmi({ apiVersion: "kubevirt.io/v1", kind: "VirtualMachineInstance", metadata: { name: "x" } })).toEqual(["spec is required"]);
@@ -106,7 +125,11 @@ describe("Gitea REST calls against Gitea's own API description", () => {
     }) as typeof fetch;
     const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com" }).gitea!;
     const client = createGiteaClient(cfg, 1_000, fakeFetch);
-    expect([await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 })]).toEqual([false, false, true]);
+    expect([await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 }), await client.disableRunner({ id: 12 })]).toEqual([
+      false,
+      false,
+      true,
+    ]);
     expect(calls[0]).toBe('PATCH /api/v1/admin/actions/runners/12 {"disabled":true}');
     const operation = (doc: { paths: Record<string, Record<string, unknown>> }, method: string, path: string) =>
       Object.entries(doc.paths).some(([template, ops]) => new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path) && method.toLowerCase() in ops);
@@ -130,7 +153,11 @@ describe("Gitea REST calls against Gitea's own API description", () => {
       return Response.json({ total_count: 0, runners: [] });
     }) as typeof fetch;
     for (const scope of ["admin", "org:acme", "repo:acme/widgets"]) {
-      const cfg = loadConfig({ ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"), GITEA_URL: "https://git.example.com", GITEA_SCOPE: scope }).gitea!;
+      const cfg = loadConfig({
+        ...giteaTestEnv("ws://x:1", "http://b", "https://git.example.com"),
+        GITEA_URL: "https://git.example.com",
+        GITEA_SCOPE: scope,
+      }).gitea!;
       const client = createGiteaClient(cfg, 1_000, fakeFetch);
       await client.registrationToken();
       await client.listQueuedJobs(1, 50);

@@ -5,7 +5,8 @@ import type { AssignmentRecord } from "../../src/state/records.ts";
 
 const T0 = Date.parse("2026-12-01T10:00:00Z");
 const at = (s: number) => new Date(T0 + s * 1_000).toISOString();
-const rec = (id: string, over: Partial<AssignmentRecord>) => ({ id, backend: "pod", state: "completed", createdAt: at(0), receivedAt: at(0), updatedAt: at(0), contentHash: "", ...over }) as AssignmentRecord;
+const rec = (id: string, over: Partial<AssignmentRecord>) =>
+  ({ id, backend: "pod", state: "completed", createdAt: at(0), receivedAt: at(0), updatedAt: at(0), contentHash: "", ...over }) as AssignmentRecord;
 
 describe("usage", () => {
   it("counts runner seconds from asked to end, queued to running from the job's queued; a runner that ran another's job counts to that job", () => {
@@ -28,7 +29,14 @@ describe("usage", () => {
 
   it("a Forgejo warm runner given a job counts that job, and its runner time, to the job's repository; one given none counts to -", () => {
     const records = [
-      rec("w1", { warm: true, createdAt: at(-300), askedAt: at(-300), claimedAt: at(20), completedAt: at(80), bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: at(20) } }),
+      rec("w1", {
+        warm: true,
+        createdAt: at(-300),
+        askedAt: at(-300),
+        claimedAt: at(20),
+        completedAt: at(80),
+        bound: { job: 7, attempt: 1, handle: "h", repository: "id-2/id-7", at: at(20) },
+      }),
       rec("w2", { warm: true, createdAt: at(0), askedAt: at(0), terminatedAt: at(30), state: "terminated" }),
       // The own assignment of job 7, ended when its job moved to w1: not a second job.
       rec("forgejo-7-1", { createdAt: at(10), terminatedAt: at(20), state: "terminated", job: { repository: "id-2/id-7" }, movedTo: "w1" }),
@@ -43,7 +51,9 @@ describe("usage", () => {
 
   it("a live runner counts until now; jobs with no repository count to -", () => {
     const u = summarizeUsage([rec("x", { state: "claimed", askedAt: at(0), claimedAt: at(1), job: { repository: "nope" } })], T0, T0 + 60_000, T0 + 30_000);
-    expect(u.owners).toEqual([expect.objectContaining({ owner: "-", jobs: 1, runnerSeconds: 30, repositories: [expect.objectContaining({ repository: "-/-" })] })]);
+    expect(u.owners).toEqual([
+      expect.objectContaining({ owner: "-", jobs: 1, runnerSeconds: 30, repositories: [expect.objectContaining({ repository: "-/-" })] }),
+    ]);
   });
 
   it("windows: defaults, RFC 3339 only, since before until, within the records kept", () => {
@@ -53,7 +63,9 @@ describe("usage", () => {
     expect(usageWindow({ since: "2026-12-01T09:00:00+01:00" }, now, kept)).toEqual({ since: T0 - 7_200_000, until: now });
     expect(usageWindow({ since: "2026-12-01" }, now, kept)).toEqual([{ field: "since", message: expect.stringContaining("RFC 3339") }]);
     expect(usageWindow({ since: at(0), until: at(0) }, now, kept)).toEqual([{ field: "since", message: "must be before until" }]);
-    expect(usageWindow({ since: new Date(now - kept - 1).toISOString() }, now, kept)).toEqual([{ field: "since", message: expect.stringContaining("records are kept") }]);
+    expect(usageWindow({ since: new Date(now - kept - 1).toISOString() }, now, kept)).toEqual([
+      { field: "since", message: expect.stringContaining("records are kept") },
+    ]);
     expect(usageWindow({ since: new Date(now - kept).toISOString() }, now, kept)).toEqual({ since: now - kept, until: now });
   });
 });

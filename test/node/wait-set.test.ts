@@ -18,13 +18,24 @@ describe("the wait set", () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
       expect(await waiting.any("pod")).toBe(false);
-      for (const [id, repo] of [["a1", "a/mono"], ["a2", "a/mono"], ["b1", "b/fix"], ["c1", "constructor/app.v2"], ["a3", "a/mono"]] as const) await waiting.add("pod", entry(id, repo), "inc");
+      for (const [id, repo] of [
+        ["a1", "a/mono"],
+        ["a2", "a/mono"],
+        ["b1", "b/fix"],
+        ["c1", "constructor/app.v2"],
+        ["a3", "a/mono"],
+      ] as const)
+        await waiting.add("pod", entry(id, repo), "inc");
       // The same job again (a pass that died before its ack): one entry.
       await waiting.add("pod", entry("a2", "a/mono"), "inc");
       expect(await waiting.any("pod")).toBe(true);
       expect(await waiting.any("vm")).toBe(false);
       const heads = await waiting.heads("pod", 64);
-      expect(heads.map((h) => [h.id, h.repository]).sort()).toEqual([["a1", "a/mono"], ["b1", "b/fix"], ["c1", "constructor/app.v2"]]);
+      expect(heads.map((h) => [h.id, h.repository]).sort()).toEqual([
+        ["a1", "a/mono"],
+        ["b1", "b/fix"],
+        ["c1", "constructor/app.v2"],
+      ]);
       expect(Object.fromEntries(await waiting.counts("pod"))).toEqual({ "a/mono": 3, "b/fix": 1, "constructor/app.v2": 1 });
       const a1 = heads.find((h) => h.id === "a1")!;
       const a2 = await waiting.next("pod", "a/mono", a1.seq);
@@ -38,7 +49,7 @@ describe("the wait set", () => {
       await waiting.remove(b1.seq);
       await waiting.add("pod", entry("b1", "b/fix"), "inc2");
       expect((await waiting.heads("pod", 64)).find((h) => h.repository === "a/mono")?.id).toBe("a2");
-      expect((await waiting.next("pod", "a/mono", (await waiting.next("pod", "a/mono", a2!.seq))!.seq))).toBeUndefined();
+      expect(await waiting.next("pod", "a/mono", (await waiting.next("pod", "a/mono", a2!.seq))!.seq)).toBeUndefined();
       // A limit on the repositories looked at.
       expect(await waiting.heads("pod", 1)).toHaveLength(1);
     });

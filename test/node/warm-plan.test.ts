@@ -13,20 +13,49 @@ const plan = (target: number, slots: PlanSlot[], known: Map<string, PlanRecord>)
 
 describe("one pool's maintenance plan", () => {
   it("fills every empty position below the target, at the revision read", () => {
-    expect(plan(3, [], records([]))).toMatchObject({ fill: [{ index: 0, revision: 0 }, { index: 1, revision: 0 }, { index: 2, revision: 0 }], drain: [], move: [], clear: [] });
+    expect(plan(3, [], records([]))).toMatchObject({
+      fill: [
+        { index: 0, revision: 0 },
+        { index: 1, revision: 0 },
+        { index: 2, revision: 0 },
+      ],
+      drain: [],
+      move: [],
+      clear: [],
+    });
     const p = plan(3, [slot(1, "a")], records([["a", idle(NOW - 100_000)]]));
-    expect(p.fill).toEqual([{ index: 0, revision: 0 }, { index: 2, revision: 0 }]);
+    expect(p.fill).toEqual([
+      { index: 0, revision: 0 },
+      { index: 2, revision: 0 },
+    ]);
     expect(p.counts).toEqual({ idle: 1, booting: 0 });
   });
 
   it("counts a booting runner as warm: nothing to fill at the target", () => {
-    const p = plan(2, [slot(0, "a"), slot(1, "b")], records([["a", idle(NOW - 100_000)], ["b", booting]]));
+    const p = plan(
+      2,
+      [slot(0, "a"), slot(1, "b")],
+      records([
+        ["a", idle(NOW - 100_000)],
+        ["b", booting],
+      ]),
+    );
     expect(p).toMatchObject({ fill: [], drain: [], move: [], clear: [], counts: { idle: 1, booting: 1 } });
   });
 
   it("fills the position of a runner that took a job, or ended, at that position's revision", () => {
-    const p = plan(2, [slot(0, "a", 41), slot(1, "b", 42)], records([["a", { state: "claimed", receivedAt: NOW - 9_000 }], ["b", { state: "terminated", receivedAt: NOW - 9_000 }]]));
-    expect(p.fill).toEqual([{ index: 0, revision: 41 }, { index: 1, revision: 42 }]);
+    const p = plan(
+      2,
+      [slot(0, "a", 41), slot(1, "b", 42)],
+      records([
+        ["a", { state: "claimed", receivedAt: NOW - 9_000 }],
+        ["b", { state: "terminated", receivedAt: NOW - 9_000 }],
+      ]),
+    );
+    expect(p.fill).toEqual([
+      { index: 0, revision: 41 },
+      { index: 1, revision: 42 },
+    ]);
     expect(p.drain).toEqual([]);
   });
 
@@ -45,7 +74,16 @@ describe("one pool's maintenance plan", () => {
       expect(plan(1, [slot(0, "w", 9)], records([["w", { ...just, state, claimedAt: NOW - 10_000 }]])).fill).toEqual([{ index: 0, revision: 9 }]);
     }
     // A kept position never counts as warm: the target still bounds the live ones.
-    expect(plan(2, [slot(0, "w", 9), slot(1, "a")], records([["w", just], ["a", idle(NOW - 100_000)]]))).toMatchObject({ fill: [], counts: { idle: 1, booting: 0 } });
+    expect(
+      plan(
+        2,
+        [slot(0, "w", 9), slot(1, "a")],
+        records([
+          ["w", just],
+          ["a", idle(NOW - 100_000)],
+        ]),
+      ),
+    ).toMatchObject({ fill: [], counts: { idle: 1, booting: 0 } });
   });
 
   it("waits for the record of a runner just published; one that never got one is refilled after the grace", () => {
@@ -54,9 +92,16 @@ describe("one pool's maintenance plan", () => {
   });
 
   it("above the target takes the oldest away, and moves a younger kept one down into a freed position", () => {
-    const known = records([["old", idle(NOW - 3_000_000)], ["mid", idle(NOW - 2_000_000)], ["new", idle(NOW - 1_000_000)]]);
+    const known = records([
+      ["old", idle(NOW - 3_000_000)],
+      ["mid", idle(NOW - 2_000_000)],
+      ["new", idle(NOW - 1_000_000)],
+    ]);
     const p = plan(1, [slot(0, "old"), slot(1, "mid"), slot(2, "new")], known);
-    expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([["old", "scaled_down"], ["mid", "scaled_down"]]);
+    expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([
+      ["old", "scaled_down"],
+      ["mid", "scaled_down"],
+    ]);
     expect(p.move).toEqual([{ id: "new", from: slot(2, "new"), to: { index: 0, revision: 10 } }]);
     expect(p.fill).toEqual([]);
     expect(p.counts).toEqual({ idle: 1, booting: 0 });
@@ -65,21 +110,38 @@ describe("one pool's maintenance plan", () => {
   });
 
   it("never takes away a runner at work, whatever the target", () => {
-    const p = plan(0, [slot(0, "busy"), slot(3, "done")], records([["busy", { state: "claimed", receivedAt: NOW - 1 }], ["done", { state: "completed", receivedAt: NOW - 1 }]]));
+    const p = plan(
+      0,
+      [slot(0, "busy"), slot(3, "done")],
+      records([
+        ["busy", { state: "claimed", receivedAt: NOW - 1 }],
+        ["done", { state: "completed", receivedAt: NOW - 1 }],
+      ]),
+    );
     expect(p.drain).toEqual([]);
     // Positions above the target pointing at nothing live are emptied.
     expect(p.clear.map((s) => s.index)).toEqual([0, 3]);
   });
 
   it("recycles a runner idle longer than maxIdleMs and fills its position again; one idle exactly that long stays", () => {
-    const known = records([["stale", { state: "backend_ready", receivedAt: NOW - 2 * HOUR, readyAt: NOW - HOUR - 1 }], ["ok", { state: "backend_ready", receivedAt: NOW - 2 * HOUR, readyAt: NOW - HOUR }]]);
+    const known = records([
+      ["stale", { state: "backend_ready", receivedAt: NOW - 2 * HOUR, readyAt: NOW - HOUR - 1 }],
+      ["ok", { state: "backend_ready", receivedAt: NOW - 2 * HOUR, readyAt: NOW - HOUR }],
+    ]);
     const p = plan(2, [slot(0, "stale", 5), slot(1, "ok")], known);
     expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([["stale", "idle_recycled"]]);
     expect(p.fill).toEqual([{ index: 0, revision: 5 }]);
   });
 
   it("a booting runner is never recycled for idleness, and a pool below target never drains", () => {
-    const p = plan(3, [slot(0, "a"), slot(1, "b")], records([["a", { state: "backend_pending", receivedAt: NOW - 10 * HOUR }], ["b", idle(NOW - 100)]]));
+    const p = plan(
+      3,
+      [slot(0, "a"), slot(1, "b")],
+      records([
+        ["a", { state: "backend_pending", receivedAt: NOW - 10 * HOUR }],
+        ["b", idle(NOW - 100)],
+      ]),
+    );
     expect(p.drain).toEqual([]);
     expect(p.fill).toEqual([{ index: 2, revision: 0 }]);
   });

@@ -133,7 +133,12 @@ describe("runner endpoints", () => {
     }
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ id: "wait-1", state: "claimed" });
-    expect(logs.events().filter((e) => e.event === "claimed").map((e) => e.assignment)).toEqual(["wait-1"]);
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "claimed")
+        .map((e) => e.assignment),
+    ).toEqual(["wait-1"]);
     expect((await d.withState((s) => s.records.get("wait-1")))?.state).toBe("claimed");
   });
 
@@ -194,7 +199,12 @@ describe("GET /healthz", () => {
     expect(await anonymous.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
     const res = await app.request("/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
     expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ ok: true, nats: { ok: true }, stream: { name: env.ASSIGNMENT_STREAM, messages: 0 }, consumers: { pod: { pending: 0 } } });
+    expect(await res.json()).toMatchObject({
+      ok: true,
+      nats: { ok: true },
+      stream: { name: env.ASSIGNMENT_STREAM, messages: 0 },
+      consumers: { pod: { pending: 0 } },
+    });
     const wrong = await app.request("/healthz", { headers: bearer(`${TEST_SECRETS.DISPATCH_TOKEN}x`) }, env);
     expect(wrong.status).toBe(401);
     expect(await wrong.text()).not.toContain("consumers");
@@ -206,11 +216,16 @@ describe("GET /healthz", () => {
     const config = await provisionEnv(direct);
     // One env object, as workerd hands every request of an isolate.
     const env = withBindings({ ...direct, NATS_URL: `${inject("natsProxyUrl")}/${tag}` });
-    const counts = async () => (await (await fetch(`${inject("natsProxyUrl").replace("ws://", "http://")}/_counts/${tag}`)).json()) as { connections: number; request: number };
+    const counts = async () =>
+      (await (await fetch(`${inject("natsProxyUrl").replace("ws://", "http://")}/_counts/${tag}`)).json()) as { connections: number; request: number };
     const statuses: number[] = [];
-    await inParallel(Array.from({ length: 200 }, (_, i) => i), 20, async () => {
-      statuses.push((await app.request("/healthz", {}, env)).status);
-    });
+    await inParallel(
+      Array.from({ length: 200 }, (_, i) => i),
+      20,
+      async () => {
+        statuses.push((await app.request("/healthz", {}, env)).status);
+      },
+    );
     expect(statuses.filter((s) => s === 200)).toHaveLength(200);
     const after = await counts();
     // A check that outlived the 3 s a cached answer serves would add one: a handful at most.
@@ -225,7 +240,9 @@ describe("GET /healthz", () => {
     await sleep(HEALTH_TTL_MS + 100);
     const broken = await app.request("/healthz", {}, env);
     expect(broken.status).toBe(503);
-    expect(((await broken.json()) as { problems: string[] }).problems).toEqual([`consumer pod on stream ${config.stream} is missing (run \`npm run provision\`)`]);
+    expect(((await broken.json()) as { problems: string[] }).problems).toEqual([
+      `consumer pod on stream ${config.stream} is missing (run \`npm run provision\`)`,
+    ]);
   });
 
   it("warns, still 200, when NATS_GATEWAY=on has no Durable Object binding; not when it is off", async () => {
@@ -233,7 +250,9 @@ describe("GET /healthz", () => {
     await provisionEnv(env);
     const unbound = await app.request("/healthz", {}, env);
     expect(unbound.status).toBe(200);
-    expect(((await unbound.json()) as { warnings: string[] }).warnings).toEqual([expect.stringMatching(/^NATS_GATEWAY=on, but the Durable Object binding NATS_GATEWAY_DO is missing: .*set NATS_GATEWAY=off$/)]);
+    expect(((await unbound.json()) as { warnings: string[] }).warnings).toEqual([
+      expect.stringMatching(/^NATS_GATEWAY=on, but the Durable Object binding NATS_GATEWAY_DO is missing: .*set NATS_GATEWAY=off$/),
+    ]);
     const off = await app.request("/healthz", {}, { ...env, NATS_GATEWAY: "off" });
     expect(await off.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
   });

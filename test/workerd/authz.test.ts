@@ -15,9 +15,14 @@ describe("authz", () => {
       const raw = JSON.stringify(queuedFixture);
       const sig = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
       const hook = (body: string, signature: string) =>
-        request(env, "/v1/gitea/webhook", { method: "POST", headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature }, body });
+        request(env, "/v1/gitea/webhook", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature },
+          body,
+        });
       expect((await hook(raw, sig)).status).toBe(202);
-      const view = async () => (await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Record<string, unknown>;
+      const view = async () =>
+        (await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Record<string, unknown>;
       const before = await view();
       const messages = (await streamState(env)).messages;
 
@@ -27,7 +32,11 @@ describe("authz", () => {
       expect((await hook(tampered, sig)).status).toBe(401);
 
       const post = (token?: string) =>
-        request(env, "/v1/assignments", { method: "POST", headers: { ...(token ? bearer(token) : {}), "content-type": "application/json" }, body: JSON.stringify({ version: 1, id: "x-1", backend: "pod", labels: ["a"] }) });
+        request(env, "/v1/assignments", {
+          method: "POST",
+          headers: { ...(token ? bearer(token) : {}), "content-type": "application/json" },
+          body: JSON.stringify({ version: 1, id: "x-1", backend: "pod", labels: ["a"] }),
+        });
       expect((await post()).status).toBe(401);
       expect((await post("wrong-dispatch-token-0000")).status).toBe(401);
       expect((await post(`${TEST_SECRETS.DISPATCH_TOKEN}x`)).status).toBe(401);

@@ -56,7 +56,10 @@ describe("bad input never breaks the Worker", () => {
   it("webhook: arbitrary bodies and headers, signed or not, never a 5xx", async () => {
     await fc.assert(
       fc.asyncProperty(
-        fc.oneof(jsonValue.map((v) => JSON.stringify(v)), fc.string()),
+        fc.oneof(
+          jsonValue.map((v) => JSON.stringify(v)),
+          fc.string(),
+        ),
         fc.boolean(),
         fc.constantFrom("workflow_job", "push", "ping", "", "WORKFLOW_JOB"),
         async (raw, sign, event) => {
@@ -73,10 +76,18 @@ describe("bad input never breaks the Worker", () => {
 
   it("garbage published straight into the stream is termed; nothing invalid is provisioned", async () => {
     const config = loadConfig(env);
-    const garbage = fc.sample(fc.oneof(almostAssignment.map((v) => JSON.stringify(v)), fc.string(), fc.uint8Array().map((b) => new TextDecoder().decode(b))), { numRuns: 40, seed: SEED });
+    const garbage = fc.sample(
+      fc.oneof(
+        almostAssignment.map((v) => JSON.stringify(v)),
+        fc.string(),
+        fc.uint8Array().map((b) => new TextDecoder().decode(b)),
+      ),
+      { numRuns: 40, seed: SEED },
+    );
     const before = (await streamState(env)).messages;
     await withNats(config, async (h) => {
-      for (const [i, text] of garbage.entries()) await h.js.publish(assignmentSubject(config, "pod"), new TextEncoder().encode(text), { msgID: `garbage-${i}` });
+      for (const [i, text] of garbage.entries())
+        await h.js.publish(assignmentSubject(config, "pod"), new TextEncoder().encode(text), { msgID: `garbage-${i}` });
     });
     expect((await streamState(env)).messages).toBe(before + garbage.length);
     await tick(env);

@@ -22,7 +22,11 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
   const logs = captureLogs();
   try {
     const env = giteaTestEnv(inject("restartNatsWsUrl"), inject("backendUrl"), inject("giteaUrl"), {
-      CAPACITY_POD: N, RETRY_DELAY_MS: 50, BACKEND_TIMEOUT_MS: 500, RECONCILE_BUDGET_MS: 3_000, GITEA_JOB_PAGES: 10,
+      CAPACITY_POD: N,
+      RETRY_DELAY_MS: 50,
+      BACKEND_TIMEOUT_MS: 500,
+      RECONCILE_BUDGET_MS: 3_000,
+      GITEA_JOB_PAGES: 10,
       // What a crash cut off mid-pass comes back after AckWait; the pass budget stays well inside it.
       ACK_WAIT_MS: 13_000,
     });
@@ -84,7 +88,10 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
     });
     await tickUntil(env, async () => (await streamState(env)).messages === 0);
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
-    const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
+    const acked = logs
+      .events()
+      .filter((e) => e.event === "acked")
+      .map((e) => e.assignment);
     expect(acked.toSorted()).toEqual(ids.toSorted());
   } finally {
     await broker("start").catch(() => undefined);
@@ -92,50 +99,82 @@ it(`broker restart: SIGKILL mid-burst of ${N}, restart on the same store → 503
   }
 });
 
-it("broker restart with a warm pool and runners that poll Gitea: jobs queued during the outage run once each, the pool comes back to its target, nothing is left", { timeout: 180_000 }, async () => {
-  const logs = captureLogs();
-  try {
-    const env = poolsTestEnv(inject("restartNatsWsUrl"), inject("backendUrl"), inject("giteaUrl"), [{ name: "small", backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm"], minIdle: 2, maxRunners: 6 }], {
-      CAPACITY_POD: 10, CAPACITY_VM: 0, RETRY_DELAY_MS: 50, BACKEND_TIMEOUT_MS: 500, RECONCILE_BUDGET_MS: 3_000, GITEA_JOB_PAGES: 5, ACK_WAIT_MS: 13_000,
-    });
-    await provisionEnv(env);
-    const gitea = giteaControl(env);
-    const backend = backendControl(env);
-    await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
-    await backend.mode({ runner: true, bootMs: 300, fetchIntervalMs: 100, jobMs: 300 });
-    const round = async () => {
-      await gitea.deliver().catch(() => undefined);
-      await tick(env).catch(() => undefined);
-      await sleep(50);
-    };
-    const warmIdle = async () => (await gitea.state()).runners.filter((r) => (r as { lastOnline?: number; task?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined).length;
-    for (const end = Date.now() + 30_000; (await warmIdle()) < 2 && Date.now() < end; ) await round();
-    await broker("kill");
-    // Queued while NATS is down: the warm runners take two of them at once (Gitea hands them out
-    // without us); every webhook about them fails now, as Gitea's one attempt would.
-    const { jobs } = await gitea.queue(Array.from({ length: 4 }, () => ({ labels: ["ubuntu-latest"] })));
-    await sleep(1_000);
-    await gitea.deliver();
-    await broker("start");
-    for (const end = Date.now() + 90_000; !(await gitea.actions()).jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed") && Date.now() < end; ) await round();
-    const { jobs: done, taken } = await gitea.actions();
-    expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
-    expect(taken.filter((t) => jobs.includes(t.job)).map((t) => t.job).sort()).toEqual([...jobs].sort());
-    // The two warm runners ran two of the jobs while NATS was down: their webhooks are lost, they
-    // exited and Gitea deleted them, and their records still say idle. Minutes later (the clock of
-    // their registration moved back) the tick finds them gone from Gitea and fills their places.
-    const d = createDispatcher({ config: loadConfig(env) });
-    const ghosts = await d.withState(async (s) => [...(await s.warm.list()).values()].flat().map((p) => p.id));
-    for (const id of ghosts) {
-      await d.withState((s) => s.records.update(id, (r) => (r.runner ? { ...r, runner: { ...r.runner, registeredAt: new Date(Date.now() - 3 * 60_000).toISOString() } } : undefined)));
+it(
+  "broker restart with a warm pool and runners that poll Gitea: jobs queued during the outage run once each, the pool comes back to its target, nothing is left",
+  { timeout: 180_000 },
+  async () => {
+    const logs = captureLogs();
+    try {
+      const env = poolsTestEnv(
+        inject("restartNatsWsUrl"),
+        inject("backendUrl"),
+        inject("giteaUrl"),
+        [{ name: "small", backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm"], minIdle: 2, maxRunners: 6 }],
+        {
+          CAPACITY_POD: 10,
+          CAPACITY_VM: 0,
+          RETRY_DELAY_MS: 50,
+          BACKEND_TIMEOUT_MS: 500,
+          RECONCILE_BUDGET_MS: 3_000,
+          GITEA_JOB_PAGES: 5,
+          ACK_WAIT_MS: 13_000,
+        },
+      );
+      await provisionEnv(env);
+      const gitea = giteaControl(env);
+      const backend = backendControl(env);
+      await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
+      await backend.mode({ runner: true, bootMs: 300, fetchIntervalMs: 100, jobMs: 300 });
+      const round = async () => {
+        await gitea.deliver().catch(() => undefined);
+        await tick(env).catch(() => undefined);
+        await sleep(50);
+      };
+      const warmIdle = async () =>
+        (await gitea.state()).runners.filter(
+          (r) => (r as { lastOnline?: number; task?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined,
+        ).length;
+      for (const end = Date.now() + 30_000; (await warmIdle()) < 2 && Date.now() < end;) await round();
+      await broker("kill");
+      // Queued while NATS is down: the warm runners take two of them at once (Gitea hands them out
+      // without us); every webhook about them fails now, as Gitea's one attempt would.
+      const { jobs } = await gitea.queue(Array.from({ length: 4 }, () => ({ labels: ["ubuntu-latest"] })));
+      await sleep(1_000);
+      await gitea.deliver();
+      await broker("start");
+      for (
+        const end = Date.now() + 90_000;
+        !(await gitea.actions()).jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed") && Date.now() < end;
+      )
+        await round();
+      const { jobs: done, taken } = await gitea.actions();
+      expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
+      expect(
+        taken
+          .filter((t) => jobs.includes(t.job))
+          .map((t) => t.job)
+          .sort(),
+      ).toEqual([...jobs].sort());
+      // The two warm runners ran two of the jobs while NATS was down: their webhooks are lost, they
+      // exited and Gitea deleted them, and their records still say idle. Minutes later (the clock of
+      // their registration moved back) the tick finds them gone from Gitea and fills their places.
+      const d = createDispatcher({ config: loadConfig(env) });
+      const ghosts = await d.withState(async (s) => [...(await s.warm.list()).values()].flat().map((p) => p.id));
+      for (const id of ghosts) {
+        await d.withState((s) =>
+          s.records.update(id, (r) =>
+            r.runner ? { ...r, runner: { ...r.runner, registeredAt: new Date(Date.now() - 3 * 60_000).toISOString() } } : undefined,
+          ),
+        );
+      }
+      // Back at two warm runners, and every other workload gone.
+      for (const end = Date.now() + 60_000; ((await warmIdle()) !== 2 || (await backend.state()).runners.length !== 2) && Date.now() < end;) await round();
+      expect(await warmIdle()).toBe(2);
+      expect((await backend.state()).runners).toHaveLength(2);
+      expect(logs.events().filter((e) => e.event === "warm_gone").length).toBeGreaterThanOrEqual(1);
+    } finally {
+      logs.restore();
+      await fetch(`${inject("restartNatsControlUrl")}/start`, { method: "POST" }).catch(() => undefined);
     }
-    // Back at two warm runners, and every other workload gone.
-    for (const end = Date.now() + 60_000; ((await warmIdle()) !== 2 || (await backend.state()).runners.length !== 2) && Date.now() < end; ) await round();
-    expect(await warmIdle()).toBe(2);
-    expect((await backend.state()).runners).toHaveLength(2);
-    expect(logs.events().filter((e) => e.event === "warm_gone").length).toBeGreaterThanOrEqual(1);
-  } finally {
-    logs.restore();
-    await fetch(`${inject("restartNatsControlUrl")}/start`, { method: "POST" }).catch(() => undefined);
-  }
-});
+  },
+);

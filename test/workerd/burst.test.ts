@@ -40,7 +40,10 @@ it(`burst: ${N} jobs, 10 % duplicate deliveries, concurrency 32 → none lost, n
     });
     await tickUntil(env, async () => (await streamState(env)).messages === 0, { timeoutMs: 90_000 });
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
-    const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
+    const acked = logs
+      .events()
+      .filter((e) => e.event === "acked")
+      .map((e) => e.assignment);
     expect(acked).toHaveLength(N);
     expect(new Set(acked).size).toBe(N);
   } finally {

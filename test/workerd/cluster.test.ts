@@ -19,7 +19,8 @@ const clusterUrl = inject("clusterNatsUrl");
 const control = inject("clusterControlUrl");
 const backendUrl = inject("backendUrl");
 type Health = { ok: boolean; problems: string[]; stream?: { replicas: number; messages: number } };
-const health = async (env: Record<string, string>) => (await (await request(env, "/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Health;
+const health = async (env: Record<string, string>) =>
+  (await (await request(env, "/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Health;
 const node = async (verb: "kill" | "shutdown" | "start", i: number) => {
   const res = await fetch(`${control}/${verb}/${i}`, { method: "POST" });
   if (!res.ok) throw new Error(`${verb} ${i}: ${res.status} ${await res.text()}`);
@@ -41,7 +42,11 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
     const env = testEnv(clusterUrl, backendUrl, { EAGER_RECONCILE: "false", JETSTREAM_REPLICAS: "1" });
     await provisionEnv(env);
     for (let i = 0; i < 5; i++) {
-      const res = await request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id: `r-${i}`, backend: "pod", labels: ["x"] }) });
+      const res = await request(env, "/v1/assignments", {
+        method: "POST",
+        headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true),
+        body: JSON.stringify({ version: 1, id: `r-${i}`, backend: "pod", labels: ["x"] }),
+      });
       expect(res.status).toBe(202);
     }
     const holders = (e: Record<string, string>) => createDispatcher({ config: loadConfig(e) }).withState(({ admission }) => admission.holders("pod"));
@@ -62,9 +67,19 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
     const config = loadConfig(r3);
     const done = await withNats(config, (h) => provision(h, config));
     expect(done).toEqual(
-      expect.arrayContaining([`stream ${stream}: updated (R1 → R3)`, `stream ${stream}_slots_pod: updated (R1 → R3)`, `stream ${stream}_registering: updated (R1 → R3)`, `stream ${stream}_waiting: updated (R1 → R3)`, `bucket ${stream}_records: updated (R1 → R3)`]),
+      expect.arrayContaining([
+        `stream ${stream}: updated (R1 → R3)`,
+        `stream ${stream}_slots_pod: updated (R1 → R3)`,
+        `stream ${stream}_registering: updated (R1 → R3)`,
+        `stream ${stream}_waiting: updated (R1 → R3)`,
+        `bucket ${stream}_records: updated (R1 → R3)`,
+      ]),
     );
-    const after = await until("R3 layout healthy", () => health(r3), (h) => h.ok);
+    const after = await until(
+      "R3 layout healthy",
+      () => health(r3),
+      (h) => h.ok,
+    );
     expect(after.stream).toMatchObject({ replicas: 3, messages: 5 });
     expect(await streamState(r3)).toMatchObject({ messages: 5, pending: 5 });
     expect((await holders(r3)).toSorted()).toEqual(["r-0", "r-1"]);
@@ -94,16 +109,29 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
   it("/healthz names a replica whose server is down, and is healthy again once it is back", async () => {
     const env = testEnv(clusterUrl, backendUrl, { EAGER_RECONCILE: "false", JETSTREAM_REPLICAS: "3" });
     await provisionEnv(env);
-    await until("healthy", () => health(env), (h) => h.ok);
+    await until(
+      "healthy",
+      () => health(env),
+      (h) => h.ok,
+    );
     await node("kill", 2);
     try {
-      const down = await until("a replica reported offline", () => health(env), (h) => h.problems.some((p) => /replica on \S+-n3 (is offline|lags)/.test(p)));
+      const down = await until(
+        "a replica reported offline",
+        () => health(env),
+        (h) => h.problems.some((p) => /replica on \S+-n3 (is offline|lags)/.test(p)),
+      );
       expect(down.ok).toBe(false);
       for (const p of down.problems) expect(p).toMatch(/\((bring that NATS server back|it catches up by itself.*)\)$/);
     } finally {
       await node("start", 2);
     }
-    await until("healthy again", () => health(env), (h) => h.ok, 45_000);
+    await until(
+      "healthy again",
+      () => health(env),
+      (h) => h.ok,
+      45_000,
+    );
   });
 });
 
@@ -120,7 +148,11 @@ async function leaderOf(env: Record<string, string>, stream: string): Promise<nu
 /** Provisions `env` on the cluster (R3, healthy), the fake Gitea sending it webhooks, and act_runner-like runners. */
 async function withGiteaOnR3(env: Record<string, string>, runner: { bootMs: number }) {
   await provisionEnv(env);
-  await until("R3 layout healthy", () => health(env), (h) => h.ok);
+  await until(
+    "R3 layout healthy",
+    () => health(env),
+    (h) => h.ok,
+  );
   const gitea = giteaControl(env);
   const backend = backendControl(env);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -129,19 +161,26 @@ async function withGiteaOnR3(env: Record<string, string>, runner: { bootMs: numb
 }
 
 type Fault = (env: Record<string, string>) => Promise<string>;
-const killLeader = (stream: (env: Record<string, string>) => string): Fault => async (env) => {
-  const i = await leaderOf(env, stream(env));
-  await node("kill", i);
-  await sleep(10_000);
-  await node("start", i);
-  return `node ${i + 1} killed, back 10 s later`;
-};
+const killLeader =
+  (stream: (env: Record<string, string>) => string): Fault =>
+  async (env) => {
+    const i = await leaderOf(env, stream(env));
+    await node("kill", i);
+    await sleep(10_000);
+    await node("start", i);
+    return `node ${i + 1} killed, back 10 s later`;
+  };
 const rolling: Fault = async (env) => {
   for (let i = 0; i < 3; i++) {
     await node("shutdown", i);
     await node("start", i);
     // As an upgrade does: the next node goes once this one has caught up.
-    await until(`node ${i + 1} caught up`, () => health(env), (h) => h.ok, 60_000);
+    await until(
+      `node ${i + 1} caught up`,
+      () => health(env),
+      (h) => h.ok,
+      60_000,
+    );
   }
   return "rolling restart of 3 nodes";
 };
@@ -155,10 +194,20 @@ describe.sequential.each([
     const logs = captureLogs();
     try {
       const env = giteaTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), {
-        JETSTREAM_REPLICAS: 3, CAPACITY_POD: N, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, GITEA_JOB_PAGES: 10, ACK_WAIT_MS: 14_000,
+        JETSTREAM_REPLICAS: 3,
+        CAPACITY_POD: N,
+        RETRY_DELAY_MS: 100,
+        BACKEND_TIMEOUT_MS: 1_000,
+        RECONCILE_BUDGET_MS: 4_000,
+        GITEA_JOB_PAGES: 10,
+        ACK_WAIT_MS: 14_000,
       });
       await provisionEnv(env);
-      await until("R3 layout healthy", () => health(env), (h) => h.ok);
+      await until(
+        "R3 layout healthy",
+        () => health(env),
+        (h) => h.ok,
+      );
       const gitea = giteaControl(env);
       const backend = backendControl(env);
       const jobs = Array.from({ length: N }, (_, i) => 700_000 + i);
@@ -178,7 +227,10 @@ describe.sequential.each([
           if (typeof v !== "object" || !v.giteaRunnerId || completed.has(id)) return;
           const job = Number(id.split("-")[1]);
           const who = { runner_id: v.giteaRunnerId, runner_name: `gdr-${id}` };
-          for (const [kind, fixture, done] of [["in_progress", inProgressFixture, claimed], ["completed", completedFixture, completed]] as const) {
+          for (const [kind, fixture, done] of [
+            ["in_progress", inProgressFixture, claimed],
+            ["completed", completedFixture, completed],
+          ] as const) {
             if (done.has(id) || (kind === "in_progress" && v.state !== "backend_ready" && v.state !== "claimed")) continue;
             const { status, body } = await deliverJob(env, withJob(fixture, job, who));
             answers.push({ kind, status, body });
@@ -201,16 +253,19 @@ describe.sequential.each([
         await runners();
         await sleep(200);
       }
-      const drained = async () => (await streamState(env)).messages === 0 && (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0;
+      const drained = async () =>
+        (await streamState(env)).messages === 0 && (await backend.state()).runners.length === 0 && (await gitea.state()).runners.length === 0;
       while (!(await drained()) && Date.now() < deadline) {
         await tick(env);
         await sleep(200);
       }
 
       const internal = answers.filter((a) => a.status >= 500 && a.status !== 503);
-      if (internal.length) console.info(JSON.stringify({ internal: internal.length, names: [...new Set(logs.lines.filter((l) => l.includes('"path"')))].slice(0, 10) }));
+      if (internal.length)
+        console.info(JSON.stringify({ internal: internal.length, names: [...new Set(logs.lines.filter((l) => l.includes('"path"')))].slice(0, 10) }));
       expect(internal, what).toEqual([]);
-      for (const a of answers.filter((r) => r.kind === "queued" && r.status === 503)) expect(String(a.body.error)).toMatch(/nothing was queued|may (still|or may not) be queued.* safe/);
+      for (const a of answers.filter((r) => r.kind === "queued" && r.status === 503))
+        expect(String(a.body.error)).toMatch(/nothing was queued|may (still|or may not) be queued.* safe/);
       expect(answers.filter((a) => a.status !== 200 && a.status !== 202 && a.status !== 503)).toEqual([]);
       const views = await assignmentViews(env, ids);
       expect([...views.entries()].filter(([, v]) => typeof v !== "object" || v.state !== "completed")).toEqual([]);
@@ -218,8 +273,16 @@ describe.sequential.each([
       const g = await gitea.state();
       const names = g.requests.filter((r) => r.path.endsWith("/Register")).map((r) => JSON.parse(r.body).name as string);
       const twice = names.filter((n, i) => names.indexOf(n) !== i);
-      const about = (name: string) => logs.lines.filter((l) => l.includes(name.replace(/^gdr-/, "")) && !l.includes("reconcile_summary")).map((l) => l.replace(/"backend":"pod",?/, "").replace(/"assignment":"[^"]*",?/, "")).filter((l, i, all) => i === 0 || l !== all[i - 1]).slice(0, 40);
-      const errors = [...new Set(logs.lines.filter((l) => l.includes('"event":"error"')).map((l) => l.replace(/"(assignment|seq)":"?[^,"]*"?,?/g, "")))].slice(0, 20);
+      const about = (name: string) =>
+        logs.lines
+          .filter((l) => l.includes(name.replace(/^gdr-/, "")) && !l.includes("reconcile_summary"))
+          .map((l) => l.replace(/"backend":"pod",?/, "").replace(/"assignment":"[^"]*",?/, ""))
+          .filter((l, i, all) => i === 0 || l !== all[i - 1])
+          .slice(0, 40);
+      const errors = [...new Set(logs.lines.filter((l) => l.includes('"event":"error"')).map((l) => l.replace(/"(assignment|seq)":"?[^,"]*"?,?/g, "")))].slice(
+        0,
+        20,
+      );
       if (g.registrations !== N || answers.some((a) => a.status === 500)) console.info(JSON.stringify({ errors }));
       expect(g.registrations, `Gitea registrations; twice: ${JSON.stringify(twice.map((n) => [n, about(n)]))}`).toBe(N);
       expect(g.runners).toEqual([]);
@@ -227,7 +290,14 @@ describe.sequential.each([
       expect(b.created, "backend runners created").toBe(N);
       expect(b.runners).toEqual([]);
       expect(await streamState(env)).toEqual({ messages: 0, ackPending: 0, pending: 0 });
-      console.info(JSON.stringify({ scenario: what, n: N, webhook503: answers.filter((a) => a.status === 503).length, recovered: logs.events().filter((e) => e.event === "recovered").length }));
+      console.info(
+        JSON.stringify({
+          scenario: what,
+          n: N,
+          webhook503: answers.filter((a) => a.status === 503).length,
+          recovered: logs.events().filter((e) => e.event === "recovered").length,
+        }),
+      );
     } finally {
       logs.restore();
       for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
@@ -236,86 +306,144 @@ describe.sequential.each([
 });
 
 describe.sequential("warm pools on R3 with a node lost", () => {
-  it("maintenance from several isolates at once never keeps more than the target warm nor more than maxRunners, and every job runs once", { timeout: 180_000 }, async () => {
-    const logs = captureLogs();
-    try {
-      const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
-      const env = poolsTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), [{ name: "small", backend: "pod", labels: LABELS, minIdle: 3, maxRunners: 5 }], {
-        JETSTREAM_REPLICAS: 3, CAPACITY_POD: 10, CAPACITY_VM: 0, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, ACK_WAIT_MS: 14_000, GITEA_JOB_PAGES: 0,
-        // A runner left over by a settling the lost node cut short is found at its claim timeout.
-        CLAIM_TIMEOUT_MS: 5_000,
-      });
-      const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 300 });
-      const pool = async () => ((await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { pools: { warm: number; idle: number; busy: number; booting: number }[] }).pools[0]!;
-      const seen: { warm: number; live: number }[] = [];
-      const round = async () => {
-        await gitea.deliver();
-        // Three cron ticks at once: three isolates maintaining the pool together.
-        await Promise.all([tick(env), tick(env), tick(env)]);
-        const p = await pool().catch(() => undefined);
-        if (p) seen.push({ warm: p.warm, live: p.idle + p.busy + p.booting });
-      };
-      await until("3 warm runners", async () => (await round(), await pool()), (p) => p.idle === 3, 60_000);
-      // The records bucket's leader (warm positions, records) goes down, and comes back 10 s later.
-      const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
-      await node("kill", i);
-      const back = sleep(10_000).then(() => node("start", i));
-      const { jobs } = await gitea.queue(Array.from({ length: 6 }, () => ({ labels: ["ubuntu-latest"] })));
-      await until("6 jobs completed", async () => (await round().catch(() => undefined), await gitea.actions()), (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"), 120_000);
-      await back;
-      const { taken, jobs: done } = await gitea.actions();
-      expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
-      expect(taken.filter((t) => jobs.includes(t.job)).map((t) => t.job).sort()).toEqual([...jobs].sort());
-      // Never above the target warm, never above maxRunners live, whatever the isolates and the node did.
-      expect(Math.max(...seen.map((s) => s.warm))).toBeLessThanOrEqual(3);
-      expect(Math.max(...seen.map((s) => s.live))).toBeLessThanOrEqual(5);
-      expect((await backend.state()).maxLive).toBeLessThanOrEqual(5);
-      // Back at the target, and nothing else idle: a job runner whose job ran elsewhere is ended at its claim timeout.
-      await until("back at 3 warm, none else idle", async () => (await round(), await pool()), (p) => p.idle === 3 && p.warm === 3, 60_000);
-    } finally {
-      logs.restore();
-      for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
-    }
-  });
+  it(
+    "maintenance from several isolates at once never keeps more than the target warm nor more than maxRunners, and every job runs once",
+    { timeout: 180_000 },
+    async () => {
+      const logs = captureLogs();
+      try {
+        const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
+        const env = poolsTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), [{ name: "small", backend: "pod", labels: LABELS, minIdle: 3, maxRunners: 5 }], {
+          JETSTREAM_REPLICAS: 3,
+          CAPACITY_POD: 10,
+          CAPACITY_VM: 0,
+          RETRY_DELAY_MS: 100,
+          BACKEND_TIMEOUT_MS: 1_000,
+          RECONCILE_BUDGET_MS: 4_000,
+          ACK_WAIT_MS: 14_000,
+          GITEA_JOB_PAGES: 0,
+          // A runner left over by a settling the lost node cut short is found at its claim timeout.
+          CLAIM_TIMEOUT_MS: 5_000,
+        });
+        const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 300 });
+        const pool = async () =>
+          (
+            (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+              pools: { warm: number; idle: number; busy: number; booting: number }[];
+            }
+          ).pools[0]!;
+        const seen: { warm: number; live: number }[] = [];
+        const round = async () => {
+          await gitea.deliver();
+          // Three cron ticks at once: three isolates maintaining the pool together.
+          await Promise.all([tick(env), tick(env), tick(env)]);
+          const p = await pool().catch(() => undefined);
+          if (p) seen.push({ warm: p.warm, live: p.idle + p.busy + p.booting });
+        };
+        await until(
+          "3 warm runners",
+          async () => (await round(), await pool()),
+          (p) => p.idle === 3,
+          60_000,
+        );
+        // The records bucket's leader (warm positions, records) goes down, and comes back 10 s later.
+        const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
+        await node("kill", i);
+        const back = sleep(10_000).then(() => node("start", i));
+        const { jobs } = await gitea.queue(Array.from({ length: 6 }, () => ({ labels: ["ubuntu-latest"] })));
+        await until(
+          "6 jobs completed",
+          async () => (await round().catch(() => undefined), await gitea.actions()),
+          (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"),
+          120_000,
+        );
+        await back;
+        const { taken, jobs: done } = await gitea.actions();
+        expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
+        expect(
+          taken
+            .filter((t) => jobs.includes(t.job))
+            .map((t) => t.job)
+            .sort(),
+        ).toEqual([...jobs].sort());
+        // Never above the target warm, never above maxRunners live, whatever the isolates and the node did.
+        expect(Math.max(...seen.map((s) => s.warm))).toBeLessThanOrEqual(3);
+        expect(Math.max(...seen.map((s) => s.live))).toBeLessThanOrEqual(5);
+        expect((await backend.state()).maxLive).toBeLessThanOrEqual(5);
+        // Back at the target, and nothing else idle: a job runner whose job ran elsewhere is ended at its claim timeout.
+        await until(
+          "back at 3 warm, none else idle",
+          async () => (await round(), await pool()),
+          (p) => p.idle === 3 && p.warm === 3,
+          60_000,
+        );
+      } finally {
+        logs.restore();
+        for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
+      }
+    },
+  );
 });
 
 describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
-  it("several isolates at once never run more of an owner's jobs than its limit, while the ledger's leader is down; every job runs once", { timeout: 180_000 }, async () => {
-    const logs = captureLogs();
-    try {
-      const env = giteaTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), {
-        JETSTREAM_REPLICAS: 3, CAPACITY_POD: 10, RETRY_DELAY_MS: 100, BACKEND_TIMEOUT_MS: 1_000, RECONCILE_BUDGET_MS: 4_000, ACK_WAIT_MS: 14_000,
-        // Webhooks that fail while the leader is down are lost (Gitea sends each once): the sweep finds their jobs.
-        GITEA_JOB_PAGES: 5,
-        RUNNER_SCOPE: "repository", QUOTAS: JSON.stringify({ default: { owner: 2 }, owners: { Beta: { limit: 1 } } }),
-      });
-      const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 100 });
-      const repos = ["alpha/one", "Alpha/two", "beta/x", "gamma/y"];
-      const { jobs } = await gitea.queue(Array.from({ length: 16 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: repos[i % repos.length]!, runMs: 800 })));
-      // The records bucket holds the ledger: its leader goes down as the jobs come, back 10 s later.
-      const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
-      await node("kill", i);
-      const back = sleep(10_000).then(() => node("start", i));
-      const round = async () => {
-        // Webhooks and three cron ticks at once: isolates admitting and giving turns together.
-        await Promise.all([gitea.deliver(), tick(env), tick(env), tick(env)]);
-      };
-      await until("16 jobs completed", async () => (await round().catch(() => undefined), await gitea.actions()), (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"), 150_000);
-      await back;
-      const { taken, jobs: done } = await gitea.actions();
-      expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
-      expect(taken.filter((t) => jobs.includes(t.job)).map((t) => t.job).sort()).toEqual([...jobs].sort());
-      // Counted at the backend: never more live runners of an owner than its limit; beta's is 1.
-      const { maxLiveByOwner, created } = await backend.state();
-      expect(Object.keys(maxLiveByOwner).sort()).toEqual(["alpha", "beta", "gamma"]);
-      expect(maxLiveByOwner.alpha).toBe(2);
-      expect(maxLiveByOwner.beta).toBe(1);
-      expect(maxLiveByOwner.gamma).toBeLessThanOrEqual(2);
-      expect(created).toBe(16);
-      expect(logs.events().some((e) => e.event === "quota_wait")).toBe(true);
-    } finally {
-      logs.restore();
-      for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
-    }
-  });
+  it(
+    "several isolates at once never run more of an owner's jobs than its limit, while the ledger's leader is down; every job runs once",
+    { timeout: 180_000 },
+    async () => {
+      const logs = captureLogs();
+      try {
+        const env = giteaTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), {
+          JETSTREAM_REPLICAS: 3,
+          CAPACITY_POD: 10,
+          RETRY_DELAY_MS: 100,
+          BACKEND_TIMEOUT_MS: 1_000,
+          RECONCILE_BUDGET_MS: 4_000,
+          ACK_WAIT_MS: 14_000,
+          // Webhooks that fail while the leader is down are lost (Gitea sends each once): the sweep finds their jobs.
+          GITEA_JOB_PAGES: 5,
+          RUNNER_SCOPE: "repository",
+          QUOTAS: JSON.stringify({ default: { owner: 2 }, owners: { Beta: { limit: 1 } } }),
+        });
+        const { gitea, backend } = await withGiteaOnR3(env, { bootMs: 100 });
+        const repos = ["alpha/one", "Alpha/two", "beta/x", "gamma/y"];
+        const { jobs } = await gitea.queue(
+          Array.from({ length: 16 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: repos[i % repos.length]!, runMs: 800 })),
+        );
+        // The records bucket holds the ledger: its leader goes down as the jobs come, back 10 s later.
+        const i = await leaderOf(env, `KV_${env.ASSIGNMENT_STREAM}_records`);
+        await node("kill", i);
+        const back = sleep(10_000).then(() => node("start", i));
+        const round = async () => {
+          // Webhooks and three cron ticks at once: isolates admitting and giving turns together.
+          await Promise.all([gitea.deliver(), tick(env), tick(env), tick(env)]);
+        };
+        await until(
+          "16 jobs completed",
+          async () => (await round().catch(() => undefined), await gitea.actions()),
+          (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"),
+          150_000,
+        );
+        await back;
+        const { taken, jobs: done } = await gitea.actions();
+        expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
+        expect(
+          taken
+            .filter((t) => jobs.includes(t.job))
+            .map((t) => t.job)
+            .sort(),
+        ).toEqual([...jobs].sort());
+        // Counted at the backend: never more live runners of an owner than its limit; beta's is 1.
+        const { maxLiveByOwner, created } = await backend.state();
+        expect(Object.keys(maxLiveByOwner).sort()).toEqual(["alpha", "beta", "gamma"]);
+        expect(maxLiveByOwner.alpha).toBe(2);
+        expect(maxLiveByOwner.beta).toBe(1);
+        expect(maxLiveByOwner.gamma).toBeLessThanOrEqual(2);
+        expect(created).toBe(16);
+        expect(logs.events().some((e) => e.event === "quota_wait")).toBe(true);
+      } finally {
+        logs.restore();
+        for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
+      }
+    },
+  );
 });

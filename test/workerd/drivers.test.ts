@@ -19,7 +19,11 @@ async function deliver(env: Record<string, string>, payload: unknown) {
   const raw = JSON.stringify(payload);
   const res = await request(env, "/v1/gitea/webhook", {
     method: "POST",
-    headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) },
+    headers: {
+      "content-type": "application/json",
+      "x-gitea-event-type": "workflow_job",
+      "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)),
+    },
     body: raw,
   });
   return { status: res.status, body: await res.json() };
@@ -45,7 +49,8 @@ describe.each([
       RUNS_ON_ROUTES: JSON.stringify([{ backend, labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
     });
     await provisionEnv(env);
-    const k8s = (what: string, body?: unknown) => fetch(`${cluster}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+    const k8s = (what: string, body?: unknown) =>
+      fetch(`${cluster}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
     const objects = async () => ((await k8s("state")) as { objects: Obj[] }).objects;
 
     expect(await deliver(env, queuedFixture)).toEqual({ status: 202, body: { assignment: "gitea-1187-1", duplicate: false } });
@@ -57,7 +62,8 @@ describe.each([
     const workload = created.find((o) => o.kind === kind)!;
     expect(JSON.stringify(workload)).not.toContain(runnerToken);
     expect(JSON.stringify(created.find((o) => o.kind === "Secret"))).toContain(runnerToken);
-    const state = async () => ((await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state;
+    const state = async () =>
+      ((await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state;
     expect(await state()).toBe("backend_pending");
 
     await k8s("phase", { resource, name: "gdr-gitea-1187-1", phase: "Running" });
@@ -67,7 +73,12 @@ describe.each([
 
     const ours = { runner_id: registered.id, runner_name: "gdr-gitea-1187-1" };
     expect((await deliver(env, withJob(inProgressFixture, 1187, ours))).body).toEqual({ claimed: "gitea-1187-1" });
-    expect(logs.events().filter((e) => e.event === "acked").map((e) => e.assignment)).toEqual(["gitea-1187-1"]);
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "acked")
+        .map((e) => e.assignment),
+    ).toEqual(["gitea-1187-1"]);
     expect(await streamState({ ...env })).toMatchObject({ messages: 0 });
 
     expect((await deliver(env, withJob(completedFixture, 1187, ours))).body).toEqual({ completed: "gitea-1187-1" });

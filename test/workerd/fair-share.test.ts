@@ -41,7 +41,8 @@ async function runAll(env: Record<string, string>, gitea: ReturnType<typeof gite
   }
 }
 
-const stateOf = async (env: Record<string, string>, id: string) => ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state?: string }).state;
+const stateOf = async (env: Record<string, string>, id: string) =>
+  ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state?: string }).state;
 async function until(done: () => Promise<boolean>, timeoutMs: number) {
   for (const end = Date.now() + timeoutMs; !(await done()); await sleep(100)) if (Date.now() > end) throw new Error("timed out");
 }
@@ -51,7 +52,11 @@ describe("fair share of a full backend", () => {
     const { env, gitea, backend } = await setup({ FAIR_SHARE: "on" });
     const t0 = Date.now();
     // The first ten of a/mono's hold the backend while everything is queued and delivered.
-    const mono = (await gitea.queue(Array.from({ length: 200 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: "a/mono", runMs: i < CAPACITY ? LONG_MS + 400 * i : runMs() })))).jobs;
+    const mono = (
+      await gitea.queue(
+        Array.from({ length: 200 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: "a/mono", runMs: i < CAPACITY ? LONG_MS + 400 * i : runMs() })),
+      )
+    ).jobs;
     await gitea.deliver();
     const [fix] = (await gitea.queue([{ labels: ["ubuntu-latest"], repository: "b/fix", runMs: runMs() }])).jobs as [number];
     await gitea.deliver();
@@ -70,7 +75,11 @@ describe("fair share of a full backend", () => {
     const started = Date.now();
     await runAll(env, gitea, 150_000);
     const wallMs = Date.now() - started;
-    const turns = logs().events().slice(waiting).filter((e) => e.event === "turn_given").map((e) => String(e.assignment));
+    const turns = logs()
+      .events()
+      .slice(waiting)
+      .filter((e) => e.event === "turn_given")
+      .map((e) => String(e.assignment));
     // The first slot freed goes to the fix (b holds none, and waited longer than c). c/app's
     // five come interleaved with a/mono's as their holdings even out, not after a/mono's backlog
     // of 190 (first come, first served). How soon depends on when slots free: at best c takes
@@ -80,9 +89,22 @@ describe("fair share of a full backend", () => {
     // more than c/app (at most 4 of c/app's run at once), about five turns; 25 turns leave c/app's
     // fifth that room four times over, and are still a small part of a/mono's 190.
     const repoOf = new Map([...mono.map((j) => [`gitea-${j}-1`, "a"]), [ids[0], "b"], ...ids.slice(1).map((id) => [id, "c"])] as [string, string][]);
-    console.info(JSON.stringify({ scenario: "fair share", turns: turns.slice(0, 26).map((id) => repoOf.get(id) ?? id).join("") }));
+    console.info(
+      JSON.stringify({
+        scenario: "fair share",
+        turns: turns
+          .slice(0, 26)
+          .map((id) => repoOf.get(id) ?? id)
+          .join(""),
+      }),
+    );
     expect(turns[0]).toBe(ids[0]);
-    expect(turns.slice(1, 26).filter((id) => ids.slice(1).includes(id)).sort()).toEqual(ids.slice(1).sort());
+    expect(
+      turns
+        .slice(1, 26)
+        .filter((id) => ids.slice(1).includes(id))
+        .sort(),
+    ).toEqual(ids.slice(1).sort());
     // Every job ran once, each on the runner of its own repository.
     const { jobs, taken } = await gitea.actions();
     expect(jobs.filter((j) => j.conclusion === "success")).toHaveLength(206);
@@ -104,7 +126,9 @@ describe("fair share of a full backend", () => {
 
   it("a job cancelled while it waits its turn is never provisioned, and leaves the wait set; the others run once; no message is redelivered while waiting", async () => {
     const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", CAPACITY_POD: 1 });
-    const [first, second, third] = (await gitea.queue(["a/one", "b/two", "c/three"].map((repository) => ({ labels: ["ubuntu-latest"], repository, runMs: 1_500 })))).jobs as [number, number, number];
+    const [first, second, third] = (
+      await gitea.queue(["a/one", "b/two", "c/three"].map((repository) => ({ labels: ["ubuntu-latest"], repository, runMs: 1_500 })))
+    ).jobs as [number, number, number];
     await gitea.deliver();
     await until(async () => {
       await gitea.deliver();
@@ -112,7 +136,10 @@ describe("fair share of a full backend", () => {
       return (await stateOf(env, `gitea-${third}-1`)) === "capacity_wait" && (await stateOf(env, `gitea-${second}-1`)) === "capacity_wait";
     }, 15_000);
     // Both wait their turn, out of the consumer: /v1/status counts them.
-    const status = async () => (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { waitingForCapacity: number; redelivered: number }[] };
+    const status = async () =>
+      (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+        backends: { waitingForCapacity: number; redelivered: number }[];
+      };
     expect((await status()).backends[0]!.waitingForCapacity).toBe(2);
     await gitea.cancel(second);
     await runAll(env, gitea, 30_000);
@@ -128,13 +155,19 @@ describe("fair share of a full backend", () => {
     await tick(env);
     expect((await status()).backends[0]!.redelivered).toBe(0);
     expect((await status()).backends[0]!.waitingForCapacity).toBe(0);
-    expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toEqual([`gitea-${third}-1`]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "turn_given")
+        .map((e) => e.assignment),
+    ).toEqual([`gitea-${third}-1`]);
   }, 60_000);
 
   it("QUOTAS: an owner at its limit waits (quota_wait) while others run; a lowered limit ends no runner, and admits none until under it", async () => {
     const quotas = (limit: number) => JSON.stringify({ owners: { A: { limit } } });
     const { env, gitea, backend } = await setup({ QUOTAS: quotas(2), METRICS_TOKEN });
-    const a = (await gitea.queue(Array.from({ length: 6 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: i % 2 ? "a/one" : "A/two", runMs: 1_500 })))).jobs;
+    const a = (await gitea.queue(Array.from({ length: 6 }, (_, i) => ({ labels: ["ubuntu-latest"], repository: i % 2 ? "a/one" : "A/two", runMs: 1_500 }))))
+      .jobs;
     const b = (await gitea.queue(Array.from({ length: 2 }, () => ({ labels: ["ubuntu-latest"], repository: "b/x", runMs: 1_500 })))).jobs;
     const running = async (ids: number[]) => (await gitea.actions()).jobs.filter((j) => ids.includes(j.id) && j.status === "in_progress").length;
     // Once two of a's run, every Worker sees the limit drop to 1 (webhooks and ticks alike).
@@ -145,7 +178,10 @@ describe("fair share of a full backend", () => {
     let under = false;
     let mostUnder = 0;
     // What the operator sees while a's wait at the limit and b's run: a's as quota_wait.
-    type Owners = { owners: { owner: string; runners: number; waitingForCapacity: number; waitingForQuota: number }[]; backends: { waitingForQuota: number }[] };
+    type Owners = {
+      owners: { owner: string; runners: number; waitingForCapacity: number; waitingForQuota: number }[];
+      backends: { waitingForQuota: number }[];
+    };
     let seen: { status: Owners; metrics: string } | undefined;
     // Looked at every 0.1 s apart from the delivering and ticking: a cron tick holds a ready
     // runner's message up to 3 s for its claim, and a's jobs, woken by releases, run 1.5 s.
@@ -189,10 +225,19 @@ describe("fair share of a full backend", () => {
     expect(seen!.metrics).toContain(`gdr_owner_runners{owner="a"} 2`);
     expect(seen!.metrics).toContain(`gdr_owner_waiting_jobs{owner="a",state="quota_wait"} ${a1.waitingForQuota}`);
     expect(seen!.metrics).toContain(`gdr_assignments{backend="pod",state="quota_wait"} ${a1.waitingForQuota}`);
-    expect(logs().events().some((e) => e.event === "quota_wait")).toBe(true);
+    expect(
+      logs()
+        .events()
+        .some((e) => e.event === "quota_wait"),
+    ).toBe(true);
     // b's ran though a's waited; every job ran once, none cut short.
     const { jobs } = await gitea.actions();
-    expect(jobs.filter((j) => j.conclusion === "success").map((j) => j.id).sort()).toEqual([...a, ...b].sort());
+    expect(
+      jobs
+        .filter((j) => j.conclusion === "success")
+        .map((j) => j.id)
+        .sort(),
+    ).toEqual([...a, ...b].sort());
     expect((await backend.state()).created).toBe(8);
     // Lowered with two running: both ran to the end; once under the new limit, never above it.
     expect(lowered && under).toBe(true);
@@ -213,7 +258,12 @@ describe("fair share of a full backend", () => {
     }, 20_000);
     const { taken } = await gitea.actions();
     expect(taken.map((t) => t.job)).toEqual([first, second]);
-    expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toEqual([`gitea-${second}-1`]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "turn_given")
+        .map((e) => e.assignment),
+    ).toEqual([`gitea-${second}-1`]);
   }, 60_000);
 
   it("a pool at its maxRunners holds back its own jobs, not the backend's other pools' waiting behind them", async () => {
@@ -221,7 +271,13 @@ describe("fair share of a full backend", () => {
       { name: "small", backend: "pod", labels: ["small"], maxRunners: 1 },
       { name: "big", backend: "pod", labels: ["ubuntu-latest:docker://node:20-bookworm"] },
     ];
-    const env = poolsTestEnv(nats, backendUrl, giteaUrl, pools, { RETRY_DELAY_MS: 50, CAPACITY_POD: CAPACITY, CAPACITY_VM: 0, RUNNER_SCOPE: "repository", GITEA_JOB_PAGES: 0 });
+    const env = poolsTestEnv(nats, backendUrl, giteaUrl, pools, {
+      RETRY_DELAY_MS: 50,
+      CAPACITY_POD: CAPACITY,
+      CAPACITY_VM: 0,
+      RUNNER_SCOPE: "repository",
+      GITEA_JOB_PAGES: 0,
+    });
     await provisionEnv(env);
     const gitea = giteaControl(env);
     await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -247,7 +303,9 @@ describe("fair share of a full backend", () => {
     expect(jobs.find((j) => j.id === small[0])!.status).toBe("in_progress");
     await runAll(env, gitea, 40_000);
     // Every job ran once; small never ran two at once.
-    const times = ((await gitea.actions()).jobs as unknown as { id: number; startedMs: number; completedMs: number; conclusion: string }[]).filter((j) => [...small, by].includes(j.id));
+    const times = ((await gitea.actions()).jobs as unknown as { id: number; startedMs: number; completedMs: number; conclusion: string }[]).filter((j) =>
+      [...small, by].includes(j.id),
+    );
     expect(times.every((j) => j.conclusion === "success")).toBe(true);
     const sorted = [...times].sort((a, b) => a.startedMs - b.startedMs);
     for (let i = 1; i < sorted.length; i++) expect(sorted[i]!.startedMs).toBeGreaterThanOrEqual(sorted[i - 1]!.completedMs);

@@ -46,7 +46,10 @@ it(`flaky backend: ${N} jobs, 30 % of backend calls fail or hang → all ready, 
     await tickUntil(env, async () => (await streamState(env)).messages === 0, { pauseMs: 50 });
     expect(await streamState(env)).toMatchObject({ messages: 0, ackPending: 0 });
     expect((await assignmentStates(env, ids)).every((s) => s === "claimed")).toBe(true);
-    const acked = logs.events().filter((e) => e.event === "acked").map((e) => e.assignment);
+    const acked = logs
+      .events()
+      .filter((e) => e.event === "acked")
+      .map((e) => e.assignment);
     expect(acked.toSorted()).toEqual(ids.toSorted());
 
     await inParallel(jobs, 8, async (job) => {

@@ -26,7 +26,11 @@ const state = async (env: Record<string, string>, id: string) =>
   (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string };
 const runnerCall = async (env: Record<string, string>, id: string, verb: "claim" | "complete", token?: string) =>
   request(env, `/v1/assignments/${id}/${verb}`, { method: "POST", headers: bearer(token ?? (await claimTokenOf(env, id))) });
-const eventsOf = (id: string) => logs.events().filter((e) => e.assignment === id).map((e) => e.event);
+const eventsOf = (id: string) =>
+  logs
+    .events()
+    .filter((e) => e.assignment === id)
+    .map((e) => e.event);
 
 async function publishRaw(env: Record<string, string>, items: { data: Uint8Array; msgID: string }[]) {
   const config = loadConfig(env);
@@ -109,7 +113,28 @@ describe("handoff in workerd", () => {
     const secrets = [TEST_SECRETS.DISPATCH_TOKEN, TEST_SECRETS.CLAIM_SIGNING_KEY, TEST_SECRETS.BACKEND_TOKEN, runners[0]!.claimToken];
     expect(logs.lines.length).toBeGreaterThan(5);
     for (const line of logs.lines) for (const s of secrets) expect(line).not.toContain(s);
-    for (const e of logs.events()) expect(Object.keys(e).every((k) => ["event", "assignment", "backend", "retryDelayMs", "reason", "trigger", "fetched", "acked", "naked", "termed", "deferred", "errors", "durationMs", "revisited", "message"].includes(k))).toBe(true);
+    for (const e of logs.events())
+      expect(
+        Object.keys(e).every((k) =>
+          [
+            "event",
+            "assignment",
+            "backend",
+            "retryDelayMs",
+            "reason",
+            "trigger",
+            "fetched",
+            "acked",
+            "naked",
+            "termed",
+            "deferred",
+            "errors",
+            "durationMs",
+            "revisited",
+            "message",
+          ].includes(k),
+        ),
+      ).toBe(true);
   });
 
   it("terms an invalid and a conflicting message found in the stream", async () => {
@@ -124,7 +149,11 @@ describe("handoff in workerd", () => {
     await tick(env);
     const termed = logs.events().filter((e) => e.event === "invalid" || e.event === "conflict");
     expect(termed.map((e) => [e.event, e.reason])).toEqual(
-      expect.arrayContaining([["invalid", "invalid assignment"], ["invalid", "invalid assignment"], ["conflict", "conflicting assignment"]]),
+      expect.arrayContaining([
+        ["invalid", "invalid assignment"],
+        ["invalid", "invalid assignment"],
+        ["conflict", "conflicting assignment"],
+      ]),
     );
     expect(termed).toHaveLength(3);
     expect((await backendControl(env).state()).runners.map((r) => r.id)).toEqual(["orig"]);
@@ -164,7 +193,10 @@ describe("handoff in workerd", () => {
     await post(env, { version: 1, id: "c-first", backend: "pod", labels: ["a"] });
     expect(await state(env, "c-first")).toMatchObject({ state: "backend_ready" });
     const ctx = createExecutionContext();
-    const claim = new Request("https://dispatch.example.org/v1/assignments/c-first/claim", { method: "POST", headers: bearer(await claimTokenOf(env, "c-first")) });
+    const claim = new Request("https://dispatch.example.org/v1/assignments/c-first/claim", {
+      method: "POST",
+      headers: bearer(await claimTokenOf(env, "c-first")),
+    });
     expect((await worker.fetch(claim as Request<unknown, IncomingRequestCfProperties>, env, ctx)).status).toBe(200);
     await sleep(100);
     // Straight into the stream, without a pass of its own: only the claim's pass can take it.
@@ -225,7 +257,10 @@ describe("handoff in workerd", () => {
     const env = testEnv(nats, backendUrl, { CAPACITY_POD: 40, RECONCILE_BUDGET_MS: 100 });
     await provisionEnv(env);
     await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 250 });
-    await publishRaw(env, Array.from({ length: 24 }, (_, i) => ({ data: encodeAssignment(assignment(`b-${i}`)), msgID: `b-${i}` })));
+    await publishRaw(
+      env,
+      Array.from({ length: 24 }, (_, i) => ({ data: encodeAssignment(assignment(`b-${i}`)), msgID: `b-${i}` })),
+    );
     await tick(env);
     const first = logs.events().find((e) => e.event === "reconcile_summary")! as unknown as { fetched: number; deferred: number; naked: number };
     // With 250 ms backend calls, 4 at a time, a 100 ms budget finishes at most one round of them
@@ -275,7 +310,10 @@ describe("handoff in workerd", () => {
     await provisionEnv(env);
     const backend = backendControl(env);
     await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 150 });
-    await publishRaw(env, Array.from({ length: 12 }, (_, i) => ({ data: encodeAssignment(assignment(`c-${i}`)), msgID: `c-${i}` })));
+    await publishRaw(
+      env,
+      Array.from({ length: 12 }, (_, i) => ({ data: encodeAssignment(assignment(`c-${i}`)), msgID: `c-${i}` })),
+    );
     await tick(env);
     const s = await backend.state();
     expect(s.calls).toBe(12);
@@ -294,12 +332,18 @@ describe("handoff in workerd", () => {
     await provisionEnv(env);
     // Pending runners are nak'd (ready ones would be held for their claim), so they come back mid-pass.
     await backendControl(env).mode({ token: TEST_SECRETS.BACKEND_TOKEN, delayMs: 60, readyAfter: 100 });
-    await publishRaw(env, Array.from({ length: 30 }, (_, i) => ({ data: encodeAssignment(assignment(`o-${i}`)), msgID: `o-${i}` })));
+    await publishRaw(
+      env,
+      Array.from({ length: 30 }, (_, i) => ({ data: encodeAssignment(assignment(`o-${i}`)), msgID: `o-${i}` })),
+    );
     await tick(env);
     const summary = logs.events().find((e) => e.event === "reconcile_summary")!;
     expect(summary).toMatchObject({ fetched: 30, naked: 30 });
     expect(summary.revisited).toBeGreaterThan(0);
-    const received = logs.events().filter((e) => e.event === "received").map((e) => e.assignment);
+    const received = logs
+      .events()
+      .filter((e) => e.event === "received")
+      .map((e) => e.assignment);
     expect(received).toHaveLength(30);
     expect(new Set(received).size).toBe(30);
   });
@@ -328,7 +372,12 @@ describe("handoff in workerd", () => {
     const started = Date.now();
     await tick(env);
     expect(Date.now() - started).toBeGreaterThanOrEqual(HOLD_MS);
-    expect(logs.events().filter((e) => e.event === "reconcile_summary").at(-1)).toMatchObject({ fetched: 1, acked: 0, naked: 1 });
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "reconcile_summary")
+        .at(-1),
+    ).toMatchObject({ fetched: 1, acked: 0, naked: 1 });
     expect(await streamState(env)).toMatchObject({ messages: 1 });
   });
 });

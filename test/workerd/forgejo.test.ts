@@ -75,10 +75,20 @@ describe("FORGE=forgejo", () => {
     expect(state.runners).toMatchObject([{ name: `gdr-${id}`, ephemeral: true }]);
     const put = (await backend.state()).requests.find((r) => r.method === "PUT")!;
     const body = JSON.parse(put.body) as { forgejo: { handle: string; uuid: string; token: string; url: string; labels: string[] }; runner?: unknown };
-    expect(body.forgejo).toMatchObject({ handle: job!.handle, uuid: state.runners[0]!.uuid, token: state.runners[0]!.token, url: env.GITEA_URL, labels: JSON.parse(env.RUNS_ON_ROUTES!)[0].labels });
+    expect(body.forgejo).toMatchObject({
+      handle: job!.handle,
+      uuid: state.runners[0]!.uuid,
+      token: state.runners[0]!.token,
+      url: env.GITEA_URL,
+      labels: JSON.parse(env.RUNS_ON_ROUTES!)[0].labels,
+    });
     expect(body.runner).toBeUndefined();
     expect((await view(env, id))?.giteaRunnerId).toBe(state.runners[0]!.id);
-    expect(logs().events().filter((e) => e.event === "published")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "published"),
+    ).toHaveLength(1);
     // No token of Forgejo's in any log line.
     expect(logs().lines.join("\n")).not.toContain(state.runners[0]!.token);
     expect(logs().lines.join("\n")).not.toContain(env.GITEA_API_TOKEN);
@@ -91,41 +101,52 @@ describe("FORGE=forgejo", () => {
     expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual(Array(3).fill("GET /api/v1/admin/actions/runners/jobs"));
   });
 
-  it("a runner bound by handle takes its own job, not one of the 200 older jobs with the same labels waiting before it (fair share gives it the next slot)", { timeout: 60_000 }, async () => {
-    const { env, forgejo, backend } = await setup({ CAPACITY_POD: 2 });
-    await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, runner: true, fetchIntervalMs: 100, jobMs: 50 });
-    // The first two hold both slots while the rest are queued and wait their turn; the first ends first.
-    const older = await forgejo.queue(Array.from({ length: 200 }, (_, i) => ({ runs_on: ["ubuntu-latest"], repository: "a/mono", runMs: [4_000, 12_000][i] ?? 50 })));
-    // One poll's work is bounded: the 200 take two polls.
-    expect((await poll(env)).published).toBe(MAX_PER_POLL);
-    expect((await poll(env)).published).toBe(200 - MAX_PER_POLL);
-    const [newest] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "b/fix" }]);
-    await poll(env);
-    await until(
-      async () => {
-        await poll(env);
-        return (await view(env, `forgejo-${newest!.id}-1`))?.state === "capacity_wait";
-      },
-      10_000,
-      500,
-    );
-    expect((await forgejo.state()).taken.map((t) => t.job).sort()).toEqual([older[0]!.id, older[1]!.id]);
-    // Polls, as the alarm makes them (every half second here): a finished job's runner is gone, its slot given to the next.
-    await until(
-      async () => {
-        await poll(env);
-        return (await forgejo.state()).taken.length >= 3;
-      },
-      30_000,
-      500,
-    );
-    const { taken } = await forgejo.state();
-    // The first slot freed went by turn to b/fix (its owner holds none, a/mono's one). Its runner
-    // took its own job; Forgejo's own pick, without the handle, would have been a/mono's oldest waiting: older[2].
-    expect(taken[2]!.job).toBe(newest!.id);
-    for (const t of taken) expect(t.runner).toBe(`gdr-forgejo-${t.job}-${t.attempt}`);
-    expect(logs().events().filter((e) => e.event === "turn_given").map((e) => e.assignment)).toContain(`forgejo-${newest!.id}-1`);
-  });
+  it(
+    "a runner bound by handle takes its own job, not one of the 200 older jobs with the same labels waiting before it (fair share gives it the next slot)",
+    { timeout: 60_000 },
+    async () => {
+      const { env, forgejo, backend } = await setup({ CAPACITY_POD: 2 });
+      await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, runner: true, fetchIntervalMs: 100, jobMs: 50 });
+      // The first two hold both slots while the rest are queued and wait their turn; the first ends first.
+      const older = await forgejo.queue(
+        Array.from({ length: 200 }, (_, i) => ({ runs_on: ["ubuntu-latest"], repository: "a/mono", runMs: [4_000, 12_000][i] ?? 50 })),
+      );
+      // One poll's work is bounded: the 200 take two polls.
+      expect((await poll(env)).published).toBe(MAX_PER_POLL);
+      expect((await poll(env)).published).toBe(200 - MAX_PER_POLL);
+      const [newest] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "b/fix" }]);
+      await poll(env);
+      await until(
+        async () => {
+          await poll(env);
+          return (await view(env, `forgejo-${newest!.id}-1`))?.state === "capacity_wait";
+        },
+        10_000,
+        500,
+      );
+      expect((await forgejo.state()).taken.map((t) => t.job).sort()).toEqual([older[0]!.id, older[1]!.id]);
+      // Polls, as the alarm makes them (every half second here): a finished job's runner is gone, its slot given to the next.
+      await until(
+        async () => {
+          await poll(env);
+          return (await forgejo.state()).taken.length >= 3;
+        },
+        30_000,
+        500,
+      );
+      const { taken } = await forgejo.state();
+      // The first slot freed went by turn to b/fix (its owner holds none, a/mono's one). Its runner
+      // took its own job; Forgejo's own pick, without the handle, would have been a/mono's oldest waiting: older[2].
+      expect(taken[2]!.job).toBe(newest!.id);
+      for (const t of taken) expect(t.runner).toBe(`gdr-forgejo-${t.job}-${t.attempt}`);
+      expect(
+        logs()
+          .events()
+          .filter((e) => e.event === "turn_given")
+          .map((e) => e.assignment),
+      ).toContain(`forgejo-${newest!.id}-1`);
+    },
+  );
 
   it("a runner that runs its job claims it when the poll sees it running, and completes when Forgejo deletes it, even if it never reports", async () => {
     const { env, forgejo, backend } = await setup();
@@ -140,7 +161,11 @@ describe("FORGE=forgejo", () => {
     expect((await view(env, id))?.state).toBe("claimed");
     // Its job ends without the runner calling complete (a pod killed after its job): Forgejo deleted the ephemeral runner.
     const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
-    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, { method: "POST", headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token }, body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }) });
+    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
+      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
+    });
     expect((await forgejo.state()).runners).toEqual([]);
     expect((await poll(env)).ended).toBe(1);
     expect((await view(env, id))?.state).toBe("completed");
@@ -176,7 +201,12 @@ describe("FORGE=forgejo", () => {
     expect(v).toMatchObject({ state: "terminated", reason: expect.stringContaining("left Forgejo's waiting list") });
     expect((await forgejo.state()).runners.map((r) => r.name)).toEqual([`gdr-forgejo-${other!.id}-1`]);
     expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(id)]);
-    expect(logs().events().filter((e) => e.event === "cancelled").map((e) => e.assignment)).toEqual([id]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "cancelled")
+        .map((e) => e.assignment),
+    ).toEqual([id]);
     // The other job's assignment is untouched.
     expect((await view(env, `forgejo-${other!.id}-1`))?.state).not.toBe("terminated");
   });
@@ -196,11 +226,19 @@ describe("FORGE=forgejo", () => {
     const metrics = async () => (await request(env, "/metrics", { headers: bearer("metrics-token-for-tests-01") })).text();
     expect(await metrics()).toMatch(/^gdr_forgejo_poll_failures_total 2$/m);
     expect(await metrics()).toMatch(/^gdr_forgejo_poll_failing 1$/m);
-    expect(logs().events().filter((e) => e.event === "forgejo_poll_failed")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "forgejo_poll_failed"),
+    ).toHaveLength(1);
     await forgejo.fault({ jobs: 0 });
     expect((await poll(env)).ok).toBe(true);
     expect(await metrics()).toMatch(/^gdr_forgejo_poll_failing 0$/m);
-    expect(logs().events().filter((e) => e.event === "forgejo_poll_recovered")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "forgejo_poll_recovered"),
+    ).toHaveLength(1);
     expect((await view(env, id))?.state).toBe("backend_ready");
     expect(logs().lines.join("\n")).not.toContain(env.GITEA_API_TOKEN);
   });
@@ -232,7 +270,12 @@ describe("FORGE=forgejo", () => {
     await forgejo.rerun(job!.id, job!.handle);
     const second = await poll(env);
     expect(second.published).toBe(0);
-    expect(logs().events().filter((e) => e.event === "handle_conflict").map((e) => e.assignment)).toEqual([`forgejo-${job!.id}-2`]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "handle_conflict")
+        .map((e) => e.assignment),
+    ).toEqual([`forgejo-${job!.id}-2`]);
     expect(await view(env, `forgejo-${job!.id}-2`)).toBeNull();
     // The near miss: the next attempt with a fresh handle.
     await forgejo.rerun(job!.id);
@@ -251,21 +294,43 @@ describe("FORGE=forgejo", () => {
     await poll(env);
     await forgejo.rerun(job!.id, undefined, true);
     for (let i = 0; i < 3; i++) expect((await poll(env)).published).toBe(0);
-    expect(logs().events().filter((e) => e.event === "handle_conflict").map((e) => e.assignment)).toEqual([id]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "handle_conflict")
+        .map((e) => e.assignment),
+    ).toEqual([id]);
     expect((await view(env, id))?.state).toBeDefined();
     // A third handle is news again.
     await forgejo.rerun(job!.id, undefined, true);
     await poll(env);
-    expect(logs().events().filter((e) => e.event === "handle_conflict")).toHaveLength(2);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "handle_conflict"),
+    ).toHaveLength(2);
   });
 
   it("names jobs by their repositories' names from Forgejo (one lookup per repository), so QUOTAS is written by name; a lookup Forgejo refuses costs no job its runner", async () => {
     const { env, forgejo, backend } = await setup({ QUOTAS: JSON.stringify({ repositories: { "acme/widgets": { limit: 1 } } }) });
-    await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "acme/widgets" }, { runs_on: ["ubuntu-latest"], repository: "acme/widgets" }]);
+    await forgejo.queue([
+      { runs_on: ["ubuntu-latest"], repository: "acme/widgets" },
+      { runs_on: ["ubuntu-latest"], repository: "acme/widgets" },
+    ]);
     await poll(env);
     await tick(env);
-    const status = async () => (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { recent: { id: string; repository: string | null; state: string }[] };
-    await until(async () => (await status()).recent.filter((r) => r.repository === "acme/widgets").map((r) => r.state).sort().join() === "backend_ready,quota_wait");
+    const status = async () =>
+      (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+        recent: { id: string; repository: string | null; state: string }[];
+      };
+    await until(
+      async () =>
+        (await status()).recent
+          .filter((r) => r.repository === "acme/widgets")
+          .map((r) => r.state)
+          .sort()
+          .join() === "backend_ready,quota_wait",
+    );
     expect((await forgejo.state()).requests.filter((r) => r.path.startsWith("/api/v1/repositories/"))).toHaveLength(1);
     // Forgejo refuses the lookup for a new repository: the job is named by ids, and gets its runner.
     await forgejo.fault({ repository: 403 });
@@ -294,31 +359,50 @@ describe("FORGE=forgejo", () => {
     expect((await forgejo.state()).requests.some((r) => r.method === "GET" && r.path.startsWith("/api/v1/repos/acme/widgets/actions/runners/"))).toBe(true);
     // Refused at the repository: GITEA_SCOPE, said once for two jobs of it.
     await forgejo.fault({ registerRepo: 403 });
-    const two = await forgejo.queue([{ runs_on: ["ubuntu-latest"], repository: "beta/app" }, { runs_on: ["ubuntu-latest"], repository: "beta/app" }]);
+    const two = await forgejo.queue([
+      { runs_on: ["ubuntu-latest"], repository: "beta/app" },
+      { runs_on: ["ubuntu-latest"], repository: "beta/app" },
+    ]);
     await poll(env);
     await until(async () => (await Promise.all(two.map((j) => view(env, `forgejo-${j.id}-1`)))).every((v) => v?.state === "backend_ready"));
     // Both try the repository when their registrations run at once; both end at GITEA_SCOPE.
     const later = (await posts()).slice(1);
     expect(later.filter((p) => p === "/api/v1/admin/actions/runners")).toHaveLength(2);
     expect(later.filter((p) => p !== "/api/v1/admin/actions/runners")).toEqual(expect.arrayContaining(["/api/v1/repos/beta/app/actions/runners"]));
-    expect(logs().events().filter((e) => e.event === "registered_at_scope")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "registered_at_scope"),
+    ).toHaveLength(1);
   });
 
   it("the poller's alarm, lost to an eviction, is set again by the cron tick, and polls", async () => {
     const { env, forgejo } = await setup();
     const stub = pollerStub(env);
     await tick(env);
-    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_armed"),
+    ).toHaveLength(1);
     const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
     expect(await fireAlarm(env)).toBe(true);
     expect((await view(env, `forgejo-${job!.id}-1`))?.state).toBeDefined();
     // Set for the next period: a tick now arms nothing.
     await tick(env);
-    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_armed"),
+    ).toHaveLength(1);
     await runInDurableObject(stub, async (_o, state) => state.storage.deleteAlarm());
     expect(await fireAlarm(env)).toBe(false);
     await tick(env);
-    expect(logs().events().filter((e) => e.event === "poller_armed")).toHaveLength(2);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_armed"),
+    ).toHaveLength(2);
     const [next] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
     expect(await fireAlarm(env)).toBe(true);
     expect((await view(env, `forgejo-${next!.id}-1`))?.state).toBeDefined();
@@ -333,18 +417,30 @@ describe("FORGE=forgejo", () => {
     // The old object meets the configuration in force (after a deploy it reads it from its env): not its own.
     expect(await old.arm(loadConfig(moved))).toBe(false);
     expect(await runInDurableObject(old, (_o, state) => state.storage.getAlarm())).toBeNull();
-    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_retired"),
+    ).toHaveLength(1);
     // An alarm that still fires there polls nothing and is not set again.
     const asked = (await forgejo.state()).requests.length;
     await runInDurableObject(old, (_o, state) => state.storage.setAlarm(Date.now() + 60_000));
     expect(await fireAlarm(env)).toBe(true);
     expect((await forgejo.state()).requests.length).toBe(asked);
     expect(await runInDurableObject(old, (_o, state) => state.storage.getAlarm())).toBeNull();
-    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(2);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_retired"),
+    ).toHaveLength(2);
     // Near miss: the object the configuration names arms, and keeps its alarm.
     await tick(moved);
     expect(await runInDurableObject(pollerStub(moved), (_o, state) => state.storage.getAlarm())).not.toBeNull();
-    expect(logs().events().filter((e) => e.event === "poller_retired")).toHaveLength(2);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "poller_retired"),
+    ).toHaveLength(2);
   });
 
   it("a run's webhook makes the poller look now: its jobs end there; a signature one character off is refused", async () => {
@@ -385,9 +481,23 @@ describe("FORGE=forgejo", () => {
 
   it("a warm runner boots before its job, asks for its handle with its own claim token, is given the next job, and is replaced at once", async () => {
     const labels = JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels as string[];
-    const { env, forgejo, backend } = await setup({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]) });
+    const { env, forgejo, backend } = await setup({
+      RUNS_ON_ROUTES: "",
+      RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]),
+    });
     await tick(env);
-    const warmPut = async () => (await backend.state()).requests.filter((r) => r.method === "PUT").map((r) => JSON.parse(r.body) as { assignment: { id: string; warm?: boolean }; claimToken: string; handleUrl?: string; forgejo: { uuid: string; token: string; handle?: string } });
+    const warmPut = async () =>
+      (await backend.state()).requests
+        .filter((r) => r.method === "PUT")
+        .map(
+          (r) =>
+            JSON.parse(r.body) as {
+              assignment: { id: string; warm?: boolean };
+              claimToken: string;
+              handleUrl?: string;
+              forgejo: { uuid: string; token: string; handle?: string };
+            },
+        );
     await until(async () => {
       await tick(env);
       return (await warmPut()).length === 1 && (await view(env, (await warmPut())[0]!.assignment.id))?.state === "backend_ready";
@@ -409,16 +519,29 @@ describe("FORGE=forgejo", () => {
     const given = await ask(w!.claimToken);
     expect(given.status).toBe(200);
     expect(await given.text()).toBe(job!.handle);
-    expect(logs().events().filter((e) => e.event === "warm_took_job").map((e) => e.assignment)).toEqual([wid]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "warm_took_job")
+        .map((e) => e.assignment),
+    ).toEqual([wid]);
     // Its position was filled again at once: a second warm runner is asked for.
-    expect(logs().events().filter((e) => e.event === "warm_filled")).toHaveLength(2);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "warm_filled"),
+    ).toHaveLength(2);
 
     const runner = (await forgejo.state()).runners.find((r) => r.uuid === w!.forgejo.uuid)!;
     expect(await runAsRunner(env, runner, ["ubuntu-latest"], job!.handle, null)).toBeGreaterThan(0);
     expect((await forgejo.state()).taken).toEqual([expect.objectContaining({ job: job!.id, runner: `gdr-${wid}` })]);
     await poll(env);
     const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
-    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, { method: "POST", headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token }, body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }) });
+    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
+      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
+    });
     expect((await poll(env)).ended).toBe(1);
     expect((await view(env, wid))?.state).toBe("completed");
     expect((await ask(w!.claimToken)).status).toBe(409);
@@ -433,7 +556,12 @@ describe("FORGE=forgejo", () => {
     });
     return JSON.parse((await backend.state()).requests.find((r) => r.method === "PUT")!.body).assignment.id as string;
   }
-  const warmPool = () => ({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels, minIdle: 1 }]) });
+  const warmPool = () => ({
+    RUNS_ON_ROUTES: "",
+    RUNNER_POOLS: JSON.stringify([
+      { name: "small", backend: "pod", labels: JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels, minIdle: 1 },
+    ]),
+  });
 
   it("a job one poller gave to a warm runner is followed, not doubled, by a second poller with its own memory (or one that lost its storage)", async () => {
     const { env, forgejo, backend } = await setup(warmPool());
@@ -445,8 +573,16 @@ describe("FORGE=forgejo", () => {
     expect(await knownOf(env)).toEqual([expect.objectContaining({ id: wid, job: job!.id, boundAt: expect.any(Number) })]);
     expect(await view(env, `forgejo-${job!.id}-1`)).toBeNull();
     expect((await backend.state()).requests.filter((r) => r.method === "PUT" && r.body.includes(`forgejo-${job!.id}-1`))).toEqual([]);
-    expect(logs().events().filter((e) => e.event === "warm_took_job")).toHaveLength(1);
-    expect(logs().events().filter((e) => e.event === "handle_conflict")).toEqual([]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "warm_took_job"),
+    ).toHaveLength(1);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "handle_conflict"),
+    ).toEqual([]);
     // Cancelled before the runner took it: the poller that follows it ends that runner.
     await forgejo.cancel(job!.id);
     expect((await poll(env)).ended).toBe(1);
@@ -472,7 +608,10 @@ describe("FORGE=forgejo", () => {
     // The warm runner takes the one slot, and is up only after a while.
     await backend.mode({ token: TEST_SECRETS.BACKEND_TOKEN, readyAfterMs: 1_500 });
     await tick(env);
-    const puts = async () => (await backend.state()).requests.filter((r) => r.method === "PUT").map((r) => JSON.parse(r.body) as { assignment: { id: string }; claimToken: string; forgejo: { uuid: string } });
+    const puts = async () =>
+      (await backend.state()).requests
+        .filter((r) => r.method === "PUT")
+        .map((r) => JSON.parse(r.body) as { assignment: { id: string }; claimToken: string; forgejo: { uuid: string } });
     const [w] = await puts();
     expect(w).toBeDefined();
     const wid = w!.assignment.id;
@@ -496,12 +635,20 @@ describe("FORGE=forgejo", () => {
     // Its own runner was never asked for, nor registered.
     expect((await puts()).filter((p) => p.assignment.id === own)).toEqual([]);
     expect((await forgejo.state()).runners.filter((r) => r.name === `gdr-${own}`)).toEqual([]);
-    expect(logs().events().filter((e) => e.event === "moved_to_warm").map((e) => e.assignment)).toEqual([own]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "moved_to_warm")
+        .map((e) => e.assignment),
+    ).toEqual([own]);
   });
 
   it("a job given to a warm runner and cancelled before the runner took it ends that runner too", async () => {
     const labels = JSON.parse(forgejoTestEnv("ws://x:1", "http://b", "http://f").RUNS_ON_ROUTES!)[0].labels as string[];
-    const { env, forgejo, backend } = await setup({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]) });
+    const { env, forgejo, backend } = await setup({
+      RUNS_ON_ROUTES: "",
+      RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels, minIdle: 1 }]),
+    });
     await until(async () => {
       await tick(env);
       const put = (await backend.state()).requests.find((r) => r.method === "PUT");
@@ -520,7 +667,11 @@ describe("FORGE=forgejo", () => {
   it("the cron tick deletes runners of ours no assignment needs from Forgejo, and tears down a workload whose Forgejo runner is gone; others' runners stay", async () => {
     const { env, forgejo, backend } = await setup({ CLEANUP_GRACE_MS: 0 });
     const rest = (method: string, path: string, body?: unknown) =>
-      fetch(`${env.GITEA_URL}/api/v1/admin/actions/runners${path}`, { method, headers: { authorization: `token ${env.GITEA_API_TOKEN}`, "content-type": "application/json" }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      fetch(`${env.GITEA_URL}/api/v1/admin/actions/runners${path}`, {
+        method,
+        headers: { authorization: `token ${env.GITEA_API_TOKEN}`, "content-type": "application/json" },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
     // The token may not register at the jobs' repository: their runners are at GITEA_SCOPE, which the cleanup lists.
     await forgejo.fault({ registerRepo: 403 });
     const [job, other] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }, { runs_on: ["ubuntu-latest"] }]);
@@ -538,7 +689,13 @@ describe("FORGE=forgejo", () => {
     expect(names).toContain("my-own-runner");
     expect(names).toContain(`gdr-forgejo-${other!.id}-1`);
     expect((await backend.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([expect.stringContaining(`forgejo-${job!.id}-1`)]);
-    expect(logs().events().filter((e) => e.event === "runner_deleted").map((e) => e.assignment).sort()).toEqual([`forgejo-${job!.id}-1`, "forgejo-999-1"].sort());
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "runner_deleted")
+        .map((e) => e.assignment)
+        .sort(),
+    ).toEqual([`forgejo-${job!.id}-1`, "forgejo-999-1"].sort());
     // The job still waits: its next delivery registers a runner afresh.
     await until(async () => {
       await tick(env);
@@ -551,7 +708,11 @@ describe("FORGE=forgejo", () => {
     const { env, forgejo } = await setup();
     const body = JSON.stringify({ action: "success", run: { id: "7", status: "success" } });
     const sig = await hexHmacSha256(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(body));
-    const res = await request(env, "/v1/forgejo/webhook", { method: "POST", headers: { "content-type": "application/json", "x-forgejo-event": "action_run_success", "x-forgejo-signature": sig }, body });
+    const res = await request(env, "/v1/forgejo/webhook", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-forgejo-event": "action_run_success", "x-forgejo-signature": sig },
+      body,
+    });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field)).toEqual(["run.id"]);
     expect((await forgejo.state()).requests).toEqual([]);

@@ -15,7 +15,8 @@ import { queuedFixture } from "../harness/fixtures.ts";
 const proxy = inject("natsProxyUrl");
 const control = proxy.replace("ws://", "http://");
 const proxyCounts = async (tag: string) => (await (await fetch(`${control}/_counts/${tag}`)).json()) as { connections: number; pub: number };
-const fault = async (what: "reset" | "hang" | "resume", tag: string, newToo = false) => void (await fetch(`${control}/_${what}/${tag}${newToo ? "?new=1" : ""}`, { method: "POST" })).arrayBuffer();
+const fault = async (what: "reset" | "hang" | "resume", tag: string, newToo = false) =>
+  void (await fetch(`${control}/_${what}/${tag}${newToo ? "?new=1" : ""}`, { method: "POST" })).arrayBuffer();
 
 /** An environment whose NATS goes through the proxy under `tag`; provisioned directly. */
 async function proxiedEnv(tag: string, overrides: Record<string, unknown> = {}) {
@@ -61,7 +62,8 @@ describe("NATS gateway", () => {
       // The events the gateway's calls produced are written by the invocation that made them.
       expect(logs.events().filter((e) => e.event === "published")).toHaveLength(20);
       // The passes in the object share one registration token: one fetch for 20 registrations.
-      const tokenFetches = async (e: Record<string, string>) => (await giteaControl(e).state()).requests.filter((r) => r.path.endsWith("/runners/registration-token")).length;
+      const tokenFetches = async (e: Record<string, string>) =>
+        (await giteaControl(e).state()).requests.filter((r) => r.path.endsWith("/runners/registration-token")).length;
       expect((await giteaControl(env).state()).registrations).toBe(20);
       expect(await tokenFetches(env)).toBe(1);
 
@@ -122,45 +124,49 @@ describe("NATS gateway", () => {
     }
   });
 
-  it("a silent hang: no request waits past the bound; the dead connection is replaced, and what was refused is not half-written", { timeout: 60_000 }, async () => {
-    const logs = captureLogs();
-    try {
-      const tag = uniqueName("gwhang");
-      const env = await proxiedEnv(tag);
-      expect((await deliverAll(env, [830_000], 1)).get(830_000)?.status).toBe(202);
-      // The socket stays open and nothing comes back; new connections get through.
-      await fault("hang", tag);
-      const during = await deliverAll(env, range(830_001, 12), 12);
-      const ms = [...during.values()].map((a) => a.ms);
-      expect(Math.max(...ms)).toBeLessThan(2_600);
-      expect([...during.values()].every((a) => a.status === 202 || a.status === 503)).toBe(true);
-      expect((await proxyCounts(tag)).connections).toBe(2);
-      const after = await deliverAll(env, range(830_100, 5), 5);
-      expect([...after.values()].every((a) => a.status === 202 && a.ms < 1_000)).toBe(true);
-      expect((await proxyCounts(tag)).connections).toBe(2);
+  it(
+    "a silent hang: no request waits past the bound; the dead connection is replaced, and what was refused is not half-written",
+    { timeout: 60_000 },
+    async () => {
+      const logs = captureLogs();
+      try {
+        const tag = uniqueName("gwhang");
+        const env = await proxiedEnv(tag);
+        expect((await deliverAll(env, [830_000], 1)).get(830_000)?.status).toBe(202);
+        // The socket stays open and nothing comes back; new connections get through.
+        await fault("hang", tag);
+        const during = await deliverAll(env, range(830_001, 12), 12);
+        const ms = [...during.values()].map((a) => a.ms);
+        expect(Math.max(...ms)).toBeLessThan(2_600);
+        expect([...during.values()].every((a) => a.status === 202 || a.status === 503)).toBe(true);
+        expect((await proxyCounts(tag)).connections).toBe(2);
+        const after = await deliverAll(env, range(830_100, 5), 5);
+        expect([...after.values()].every((a) => a.status === 202 && a.ms < 1_000)).toBe(true);
+        expect((await proxyCounts(tag)).connections).toBe(2);
 
-      // Everything hangs, new connections too: every answer is a 503 within the bound, and none queued anything.
-      const before = (await streamState(env)).messages;
-      await fault("hang", tag, true);
-      const dead = await deliverAll(env, range(830_200, 8), 8);
-      expect([...dead.values()].map((a) => a.status)).toEqual(Array(8).fill(503));
-      expect(Math.max(...[...dead.values()].map((a) => a.ms))).toBeLessThan(2_600);
-      expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(before);
-      await fault("resume", tag);
-      let recovered = 0;
-      for (let i = 0; i < 30 && recovered !== 202; i++) {
-        recovered = (await deliverJob(env, withJob(queuedFixture, 830_300))).status;
-        if (recovered !== 202) await sleep(200);
+        // Everything hangs, new connections too: every answer is a 503 within the bound, and none queued anything.
+        const before = (await streamState(env)).messages;
+        await fault("hang", tag, true);
+        const dead = await deliverAll(env, range(830_200, 8), 8);
+        expect([...dead.values()].map((a) => a.status)).toEqual(Array(8).fill(503));
+        expect(Math.max(...[...dead.values()].map((a) => a.ms))).toBeLessThan(2_600);
+        expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(before);
+        await fault("resume", tag);
+        let recovered = 0;
+        for (let i = 0; i < 30 && recovered !== 202; i++) {
+          recovered = (await deliverJob(env, withJob(queuedFixture, 830_300))).status;
+          if (recovered !== 202) await sleep(200);
+        }
+        expect(recovered).toBe(202);
+        // Gitea does not retry; the sweep would. Delivered again, every refused job is queued once.
+        const refused = [...during, ...dead].filter(([, a]) => a.status === 503).map(([job]) => job);
+        await deliverAll(env, refused, 4);
+        expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(1 + 12 + 5 + 8 + 1);
+      } finally {
+        logs.restore();
       }
-      expect(recovered).toBe(202);
-      // Gitea does not retry; the sweep would. Delivered again, every refused job is queued once.
-      const refused = [...during, ...dead].filter(([, a]) => a.status === 503).map(([job]) => job);
-      await deliverAll(env, refused, 4);
-      expect((await streamState({ ...env, NATS_URL: inject("natsWsUrl") })).messages).toBe(1 + 12 + 5 + 8 + 1);
-    } finally {
-      logs.restore();
-    }
-  });
+    },
+  );
 
   it("a reset object (a deploy, a crash, an eviction) reconnects on the next request", { timeout: 30_000 }, async () => {
     const tag = uniqueName("gwevict");
@@ -187,9 +193,17 @@ describe("NATS gateway", () => {
       const raw = JSON.stringify(withJob(queuedFixture, 850_000));
       const { giteaSignature } = await import("../../src/forge/gitea/signature.ts");
       const { TEST_SECRETS } = await import("../harness/env.ts");
-      const headers = { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)) };
+      const headers = {
+        "content-type": "application/json",
+        "x-gitea-event-type": "workflow_job",
+        "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)),
+      };
       const ctx = createExecutionContext();
-      const res = await worker.fetch(new Request("https://dispatch.example.org/v1/gitea/webhook", { method: "POST", headers, body: raw }), { ...env, [GATEWAY_BINDING]: broken }, ctx);
+      const res = await worker.fetch(
+        new Request("https://dispatch.example.org/v1/gitea/webhook", { method: "POST", headers, body: raw }),
+        { ...env, [GATEWAY_BINDING]: broken },
+        ctx,
+      );
       await waitOnExecutionContext(ctx);
       expect(res.status).toBe(202);
       expect(await res.json()).toMatchObject({ assignment: "gitea-850000-1", duplicate: false });
@@ -227,7 +241,9 @@ describe.each([1, 3])("a claim while webhook passes are busy (NATS_GATEWAY_SHARD
       expect(await puts()).toBe(4);
 
       const started = Date.now();
-      expect((await request(env, `/v1/assignments/${runner.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })).status).toBe(200);
+      expect(
+        (await request(env, `/v1/assignments/${runner.id}/claim`, { method: "POST", headers: { authorization: `Bearer ${runner.claimToken}` } })).status,
+      ).toBe(200);
       const acked = () => logs.events().some((e) => e.event === "acked" && e.assignment === runner.id);
       while (!acked() && Date.now() - started < 4_000) await sleep(50);
       expect(acked()).toBe(true);

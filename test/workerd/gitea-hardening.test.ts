@@ -47,7 +47,10 @@ describe("a claim or completion by webhook counts only from the runner registere
       return p;
     };
     for (const [i, id] of [777, ours + 1, ours - 1, 0, null, undefined].entries()) {
-      expect(await deliverJob(env, impostor(inProgressFixture, id))).toEqual({ status: 200, body: { ignored: "runner is not the one registered for gitea-500-1" } });
+      expect(await deliverJob(env, impostor(inProgressFixture, id))).toEqual({
+        status: 200,
+        body: { ignored: "runner is not the one registered for gitea-500-1" },
+      });
       const done = await deliverJob(env, impostor(completedFixture, id));
       expect(done.status).toBe(200);
       // Job 9000 was never queued here: the first completion leaves its tombstone, the rest find it.
@@ -61,11 +64,17 @@ describe("a claim or completion by webhook counts only from the runner registere
     expect((await gitea.state()).runners.map((r) => r.id)).toEqual([ours]);
 
     // The registered runner claims; an impostor still cannot complete it.
-    expect(await deliverJob(env, withJob(inProgressFixture, 500, { runner_id: ours, runner_name: "gdr-gitea-500-1" }))).toEqual({ status: 200, body: { claimed: "gitea-500-1" } });
+    expect(await deliverJob(env, withJob(inProgressFixture, 500, { runner_id: ours, runner_name: "gdr-gitea-500-1" }))).toEqual({
+      status: 200,
+      body: { claimed: "gitea-500-1" },
+    });
     expect((await deliverJob(env, impostor(completedFixture, 777))).status).toBe(200);
     expect(await stateOf(env, "gitea-500-1")).toBe("claimed");
     expect(await holders(env)).toEqual(["gitea-500-1"]);
-    expect(await deliverJob(env, withJob(completedFixture, 500, { runner_id: ours, runner_name: "gdr-gitea-500-1" }))).toEqual({ status: 200, body: { completed: "gitea-500-1" } });
+    expect(await deliverJob(env, withJob(completedFixture, 500, { runner_id: ours, runner_name: "gdr-gitea-500-1" }))).toEqual({
+      status: 200,
+      body: { completed: "gitea-500-1" },
+    });
     expect(await holders(env)).toEqual([]);
   });
 
@@ -73,7 +82,10 @@ describe("a claim or completion by webhook counts only from the runner registere
     const { env, backend } = await setup({ CAPACITY_POD: 1 });
     await deliverJob(env, withJob(queuedFixture, 600));
     const ours = await runnerOf(env, "gdr-gitea-600-1");
-    expect(await deliverJob(env, withJob(completedFixture, 600, { runner_id: ours, runner_name: "gdr-gitea-600-1" }))).toEqual({ status: 200, body: { completed: "gitea-600-1" } });
+    expect(await deliverJob(env, withJob(completedFixture, 600, { runner_id: ours, runner_name: "gdr-gitea-600-1" }))).toEqual({
+      status: 200,
+      body: { completed: "gitea-600-1" },
+    });
     expect(await stateOf(env, "gitea-600-1")).toBe("completed");
     expect(await holders(env)).toEqual([]);
     await sleep(50);
@@ -91,7 +103,10 @@ describe("odd runner names", () => {
     const { env } = await setup();
     await deliverJob(env, queuedFixture);
     for (const name of odd) {
-      expect(await deliverJob(env, withJob(inProgressFixture, 1187, { runner_name: name, runner_id: 5 }))).toEqual({ status: 200, body: { ignored: "runner is not ours" } });
+      expect(await deliverJob(env, withJob(inProgressFixture, 1187, { runner_name: name, runner_id: 5 }))).toEqual({
+        status: 200,
+        body: { ignored: "runner is not ours" },
+      });
     }
     expect(await stateOf(env, "gitea-1187-1")).toBe("backend_ready");
   });
@@ -117,7 +132,9 @@ describe("a job's completed delivered before its queued", () => {
   it("leaves a tombstone: the late queued provisions nothing, answers 200 and says why; the next attempt is served", async () => {
     const { env, gitea, backend } = await setup();
     expect(await deliverJob(env, cancelled(1300))).toEqual({ status: 200, body: { tombstone: "gitea-1300-1" } });
-    expect(events("tombstoned")).toEqual([expect.objectContaining({ assignment: "gitea-1300-1", backend: "pod", reason: "completed in Gitea (cancelled) before its queued delivery" })]);
+    expect(events("tombstoned")).toEqual([
+      expect.objectContaining({ assignment: "gitea-1300-1", backend: "pod", reason: "completed in Gitea (cancelled) before its queued delivery" }),
+    ]);
     expect(await stateOf(env, "gitea-1300-1")).toBe("terminated");
     // A second completion finds the tombstone and leaves it as it is.
     expect(await deliverJob(env, cancelled(1300))).toEqual({ status: 200, body: { ignored: "nothing to cancel for gitea-1300-1" } });
@@ -135,7 +152,10 @@ describe("a job's completed delivered before its queued", () => {
     expect(await stateOf(env, "gitea-1300-1")).toBe("terminated");
 
     // The job's next attempt is another assignment, served as usual; so is a job next to it.
-    expect(await deliverJob(env, withJob(queuedFixture, 1300, { run_attempt: 2 }))).toEqual({ status: 202, body: { assignment: "gitea-1300-2", duplicate: false } });
+    expect(await deliverJob(env, withJob(queuedFixture, 1300, { run_attempt: 2 }))).toEqual({
+      status: 202,
+      body: { assignment: "gitea-1300-2", duplicate: false },
+    });
     expect(await deliverJob(env, withJob(queuedFixture, 1301))).toEqual({ status: 202, body: { assignment: "gitea-1301-1", duplicate: false } });
     await tickUntil(env, async () => (await holders(env)).length === 2, { timeoutMs: 10_000 });
     expect((await backend.state()).runners.map((r) => r.id).sort()).toEqual(["gitea-1300-2", "gitea-1301-1"]);
@@ -147,7 +167,10 @@ describe("a job's completed delivered before its queued", () => {
     await deliverJob(env, withJob(queuedFixture, 1310));
     expect(await deliverJob(env, cancelled(1310))).toEqual({ status: 200, body: { cancelled: "gitea-1310-1" } });
     expect(events("tombstoned")).toEqual([]);
-    expect(await deliverJob(env, cancelled(1311, { labels: ["no-such-label"] }))).toEqual({ status: 200, body: { ignored: "nothing to cancel for gitea-1311-1" } });
+    expect(await deliverJob(env, cancelled(1311, { labels: ["no-such-label"] }))).toEqual({
+      status: 200,
+      body: { ignored: "nothing to cancel for gitea-1311-1" },
+    });
     expect(await stateOf(env, "gitea-1311-1")).toBe("http 404");
     await sleep(50);
     expect((await backend.state()).runners).toEqual([]);
@@ -160,7 +183,10 @@ describe("queued deliveries", () => {
     const named = (job: number, fullName: string) => ({ ...withJob(queuedFixture, job), repository: { ...queuedFixture.repository, full_name: fullName } });
     const tooLong = await deliverJob(env, named(1400, `acme/${"r".repeat(252)}`));
     expect(tooLong.status).toBe(400);
-    expect(tooLong.body).toMatchObject({ error: "invalid workflow_job payload", fields: [{ field: "repository.full_name", message: "at most 256 characters" }] });
+    expect(tooLong.body).toMatchObject({
+      error: "invalid workflow_job payload",
+      fields: [{ field: "repository.full_name", message: "at most 256 characters" }],
+    });
     expect(await streamState(env)).toMatchObject({ messages: 0 });
     expect((await deliverJob(env, named(1401, `acme/${"r".repeat(251)}`))).status).toBe(202);
   });
@@ -170,17 +196,34 @@ describe("queued deliveries", () => {
     const send = async (job: number, type: string) => {
       const raw = JSON.stringify(withJob(queuedFixture, job));
       const sig = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
-      return request(env, "/v1/gitea/webhook", { method: "POST", headers: { "content-type": type, "x-gitea-event-type": "workflow_job", "x-gitea-signature": sig }, body: raw });
+      return request(env, "/v1/gitea/webhook", {
+        method: "POST",
+        headers: { "content-type": type, "x-gitea-event-type": "workflow_job", "x-gitea-signature": sig },
+        body: raw,
+      });
     };
-    for (const type of ["application/json-patch+json", "application/json-foo", "application/jsonx", "application/x-www-form-urlencoded", "text/json", "application/json,text/plain"]) {
+    for (const type of [
+      "application/json-patch+json",
+      "application/json-foo",
+      "application/jsonx",
+      "application/x-www-form-urlencoded",
+      "text/json",
+      "application/json,text/plain",
+    ]) {
       const res = await send(1410, type);
       expect(res.status, type).toBe(415);
       expect(((await res.json()) as { error: string }).error).toMatch(/^content-type must be application\/json/);
     }
     expect(await streamState(env)).toMatchObject({ messages: 0 });
-    for (const [i, type] of ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8", " application/json "].entries()) expect((await send(1411 + i, type)).status, type).toBe(202);
+    for (const [i, type] of ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8", " application/json "].entries())
+      expect((await send(1411 + i, type)).status, type).toBe(202);
     // The operator API likewise.
-    const post = (type: string) => request(env, "/v1/assignments", { method: "POST", headers: { ...bearer(TEST_SECRETS.DISPATCH_TOKEN), "content-type": type }, body: JSON.stringify({ version: 1, id: "ct-1", backend: "pod", labels: ["x"] }) });
+    const post = (type: string) =>
+      request(env, "/v1/assignments", {
+        method: "POST",
+        headers: { ...bearer(TEST_SECRETS.DISPATCH_TOKEN), "content-type": type },
+        body: JSON.stringify({ version: 1, id: "ct-1", backend: "pod", labels: ["x"] }),
+      });
     expect((await post("application/json-patch+json")).status).toBe(415);
     expect((await post("application/json; charset=utf-8")).status).toBe(202);
   });
@@ -197,7 +240,10 @@ describe("queued deliveries", () => {
     const eightDaysAgo = new Date(Date.now() - 8 * 86_400_000).toISOString();
     const old = (id: number) => withJob(queuedFixture, id, { created_at: eightDaysAgo });
     const { env, gitea } = await setup();
-    await gitea.jobs([{ ...old(701).workflow_job, status: "queued" }, { ...old(702).workflow_job, status: "success" }]);
+    await gitea.jobs([
+      { ...old(701).workflow_job, status: "queued" },
+      { ...old(702).workflow_job, status: "success" },
+    ]);
     expect((await deliverJob(env, old(701))).body).toEqual({ assignment: "gitea-701-1", duplicate: false });
     expect((await deliverJob(env, old(702))).body).toMatchObject({ ignored: expect.stringContaining("no longer queued in Gitea (success)") });
     expect((await deliverJob(env, old(703))).body).toMatchObject({ ignored: expect.stringContaining("(not found)") });
@@ -211,7 +257,10 @@ describe("queued deliveries", () => {
     expect(await streamState(env)).toMatchObject({ messages: 2 });
 
     // Another attempt queued in Gitea does not vouch for this one; this attempt still queued does.
-    await gitea.jobs([{ ...old(705).workflow_job, status: "queued", run_attempt: 2 }, { ...old(706).workflow_job, status: "queued", run_attempt: 1 }]);
+    await gitea.jobs([
+      { ...old(705).workflow_job, status: "queued", run_attempt: 2 },
+      { ...old(706).workflow_job, status: "queued", run_attempt: 1 },
+    ]);
     expect((await deliverJob(env, old(705))).body).toMatchObject({ ignored: expect.stringContaining("no longer queued in Gitea (queued)") });
     expect((await deliverJob(env, old(706))).body).toEqual({ assignment: "gitea-706-1", duplicate: false });
     // An age nobody can tell counts as old: asked about, and Gitea's answer decides.
@@ -221,7 +270,12 @@ describe("queued deliveries", () => {
       return p;
     };
     await gitea.jobs([{ ...undated(708, "not a date").workflow_job, status: "queued" }]);
-    for (const [id, at] of [[707, undefined], [708, "not a date"], [709, "0001-01-01T00:00:00Z"]] as const) await deliverJob(env, undated(id, at));
+    for (const [id, at] of [
+      [707, undefined],
+      [708, "not a date"],
+      [709, "0001-01-01T00:00:00Z"],
+    ] as const)
+      await deliverJob(env, undated(id, at));
     expect(await streamState(env)).toMatchObject({ messages: 4 });
     expect(events("stale_delivery").map((e) => e.assignment)).toEqual(["gitea-702-1", "gitea-703-1", "gitea-705-1", "gitea-707-1", "gitea-709-1"]);
 
@@ -251,14 +305,21 @@ describe("a slow Gitea inside the gateway's deadline", () => {
 
     // Near miss: a Gitea that answers within the bound is waited for, and the job is queued.
     await gitea.delay(300);
-    expect(await deliverJob(env, withJob(queuedFixture, 720, { created_at: eightDaysAgo }))).toEqual({ status: 202, body: { assignment: "gitea-720-1", duplicate: false } });
+    expect(await deliverJob(env, withJob(queuedFixture, 720, { created_at: eightDaysAgo }))).toEqual({
+      status: 202,
+      body: { assignment: "gitea-720-1", duplicate: false },
+    });
   });
 });
 
 describe("signature headers", () => {
   const send = async (env: Env, headers: Record<string, string>) => {
     const raw = JSON.stringify(queuedFixture);
-    return request(env, "/v1/gitea/webhook", { method: "POST", headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", ...headers }, body: raw });
+    return request(env, "/v1/gitea/webhook", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-gitea-event-type": "workflow_job", ...headers },
+      body: raw,
+    });
   };
   const sign = (raw: string, secret: string = TEST_SECRETS.WEBHOOK_SECRET) => giteaSignature(secret, new TextEncoder().encode(raw));
 

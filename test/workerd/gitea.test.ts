@@ -66,7 +66,11 @@ describe("Gitea webhook", () => {
     const g = await gitea.state();
     expect(g.registrations).toBe(1);
     const registered = g.runners[0]!;
-    expect(registered).toMatchObject({ name: "gdr-gitea-1187-1", ephemeral: true, labels: ["ubuntu-latest:docker://node:20-bookworm", "ubuntu-22.04:docker://node:20-bookworm"] });
+    expect(registered).toMatchObject({
+      name: "gdr-gitea-1187-1",
+      ephemeral: true,
+      labels: ["ubuntu-latest:docker://node:20-bookworm", "ubuntu-22.04:docker://node:20-bookworm"],
+    });
     expect(JSON.parse(g.requests.find((r) => r.path.endsWith("/Register"))!.body)).toMatchObject({ token: REGISTRATION_TOKEN, ephemeral: true });
 
     // The backend got the runner's identity (act_runner's .runner file), never the registration token.
@@ -84,7 +88,11 @@ describe("Gitea webhook", () => {
       labels: registered.labels,
       ephemeral: true,
     });
-    expect(body.assignment).toMatchObject({ id: "gitea-1187-1", backend: "pod", job: { id: 1187, runId: 311, attempt: 1, repository: "acme/widgets", name: "build" } });
+    expect(body.assignment).toMatchObject({
+      id: "gitea-1187-1",
+      backend: "pod",
+      job: { id: 1187, runId: 311, attempt: 1, repository: "acme/widgets", name: "build" },
+    });
     // Later deliveries (the duplicate's eager pass, a tick) reuse the sealed identity: still one registration.
     await sleep(40);
     await tick(env);
@@ -218,7 +226,12 @@ describe("runner lifecycle from Gitea's events", () => {
     // Gitea is slow to register the job's runner; the cancel lands meanwhile.
     await gitea.delay(0, 1_500);
     const queued = deliver(env, queuedFixture);
-    const pod = async () => ((await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { backends: { backend: string; slotsInUse: number; registering: number }[] }).backends.find((b) => b.backend === "pod")!;
+    const pod = async () =>
+      (
+        (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+          backends: { backend: string; slotsInUse: number; registering: number }[];
+        }
+      ).backends.find((b) => b.backend === "pod")!;
     // Admitted, with its registration reservation: the pass has read the record and is registering.
     let registering = 0;
     for (let i = 0; i < 100 && !registering; i++) {
@@ -275,14 +288,20 @@ describe("sweep", () => {
     const lost = { ...clone(queuedFixture.workflow_job), id: 3001, status: "queued" };
     const blocked = { ...clone(queuedFixture.workflow_job), id: 3002, status: "waiting" };
     await gitea.jobs([lost, blocked]);
-    await gitea.runners([{ id: 900, name: "gdr-gitea-9999-1" }, { id: 901, name: "not-ours" }]);
+    await gitea.runners([
+      { id: 900, name: "gdr-gitea-9999-1" },
+      { id: 901, name: "not-ours" },
+    ]);
     await tick(env);
     expect(events("recovered").map((e) => e.assignment)).toEqual(["gitea-3001-1"]);
     expect(await view(env, "gitea-3001-1")).toMatchObject({ state: "backend_ready" });
     expect((await backend.state()).runners.map((r) => r.id)).toEqual(["gitea-3001-1"]);
     const g = await gitea.state();
     expect(g.runners.map((r) => r.name).sort()).toEqual(["gdr-gitea-3001-1", "not-ours"]);
-    expect(g.requests.find((r) => r.path.endsWith("/jobs"))).toMatchObject({ search: "?status=queued&page=1&limit=50", headers: { authorization: "token gitea-api-token-0000" } });
+    expect(g.requests.find((r) => r.path.endsWith("/jobs"))).toMatchObject({
+      search: "?status=queued&page=1&limit=50",
+      headers: { authorization: "token gitea-api-token-0000" },
+    });
     // Known now: the next tick publishes nothing new.
     await tick(env);
     expect(events("recovered")).toHaveLength(1);

@@ -23,7 +23,12 @@ it("answers 404 without METRICS_TOKEN, 401 for a token one character off, and th
   try {
     const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 5, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 50, METRICS_TOKEN });
     const config = await provisionEnv(env);
-    const post = (id: string) => request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"] }) });
+    const post = (id: string) =>
+      request(env, "/v1/assignments", {
+        method: "POST",
+        headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true),
+        body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"] }),
+      });
     // Two that run: provisioned, claimed, acknowledged.
     for (const id of ["run-1", "run-2"]) expect((await post(id)).status).toBe(202);
     expect((await createDispatcher({ config }).reconcile("test", 5_000))[0]).toMatchObject({ fetched: 2, naked: 2 });
@@ -45,7 +50,8 @@ it("answers 404 without METRICS_TOKEN, 401 for a token one character off, and th
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");
     const text = await res.text();
-    for (const secret of [METRICS_TOKEN, TEST_SECRETS.DISPATCH_TOKEN, TEST_SECRETS.CLAIM_SIGNING_KEY, TEST_SECRETS.BACKEND_TOKEN]) expect(text).not.toContain(secret);
+    for (const secret of [METRICS_TOKEN, TEST_SECRETS.DISPATCH_TOKEN, TEST_SECRETS.CLAIM_SIGNING_KEY, TEST_SECRETS.BACKEND_TOKEN])
+      expect(text).not.toContain(secret);
     const parsed = parsePrometheusTextFormat(text) as Parsed;
     for (const family of parsed) {
       expect(family.help, family.name).not.toBe("");
@@ -67,7 +73,22 @@ it("answers 404 without METRICS_TOKEN, 401 for a token one character off, and th
       published: valueOf(parsed, "gdr_stream_published_messages_total"),
       acked: valueOf(parsed, "gdr_stream_acked_messages_total"),
       delivered: valueOf(parsed, "gdr_consumer_delivered_messages_total", pod),
-    }).toEqual({ capacity: 5, slots: 2, registering: 0, queued: 3, ackPending: 0, streamMessages: 3, received: 3, waiting: 0, pending: 0, ready: 0, running: 2, published: 5, acked: 2, delivered: 4 });
+    }).toEqual({
+      capacity: 5,
+      slots: 2,
+      registering: 0,
+      queued: 3,
+      ackPending: 0,
+      streamMessages: 3,
+      received: 3,
+      waiting: 0,
+      pending: 0,
+      ready: 0,
+      running: 2,
+      published: 5,
+      acked: 2,
+      delivered: 4,
+    });
 
     // The cost of a scrape does not grow with the assignments: the same requests with 23 more queued.
     const scrape = async (tag: string) => {
@@ -95,10 +116,21 @@ it.each([
   ["off", { received: 2, capacity_wait: 1 }],
   ["on", { received: 0, capacity_wait: 3 }],
 ])("counts the assignments waiting for capacity apart from those queued and those running (FAIR_SHARE=%s)", async (fairShare, waiting) => {
-  const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), { CAPACITY_POD: 2, EAGER_RECONCILE: "false", RETRY_DELAY_MS: 50, METRICS_TOKEN, FAIR_SHARE: fairShare });
+  const env = testEnv(inject("natsWsUrl"), inject("backendUrl"), {
+    CAPACITY_POD: 2,
+    EAGER_RECONCILE: "false",
+    RETRY_DELAY_MS: 50,
+    METRICS_TOKEN,
+    FAIR_SHARE: fairShare,
+  });
   const config = await provisionEnv(env);
   const logs = captureLogs();
-  const post = (id: string) => request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"] }) });
+  const post = (id: string) =>
+    request(env, "/v1/assignments", {
+      method: "POST",
+      headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true),
+      body: JSON.stringify({ version: 1, id, backend: "pod", labels: ["x"] }),
+    });
   try {
     for (const id of ["w-1", "w-2", "w-3", "w-4", "w-5"]) expect((await post(id)).status).toBe(202);
     // Two are provisioned; one of them claims. First come first served, MaxAckPending = capacity
@@ -110,7 +142,12 @@ it.each([
     // The pass acks the claimed one; the next is handed out and finds no slot.
     await createDispatcher({ config }).reconcile("test", 5_000);
     const parsed = parsePrometheusTextFormat(await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text()) as Parsed;
-    const states = Object.fromEntries(["received", "capacity_wait", "backend_pending", "backend_ready", "claimed"].map((state) => [state, valueOf(parsed, "gdr_assignments", { backend: "pod", state })]));
+    const states = Object.fromEntries(
+      ["received", "capacity_wait", "backend_pending", "backend_ready", "claimed"].map((state) => [
+        state,
+        valueOf(parsed, "gdr_assignments", { backend: "pod", state }),
+      ]),
+    );
     expect(states).toEqual({ ...waiting, backend_pending: 0, backend_ready: 1, claimed: 1 });
     expect(valueOf(parsed, "gdr_slots_in_use", { backend: "pod" })).toBe(2);
   } finally {

@@ -29,7 +29,8 @@ async function deliverQueued(env: Env, id: number, labels: string[]) {
 }
 
 const vmState = async (env: Env): Promise<FakeBackendState> => (await fetch(`${env.VM_BACKEND_URL}/_control/state`)).json();
-const view = async (env: Env, id: string) => (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; backend: string };
+const view = async (env: Env, id: string) =>
+  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; backend: string };
 
 describe("runner pools", () => {
   it("fill the first pool up to its cap and spill to the next, each runner with its own pool's labels, backend and template", async () => {

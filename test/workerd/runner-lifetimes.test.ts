@@ -23,7 +23,11 @@ const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
 const events = (name: string) => logs.events().filter((e) => e.event === name);
 
 async function setup(pool: Record<string, unknown>, runner: Record<string, unknown>) {
-  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0, METRICS_TOKEN });
+  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], {
+    RETRY_DELAY_MS: 30,
+    CAPACITY_VM: 0,
+    METRICS_TOKEN,
+  });
   await provisionEnv(env);
   const gitea = giteaControl(env);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
@@ -91,10 +95,13 @@ describe("runner lifetimes", () => {
     const { env, gitea, backend } = await setup({ maxLifetimeMs: 60_000, bootTimeoutMs: 10_000 }, { bootMs: 100, jobMs: 1e9 });
     const { jobs } = await gitea.queue([{ labels: ["ubuntu-latest"] }]);
     const id = `gitea-${jobs[0]}-1`;
-    await until(async () => (await record(env, id))?.state === "claimed", async () => {
-      await gitea.deliver();
-      await tick(env);
-    });
+    await until(
+      async () => (await record(env, id))?.state === "claimed",
+      async () => {
+        await gitea.deliver();
+        await tick(env);
+      },
+    );
     await travel(env, id, (r) => ({ ...r, runner: { ...r.runner!, registeredAt: ago(59_000) } }));
     await tick(env);
     expect(events("lifetime_reached")).toEqual([]);

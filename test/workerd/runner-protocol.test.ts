@@ -28,7 +28,8 @@ async function setup(overrides: Record<string, unknown> = {}) {
   return { env, gitea, backend: backendControl(env) };
 }
 
-const state = async (env: Env, id: string) => ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state;
+const state = async (env: Env, id: string) =>
+  ((await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string }).state;
 
 describe("runners that poll Gitea for work", () => {
   it("run a burst of jobs once each, one runner per job, whichever job each runner is handed; nothing is left behind", async () => {
@@ -72,7 +73,12 @@ describe("runners that poll Gitea for work", () => {
     // Gitea's one delivery attempt failed: the Worker never hears this queued.
     await gitea.deliver((d) => d.action === "queued");
     await runUntil(env, gitea, async () => (await gitea.actions()).jobs.every((j) => j.status === "completed"));
-    expect(logs.events().filter((e) => e.event === "recovered").map((e) => e.assignment)).toEqual([`gitea-${jobs[0]}-1`]);
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "recovered")
+        .map((e) => e.assignment),
+    ).toEqual([`gitea-${jobs[0]}-1`]);
     expect((await backend.state()).created).toBe(1);
     expect(await state(env, `gitea-${jobs[0]}-1`)).toBe("completed");
   });
@@ -114,7 +120,10 @@ describe("runners that poll Gitea for work", () => {
       await runUntil(env, gitea, async () => logs.events().some((e) => e.event === "claim_timeout" && e.assignment === id));
       await sleep(200);
       await tick(env);
-      const ended = logs.events().filter((e) => e.event === "job_started_elsewhere").map((e) => e.assignment);
+      const ended = logs
+        .events()
+        .filter((e) => e.event === "job_started_elsewhere")
+        .map((e) => e.assignment);
       if (status === "in_progress") {
         expect(ended).toEqual([id]);
         expect(await state(env, id)).toBe("terminated");

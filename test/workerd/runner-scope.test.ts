@@ -33,7 +33,11 @@ async function backlogThenFix(gitea: ReturnType<typeof giteaControl>) {
 }
 
 const view = async (env: Record<string, string>, id: string) =>
-  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; giteaRunnerId: number | null; giteaRunnerScope: string | null };
+  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+    state: string;
+    giteaRunnerId: number | null;
+    giteaRunnerScope: string | null;
+  };
 
 describe("RUNNER_SCOPE", () => {
   it("repository: the runner made for a job runs that job, though 200 of another repository's are older; it is registered, seen and deleted there", async () => {
@@ -43,13 +47,17 @@ describe("RUNNER_SCOPE", () => {
     expect((await gitea.actions()).taken).toEqual([expect.objectContaining({ job: fix, runner: `gdr-gitea-${fix}-1` })]);
     const { requests } = await gitea.state();
     // Fetched at the repository, with the API token; names are lower case (Gitea's are case-insensitive).
-    expect(requests.filter((r) => r.path.endsWith("/registration-token")).map((r) => `${r.method} ${r.path}`)).toEqual(["POST /api/v1/repos/bob/fix/actions/runners/registration-token"]);
+    expect(requests.filter((r) => r.path.endsWith("/registration-token")).map((r) => `${r.method} ${r.path}`)).toEqual([
+      "POST /api/v1/repos/bob/fix/actions/runners/registration-token",
+    ]);
     await runUntil(env, gitea, async () => (await view(env, `gitea-${fix}-1`)).state === "completed");
     const v = await view(env, `gitea-${fix}-1`);
     expect(v.giteaRunnerScope).toBe("repo:bob/fix");
     // Its runner is deleted where it is registered (Gitea deletes an ephemeral one itself too).
     await runUntil(env, gitea, async () => (await gitea.state()).requests.some((r) => r.method === "DELETE"));
-    expect((await gitea.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([`/api/v1/repos/bob/fix/actions/runners/${v.giteaRunnerId}`]);
+    expect((await gitea.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([
+      `/api/v1/repos/bob/fix/actions/runners/${v.giteaRunnerId}`,
+    ]);
     // Not one of acme/mono's jobs ran.
     expect((await gitea.actions()).jobs.filter((j) => j.status !== "queued").map((j) => j.id)).toEqual([fix]);
   });
@@ -61,7 +69,9 @@ describe("RUNNER_SCOPE", () => {
     const [taken] = (await gitea.actions()).taken;
     expect(taken).toMatchObject({ runner: `gdr-gitea-${fix}-1` });
     expect(taken!.job).not.toBe(fix);
-    expect((await gitea.state()).requests.filter((r) => r.path.endsWith("/registration-token")).map((r) => r.path)).toEqual(["/api/v1/admin/actions/runners/registration-token"]);
+    expect((await gitea.state()).requests.filter((r) => r.path.endsWith("/registration-token")).map((r) => r.path)).toEqual([
+      "/api/v1/admin/actions/runners/registration-token",
+    ]);
   });
 
   it("owner: an organisation's runner is registered at the organisation; a user's, as that user (Sudo); each runs only its owner's jobs", async () => {
@@ -92,19 +102,31 @@ describe("RUNNER_SCOPE", () => {
     const id = `gitea-${app}-1`;
     // Its completed waits until the backend refuses every call.
     const held: Delivery[] = [];
-    for (const end = Date.now() + 15_000; !held.some((d) => d.action === "completed") && Date.now() < end; ) {
+    for (const end = Date.now() + 15_000; !held.some((d) => d.action === "completed") && Date.now() < end;) {
       held.push(...(await gitea.deliver((d) => d.action === "completed")));
       await tick(env);
     }
     await backend.mode({ ...RUNNER, failRate: 1 });
     await gitea.send(held);
-    expect(logs().events().filter((e) => e.event === "teardown_failed").map((e) => e.assignment)).toEqual([id]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "teardown_failed")
+        .map((e) => e.assignment),
+    ).toEqual([id]);
     expect((await backend.state()).runners.map((r) => r.id)).toEqual([id]);
     await backend.mode(RUNNER);
     await tick(env);
-    expect(logs().events().filter((e) => e.event === "teardown_retried").map((e) => e.assignment)).toEqual([id]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "teardown_retried")
+        .map((e) => e.assignment),
+    ).toEqual([id]);
     expect((await backend.state()).runners).toEqual([]);
     const runnerId = (await view(env, id)).giteaRunnerId;
-    expect((await gitea.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([`/api/v1/repos/acme/app/actions/runners/${runnerId}`]);
+    expect((await gitea.state()).requests.filter((r) => r.method === "DELETE").map((r) => r.path)).toEqual([
+      `/api/v1/repos/acme/app/actions/runners/${runnerId}`,
+    ]);
   });
 });

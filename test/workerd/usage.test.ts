@@ -9,8 +9,18 @@ const backendUrl = inject("backendUrl");
 const giteaUrl = inject("giteaUrl");
 logsOfEachTest();
 
-type Figures = { jobs: number; runnerSeconds: number; queuedToRunning: { count: number; meanSeconds: number | null; p50Seconds: number | null; p95Seconds: number | null } };
-type Usage = { since: string; until: string; scanned: number; truncated: boolean; owners: (Figures & { owner: string; repositories: (Figures & { repository: string })[] })[] };
+type Figures = {
+  jobs: number;
+  runnerSeconds: number;
+  queuedToRunning: { count: number; meanSeconds: number | null; p50Seconds: number | null; p95Seconds: number | null };
+};
+type Usage = {
+  since: string;
+  until: string;
+  scanned: number;
+  truncated: boolean;
+  owners: (Figures & { owner: string; repositories: (Figures & { repository: string })[] })[];
+};
 
 describe("usage per owner", () => {
   it("counts each owner's and repository's jobs, runner seconds and time to running, from the records; owners differing in case are one", async () => {
@@ -30,13 +40,21 @@ describe("usage per owner", () => {
     expect(usage.truncated).toBe(false);
     // Each test provisions its own stream and buckets: only these jobs are there.
     expect(usage.owners.map((o) => [o.owner, o.jobs, o.repositories.map((r) => [r.repository, r.jobs])])).toEqual([
-      ["acme", 3, [["acme/api", 1], ["acme/web", 2]]],
+      [
+        "acme",
+        3,
+        [
+          ["acme/api", 1],
+          ["acme/web", 2],
+        ],
+      ],
       ["beta", 1, [["beta/x", 1]]],
     ]);
     // Runner seconds: at least each job's run (a runner lives through its job), and not more than
     // the whole test's time per runner.
     const { jobs } = (await gitea.actions()) as unknown as { jobs: { id: number; repository: string; startedMs: number; completedMs: number }[] };
-    const ran = (repo: string) => jobs.filter((j) => ids.includes(j.id) && j.repository.toLowerCase() === repo).reduce((s, j) => s + (j.completedMs - j.startedMs) / 1_000, 0);
+    const ran = (repo: string) =>
+      jobs.filter((j) => ids.includes(j.id) && j.repository.toLowerCase() === repo).reduce((s, j) => s + (j.completedMs - j.startedMs) / 1_000, 0);
     const web = usage.owners[0]!.repositories[1]!;
     expect(web.runnerSeconds).toBeGreaterThanOrEqual(ran("acme/web"));
     expect(web.runnerSeconds).toBeLessThan(2 * 40);
@@ -62,7 +80,9 @@ describe("usage per owner", () => {
     expect(await fieldsOf("?since=yesterday")).toEqual([{ field: "since", message: expect.stringContaining("RFC 3339") }]);
     expect(await fieldsOf("?until=2026-13-01T00:00:00Z")).toEqual([{ field: "until", message: expect.stringContaining("RFC 3339") }]);
     expect(await fieldsOf("?since=2026-12-01T10:00:00Z&until=2026-12-01T10:00:00Z")).toEqual([{ field: "since", message: "must be before until" }]);
-    expect(await fieldsOf(`?since=${new Date(Date.now() - 8 * 86_400_000).toISOString()}`)).toEqual([{ field: "since", message: expect.stringContaining("7 days records are kept") }]);
+    expect(await fieldsOf(`?since=${new Date(Date.now() - 8 * 86_400_000).toISOString()}`)).toEqual([
+      { field: "since", message: expect.stringContaining("7 days records are kept") },
+    ]);
     // Just inside the records kept: answered.
     expect((await ask(`?since=${new Date(Date.now() - 7 * 86_400_000 + 60_000).toISOString()}`)).status).toBe(200);
     expect((await ask("", `${TEST_SECRETS.DISPATCH_TOKEN.slice(0, -1)}x`)).status).toBe(401);

@@ -4,7 +4,19 @@
 // than jobs plus the warm target.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, type Captured, captureLogs, type Delivery, giteaControl, idleInGitea, request, runUntil, sleep, tick } from "../harness/worker.ts";
+import {
+  backendControl,
+  bearer,
+  type Captured,
+  captureLogs,
+  type Delivery,
+  giteaControl,
+  idleInGitea,
+  request,
+  runUntil,
+  sleep,
+  tick,
+} from "../harness/worker.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -21,14 +33,17 @@ const LABELS = ["ubuntu-latest:docker://node:20-bookworm", "small"];
 const poolsVar = (pool: Record<string, unknown>) => JSON.stringify([{ name: "small", backend: "pod", labels: LABELS, ...pool }]);
 
 async function setup(pool: Record<string, unknown>, runner: Record<string, unknown> = {}, vars: Record<string, unknown> = {}) {
-  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], { RETRY_DELAY_MS: 30, CAPACITY_VM: 0, ...vars });
+  const env = poolsTestEnv(nats, backendUrl, giteaUrl, [{ name: "small", backend: "pod", labels: LABELS, ...pool }], {
+    RETRY_DELAY_MS: 30,
+    CAPACITY_VM: 0,
+    ...vars,
+  });
   await provisionEnv(env);
   const gitea = giteaControl(env);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
   await backendControl(env).mode({ runner: true, bootMs: 400, fetchIntervalMs: 100, jobMs: 400, ...runner });
   return { env, gitea, backend: backendControl(env) };
 }
-
 
 describe("warm runners", () => {
   it("are kept at minIdle; a job starts on one without a boot; it is replaced; no more runners than jobs plus the target", async () => {
@@ -120,7 +135,10 @@ describe("warm runners", () => {
       }
       held.push(...(await gitea.deliver((d) => d.action !== "queued")));
     };
-    const idle = async (name: string) => (await gitea.state()).runners.some((r) => r.name === name && (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined);
+    const idle = async (name: string) =>
+      (await gitea.state()).runners.some(
+        (r) => r.name === name && (r as { lastOnline?: number }).lastOnline !== undefined && (r as { task?: number }).task === undefined,
+      );
     const takenBy = async (job: number) => (await gitea.actions()).taken.find((t) => t.job === job)?.runner;
     // The warm runner takes job A; A's own runner, made at once, comes up idle.
     const [a] = (await gitea.queue([{ labels: ["ubuntu-latest"] }])).jobs as [number];
@@ -156,7 +174,7 @@ describe("pools in /metrics and /v1/status", () => {
     await runUntil(env, gitea, async () => (await status()).pools[0]!.idle === 2);
     await gitea.queue([{ labels: ["ubuntu-latest"] }, { labels: ["ubuntu-latest"] }]);
     // Webhooks delivered as they come, as Gitea does; no cron tick is needed for a job to start.
-    for (const end = Date.now() + 20_000; !(await gitea.actions()).jobs.every((j) => j.status === "completed") && Date.now() < end; ) {
+    for (const end = Date.now() + 20_000; !(await gitea.actions()).jobs.every((j) => j.status === "completed") && Date.now() < end;) {
       await gitea.deliver();
       await sleep(20);
     }
@@ -181,4 +199,8 @@ describe("pools in /metrics and /v1/status", () => {
 type PoolsStatus = { pools: { pool: string; idle: number; warm: number; target: number; startup: { count: number } | null }[] };
 const events = (name: string) => logs.events().filter((e) => e.event === name);
 const assignmentView = async (env: Env, id: string) =>
-  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; warm: boolean; giteaRunnerId: number | null };
+  (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+    state: string;
+    warm: boolean;
+    giteaRunnerId: number | null;
+  };

@@ -57,10 +57,29 @@ const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().enco
 /** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
 export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): string {
   const dir = FORGEJO_VM_DIR;
-  const script = [`export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`, ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []), `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`, oneJobScript(dir), ""].join("\n");
-  const file = (path: string, content: string, permissions: string) => [`  - path: ${path}`, `    permissions: '${permissions}'`, "    encoding: b64", `    content: ${b64(content)}`];
+  const script = [
+    `export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`,
+    ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []),
+    `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`,
+    oneJobScript(dir),
+    "",
+  ].join("\n");
+  const file = (path: string, content: string, permissions: string) => [
+    `  - path: ${path}`,
+    `    permissions: '${permissions}'`,
+    "    encoding: b64",
+    `    content: ${b64(content)}`,
+  ];
   // The script as a literal block, for a person to read: no argument holds a line break (labels hold no space).
-  const script_ = [`  - path: ${dir}/run.sh`, "    permissions: '0700'", "    content: |", ...script.trimEnd().split("\n").map((l) => `      ${l}`)];
+  const script_ = [
+    `  - path: ${dir}/run.sh`,
+    "    permissions: '0700'",
+    "    content: |",
+    ...script
+      .trimEnd()
+      .split("\n")
+      .map((l) => `      ${l}`),
+  ];
   return [
     "#cloud-config",
     "write_files:",

@@ -33,7 +33,11 @@ export async function objectNames(prefix: string, assignmentId: string): Promise
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(assignmentId)));
   const hash = Array.from(digest.slice(0, HASH_HEX / 2), (b) => b.toString(16).padStart(2, "0")).join("");
   const room = MAX_LABEL - prefix.length - 1 - 2 - HASH_HEX;
-  const readable = assignmentId.toLowerCase().replace(/[^a-z0-9]+/g, "-").slice(0, Math.max(0, room)).replace(/^-+|-+$/g, "");
+  const readable = assignmentId
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, "-")
+    .slice(0, Math.max(0, room))
+    .replace(/^-+|-+$/g, "");
   const tail = `${readable || "x"}--${hash}`;
   return { name: `${prefix}-${tail}`, label: tail };
 }

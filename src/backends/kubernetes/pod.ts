@@ -8,7 +8,6 @@ import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
 import { FORGEJO_SECRET_DIR, forgejoSecretData, oneJobArgs, oneJobScript } from "./forgejo-runner.ts";
 export { DEFAULT_RUNNER_IMAGE } from "../config.ts";
 
-
 export interface WorkloadOptions {
   api: KubeApi;
   namespace: string;
@@ -23,7 +22,9 @@ export interface PodDriverOptions extends WorkloadOptions {
 
 /** The Secret both drivers create: `.runner` and the claim token, never in the workload's spec. */
 export function runnerSecret(names: ObjectNames, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
-  const data = request.forgejo ? forgejoSecretData({ ...request, forgejo: request.forgejo }) : { ".runner": JSON.stringify(requireIdentity(request)), "claim-token": request.claimToken };
+  const data = request.forgejo
+    ? forgejoSecretData({ ...request, forgejo: request.forgejo })
+    : { ".runner": JSON.stringify(requireIdentity(request)), "claim-token": request.claimToken };
   return {
     apiVersion: "v1",
     kind: "Secret",
@@ -41,7 +42,10 @@ export function requireIdentity(request: RunnerRequest): RunnerFile {
 /** The runner container's command and where it mounts the Secret: act_runner for Gitea, forgejo-runner one-job for Forgejo. */
 function runnerCommand(request: RunnerRequest): { command: string[]; mountPath: string } {
   if (!request.forgejo) return { command: ["/bin/sh", "-c", RUN_SCRIPT], mountPath: "/etc/gitea-runner" };
-  return { command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(request.forgejo, FORGEJO_SECRET_DIR)], mountPath: FORGEJO_SECRET_DIR };
+  return {
+    command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(request.forgejo, FORGEJO_SECRET_DIR)],
+    mountPath: FORGEJO_SECRET_DIR,
+  };
 }
 
 // act_runner's image registers when /data/.runner is missing; copying the identity in first makes it

@@ -53,7 +53,8 @@ export function checkAgainst(doc: Doc, ref: string, value: unknown): string[] {
       const known = s.properties && Object.hasOwn(s.properties, key) ? s.properties[key] : undefined;
       if (known) walk(known, item, join(at, key));
       else if (typeof s.additionalProperties === "object") walk(s.additionalProperties, item, join(at, key));
-      else if (s.properties && s.additionalProperties !== true && !s["x-kubernetes-preserve-unknown-fields"]) problems.push(`${join(at, key)} is not a field of this object`);
+      else if (s.properties && s.additionalProperties !== true && !s["x-kubernetes-preserve-unknown-fields"])
+        problems.push(`${join(at, key)} is not a field of this object`);
     }
   };
   const quiet = (s: Schema, v: unknown) => {

@@ -38,7 +38,15 @@ export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, 
 
   const registering = (backend: Backend) => Promise.resolve(new Set(snapshots.find((s) => s.backend === backend)?.registering ?? []));
   const counted = { runnersDeleted: 0 };
-  const context = { d, records, admission, registering, summary: counted, graceMs: cfg.cleanupGraceMs, deleteRunner: (at: { id: number }) => client.deleteRunner(cfg.scope, at.id) };
+  const context = {
+    d,
+    records,
+    admission,
+    registering,
+    summary: counted,
+    graceMs: cfg.cleanupGraceMs,
+    deleteRunner: (at: { id: number }) => client.deleteRunner(cfg.scope, at.id),
+  };
   const listed: ListedRunner[] = [];
   let complete = false;
   for (let page = 1; page <= MAX_PAGES; page++) {
@@ -85,6 +93,11 @@ async function forgetGone(d: Dispatcher, { records, admission }: State, seen: As
   const place = placementOf(seen);
   await admission.release(place, seen.id);
   await releaseRunner(d, seen.id, place.backend, undefined);
-  d.sink.event({ event: "runner_deleted", assignment: seen.id, backend: place.backend, reason: "Forgejo no longer has its runner: its workload is torn down, and its job gets a new one" });
+  d.sink.event({
+    event: "runner_deleted",
+    assignment: seen.id,
+    backend: place.backend,
+    reason: "Forgejo no longer has its runner: its workload is torn down, and its job gets a new one",
+  });
   return true;
 }

@@ -97,12 +97,20 @@ export function createForgejoClient(opts: ForgejoClientOptions): ForgejoClient {
     });
   const refuse = async (res: Response, what: string): Promise<never> => {
     await res.body?.cancel();
-    const why = res.status === 401 ? " (GITEA_API_TOKEN is not accepted)" : res.status === 403 || res.status === 404 ? " (the token may lack the scope's rights, or Actions is off there)" : "";
+    const why =
+      res.status === 401
+        ? " (GITEA_API_TOKEN is not accepted)"
+        : res.status === 403 || res.status === 404
+          ? " (the token may lack the scope's rights, or Actions is off there)"
+          : "";
     throw new ForgejoError(`Forgejo answered ${res.status} to ${what}${why}`, res.status);
   };
   const json = async <T>(res: Response, schema: z.ZodType<T>, what: string): Promise<T> => {
     const parsed = schema.safeParse(await res.json().catch(() => undefined));
-    if (!parsed.success) throw new ForgejoError(`Forgejo's answer to ${what} is not what Forgejo 15 sends: ${parsed.error.issues.map((i) => `${i.path.join(".") || "body"} ${i.message}`).join("; ")}`);
+    if (!parsed.success)
+      throw new ForgejoError(
+        `Forgejo's answer to ${what} is not what Forgejo 15 sends: ${parsed.error.issues.map((i) => `${i.path.join(".") || "body"} ${i.message}`).join("; ")}`,
+      );
     return parsed.data;
   };
   return {

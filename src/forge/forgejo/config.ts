@@ -62,21 +62,35 @@ export function runnerScope(cfg: Pick<ForgejoConfig, "scope">, runner: { scope?:
 
 export function parseForgejoConfig(
   raw: Record<string, unknown>,
-  e: { GITEA_URL?: string | undefined; GITEA_SCOPE: string; RUNNER_NAME_PREFIX: string; FORGEJO_POLL_MS: number; WEBHOOK_MAX_BYTES: number; CLEANUP_GRACE_MS: number },
+  e: {
+    GITEA_URL?: string | undefined;
+    GITEA_SCOPE: string;
+    RUNNER_NAME_PREFIX: string;
+    FORGEJO_POLL_MS: number;
+    WEBHOOK_MAX_BYTES: number;
+    CLEANUP_GRACE_MS: number;
+  },
   pools: readonly Pool[],
   problems: string[],
 ): ForgejoConfig | undefined {
   const before = problems.length;
   if (!e.GITEA_URL) problems.push("GITEA_URL is required with FORGE=forgejo (the Forgejo instance's URL)");
   const apiToken = str(raw.GITEA_API_TOKEN);
-  if (!apiToken) problems.push("GITEA_API_TOKEN is required with FORGE=forgejo: it lists the scope's waiting jobs and registers runners (a secret: wrangler secret put)");
+  if (!apiToken)
+    problems.push("GITEA_API_TOKEN is required with FORGE=forgejo: it lists the scope's waiting jobs and registers runners (a secret: wrangler secret put)");
   for (const [name, why] of Object.entries(NOT_FOR_FORGEJO)) if (str(raw[name])) problems.push(`${name} does not apply with FORGE=forgejo: ${why}; unset it`);
   const identityKey = decodeKey(str(raw.RUNNER_IDENTITY_KEY));
   if (!identityKey) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
   if (!str(raw.RUNS_ON_ROUTES) && !str(raw.RUNNER_POOLS)) problems.push("RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with FORGE=forgejo");
-  if (raw.POD_DRIVER === "kubernetes" && !str(raw.RUNNER_IMAGE)) problems.push("RUNNER_IMAGE is required with FORGE=forgejo and POD_DRIVER=kubernetes: an image with forgejo-runner 12.8 or newer (the default is act_runner's)");
+  if (raw.POD_DRIVER === "kubernetes" && !str(raw.RUNNER_IMAGE))
+    problems.push(
+      "RUNNER_IMAGE is required with FORGE=forgejo and POD_DRIVER=kubernetes: an image with forgejo-runner 12.8 or newer (the default is act_runner's)",
+    );
   for (const p of pools) {
-    if (p.scope) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} has a scope, which does not apply with FORGE=forgejo (runners are registered at GITEA_SCOPE and bound to their job by handle)`);
+    if (p.scope)
+      problems.push(
+        `RUNNER_POOLS: pool ${JSON.stringify(p.name)} has a scope, which does not apply with FORGE=forgejo (runners are registered at GITEA_SCOPE and bound to their job by handle)`,
+      );
   }
   if (problems.length > before || !apiToken || !identityKey || !e.GITEA_URL) return undefined;
   return {

@@ -39,7 +39,13 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
         // Registrations at once each meet the refusal: the first to hear it says so.
         const said = (refused.get(key) ?? 0) > now();
         refused.set(key, now() + REFUSED_FOR_MS);
-        if (!said) sink?.event({ event: "registered_at_scope", assignment: id, backend: undefined, reason: `Forgejo refused a runner at ${scopeText(at)} (${err.status}): this repository's runners are registered at GITEA_SCOPE for a while` });
+        if (!said)
+          sink?.event({
+            event: "registered_at_scope",
+            assignment: id,
+            backend: undefined,
+            reason: `Forgejo refused a runner at ${scopeText(at)} (${err.status}): this repository's runners are registered at GITEA_SCOPE for a while`,
+          });
       }
     }
     return { registered: await client.registerRunner(cfg.scope, name) };
@@ -48,17 +54,30 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
     kind: "forgejo",
     async identity(assignment, labels, record, reserved) {
       const id = assignment.id;
-      if (record.runner) return { identity: { forge: "forgejo", runner: await openIdentity<ForgejoRunnerIdentity>(cfg.identityKey, id, record.runner.sealed) } };
+      if (record.runner)
+        return { identity: { forge: "forgejo", runner: await openIdentity<ForgejoRunnerIdentity>(cfg.identityKey, id, record.runner.sealed) } };
       if (!reserved) return "busy";
       const name = runnerName(cfg.runnerNamePrefix, id);
       const { registered, scope } = await register(assignment.job?.repository, name, id);
-      const runner: ForgejoRunnerIdentity = { url: cfg.url, uuid: registered.uuid, token: registered.token, labels, ...(assignment.job?.handle ? { handle: assignment.job.handle } : {}) };
+      const runner: ForgejoRunnerIdentity = {
+        url: cfg.url,
+        uuid: registered.uuid,
+        token: registered.token,
+        labels,
+        ...(assignment.job?.handle ? { handle: assignment.job.handle } : {}),
+      };
       const sealed = await sealIdentity(cfg.identityKey, id, runner);
       const place = forgejoPlace({ url: cfg.url, scope: runnerScope(cfg, { scope }) });
-      return { identity: { forge: "forgejo", runner }, ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed, place, ...(scope ? { scope } : {}) } };
+      return {
+        identity: { forge: "forgejo", runner },
+        ref: { id: registered.id, name, registeredAt: new Date(now()).toISOString(), sealed, place, ...(scope ? { scope } : {}) },
+      };
     },
     async tick(d) {
-      await d.withState((state) => cleanForgejoRunners(d, client, cfg, state)).then(() => undefined).catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
+      await d
+        .withState((state) => cleanForgejoRunners(d, client, cfg, state))
+        .then(() => undefined)
+        .catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
     },
     deleteRunner: (runner) => client.deleteRunner(runnerScope(cfg, runner), runner.id),
   };

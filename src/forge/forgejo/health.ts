@@ -30,7 +30,11 @@ export async function recordPollHealth(d: Dispatcher, storage: SmallStorage, out
   } else {
     const tell = streak.toldAt === undefined || now - streak.toldAt >= TELL_EVERY_MS;
     if (tell) d.sink.event({ event: "forgejo_poll_failed", assignment: "-", backend: undefined, reason: outcome.reason ?? "unknown" });
-    next = { failuresTotal: streak.failuresTotal + 1, since: streak.since ?? now, ...(tell ? { toldAt: now } : streak.toldAt !== undefined ? { toldAt: streak.toldAt } : {}) };
+    next = {
+      failuresTotal: streak.failuresTotal + 1,
+      since: streak.since ?? now,
+      ...(tell ? { toldAt: now } : streak.toldAt !== undefined ? { toldAt: streak.toldAt } : {}),
+    };
   }
   await storage.put(KEY, next);
   const health = { failuresTotal: next.failuresTotal, ...(next.since !== undefined ? { failingSince: next.since, reason: outcome.reason ?? "unknown" } : {}) };

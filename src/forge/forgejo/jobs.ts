@@ -25,7 +25,12 @@ export function repositoryOfJob(scope: ForgejoScope, job: Pick<ForgejoJob, "owne
 }
 
 /** The assignment request of a waiting job, or undefined when no pool can run it; `repository` as looked up (names.ts), else the scope's or the ids. */
-export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, job: ForgejoJob, repository = repositoryOfJob(scope, job)): AssignmentRequest | undefined {
+export function forgejoAssignment(
+  pools: readonly Pool[],
+  scope: ForgejoScope,
+  job: ForgejoJob,
+  repository = repositoryOfJob(scope, job),
+): AssignmentRequest | undefined {
   const route = routeJob(pools, job.runs_on ?? []);
   if (!route) return undefined;
   return {
@@ -33,7 +38,14 @@ export function forgejoAssignment(pools: readonly Pool[], scope: ForgejoScope, j
     id: forgejoAssignmentId(job.id, job.attempt),
     ...route,
     // Forgejo lists no run id with a job; 0 says so.
-    job: { id: job.id, runId: 0, attempt: job.attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}), ...(job.handle ? { handle: job.handle } : {}) },
+    job: {
+      id: job.id,
+      runId: 0,
+      attempt: job.attempt ?? 1,
+      repository,
+      ...(job.name ? { name: job.name.slice(0, 256) } : {}),
+      ...(job.handle ? { handle: job.handle } : {}),
+    },
   };
 }
 

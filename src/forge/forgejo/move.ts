@@ -40,7 +40,8 @@ export interface WaitingJob {
 export const movable = (r: AssignmentRecord) => UNADMITTED_STATES.has(r.state) && !r.runner && !r.movedTo;
 
 /** The request its job was published with: the repository its record keeps (a rename since changes no content). */
-export const requestOf = (cfg: ForgejoConfig, d: Dispatcher, job: ForgejoJob, own: AssignmentRecord) => forgejoAssignment(d.config.pools, cfg.scope, job, own.job?.repository);
+export const requestOf = (cfg: ForgejoConfig, d: Dispatcher, job: ForgejoJob, own: AssignmentRecord) =>
+  forgejoAssignment(d.config.pools, cfg.scope, job, own.job?.repository);
 
 export const isWaiting = (r: object): r is WaitingJob => "own" in r;
 
@@ -48,7 +49,12 @@ export const isWaiting = (r: object): r is WaitingJob => "own" in r;
  * The jobs that wait for their own runners and could take an idle warm runner instead: read only
  * while one of their pools has one idle (the idle list is read once per poll anyway).
  */
-export async function waitingForWarm(d: Dispatcher, cfg: ForgejoConfig, binder: WarmBinder, waiting: { known: KnownJob; job: ForgejoJob }[]): Promise<WaitingJob[]> {
+export async function waitingForWarm(
+  d: Dispatcher,
+  cfg: ForgejoConfig,
+  binder: WarmBinder,
+  waiting: { known: KnownJob; job: ForgejoJob }[],
+): Promise<WaitingJob[]> {
   if (!waiting.length || !d.config.pools.some(keepsWarm)) return [];
   const routes = waiting.map((w) => ({ ...w, pool: forgejoAssignment(d.config.pools, cfg.scope, w.job)?.pools?.[0] }));
   const pools = [...new Set(routes.flatMap((w) => (w.pool ? [w.pool] : [])))];
@@ -82,7 +88,9 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
   await store.put(key, moving);
   const stamp = new Date(at).toISOString();
   const ended = await d.withState((s) =>
-    s.records.update(w.own.id, (r) => (movable(r) ? { ...r, state: "terminated", terminatedAt: stamp, reason: `its job went to warm runner ${to}`, movedTo: to } : undefined)),
+    s.records.update(w.own.id, (r) =>
+      movable(r) ? { ...r, state: "terminated", terminatedAt: stamp, reason: `its job went to warm runner ${to}`, movedTo: to } : undefined,
+    ),
   );
   // A turn given to it meanwhile took a slot (and its QUOTAS places): they go back, as after a cancel.
   if (ended?.movedTo === to && ended.terminatedAt === stamp) await d.withState((s) => s.admission.release(placementOf(ended), ended.id));
@@ -93,7 +101,12 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
     await store.put(key, w.known);
     return undefined;
   }
-  d.sink.event({ event: "moved_to_warm", assignment: w.own.id, backend: w.own.backend, reason: `its job went to warm runner ${to}, which is idle, while it waited its turn` });
+  d.sink.event({
+    event: "moved_to_warm",
+    assignment: w.own.id,
+    backend: w.own.backend,
+    reason: `its job went to warm runner ${to}, which is idle, while it waited its turn`,
+  });
   return (await finishMove(d, store, moving, w.own, w.job, w.request)).boundAt !== undefined ? to : undefined;
 }
 
@@ -102,7 +115,13 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
  * each is completed where its own assignment was ended for it, and undone where it was not.
  * `listed`: the jobs Forgejo lists now, by key (one that left needs no runner).
  */
-export async function settleMoves(d: Dispatcher, cfg: ForgejoConfig, store: KnownStore, known: Map<string, KnownJob>, listed: ReadonlyMap<string, ForgejoJob>): Promise<void> {
+export async function settleMoves(
+  d: Dispatcher,
+  cfg: ForgejoConfig,
+  store: KnownStore,
+  known: Map<string, KnownJob>,
+  listed: ReadonlyMap<string, ForgejoJob>,
+): Promise<void> {
   for (const [key, k] of known) {
     if (!k.moving) continue;
     const own = await d.withState((s) => s.records.get(k.id));
@@ -123,7 +142,14 @@ export async function settleMoves(d: Dispatcher, cfg: ForgejoConfig, store: Know
  * With its own assignment ended: the handle goes to the warm runner, and the runner is claimed for
  * the job. What the poller keeps of the job after: bound to the warm runner, or (undone) its own.
  */
-async function finishMove(d: Dispatcher, store: KnownStore, k: KnownJob, own: AssignmentRecord, job: ForgejoJob | undefined, request: AssignmentRequest | undefined): Promise<KnownJob> {
+async function finishMove(
+  d: Dispatcher,
+  store: KnownStore,
+  k: KnownJob,
+  own: AssignmentRecord,
+  job: ForgejoJob | undefined,
+  request: AssignmentRequest | undefined,
+): Promise<KnownJob> {
   const { to, at } = k.moving!;
   const key = jobKey(k.job, k.attempt);
   const bound = { job: k.job, attempt: k.attempt, handle: k.handle, repository: own.job?.repository ?? "", at: new Date(at).toISOString() };
@@ -168,7 +194,12 @@ export async function reviveMoved(d: Dispatcher, id: string, to?: string): Promi
     }),
   );
   if (!back || !changed) return false;
-  d.sink.event({ event: "move_undone", assignment: id, backend: back.backend, reason: `the warm runner its job went to did not take it: it waits for its own runner again` });
+  d.sink.event({
+    event: "move_undone",
+    assignment: id,
+    backend: back.backend,
+    reason: `the warm runner its job went to did not take it: it waits for its own runner again`,
+  });
   return true;
 }
 

@@ -30,7 +30,14 @@ export function memoryNames(): NameStore {
 }
 
 /** The repository of each of `jobs`, by repository id: "owner/name" where the scope or Forgejo says it. */
-export async function repositoryNames(jobs: readonly ForgejoJob[], scope: ForgejoScope, client: Pick<ForgejoClient, "repositoryName">, store: NameStore, now: number, sink: EventSink): Promise<Map<number, string>> {
+export async function repositoryNames(
+  jobs: readonly ForgejoJob[],
+  scope: ForgejoScope,
+  client: Pick<ForgejoClient, "repositoryName">,
+  store: NameStore,
+  now: number,
+  sink: EventSink,
+): Promise<Map<number, string>> {
   const out = new Map<number, string>();
   const ids = [...new Set(jobs.map((j) => j.repo_id ?? 0))];
   await Promise.all(
@@ -43,7 +50,10 @@ export async function repositoryNames(jobs: readonly ForgejoJob[], scope: Forgej
       if (known && now - known.at < (known.failed ? FAILED_RETRY_MS : NAME_TTL_MS)) return void out.set(id, known.name);
       type Looked = { name: string; reason?: undefined } | { name?: undefined; reason: string };
       const looked = await client.repositoryName(id).then(
-        (name): Looked => (name !== null && repositorySchema.safeParse(name).success ? { name } : { reason: name === null ? "Forgejo has no such repository the token sees (404)" : "its name is not owner/name of Forgejo's characters" }),
+        (name): Looked =>
+          name !== null && repositorySchema.safeParse(name).success
+            ? { name }
+            : { reason: name === null ? "Forgejo has no such repository the token sees (404)" : "its name is not owner/name of Forgejo's characters" },
         (err: unknown): Looked => ({ reason: (err as Error).message }),
       );
       if (looked.name !== undefined) {

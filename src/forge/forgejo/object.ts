@@ -59,7 +59,13 @@ export class ForgejoPoller extends DurableObject<Record<string, unknown>> {
     // Said once: when it stops its alarm (firing now, or set).
     const armed = firing || (await this.ctx.storage.getAlarm()) !== null;
     await this.ctx.storage.deleteAlarm();
-    if (armed) consoleSink.event({ event: "poller_retired", assignment: "-", backend: undefined, reason: "the configuration names another Forgejo URL or scope: this poller's alarm is stopped" });
+    if (armed)
+      consoleSink.event({
+        event: "poller_retired",
+        assignment: "-",
+        backend: undefined,
+        reason: "the configuration names another Forgejo URL or scope: this poller's alarm is stopped",
+      });
     return true;
   }
 

@@ -50,7 +50,13 @@ export const STALE_BINDING_MS = 30_000;
 /** Calls in flight at once: one NATS connection and Forgejo calls stay within an invocation's six. */
 const AT_ONCE = 4;
 
-export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, store: KnownStore, names: NameStore = memoryNames()): Promise<PollOutcome> {
+export async function pollForgejo(
+  d: Dispatcher,
+  client: ForgejoClient,
+  cfg: ForgejoConfig,
+  store: KnownStore,
+  names: NameStore = memoryNames(),
+): Promise<PollOutcome> {
   const outcome: PollOutcome = { ok: true, listed: 0, published: 0, bound: 0, moved: 0, claimed: 0, ended: 0, backends: [] };
   let jobs: ForgejoJob[];
   try {
@@ -68,15 +74,31 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
   const each = <T>(items: T[], fn: (item: T) => Promise<void>) =>
     Promise.all(items.map((item) => limit(() => fn(item).catch((err) => d.sink.error("forgejo poll step failed", { reason: (err as Error).message })))));
   const skip = (job: ForgejoJob, skipped: NonNullable<KnownJob["skipped"]>) =>
-    store.put(jobKey(job.id, job.attempt), { id: forgejoAssignmentId(job.id, job.attempt), job: job.id, attempt: job.attempt ?? 1, handle: job.handle ?? "", skipped });
+    store.put(jobKey(job.id, job.attempt), {
+      id: forgejoAssignmentId(job.id, job.attempt),
+      job: job.id,
+      attempt: job.attempt ?? 1,
+      handle: job.handle ?? "",
+      skipped,
+    });
   const backends = new Set<Backend>();
 
   await each(plan.unbindable, async (job) => {
-    d.sink.event({ event: "unbindable_job", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined, reason: "the job has no handle (created before Forgejo 15): no runner can be bound to it" });
+    d.sink.event({
+      event: "unbindable_job",
+      assignment: forgejoAssignmentId(job.id, job.attempt),
+      backend: undefined,
+      reason: "the job has no handle (created before Forgejo 15): no runner can be bound to it",
+    });
     await skip(job, "unbindable");
   });
   await each(plan.conflicting, async (job) => {
-    d.sink.event({ event: "handle_conflict", assignment: forgejoAssignmentId(job.id, job.attempt), backend: undefined, reason: "listed with another handle than the one published" });
+    d.sink.event({
+      event: "handle_conflict",
+      assignment: forgejoAssignmentId(job.id, job.attempt),
+      backend: undefined,
+      reason: "listed with another handle than the one published",
+    });
     const key = jobKey(job.id, job.attempt);
     const k = known.get(key);
     if (k) await store.put(key, { ...k, conflictHandle: job.handle });
@@ -89,7 +111,12 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     for (const { known: k, job } of plan.boundWaiting) {
       const r = runners.get(k.id)?.value;
       if (r && !TERMINAL.has(r.state)) continue;
-      d.sink.event({ event: "warm_exited", assignment: k.id, backend: r?.backend, reason: `its warm runner ended before taking job ${k.job}: the job is published as any other` });
+      d.sink.event({
+        event: "warm_exited",
+        assignment: k.id,
+        backend: r?.backend,
+        reason: `its warm runner ended before taking job ${k.job}: the job is published as any other`,
+      });
       await store.delete(jobKey(k.job, k.attempt));
       plan.publish.push(job);
     }
@@ -138,7 +165,13 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
       const bound = given?.bound;
       // A warm runner another poller (or this one, before it lost its storage) gave it to: followed, not doubled.
       if (bound && bound.handle === job.handle && !TERMINAL.has(given.state)) {
-        return store.put(jobKey(job.id, job.attempt), { id: holder, job: job.id, attempt: job.attempt ?? 1, handle: job.handle, boundAt: Date.parse(bound.at) });
+        return store.put(jobKey(job.id, job.attempt), {
+          id: holder,
+          job: job.id,
+          attempt: job.attempt ?? 1,
+          handle: job.handle,
+          boundAt: Date.parse(bound.at),
+        });
       }
       // Given to a warm runner that ended before taking it: the job's own runner runs it.
       if (bound && bound.handle === job.handle) holder = await d.withState((s) => s.handles.bind(job.handle!, request.id, holder));
@@ -186,7 +219,12 @@ export async function pollForgejo(d: Dispatcher, client: ForgejoClient, cfg: For
     // Its warm runner never took it: that runner goes, and the next poll publishes the job as any other.
     const done = await completeAssignmentRun(d, k.id, { unclaimed: true }).catch(() => undefined);
     if (done?.changed) await releaseRunner(d, k.id, done.runsOn, giteaRunnerOf(done));
-    d.sink.event({ event: "claim_timeout", assignment: k.id, backend: done?.backend, reason: `its warm runner did not take job ${k.job} within CLAIM_TIMEOUT_MS` });
+    d.sink.event({
+      event: "claim_timeout",
+      assignment: k.id,
+      backend: done?.backend,
+      reason: `its warm runner did not take job ${k.job} within CLAIM_TIMEOUT_MS`,
+    });
     await store.delete(jobKey(k.job, k.attempt));
     if (done?.changed) backends.add(done.runsOn);
   });

@@ -45,9 +45,16 @@ export function createWarmBinder(d: Dispatcher): WarmBinder {
           const r = records.get(s.id)?.value;
           const plan = r && { state: r.state, receivedAt: Date.parse(r.receivedAt), ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}) };
           // Registered at another Forgejo or scope (GITEA_URL or GITEA_SCOPE changed, or before the place was kept): never given a job here.
-          return r?.runner !== undefined && r.runner.place === place && occupantOf(plan, { index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }, now) === "idle";
+          return (
+            r?.runner !== undefined &&
+            r.runner.place === place &&
+            occupantOf(plan, { index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }, now) === "idle"
+          );
         });
-        byPool.set(pool, ready.sort((a, b) => a.since.localeCompare(b.since)).map((s) => s.id));
+        byPool.set(
+          pool,
+          ready.sort((a, b) => a.since.localeCompare(b.since)).map((s) => s.id),
+        );
       }
       return byPool;
     })());
@@ -97,8 +104,17 @@ export function createWarmBinder(d: Dispatcher): WarmBinder {
  * Claims warm runner `id` for `bound`, by compare-and-set from up and idle: true when this call
  * did (or an earlier call of the same binding did). Its pool refills the position at once.
  */
-export async function claimWarm(d: Dispatcher, state: State, id: string, bound: Bound, pool: string, reason = `bound to job ${bound.job} attempt ${bound.attempt}`): Promise<boolean> {
-  const r = await state.records.update(id, (r): AssignmentRecord | undefined => (r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: bound.at, bound } : undefined));
+export async function claimWarm(
+  d: Dispatcher,
+  state: State,
+  id: string,
+  bound: Bound,
+  pool: string,
+  reason = `bound to job ${bound.job} attempt ${bound.attempt}`,
+): Promise<boolean> {
+  const r = await state.records.update(id, (r): AssignmentRecord | undefined =>
+    r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: bound.at, bound } : undefined,
+  );
   if (!r?.bound || r.bound.handle !== bound.handle || r.bound.at !== bound.at) return false;
   d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool, reason });
   // Its position is free now: the pool asks for a replacement at once, not at the next tick.

@@ -12,7 +12,14 @@ export class GiteaError extends UpstreamError {
 
 const int64 = z.union([z.number().int(), z.string().regex(/^\d+$/).transform(Number)]);
 const registerResponse = z.object({
-  runner: z.object({ id: int64, uuid: z.string().min(1), token: z.string().min(1), name: z.string(), labels: z.array(z.string()).optional(), ephemeral: z.boolean().optional() }),
+  runner: z.object({
+    id: int64,
+    uuid: z.string().min(1),
+    token: z.string().min(1),
+    name: z.string(),
+    labels: z.array(z.string()).optional(),
+    ephemeral: z.boolean().optional(),
+  }),
 });
 export type RegisteredRunner = z.infer<typeof registerResponse>["runner"];
 
@@ -78,11 +85,21 @@ export type TokenCache = Map<string, { token: Promise<{ token: string; scope: Gi
 
 export const TOKEN_TTL_MS = 60_000;
 
-export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: typeof fetch = (i, init) => fetch(i, init), tokens: TokenCache = new Map()): GiteaClient {
+export function createGiteaClient(
+  cfg: GiteaConfig,
+  timeoutMs: number,
+  doFetch: typeof fetch = (i, init) => fetch(i, init),
+  tokens: TokenCache = new Map(),
+): GiteaClient {
   const base = cfg.url;
   const call = async (what: string, path: string, init: RequestInit, auth = true, sudo?: string): Promise<Response> => {
     if (auth && !cfg.apiToken) throw new GiteaError(`${what}: GITEA_API_TOKEN is not set`);
-    const headers = { accept: "application/json", ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}), ...(sudo ? { sudo } : {}), ...(init.headers as Record<string, string>) };
+    const headers = {
+      accept: "application/json",
+      ...(auth ? { authorization: `token ${cfg.apiToken}` } : {}),
+      ...(sudo ? { sudo } : {}),
+      ...(init.headers as Record<string, string>),
+    };
     try {
       return await withTimeout(timeoutMs, (signal) => doFetch(`${base}${path}`, { ...init, headers, signal }));
     } catch (err) {
@@ -185,7 +202,11 @@ export function createGiteaClient(cfg: GiteaConfig, timeoutMs: number, doFetch: 
       return json("get runner", res, runnerDetail);
     },
     async disableRunner({ id, scope }) {
-      const res = await scoped("disable runner", scope, `runners/${id}`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ disabled: true }) });
+      const res = await scoped("disable runner", scope, `runners/${id}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ disabled: true }),
+      });
       await res.body?.cancel();
       if (res.status === 404 || res.status === 405) return false;
       if (!res.ok) await fail("disable runner", res);

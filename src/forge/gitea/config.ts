@@ -46,12 +46,23 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
  * API token (its registration token is fetched), and under owner or repository a pool that keeps
  * warm runners must say where they go (they have no job, so no owner or repository).
  */
-export function checkScopes(e: { RUNNER_SCOPE: RunnerScope; GITEA_SCOPE: string; GITEA_API_TOKEN?: string | undefined }, pools: readonly Pool[], problems: string[]): void {
+export function checkScopes(
+  e: { RUNNER_SCOPE: RunnerScope; GITEA_SCOPE: string; GITEA_API_TOKEN?: string | undefined },
+  pools: readonly Pool[],
+  problems: string[],
+): void {
   const mode = e.RUNNER_SCOPE;
-  if (mode !== "instance" && !e.GITEA_API_TOKEN) problems.push(`RUNNER_SCOPE=${mode} needs GITEA_API_TOKEN: each ${mode}'s registration token is fetched with it`);
+  if (mode !== "instance" && !e.GITEA_API_TOKEN)
+    problems.push(`RUNNER_SCOPE=${mode} needs GITEA_API_TOKEN: each ${mode}'s registration token is fetched with it`);
   for (const p of pools) {
     const warm = p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
-    if (mode !== "instance" && warm && !p.scope) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=${mode}`);
-    if (!e.GITEA_API_TOKEN && p.scope && p.scope !== e.GITEA_SCOPE) problems.push(`RUNNER_POOLS: pool ${JSON.stringify(p.name)} has scope ${p.scope}, whose registration token is fetched with GITEA_API_TOKEN, which is not set`);
+    if (mode !== "instance" && warm && !p.scope)
+      problems.push(
+        `RUNNER_POOLS: pool ${JSON.stringify(p.name)} keeps warm runners, which have no repository yet: set its scope (admin, org:<name>, user:<name> or repo:<owner>/<name>) with RUNNER_SCOPE=${mode}`,
+      );
+    if (!e.GITEA_API_TOKEN && p.scope && p.scope !== e.GITEA_SCOPE)
+      problems.push(
+        `RUNNER_POOLS: pool ${JSON.stringify(p.name)} has scope ${p.scope}, whose registration token is fetched with GITEA_API_TOKEN, which is not set`,
+      );
   }
 }

@@ -9,7 +9,11 @@ import { RECORD_TTL_MS } from "../../layout.ts";
  * be a captured delivery replayed after the record that deduplicates it expired: only Gitea can
  * say whether it is still queued (the sweep does the same for jobs whose webhook was lost).
  */
-export async function staleReplay(d: Dispatcher, job: { id: number; run_attempt?: number | undefined; created_at?: string | undefined }, repository: string): Promise<string | undefined> {
+export async function staleReplay(
+  d: Dispatcher,
+  job: { id: number; run_attempt?: number | undefined; created_at?: string | undefined },
+  repository: string,
+): Promise<string | undefined> {
   // An age nobody can tell (no created_at, or one that does not parse) counts as old.
   const created = Date.parse(job.created_at ?? "");
   if (Number.isFinite(created) && d.now() - created <= STALE_AFTER_MS) return undefined;
@@ -18,7 +22,9 @@ export async function staleReplay(d: Dispatcher, job: { id: number; run_attempt?
   try {
     current = await d.gitea.getJob(repository, job.id);
   } catch (err) {
-    throw new Unavailable(`Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`);
+    throw new Unavailable(
+      `Gitea could not confirm that job ${job.id} is still queued (${(err as Error).message}); nothing was queued, the sweep will find it if it is`,
+    );
   }
   if (current?.status === "queued" && (current.run_attempt ?? 1) === (job.run_attempt ?? 1)) return undefined;
   return `job older than the record TTL and no longer queued in Gitea (${current?.status ?? "not found"})`;

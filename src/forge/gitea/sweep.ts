@@ -62,7 +62,11 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admi
   const gitea = d.config.gitea!;
   const reservations = new Map<Backend, Promise<Set<string>>>();
   const registering = (backend: Backend) => {
-    if (!reservations.has(backend)) reservations.set(backend, admission.registering(backend).then((ids) => new Set(ids)));
+    if (!reservations.has(backend))
+      reservations.set(
+        backend,
+        admission.registering(backend).then((ids) => new Set(ids)),
+      );
     return reservations.get(backend)!;
   };
   for (let page = 1; page <= gitea.jobPages; page++) {

@@ -137,7 +137,8 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       // A warm runner's take leaves a runner too many, settled after answering; a cold runner's
       // swap is written with its claim.
       const taken = own !== ours && view.warm ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
-      if (view.warm) d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
+      if (view.warm)
+        d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
       const started = view.changed && view.pool ? { started: { pool: view.pool, own, at: d.now(), createdAt: job.created_at } } : {};
       return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken, ...started };
     }
@@ -157,7 +158,12 @@ export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPaylo
       if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
       if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
       const { record, contended } = cancelled;
-      return { status: 200, body: { cancelled: own }, teardown: { id: own, backend: placementOf(record).backend, giteaRunner: runnerAt(record) }, ...(contended ? { reconcile: record.backend, after: "release" } : {}) };
+      return {
+        status: 200,
+        body: { cancelled: own },
+        teardown: { id: own, backend: placementOf(record).backend, giteaRunner: runnerAt(record) },
+        ...(contended ? { reconcile: record.backend, after: "release" } : {}),
+      };
     }
     default:
       // "waiting": blocked on needs, approval or concurrency; no runner can take it yet.
