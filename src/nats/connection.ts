@@ -2,7 +2,6 @@
 // opened it (withNats drains it in `finally`); the gateway (src/gateway/) keeps one with KeepAlive.
 import { credsAuthenticator, errors, wsconnect, type NatsConnection } from "@nats-io/nats-core";
 import { jetstream, JetStreamApiError, JetStreamError, type JetStreamClient } from "@nats-io/jetstream";
-import { jserrors } from "@nats-io/jetstream/internal";
 
 export interface NatsHandle {
   nc: NatsConnection;
@@ -118,8 +117,6 @@ export class NatsUnavailable extends Error {
 }
 
 const UNAVAILABLE = [
-  // What JetStream requests answer when nobody responds (a stream without a leader, say).
-  jserrors.JetStreamNotEnabled,
   errors.ClosedConnectionError,
   errors.ConnectionError,
   errors.DrainingConnectionError,
@@ -131,8 +128,15 @@ const UNAVAILABLE = [
 
 /** True for errors that say NATS is unreachable or slow, as opposed to refusing a request. By type. */
 export function isNatsUnavailable(err: unknown): boolean {
-  return UNAVAILABLE.some((type) => err instanceof type);
+  return UNAVAILABLE.some((type) => err instanceof type) || isJetStreamNotEnabled(err);
 }
+
+/**
+ * What JetStream requests answer when nobody responds (a stream without a leader, say). Its class
+ * is exported from @nats-io/jetstream's internal entry only, so it is known by the name nats.js
+ * gives it (jserrors.ts), not imported from there.
+ */
+const isJetStreamNotEnabled = (err: unknown) => err instanceof Error && err.name === "JetStreamNotEnabled";
 
 /**
  * Any error of the NATS client or of JetStream (no responders, no leader during an election, a

@@ -1,5 +1,7 @@
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
 import type { StoredMsg } from "@nats-io/jetstream";
+// Internal, on purpose: the public direct batch (DirectStreamAPI.getBatch) is the leak readBatch
+// avoids, and no public API parses a direct get's reply read on a subscription of one's own.
 import { DirectMsgImpl, JetStreamStatus } from "@nats-io/jetstream/internal";
 import { createInbox } from "@nats-io/nats-core";
 import { Kvm, type KV } from "@nats-io/kv";

@@ -2,7 +2,9 @@
 // for the next one, within a bound, and no attempt outlives it.
 import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { closeNats, NatsUnavailable, openNats } from "../../src/nats/connection.ts";
+import { closeNats, isNatsUnavailable, NatsUnavailable, openNats } from "../../src/nats/connection.ts";
+import { jserrors } from "@nats-io/jetstream/internal";
+import { JetStreamApiError } from "@nats-io/jetstream";
 
 const live = inject("natsWsUrl");
 let silent: Server;
@@ -59,5 +61,13 @@ describe("openNats over several URLs", () => {
     expect(String((r.err as Error).message)).not.toContain("secret-pw");
     expect(String((r.err as Error).message)).not.toContain("127.0.0.1");
     expect(r.ms).toBeLessThan(6_000);
+  });
+});
+
+describe("isNatsUnavailable", () => {
+  it("knows JetStream's 'not enabled' (no responder: a stream without a leader) by nats.js's own class, not imported by src; near misses: an API refusal, a plain error of that message", () => {
+    expect(isNatsUnavailable(new jserrors.JetStreamNotEnabled("jetstream is not enabled"))).toBe(true);
+    expect(isNatsUnavailable(new JetStreamApiError({ code: 404, err_code: 10059, description: "stream not found" }))).toBe(false);
+    expect(isNatsUnavailable(new Error("jetstream is not enabled"))).toBe(false);
   });
 });
