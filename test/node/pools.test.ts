@@ -49,7 +49,7 @@ describe("RUNNER_POOLS", () => {
         expect.stringMatching(/^RUNNER_POOLS\[0\]\["name"\] must be a DNS label/),
         expect.stringMatching(/^RUNNER_POOLS\[0\] .*minIddle/),
         expect.stringMatching(
-          /^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is not a value from 0 to 23 \(pool "small"\)$/,
+          /^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["cron"\] is not a cron expression: hour: "25" is refused: Invalid value for hour: 25 \(pool "small"\)$/,
         ),
         expect.stringMatching(/^RUNNER_POOLS\[1\]\["schedule"\]\[0\]\["timeZone"\] must be an IANA time zone/),
         expect.stringMatching(/^RUNNER_POOLS\[2\]\["backend"\]/),
@@ -156,10 +156,17 @@ describe("schedule windows", () => {
     expect(cronMatches(parseCron("*/15 * * * *"), at("2026-12-06T12:44:00Z"), "UTC")).toBe(false);
     // A step from a value runs to the field's end: 5, 20, 35 and 50, nothing else.
     const fromFive = parseCron("5/15 * * * *");
-    expect([...fromFive.minute].sort((a, b) => a - b)).toEqual([5, 20, 35, 50]);
+    const minutes = (cron: ReturnType<typeof parseCron>) =>
+      Array.from({ length: 60 }, (_, m) => m).filter((m) => cronMatches(cron, new Date(Date.UTC(2026, 11, 6, 12, m)), "UTC"));
+    expect(minutes(fromFive)).toEqual([5, 20, 35, 50]);
     expect(cronMatches(fromFive, at("2026-12-06T12:50:00Z"), "UTC")).toBe(true);
     expect(cronMatches(fromFive, at("2026-12-06T12:51:00Z"), "UTC")).toBe(false);
-    expect([...parseCron("* 10-20/5 * * *").hour]).toEqual([10, 15, 20]);
+    const hours = Array.from({ length: 24 }, (_, h) => h).filter((h) => cronMatches(parseCron("* 10-20/5 * * *"), new Date(Date.UTC(2026, 11, 6, h)), "UTC"));
+    expect(hours).toEqual([10, 15, 20]);
+    // Lists and names of weekdays, as crontab(5) writes them.
+    expect(cronMatches(parseCron("* * * * mon,wed,fri"), at("2026-12-02T12:00:00Z"), "UTC")).toBe(true);
+    expect(cronMatches(parseCron("* * * * mon,wed,fri"), at("2026-12-03T12:00:00Z"), "UTC")).toBe(false);
+    expect(cronMatches(parseCron("* * * * MON-FRI"), sunday, "UTC")).toBe(false);
     expect(cronMatches(parseCron("* * * dec *"), sunday, "UTC")).toBe(true);
     // The 1st of the month or a Monday: Sunday the 6th is neither, Tuesday the 1st is.
     const firstOrMonday = parseCron("* * 1 * 1");
@@ -171,12 +178,15 @@ describe("schedule windows", () => {
   it("refuse what is not cron, naming the field", () => {
     for (const [text, message] of [
       ["* * * *", /must have 5 fields/],
-      ["60 * * * *", /^minute: "60" is not a value from 0 to 59$/],
-      ["* 5-1 * * *", /^hour: range "5-1" runs backwards/],
-      ["*/0 * * * *", /^minute: step "0" must be a positive whole number$/],
+      ["60 * * * *", /^minute: "60" is refused: Invalid value for minute: 60$/],
+      ["* 5-1 * * *", /^hour: "5-1" is refused: .*\(a window across midnight is a list: 22-23,0-5\)$/],
+      ["*/0 * * * *", /^minute: "\*\/0" is refused: .*stepping/],
       ["* * * * funday", /^day of week: "funday"/],
       ["* * 0 * *", /^day of month: "0"/],
-      ["1,,2 * * * *", /^minute: "" is not a value/],
+      ["1,,2 * * * *", /^minute: "1,,2" is refused/],
+      ["* 24 * * *", /^hour: "24"/],
+      ["* * * * 8", /^day of week: "8"/],
+      ["* * * * * *", /must have 5 fields/],
     ] as const)
       expect(() => parseCron(text), text).toThrow(message);
   });

@@ -65,3 +65,23 @@ describe("runner pools", () => {
     expect((await view(env, "gitea-504-1")).backend).toBe("vm");
   });
 });
+
+describe("a pool's schedule in workerd", () => {
+  it("sets the warm target the status reports: a window that holds now, read in its time zone by croner in the Worker; near miss: one that does not hold", async () => {
+    const weekday = new Date().getUTCDay();
+    const today = { cron: `* * * * ${weekday}`, timeZone: "UTC", minIdle: 0 };
+    const notToday = { cron: `* * * * ${(weekday + 3) % 7}`, timeZone: "UTC", minIdle: 0 };
+    for (const [window, target] of [
+      [today, 0],
+      [notToday, 2],
+    ] as const) {
+      const pool = { name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2, schedule: [window] };
+      const env = poolsTestEnv(nats, backendUrl, giteaUrl, [pool], { CAPACITY_POD: 5 });
+      await provisionEnv(env);
+      const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+        pools: { pool: string; target: number }[];
+      };
+      expect(status.pools.find((p) => p.pool === "small")?.target, window.cron).toBe(target);
+    }
+  });
+});
