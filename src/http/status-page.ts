@@ -59,70 +59,21 @@ export function startupQuantile(h: StartupHistogram | null, q: number): string {
 
 function poolsSection(pools: Status["pools"]) {
   if (!pools.length) return "";
-  return html`<section aria-label="runner pools">
-    <h2>Runner pools</h2>
-    <table>
-      <thead>
-        <tr>
-          <th>Pool</th>
-          <th>Backend</th>
-          <th>Idle</th>
-          <th>Busy</th>
-          <th>Booting</th>
-          <th>Warm / target</th>
-          <th>Max</th>
-          <th>Start-up p50</th>
-          <th>p90</th>
-          <th>Jobs</th>
-        </tr>
-      </thead>
-      <tbody>
-        ${pools.map(
-          (p) =>
-            html`<tr>
-              ${textCell(p.pool)}
-              <td>${p.backend}</td>
-              <td class="n">${p.idle}</td>
-              <td class="n">${p.busy}</td>
-              <td class="n">${p.booting}</td>
-              <td class="n">${p.warm} / ${p.target}</td>
-              <td class="n">${p.maxRunners ?? "–"}</td>
-              <td class="n">${startupQuantile(p.startup, 0.5)}</td>
-              <td class="n">${startupQuantile(p.startup, 0.9)}</td>
-              <td class="n">${p.startup?.count ?? 0}</td>
-            </tr>`,
-        )}
-      </tbody>
-    </table>
-  </section>`;
+  return html`<section aria-label="runner pools"><h2>Runner pools</h2>
+<table><thead><tr><th>Pool</th><th>Backend</th><th>Idle</th><th>Busy</th><th>Booting</th><th>Warm / target</th><th>Max</th><th>Start-up p50</th><th>p90</th><th>Jobs</th></tr></thead><tbody>
+${pools.map(
+  (p) =>
+    html`<tr>${textCell(p.pool)}<td>${p.backend}</td><td class="n">${p.idle}</td><td class="n">${p.busy}</td><td class="n">${p.booting}</td><td class="n">${p.warm} / ${p.target}</td><td class="n">${p.maxRunners ?? "–"}</td><td class="n">${startupQuantile(p.startup, 0.5)}</td><td class="n">${startupQuantile(p.startup, 0.9)}</td><td class="n">${p.startup?.count ?? 0}</td></tr>`,
+)}
+</tbody></table></section>`;
 }
 
 function ownersSection(owners: Status["owners"]) {
   if (!owners.length) return "";
-  return html`<section aria-label="busiest owners">
-    <h2>Busiest owners</h2>
-    <table>
-      <thead>
-        <tr>
-          <th>Owner</th>
-          <th>Runners</th>
-          <th>Waiting for capacity</th>
-          <th>Waiting at a quota limit</th>
-        </tr>
-      </thead>
-      <tbody>
-        ${owners.map(
-          (o) =>
-            html`<tr>
-              ${textCell(o.owner)}
-              <td class="n">${o.runners}</td>
-              <td class="n">${o.waitingForCapacity}</td>
-              <td class="n">${o.waitingForQuota}</td>
-            </tr>`,
-        )}
-      </tbody>
-    </table>
-  </section>`;
+  return html`<section aria-label="busiest owners"><h2>Busiest owners</h2>
+<table><thead><tr><th>Owner</th><th>Runners</th><th>Waiting for capacity</th><th>Waiting at a quota limit</th></tr></thead><tbody>
+${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td><td class="n">${o.waitingForCapacity}</td><td class="n">${o.waitingForQuota}</td></tr>`)}
+</tbody></table></section>`;
 }
 
 /** A recent assignment's state as the pool would say it: a job a warm runner ran reads so, not "terminated". */
@@ -144,70 +95,30 @@ export function renderStatusPage(s: Status) {
       ["Registrations under way", b.registering],
     ];
     return html`<section aria-label="backend ${b.backend}">
-      <h2>Backend ${b.backend}</h2>
-      <p>
-        <meter min="0" max="${b.capacity}" value="${b.slotsInUse}" aria-label="capacity used"></meter> ${b.slotsInUse} of ${b.capacity} slots used, ${free} free
-      </p>
-      <table>
-        ${rows.map(
-          ([label, n]) =>
-            html`<tr>
-              <th scope="row">${label}</th>
-              <td class="n">${n}</td>
-            </tr>`,
-        )}
-      </table>
-    </section>`;
+<h2>Backend ${b.backend}</h2>
+<p><meter min="0" max="${b.capacity}" value="${b.slotsInUse}" aria-label="capacity used"></meter>
+ ${b.slotsInUse} of ${b.capacity} slots used, ${free} free</p>
+<table>${rows.map(([label, n]) => html`<tr><th scope="row">${label}</th><td class="n">${n}</td></tr>`)}</table>
+</section>`;
   });
   const problems = s.problems.length
-    ? html`<ul>
-        ${s.problems.map((p) => html`<li class="problem">${p}</li>`)}
-      </ul>`
+    ? html`<ul>${s.problems.map((p) => html`<li class="problem">${p}</li>`)}</ul>`
     : html`<p class="ok">Healthy: /healthz names no problem.</p>`;
   const recent = s.recent.length
-    ? html`<table>
-        <thead>
-          <tr>
-            <th>Assignment</th>
-            <th>Repository</th>
-            <th>Job</th>
-            <th>State</th>
-            <th>Age</th>
-            <th>Runner</th>
-          </tr>
-        </thead>
-        <tbody>
-          ${s.recent.map(
-            (r) =>
-              html`<tr>
-                ${textCell(r.id)}${textCell(r.repository)}${textCell(r.job)}${textCell(stateText(r))}
-                <td class="n">${age(r.ageSeconds)}</td>
-                ${textCell(r.runner)}
-              </tr>`,
-          )}
-        </tbody>
-      </table>`
+    ? html`<table><thead><tr><th>Assignment</th><th>Repository</th><th>Job</th><th>State</th><th>Age</th><th>Runner</th></tr></thead><tbody>
+${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textCell(r.job)}${textCell(stateText(r))}<td class="n">${age(r.ageSeconds)}</td>${textCell(r.runner)}</tr>`)}
+</tbody></table>`
     : html`<p class="muted">No assignments yet.</p>`;
   return html`<!doctype html>
-    <html lang="en">
-      <head>
-        <meta charset="utf-8" />
-        <meta name="viewport" content="width=device-width,initial-scale=1" />
-        <meta http-equiv="refresh" content="${REFRESH_SECONDS}" />
-        <title>gitea-edge-dispatcher status</title>
-        <style>
-          ${raw(STYLE)}
-        </style>
-      </head>
-      <body>
-        <h1>gitea-edge-dispatcher</h1>
-        <p class="muted">
-          As of ${s.at}; this page refreshes every ${REFRESH_SECONDS} s. Stream: ${s.stream.messages} messages, ${s.stream.published} published so far.
-        </p>
-        <h2>Health</h2>
-        ${problems} ${backends} ${poolsSection(s.pools)} ${ownersSection(s.owners)}
-        <h2>Most recent assignments</h2>
-        ${recent}
-      </body>
-    </html>`;
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<meta http-equiv="refresh" content="${REFRESH_SECONDS}">
+<title>gitea-edge-dispatcher status</title><style>${raw(STYLE)}</style></head>
+<body><h1>gitea-edge-dispatcher</h1>
+<p class="muted">As of ${s.at}; this page refreshes every ${REFRESH_SECONDS} s. Stream: ${s.stream.messages} messages, ${s.stream.published} published so far.</p>
+<h2>Health</h2>${problems}
+${backends}
+${poolsSection(s.pools)}
+${ownersSection(s.owners)}
+<h2>Most recent assignments</h2>${recent}
+</body></html>`;
 }
