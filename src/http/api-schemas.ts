@@ -33,13 +33,10 @@ export const assignmentView = z
       .meta({ description: "Where in Gitea its runner is registered (RUNNER_SCOPE): org:<name>, user:<name> or repo:<owner>/<name>; null for GITEA_SCOPE" }),
     pool: z.string().nullable().meta({ description: "The runner pool that admitted it (RUNNER_POOLS), once admitted" }),
     warm: z.boolean().meta({ description: "Its runner is kept warm for its pool, for any job" }),
-    handle: z
-      .string()
-      .nullable()
-      .meta({
-        description:
-          "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet",
-      }),
+    handle: z.string().nullable().meta({
+      description:
+        "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet",
+    }),
   })
   .meta({ id: "Assignment" });
 
@@ -100,12 +97,10 @@ export const statusBody = z
           }),
       }),
     ),
-    owners: z
-      .array(z.object({ owner: z.string(), runners: count, waitingForCapacity: count, waitingForQuota: count }))
-      .meta({
-        description:
-          "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job",
-      }),
+    owners: z.array(z.object({ owner: z.string(), runners: count, waitingForCapacity: count, waitingForQuota: count })).meta({
+      description:
+        "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job",
+    }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({
@@ -118,13 +113,10 @@ export const statusBody = z
         updatedAt: timestamp,
         ageSeconds: count,
         runner: z.string().nullable(),
-        note: z
-          .string()
-          .nullable()
-          .meta({
-            description:
-              'What happened, where the state alone misleads: "ran on warm runner <id>" for a job a warm runner ran, "warm runner of pool <name>" (and the job it ran or was given) for a warm runner',
-          }),
+        note: z.string().nullable().meta({
+          description:
+            'What happened, where the state alone misleads: "ran on warm runner <id>" for a job a warm runner ran, "warm runner of pool <name>" (and the job it ran or was given) for a warm runner',
+        }),
       }),
     ),
   })

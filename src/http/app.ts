@@ -1,5 +1,5 @@
 // The HTTP API. Handlers only parse, call a domain operation and map the result.
-import { Hono, type Context } from "hono";
+import { Hono } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
 import { ConfigError } from "../config.ts";
 import type { Dispatcher } from "../dispatcher-types.ts";
@@ -7,7 +7,7 @@ import { giteaRunnerOf, parseId } from "../operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../request-path.ts";
-import { basicPasswordMatches, requireBearer, requireClaimToken, requireDispatchToken } from "./auth.ts";
+import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
 import { readStatus } from "../observe/status.ts";
 import { openApiDocument } from "./openapi.ts";
@@ -21,7 +21,7 @@ import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
 import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
 import { forgejoRoutes } from "./forgejo-routes.ts";
-import { inBackground, type AppEnv as Env } from "./env.ts";
+import { inBackground, type AppContext, type AppEnv as Env } from "./env.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
 
@@ -62,10 +62,9 @@ export function createApp(deps: AppDeps) {
   // Anyone may ask whether it is healthy, and what is wrong; the counts need the dispatch token.
   // Without it the answer is the isolate's recent one (see health.ts): no NATS work per request.
   const health = deps.health ?? createHealthCache();
-  app.get("/healthz", async (c) => {
+  app.get("/healthz", dispatchToken({ optional: true }), async (c) => {
     const d = c.var.d;
     const detailed = c.req.header("authorization") !== undefined;
-    if (detailed) await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     const check = () => checkHealth(d.config, detailed);
     const { status, body } = detailed ? await check() : await health(d.config, check);
     // A missing gateway binding slows the request path but breaks nothing: a warning, not a 503.
@@ -73,37 +72,29 @@ export function createApp(deps: AppDeps) {
     return c.json({ ...body, ...warnings }, status);
   });
 
-  app.post("/v1/assignments", async (c) => {
+  app.post("/v1/assignments", dispatchToken(), async (c) => {
     const d = c.var.d;
-    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     const published = await c.var.path.publish(await readJsonBody(c.req.raw, MAX_ASSIGNMENT_BYTES));
     if (published.pending) inBackground(c, d, c.var.path.record(published.pending), "record after publish");
     reconcileSoon(c, d, "publish", published.backend);
     return c.json({ id: published.id, stream: published.stream, seq: published.seq, duplicate: published.duplicate }, 202);
   });
 
-  app.get("/v1/assignments/:id", async (c) => {
-    const d = c.var.d;
-    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    return c.json(await c.var.path.get(parseId(c.req.param("id"))));
-  });
+  app.get("/v1/assignments/:id", dispatchToken(), async (c) => c.json(await c.var.path.get(parseId(c.req.param("id")))));
 
-  app.post("/v1/assignments/:id/claim", async (c) => {
+  app.post("/v1/assignments/:id/claim", claimToken(), async (c) => {
     const d = c.var.d;
-    const id = parseId(c.req.param("id"));
-    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { held, changed: _changed, ...view } = await c.var.path.claim(id, incarnation);
+    const { held, changed: _changed, ...view } = await c.var.path.claim(c.var.id, c.var.incarnation);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
   });
 
   app.route("/", forgejoRoutes());
 
-  app.post("/v1/assignments/:id/complete", async (c) => {
+  app.post("/v1/assignments/:id/complete", claimToken(), async (c) => {
     const d = c.var.d;
-    const id = parseId(c.req.param("id"));
-    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
-    const { contended, changed, runsOn, ...view } = await c.var.path.complete(id, incarnation);
+    const id = c.var.id;
+    const { contended, changed, runsOn, ...view } = await c.var.path.complete(id, c.var.incarnation);
     // Only the call that completed it tears the runner down; a repeat changes nothing.
     if (changed) inBackground(c, d, releaseRunner(d, id, runsOn, giteaRunnerOf(view)), "teardown after complete");
     if (contended) reconcileSoon(c, d, "release", view.backend);
@@ -144,23 +135,16 @@ export function createApp(deps: AppDeps) {
   });
 
   // Prometheus scrapes with METRICS_TOKEN; without that secret there is no such endpoint.
-  app.get("/metrics", async (c) => {
-    const d = c.var.d;
-    if (!d.config.metricsToken) throw new HttpError(404, "not found");
-    await requireBearer(c.req.raw, d.config.metricsToken, "METRICS_TOKEN");
-    return c.body(formatMetrics(await takeSnapshot(d)), 200, { "content-type": METRICS_CONTENT_TYPE });
-  });
+  app.get(
+    "/metrics",
+    secretBearer("METRICS_TOKEN", (config) => config.metricsToken),
+    async (c) => c.body(formatMetrics(await takeSnapshot(c.var.d)), 200, { "content-type": METRICS_CONTENT_TYPE }),
+  );
 
   // The status page, for a person with a browser: HTTP Basic, any user name, STATUS_TOKEN as the
   // password. Without that secret there is no such page.
-  app.get("/status", async (c) => {
+  app.get("/status", statusPassword(), async (c) => {
     const d = c.var.d;
-    if (!d.config.statusToken) throw new HttpError(404, "not found");
-    if (!(await basicPasswordMatches(c.req.raw, d.config.statusToken))) {
-      return c.text("the status page needs its password (STATUS_TOKEN; any user name)", 401, {
-        "www-authenticate": 'Basic realm="gitea-edge-dispatcher status", charset="UTF-8"',
-      });
-    }
     const page = await renderStatusPage(await readStatus(d));
     return c.html(page, 200, {
       "content-security-policy": contentSecurityPolicy(await styleHash()),
@@ -170,15 +154,10 @@ export function createApp(deps: AppDeps) {
     });
   });
 
-  app.get("/v1/status", async (c) => {
-    const d = c.var.d;
-    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
-    return c.json(await readStatus(d), 200, { "cache-control": "no-store" });
-  });
+  app.get("/v1/status", dispatchToken(), async (c) => c.json(await readStatus(c.var.d), 200, { "cache-control": "no-store" }));
 
-  app.get("/v1/usage", async (c) => {
+  app.get("/v1/usage", dispatchToken(), async (c) => {
     const d = c.var.d;
-    await requireDispatchToken(c.req.raw, d.config.dispatchToken);
     const window = usageWindow({ since: c.req.query("since"), until: c.req.query("until") }, d.now(), RECORD_TTL_MS);
     if (Array.isArray(window)) throw new HttpError(400, `invalid usage window: ${window.map((i) => `${i.field} ${i.message}`).join("; ")}`, window);
     const usage = await d.withState((_state, handle) => readUsage(handle, recordsBucket(d.config), window.since, window.until, d.now()));
@@ -206,7 +185,7 @@ export function createApp(deps: AppDeps) {
   return app;
 }
 
-function reconcileSoon(c: Context<Env>, d: Dispatcher, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
+function reconcileSoon(c: AppContext, d: Dispatcher, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;
   // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
   // waiting for capacity (1 to 3 s, spread at random: wait for the longest). Wait for them, so that

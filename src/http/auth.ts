@@ -8,10 +8,6 @@ function bearer(req: Request): string | undefined {
   return match?.[1];
 }
 
-export async function requireDispatchToken(req: Request, expected: string): Promise<void> {
-  await requireBearer(req, expected, "DISPATCH_TOKEN");
-}
-
 /** A bearer token that must equal `expected`; `name` says which secret in the 401's message. */
 export async function requireBearer(req: Request, expected: string, name: string): Promise<void> {
   const token = bearer(req);

@@ -6,7 +6,10 @@ import type { RequestPath } from "../request-path.ts";
 
 export type AppEnv = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
 
+/** What the helpers below use of a request's context, whatever a route's middleware added to it. */
+export type AppContext = Pick<Context<AppEnv>, "var">;
+
 /** Work to finish after the answer (waitUntil); a failure is logged, never answered. */
-export function inBackground(c: Context<AppEnv>, d: Dispatcher, work: Promise<unknown>, what: string) {
+export function inBackground(c: AppContext, d: Dispatcher, work: Promise<unknown>, what: string) {
   c.var.background.push(work.catch((err) => d.sink.error(`${what} failed`, { reason: (err as Error).message })));
 }

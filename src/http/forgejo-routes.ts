@@ -3,9 +3,9 @@
 import { Hono } from "hono";
 import { NO_POLLER_BINDING, pollerOf } from "../forge/forgejo/binding.ts";
 import { parseActionRun, runEventOf, verifyForgejoSignature } from "../forge/forgejo/webhook.ts";
-import { parseId, StaleClaimToken, TERMINAL } from "../operations.ts";
+import { StaleClaimToken, TERMINAL } from "../operations.ts";
 import { incarnationOf } from "../state/records.ts";
-import { requireClaimToken } from "./auth.ts";
+import { claimToken } from "./middleware/auth.ts";
 import { readLimited, requireJsonContentType } from "./body.ts";
 import { inBackground, type AppEnv } from "./env.ts";
 import { HttpError } from "./errors.ts";
@@ -14,12 +14,10 @@ export function forgejoRoutes() {
   const app = new Hono<AppEnv>();
 
   // A Forgejo warm runner asks which job it runs, with its own claim token, until it is told.
-  app.get("/v1/assignments/:id/handle", async (c) => {
-    const d = c.var.d;
-    const id = parseId(c.req.param("id"));
-    const incarnation = await requireClaimToken(c.req.raw, d.config.claimSigningKey, id);
+  app.get("/v1/assignments/:id/handle", claimToken(), async (c) => {
+    const id = c.var.id;
     const view = await c.var.path.get(id);
-    if (incarnationOf(view) !== incarnation) throw new StaleClaimToken(id);
+    if (incarnationOf(view) !== c.var.incarnation) throw new StaleClaimToken(id);
     if (TERMINAL.has(view.state)) throw new HttpError(409, `assignment ${id} is ${view.state}: its runner has nothing to run`);
     return view.handle ? c.text(view.handle, 200, { "cache-control": "no-store" }) : c.body(null, 204);
   });
