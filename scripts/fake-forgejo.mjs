@@ -1,5 +1,5 @@
-// A Forgejo 15 that follows the contract the dispatcher relies on (../shared/reference/upstream-
-// schemas/forgejo-v15.json and forgejo-v15-webhooks.md), for tests and `FORGE=forgejo npm start`:
+// A Forgejo 15 that follows the contract the dispatcher relies on (test/fixtures/upstream-schemas/
+// forgejo-v15.json and forgejo-v15-webhooks.md), for tests and `FORGE=forgejo npm start`:
 // the waiting list of a scope (newest first, `null` when empty, not paginated), runners registered
 // over REST (201 {id, uuid, token}; 422 without a name), listed as a bare array, deleted (204/404);
 // the runner protocol's Declare, FetchTask and FetchSingleTask (a handle gets that attempt and no

@@ -35,7 +35,7 @@ export const app = createApp({
 
 export default {
   fetch: app.fetch,
-  // Cron passes keep a connection of their own (see README, "NATS gateway"): one per tick.
+  // Cron passes keep a connection of their own (see docs/architecture.md, "NATS gateway"): one per tick.
   async scheduled(controller, env, _ctx) {
     const d = dispatcherOf(env);
     try {

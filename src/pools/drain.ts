@@ -2,7 +2,7 @@
 // ever failing a job: a runner that has just taken one is left alone. Gitea is asked first. Where
 // Gitea can disable a runner (newer than 1.25), it is disabled before the question, so that it can
 // take no task after the answer; on Gitea 1.25 a task handed to it between the answer and its
-// deletion is the one window left (README, Known limits). The record is then ended by
+// deletion is the one window left (docs/known-limits.md). The record is then ended by
 // compare-and-set, which a claim that landed meanwhile makes fail.
 import type { Dispatcher, State } from "../dispatcher-types.ts";
 import { placementOf, runnerAt } from "../state/records.ts";

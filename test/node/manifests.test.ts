@@ -54,7 +54,7 @@ describe("pod manifest", () => {
     expect(secret.stringData["claim-token"]).toBe("claim-token-secret");
   });
 
-  it("merges the README's docker-in-docker template: sidecar, env by name, resources, scheduling", () => {
+  it("merges the docker-in-docker template of docs/backends.md: sidecar, env by name, resources, scheduling", () => {
     const pod = podManifest({ name: "p", label: "p" }, request, { image: "img", template }) as { spec: Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any -- a manifest, read as the JSON it is;
     const runner = pod.spec.containers.find((c: { name: string }) => c.name === "runner");
     expect(pod.spec.containers).toHaveLength(1);

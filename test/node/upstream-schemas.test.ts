@@ -43,7 +43,7 @@ describe("manifests against the upstream schemas", () => {
   });
 
   for (const id of ["gitea-1187-1", "Job_With.Dots-", "A"]) {
-    it(`Pod, Secret and VMI of ${id} validate, with and without the README's templates`, async () => {
+    it(`Pod, Secret and VMI of ${id} validate, with and without the templates of docs/backends.md`, async () => {
       const names = await objectNames("gdr", id);
       const r = request(id);
       expect(errorsOf(pod, podManifest(names, r, { image: DEFAULT_RUNNER_IMAGE, template: undefined }))).toEqual([]);

@@ -1,5 +1,5 @@
 // Forgejo 15's REST surface for an autoscaler (forgejo-v15.json, and the handler behaviour the
-// swagger does not show: ../shared/reference/upstream-schemas/forgejo-v15-webhooks.md §3): the
+// swagger does not show: test/fixtures/upstream-schemas/forgejo-v15-webhooks.md §3): the
 // waiting and running jobs of a scope, each attempt with its handle, and ephemeral runners
 // registered and deleted over REST. `Authorization: token …`, as for Gitea.
 import { z } from "zod";
