@@ -2,12 +2,12 @@
 // connection of its own as a Worker invocation would (failing over across every node's URL); the
 // stream's leader gets SIGKILL. The gap is the time from the kill until publishes succeed again.
 import { jetstreamManager } from "@nats-io/jetstream";
-import { encodeAssignment } from "../src/assignment.ts";
-import { assignmentSubject } from "../src/names.ts";
+import { encodeAssignment } from "../src/model/assignment.ts";
+import { assignmentSubject } from "../src/nats/names.ts";
 import { closeNats, openNats } from "../src/nats/connection.ts";
 
 /**
- * @param {{ cluster: Awaited<ReturnType<typeof import("../scripts/nats-cluster.mjs").startNatsCluster>>, config: import("../src/config.ts").Config, seconds?: number }} o
+ * @param {{ cluster: Awaited<ReturnType<typeof import("../scripts/nats-cluster.mjs").startNatsCluster>>, config: import("../src/app/config.ts").Config, seconds?: number }} o
  */
 export async function measureFailoverGap({ cluster, config, seconds = 20 }) {
   const settings = { natsServers: cluster.wsUrls, natsAuth: { kind: "none" } };

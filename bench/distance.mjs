@@ -2,7 +2,7 @@
 // and off, at 0, 10 and 50 ms RTT (delay proxies), beside raw Node clients through the same proxy.
 import { wsconnect } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
-import { encodeAssignment } from "../src/assignment.ts";
+import { encodeAssignment } from "../src/model/assignment.ts";
 import { busyBetween, cpuTimes, load } from "./lib.mjs";
 
 /**

@@ -3,10 +3,10 @@
 // runner has claimed, N acked in the next. Usage: node bench/tick.mjs [N=200]
 import { startFakeBackend } from "../scripts/fake-backend.mjs";
 import { natsServerVersion, startNatsServer } from "../scripts/nats-server.mjs";
-import { encodeAssignment } from "../src/assignment.ts";
-import { loadConfig } from "../src/config.ts";
-import { provision } from "../src/layout.ts";
-import { createDispatcher } from "../src/dispatcher.ts";
+import { encodeAssignment } from "../src/model/assignment.ts";
+import { loadConfig } from "../src/app/config.ts";
+import { provision } from "../src/nats/layout.ts";
+import { createDispatcher } from "../src/app/dispatcher.ts";
 import { withNats } from "../src/nats/connection.ts";
 import os from "node:os";
 import { freePort, startWorker } from "./lib.mjs";

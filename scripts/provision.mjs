@@ -1,7 +1,7 @@
 // npm run provision: creates or updates the stream, consumers and KV buckets. Idempotent.
 // Reads the Worker's variables from the process environment, then `.dev.vars`.
-import { ConfigError, loadProvisionConfig } from "../src/config.ts";
-import { provision } from "../src/layout.ts";
+import { ConfigError, loadProvisionConfig } from "../src/app/config.ts";
+import { provision } from "../src/nats/layout.ts";
 import { isNatsUnavailable, natsHosts, withNats } from "../src/nats/connection.ts";
 import { loadEnv } from "./dev-vars.mjs";
 

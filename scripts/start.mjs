@@ -25,8 +25,8 @@ import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
 import { passedFrom } from "./start-vars.mjs";
 import { simulateCluster } from "./simulate-cluster.mjs";
-import { loadProvisionConfig } from "../src/config.ts";
-import { provision } from "../src/layout.ts";
+import { loadProvisionConfig } from "../src/app/config.ts";
+import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { giteaSignature } from "../src/forge/gitea/signature.ts";
 

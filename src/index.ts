@@ -1,10 +1,10 @@
 // The Worker: HTTP API and the cron-triggered reconciliation. Reads `env` here and nowhere else.
-import { loadConfig, type Config } from "./config.ts";
-import { createDispatcher } from "./dispatcher.ts";
+import { loadConfig, type Config } from "./app/config.ts";
+import { createDispatcher } from "./app/dispatcher.ts";
 import { GATEWAY_BINDING, gatewayPath } from "./gateway/client.ts";
 import type { NatsGateway } from "./gateway/object.ts";
 import { createApp } from "./http/app.ts";
-import { directPath } from "./request-path.ts";
+import { directPath } from "./domain/request-path.ts";
 import { NO_POLLER_BINDING, pollerOf } from "./forge/forgejo/binding.ts";
 
 // Every export of this module is an entry point to workerd: the handlers and the Durable Object class.

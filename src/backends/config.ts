@@ -1,6 +1,6 @@
 // Which driver serves each backend, and its settings. Part of loadConfig; kept apart so that the
 // driver rules live next to the drivers.
-import type { Backend } from "../names.ts";
+import type { Backend } from "../nats/names.ts";
 
 /** The runner image of the kubernetes driver (RUNNER_IMAGE); a short name, resolved by the cluster. */
 export const DEFAULT_RUNNER_IMAGE = "gitea/act_runner:latest";

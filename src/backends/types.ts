@@ -1,7 +1,7 @@
-import type { Assignment } from "../assignment.ts";
+import type { Assignment } from "../model/assignment.ts";
 import type { RunnerFile } from "../forge/runner-identity.ts";
 import type { ForgejoRunnerIdentity } from "../forge/types.ts";
-import { UpstreamError } from "../status-error.ts";
+import { UpstreamError } from "../model/status-error.ts";
 
 export type RunnerStatus = "ready" | "pending";
 

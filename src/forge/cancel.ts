@@ -1,8 +1,8 @@
 // A job that went away before a runner took it (in Gitea or Forgejo): its assignment is terminated, or, when it
 // has none yet, a tombstone is left for the `queued` that may still come.
-import type { Dispatcher } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
-import { TERMINAL, type Released } from "../operations.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import type { Backend } from "../nats/names.ts";
+import { TERMINAL, type Released } from "../domain/operations.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
 
 /**

@@ -1,7 +1,7 @@
 // Runners of ours that no assignment needs, as both forges' cleanups find them in the forge's
 // runner list: the rule (cleanupVerdict, pure) and carrying it out for one listed runner.
-import type { Dispatcher } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import type { Backend } from "../nats/names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import type { Admission } from "../state/admission.ts";

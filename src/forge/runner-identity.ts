@@ -1,7 +1,7 @@
 // What both forges' runners share: their names (the assignment they serve, as a claim only) and
 // their credentials sealed at rest (AES-256-GCM, bound to the assignment id), so that every retry
 // reuses one registration: a Gitea `.runner` file, or a Forgejo runner's `{uuid, token}`.
-import { assignmentIdSchema } from "../assignment.ts";
+import { assignmentIdSchema } from "../model/assignment.ts";
 
 /** act_runner's `.runner` file. */
 export interface RunnerFile {

@@ -1,6 +1,6 @@
 // Webhook signatures as Gitea and Forgejo make them: lowercase hex HMAC-SHA256 of the raw body
 // with the webhook's secret, compared in constant time.
-import { timingSafeEqual } from "../crypto.ts";
+import { timingSafeEqual } from "../model/crypto.ts";
 
 export async function hexHmacSha256(secret: string, body: Uint8Array): Promise<string> {
   const key = await crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);

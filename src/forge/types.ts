@@ -1,12 +1,13 @@
 // What the dispatcher needs of a forge, apart from which forge it is: the runner's credentials,
 // the periodic work that finds what webhooks missed (Gitea's sweep, Forgejo's poller), and the
 // deletion of a runner. One implementation per forge (gitea/forge.ts, forgejo/forge.ts).
-import type { Assignment } from "../assignment.ts";
-import type { ForgeKind } from "../config-schema.ts";
+import type { Assignment } from "../model/assignment.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
 import type { RunnerFile } from "./runner-identity.ts";
 
-export type { ForgeKind };
+/** FORGE: which forge the jobs come from. */
+export const FORGES = ["gitea", "forgejo"] as const;
+export type ForgeKind = (typeof FORGES)[number];
 
 /** What `forgejo-runner one-job` starts with: its connection, its labels, and the job it is bound to. */
 export interface ForgejoRunnerIdentity {

@@ -1,9 +1,9 @@
 // The request path through the gateway: one RPC per request to one of NATS_GATEWAY_SHARDS objects.
 // When the object itself cannot be reached, the invocation does the call on its own connection:
 // every call is idempotent, so one that may have half-run in the object is safe to make again.
-import type { Dispatcher } from "../dispatcher-types.ts";
+import type { Dispatcher } from "../domain/context.ts";
 import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
-import { directPath, type PathOp, type RequestPath } from "../request-path.ts";
+import { directPath, type PathOp, type RequestPath } from "../domain/request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
 import { fromWire, reasonOf, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
 import { gatewayName, shardOf } from "./shards.ts";

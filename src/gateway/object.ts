@@ -3,14 +3,14 @@
 // completion, an eager pass). A Durable Object, unlike an invocation, may keep an outbound
 // WebSocket across requests; an invocation that calls it pays one RPC instead of a connection.
 import { DurableObject } from "cloudflare:workers";
-import type { Config } from "../config.ts";
-import { sha256Key } from "../crypto.ts";
-import { createDispatcher, type ReconcileOptions } from "../dispatcher.ts";
+import type { Config } from "../app/config.ts";
+import { sha256Key } from "../model/crypto.ts";
+import { createDispatcher, type ReconcileOptions } from "../app/dispatcher.ts";
 import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
-import { directPath, type RequestPath } from "../request-path.ts";
-import { consoleSink } from "../events.ts";
+import { directPath, type RequestPath } from "../domain/request-path.ts";
+import { consoleSink } from "../model/events.ts";
 import type { WebhookOutcome } from "../forge/gitea/webhook.ts";
-import { recordAssignment, type Published } from "../publish.ts";
+import { recordAssignment, type Published } from "../domain/publish.ts";
 import { createCoalescer } from "./coalesce.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
 import type { TokenCache } from "../forge/gitea/client.ts";

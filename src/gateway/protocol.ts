@@ -1,10 +1,10 @@
 // What crosses the RPC between a Worker invocation and the gateway object: one call per request,
 // answered with the value or a domain error as plain data, and the log lines the call produced
 // (the invocation writes them, so that they stay with the request that caused them).
-import type { FieldIssue } from "../assignment.ts";
-import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../domain-errors.ts";
-import type { BatchSummary, DispatchEvent, EventSink } from "../events.ts";
-import type { PathOp, RequestPath } from "../request-path.ts";
+import type { FieldIssue } from "../model/assignment.ts";
+import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../model/errors.ts";
+import type { BatchSummary, DispatchEvent, EventSink } from "../model/events.ts";
+import type { PathOp, RequestPath } from "../domain/request-path.ts";
 import { isRetryable } from "../state/kv.ts";
 
 /** One request path call: the method's name and its arguments. */

@@ -1,7 +1,7 @@
 // The answers of the HTTP API as zod schemas: the OpenAPI document is generated from these and
 // from the request schemas the handlers parse with (assignment.ts, gitea/webhook.ts).
 import { z } from "zod";
-import { ASSIGNMENT_STATES, BACKENDS } from "../names.ts";
+import { ASSIGNMENT_STATES, BACKENDS } from "../nats/names.ts";
 
 export const errorBody = z
   .object({

@@ -1,12 +1,12 @@
 // The HTTP API. Handlers only parse, call a domain operation and map the result.
 import { Hono } from "hono";
-import { MAX_ASSIGNMENT_BYTES } from "../assignment.ts";
-import { ConfigError } from "../config.ts";
-import type { Dispatcher } from "../dispatcher-types.ts";
-import { giteaRunnerOf, parseId } from "../operations.ts";
+import { MAX_ASSIGNMENT_BYTES } from "../model/assignment.ts";
+import { ConfigError } from "../app/config.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import { giteaRunnerOf, parseId } from "../domain/operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
-import { directPath, type RequestPath } from "../request-path.ts";
+import { directPath, type RequestPath } from "../domain/request-path.ts";
 import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
 import { readStatus } from "../observe/status.ts";
@@ -14,8 +14,8 @@ import { openApiDocument } from "./openapi.ts";
 import { formatMetrics, METRICS_CONTENT_TYPE } from "../observe/metrics.ts";
 import { takeSnapshot } from "../observe/snapshot.ts";
 import { readUsage, usageWindow } from "../observe/usage.ts";
-import { RECORD_TTL_MS } from "../layout.ts";
-import { recordsBucket, type Backend } from "../names.ts";
+import { RECORD_TTL_MS } from "../nats/layout.ts";
+import { recordsBucket, type Backend } from "../nats/names.ts";
 import { readJsonBody, readLimited, requireJsonContentType } from "./body.ts";
 import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../forge/gitea/webhook.ts";

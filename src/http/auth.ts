@@ -1,6 +1,6 @@
 // Bearer-token checks. Missing credentials are 401; present but wrong is 401 for the operator
 // token and 403 for a claim token (a runner that holds the token of another assignment).
-import { timingSafeEqual, verifyClaimToken } from "../crypto.ts";
+import { timingSafeEqual, verifyClaimToken } from "../model/crypto.ts";
 import { HttpError } from "./errors.ts";
 
 function bearer(req: Request): string | undefined {

@@ -1,8 +1,8 @@
 // The HTTP app's context, shared by its route modules: the request's dispatcher, its request path,
 // and the work it leaves to run after the answer.
 import type { Context } from "hono";
-import type { Dispatcher } from "../dispatcher-types.ts";
-import type { RequestPath } from "../request-path.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import type { RequestPath } from "../domain/request-path.ts";
 
 export type AppEnv = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
 

@@ -1,5 +1,5 @@
-import type { FieldIssue } from "../assignment.ts";
-import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../domain-errors.ts";
+import type { FieldIssue } from "../model/assignment.ts";
+import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../model/errors.ts";
 import { isRetryable } from "../state/kv.ts";
 
 /** What the HTTP layer itself refuses (authentication, body limits); onError maps it to a JSON response. */

@@ -3,7 +3,7 @@
 import { Hono } from "hono";
 import { NO_POLLER_BINDING, pollerOf } from "../forge/forgejo/binding.ts";
 import { parseActionRun, runEventOf, verifyForgejoSignature } from "../forge/forgejo/webhook.ts";
-import { StaleClaimToken, TERMINAL } from "../operations.ts";
+import { StaleClaimToken, TERMINAL } from "../domain/operations.ts";
 import { incarnationOf } from "../state/records.ts";
 import { claimToken } from "./middleware/auth.ts";
 import { readLimited, requireJsonContentType } from "./body.ts";

@@ -1,7 +1,7 @@
 // What /healthz tells a caller without credentials, kept per isolate for a few seconds: it is the
 // one route that reaches NATS without a credential, so its cost must not follow the request rate.
-import type { Config } from "../config.ts";
-import { inspect } from "../layout-inspect.ts";
+import type { Config } from "../app/config.ts";
+import { inspect } from "../nats/layout-inspect.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
 import { createForgejoClient } from "../forge/forgejo/client.ts";
 import { forgejoVersion } from "../forge/forgejo/version.ts";

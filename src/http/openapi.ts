@@ -2,7 +2,7 @@
 // answer schemas (api-schemas.ts). Each route lists the errors its handler and the domain can give.
 import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-openapi";
 import { z } from "zod";
-import { assignmentRequestSchema, assignmentIdSchema } from "../assignment.ts";
+import { assignmentRequestSchema, assignmentIdSchema } from "../model/assignment.ts";
 import { workflowJobPayload } from "../forge/gitea/webhook.ts";
 import { actionRunPayload } from "../forge/forgejo/webhook.ts";
 import { assignmentView, errorBody, forgejoWebhookBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";

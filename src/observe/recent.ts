@@ -1,7 +1,7 @@
 // The most recently changed assignments, from the tail of the records bucket's stream: one stream
 // info and one batch read of its last messages, whatever the number of records.
 import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
-import { RECORD_PREFIX } from "../names.ts";
+import { RECORD_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { isKvValue, readBatch } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";

@@ -3,8 +3,8 @@
 // read of every record: the requests depend on the number of backends and on capacity (1024 slot
 // holders per batch read), not on the number of assignments. Feeds /metrics and /status.
 import { jetstreamManager } from "@nats-io/jetstream";
-import type { Dispatcher } from "../dispatcher-types.ts";
-import { consumerName, type Backend } from "../names.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import { consumerName, type Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";

@@ -1,8 +1,8 @@
 // What the status page and GET /v1/status show: the snapshot per backend, the most recent
 // assignments, and the problems /healthz would name. A fixed number of NATS requests.
-import type { Dispatcher } from "../dispatcher-types.ts";
-import { inspect } from "../layout-inspect.ts";
-import { recordsBucket } from "../names.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import { inspect } from "../nats/layout-inspect.ts";
+import { recordsBucket } from "../nats/names.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { recentRecords } from "./recent.ts";
 import { takeSnapshot, type Snapshot } from "./snapshot.ts";

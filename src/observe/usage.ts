@@ -3,8 +3,8 @@
 // RECORD_TTL_MS), never from memory: any isolate answers the same. A record's last write comes
 // after its job was queued, so a scan from `since` by stored time sees every job queued since.
 import type { StoredMsg } from "@nats-io/jetstream";
-import type { FieldIssue } from "../assignment.ts";
-import { RECORD_PREFIX } from "../names.ts";
+import type { FieldIssue } from "../model/assignment.ts";
+import { RECORD_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { isKvValue, readBatch } from "../state/kv.ts";

@@ -2,9 +2,9 @@
 // workload, its caps, its warm runners and their lifetimes. Every problem is named with its path
 // (`RUNNER_POOLS[1].schedule[0].cron …`). RUNS_ON_ROUTES, the older form, becomes one pool per route.
 import { z } from "zod";
-import { parseJsonVariable } from "../config-schema.ts";
-import { poolNameSchema } from "../assignment.ts";
-import { BACKENDS } from "../names.ts";
+import { parseJsonVariable } from "../model/json-variable.ts";
+import { poolNameSchema } from "../model/assignment.ts";
+import { BACKENDS } from "../nats/names.ts";
 import { routeSchema, routesSchema, type Route } from "./routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
 

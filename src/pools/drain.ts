@@ -4,7 +4,7 @@
 // take no task after the answer; on Gitea 1.25 a task handed to it between the answer and its
 // deletion is the one window left (docs/known-limits.md). The record is then ended by
 // compare-and-set, which a claim that landed meanwhile makes fail.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
 import { placementOf, runnerAt } from "../state/records.ts";
 import { endRunner, WAITING } from "./end.ts";
 

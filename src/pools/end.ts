@@ -1,8 +1,8 @@
 // Ending a runner the pools no longer want (taken away, gone from Gitea, past its lifetime): the
 // record first, by compare-and-set from a state `when` accepts, so that a claim or completion that
 // landed meanwhile wins; then its slots, its workload and its Gitea runner.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
-import type { AssignmentState } from "../names.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
+import type { AssignmentState } from "../nats/names.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 

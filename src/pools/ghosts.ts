@@ -6,7 +6,7 @@
 // wins), so that its position is filled again. One runner list per tick and scope, and only when
 // a warm runner is idle; a runner the list does not show is asked about on its own before it is
 // taken for gone.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { listedBy } from "../forge/gitea/scope.ts";
 import { endRunner } from "./end.ts";

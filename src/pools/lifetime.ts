@@ -3,8 +3,8 @@
 // pool older than their pool's cap: the record first (compare-and-set, so a completion that lands
 // meanwhile wins), then the slots, the workload and the Gitea runner. A job still running on it
 // fails in Gitea: that is what the cap is for.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { TERMINAL } from "../operations.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
+import { TERMINAL } from "../domain/operations.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
 import { endRunner } from "./end.ts";
 

@@ -3,8 +3,8 @@
 // (two requests, plus one for the records), plans each pool (warm-plan.ts) and carries the plan
 // out with compare-and-set writes: a position another isolate changed since the read is left to
 // it, so passes that run at once never keep more than the target warm.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
-import { publishAssignment } from "../publish.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
+import { publishAssignment } from "../domain/publish.ts";
 import type { Pool } from "./config.ts";
 import { idleTarget } from "./schedule.ts";
 import { drainWarm } from "./drain.ts";

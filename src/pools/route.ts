@@ -1,7 +1,7 @@
 // Which pools can run a job: Gitea's rule (every runs-on label of the job is among the runner's
 // label names), lowest priority number first, configuration order among equals. The caller tries
 // them in turn and spills to the next when one is at its cap.
-import { MAX_POOLS_PER_JOB, type AssignmentRequest } from "../assignment.ts";
+import { MAX_POOLS_PER_JOB, type AssignmentRequest } from "../model/assignment.ts";
 import { labelName } from "./routes.ts";
 
 export function poolsFor<P extends { labels: readonly string[]; priority: number }>(pools: readonly P[], runsOn: readonly string[]): P[] {

@@ -5,8 +5,8 @@
 // runner is already running another job, the one standing for that job in turn. That runner
 // becomes warm if its pool is below its target, and is torn down otherwise; one not yet made is
 // never made.
-import type { Dispatcher, State } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
+import type { Backend } from "../nats/names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
 import { cancelAssignment } from "../forge/cancel.ts";

@@ -1,7 +1,7 @@
 // What a cron tick does for the pools, before its reconcile pass: end warm runners gone from Gitea,
 // bring every pool to its warm target, and end runners past their lifetime. Each part's failure is
 // logged and the tick goes on.
-import type { Dispatcher } from "../dispatcher-types.ts";
+import type { Dispatcher } from "../domain/context.ts";
 import { endGhosts } from "./ghosts.ts";
 import { enforceLifetimes } from "./lifetime.ts";
 import { maintainPools } from "./maintain.ts";

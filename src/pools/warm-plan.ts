@@ -2,7 +2,7 @@
 // the pool's warm positions, the records of the runners they point at, the target and the time.
 // maintain.ts carries the plan out with compare-and-set writes, so that a plan made from a read
 // another isolate has since changed fails harmlessly instead of overshooting.
-import type { AssignmentState } from "../names.ts";
+import type { AssignmentState } from "../nats/names.ts";
 
 export interface PlanSlot {
   index: number;

@@ -3,8 +3,8 @@
 // the consumer again; only then is it taken out of the wait set. A pass that dies between two
 // steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
-import { decodeAssignment } from "../assignment.ts";
-import { SETTLED_STATES, UNADMITTED_STATES } from "../names.ts";
+import { decodeAssignment } from "../model/assignment.ts";
+import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "../reconcile/pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";

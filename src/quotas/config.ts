@@ -4,7 +4,7 @@
 // Lookups go through Maps: an owner named like an Object.prototype member ("constructor") is just
 // another owner.
 import { z } from "zod";
-import { parseJsonVariable } from "../config-schema.ts";
+import { parseJsonVariable } from "../model/json-variable.ts";
 
 const NAME = /^[A-Za-z0-9_.-]{1,100}$/;
 const limit = z.number().int().min(0);

@@ -1,7 +1,7 @@
 // The reconciliation decision table, as a pure function. The executor (process.ts) gathers one
 // fact at a time, in the order `decide` asks for them, and carries out the verdict.
-import type { EventName } from "../events.ts";
-import type { AssignmentState } from "../names.ts";
+import type { EventName } from "../model/events.ts";
+import type { AssignmentState } from "../nats/names.ts";
 
 export const DEFAULT_DELAYS = { capacity: 2_000, backendRetry: 15_000, pending: 2_000, claim: 2_000 } as const;
 

@@ -1,7 +1,7 @@
 // Carrying out a verdict's effects: all of its record changes (and a new runner identity) in one
 // compare-and-set write, then the slot release and the teardown it calls for.
 import type { Effect } from "./decide.ts";
-import { SETTLED_STATES } from "../names.ts";
+import { SETTLED_STATES } from "../nats/names.ts";
 import { isRetryable } from "../state/kv.ts";
 import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { waitEntryOf } from "../quotas/admit-waiting.ts";

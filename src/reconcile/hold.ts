@@ -5,7 +5,7 @@
 // window is written into the record when the runner becomes ready, so a claim inside it starts no
 // pass of its own. After a window ends there is one last look, then a nak with the usual claim
 // delay. AckWait is longer than any window (see ACK_WAIT_MS in config.ts).
-import type { BatchSummary } from "../events.ts";
+import type { BatchSummary } from "../model/events.ts";
 import { decide, DEFAULT_DELAYS } from "./decide.ts";
 import { emit, type Prepared, type ProcessDeps } from "./process.ts";
 

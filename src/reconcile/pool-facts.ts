@@ -3,7 +3,7 @@
 import type { Policy } from "./decide.ts";
 import type { Placement } from "../state/admission.ts";
 import { placedRepository, placementOf, type AssignmentRecord } from "../state/records.ts";
-import type { Assignment } from "../assignment.ts";
+import type { Assignment } from "../model/assignment.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
 /**

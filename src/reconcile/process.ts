@@ -1,16 +1,16 @@
 // Carries out reconciliation for a batch of deliveries: gathers the facts `decide` asks for,
 // batched where the state store allows (one read of all records, one admission update), then
 // per message one backend call, at most one record write, and the verdict's ack/nak/term.
-import { decodeAssignment } from "../assignment.ts";
+import { decodeAssignment } from "../model/assignment.ts";
 import { BackendError } from "../backends/types.ts";
-import type { EventName } from "../events.ts";
+import type { EventName } from "../model/events.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import { contentHash, sameContent, type RunnerRef } from "../state/records.ts";
 import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
-import { SETTLED_STATES } from "../names.ts";
+import { SETTLED_STATES } from "../nats/names.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 import { needsTurn, orderByTurn } from "../quotas/admit-waiting.ts";
 

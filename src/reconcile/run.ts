@@ -1,6 +1,6 @@
 // One reconciliation pass over every enabled backend, on one NATS connection, within a budget.
-import type { BatchSummary } from "../events.ts";
-import { consumerName } from "../names.ts";
+import type { BatchSummary } from "../model/events.ts";
+import { consumerName } from "../nats/names.ts";
 import { pullNoWait } from "../nats/pull.ts";
 import { flushNats, type NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";

@@ -1,7 +1,7 @@
 // Tearing down the runner of a finished assignment, and retrying teardowns that failed from the
 // cron tick (never from a repeated request: see TeardownList).
-import type { Dispatcher } from "../dispatcher-types.ts";
-import type { Backend } from "../names.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import type { Backend } from "../nats/names.ts";
 import type { RunnerAt } from "../forge/gitea/client.ts";
 import { listedBy } from "../forge/gitea/scope.ts";
 

@@ -1,9 +1,9 @@
 // What the reconciliation's executor works with: its dependencies, passed in by the dispatcher,
 // and one delivery on its way through the decision table.
-import type { Assignment } from "../assignment.ts";
+import type { Assignment } from "../model/assignment.ts";
 import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
-import type { EventSink } from "../events.ts";
-import type { Backend } from "../names.ts";
+import type { EventSink } from "../model/events.ts";
+import type { Backend } from "../nats/names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission, Placement } from "../state/admission.ts";
 import type { Versioned } from "../state/kv.ts";

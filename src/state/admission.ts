@@ -27,8 +27,8 @@ import {
   subjectToken,
   type Backend,
   type NatsNames,
-} from "../names.ts";
-import { maybe } from "../layout.ts";
+} from "../nats/names.ts";
+import { maybe } from "../nats/layout.ts";
 import { isWrongLastSequence, readBatch } from "./kv.ts";
 
 export interface AdmissionResult {

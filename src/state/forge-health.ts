@@ -2,7 +2,7 @@
 // total, and whether the last poll failed (since when, and why; a reason names a status and a
 // path, never a token).
 import type { KV } from "@nats-io/kv";
-import { FORGE_HEALTH_KEY } from "../names.ts";
+import { FORGE_HEALTH_KEY } from "../nats/names.ts";
 
 export interface ForgeHealth {
   failuresTotal: number;

@@ -4,7 +4,7 @@
 // handle met under a second attempt is Forgejo's data gone wrong (a restore, a bug): the second
 // binding is refused. Kept beside the records (same TTL).
 import type { KV } from "@nats-io/kv";
-import { handleKey } from "../names.ts";
+import { handleKey } from "../nats/names.ts";
 import { isWrongLastSequence } from "./kv.ts";
 
 export interface HandleIndex {

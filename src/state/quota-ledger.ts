@@ -5,7 +5,7 @@
 // a pool's slot and its backend's are taken (state/admission.ts). A place ends when its runner is
 // released, or, if that release is lost, after LEASE_TTL_MS as a slot does.
 import type { KV } from "@nats-io/kv";
-import { subjectToken } from "../names.ts";
+import { subjectToken } from "../nats/names.ts";
 import { casUpdateRevision } from "./kv.ts";
 
 /** Holders as [assignment id, until epoch ms] pairs: ids are keys of no object (an id may be "constructor"). */

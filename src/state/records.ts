@@ -1,8 +1,8 @@
 // The durable record of each assignment: what the reference kept in its in-memory claim
 // registry, in JetStream KV with compare-and-set transitions.
 import type { KV } from "@nats-io/kv";
-import { fingerprint, type Assignment } from "../assignment.ts";
-import { recordKey, type AssignmentState, type Backend } from "../names.ts";
+import { fingerprint, type Assignment } from "../model/assignment.ts";
+import { recordKey, type AssignmentState, type Backend } from "../nats/names.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 
 export interface AssignmentRecord {

@@ -3,7 +3,7 @@
 // job starts. Every isolate's scrape reads the same entries (one request for every pool), so the
 // figures agree wherever /metrics is answered, and the cost does not grow with the number of jobs.
 import type { KV } from "@nats-io/kv";
-import { startupKey } from "../names.ts";
+import { startupKey } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { casUpdate, readManyJson } from "./kv.ts";
 

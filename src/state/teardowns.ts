@@ -5,7 +5,7 @@
 // own prefix: a tick that finds none pays one request.
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
-import { teardownKey, TEARDOWN_PREFIX, type Backend } from "../names.ts";
+import { teardownKey, TEARDOWN_PREFIX, type Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { isWrongLastSequence, readManyJson } from "./kv.ts";
 

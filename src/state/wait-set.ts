@@ -7,9 +7,9 @@
 // consumer again, and only then removes it from here. Each step is idempotent, so a pass that dies
 // between them leaves the job here to be picked again, never lost.
 import { JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { maybe } from "../layout.ts";
+import { maybe } from "../nats/layout.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { assignmentSubject, waitPrefix, waitStream, type Backend, type NatsNames } from "../names.ts";
+import { assignmentSubject, waitPrefix, waitStream, type Backend, type NatsNames } from "../nats/names.ts";
 import { readBatch } from "./kv.ts";
 
 /** A waiting job, as kept: its assignment (as published), and whose it is (lower case). */

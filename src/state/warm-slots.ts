@@ -6,7 +6,7 @@
 // under their own prefix, so that one request lists every pool's.
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
-import { warmKey, WARM_PREFIX } from "../names.ts";
+import { warmKey, WARM_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { isWrongLastSequence, readManyJson } from "./kv.ts";
 

@@ -1,9 +1,9 @@
 // Test environments: a unique stream (and so unique consumers and buckets) per test, so that
 // tests can share one nats-server and run in parallel. Runs in Node and in workerd alike.
-import type { Assignment } from "../../src/assignment.ts";
-import { loadConfig, type Config } from "../../src/config.ts";
-import { claimToken } from "../../src/crypto.ts";
-import { provision } from "../../src/layout.ts";
+import type { Assignment } from "../../src/model/assignment.ts";
+import { loadConfig, type Config } from "../../src/app/config.ts";
+import { claimToken } from "../../src/model/crypto.ts";
+import { provision } from "../../src/nats/layout.ts";
 import { incarnationOf } from "../../src/state/records.ts";
 import { withNats } from "../../src/nats/connection.ts";
 

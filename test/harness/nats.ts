@@ -1,9 +1,9 @@
 // Looks into the stream and buckets of a test environment. Runs in Node and workerd alike.
 import { jetstreamManager } from "@nats-io/jetstream";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { admissionStreams } from "../../src/layout.ts";
-import { type Backend } from "../../src/names.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { admissionStreams } from "../../src/nats/layout.ts";
+import { type Backend } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 
 /** Messages in the stream, and the first enabled backend's pending and ack-pending counts. */

@@ -2,10 +2,10 @@
 // ends the pass, so a slot freed a moment later is not given to whichever repository the pass
 // would try next; a refusal by a pool's cap passes over only that repository.
 import { describe, expect, it } from "vitest";
-import { completeAssignment, encodeAssignment } from "../../src/assignment.ts";
+import { completeAssignment, encodeAssignment } from "../../src/model/assignment.ts";
 import { admitWaiting } from "../../src/quotas/admit-waiting.ts";
 import type { ProcessDeps } from "../../src/reconcile/types.ts";
-import type { Backend } from "../../src/names.ts";
+import type { Backend } from "../../src/nats/names.ts";
 import type { WaitHead } from "../../src/state/wait-set.ts";
 import type { QuotaLedger } from "../../src/state/quota-ledger.ts";
 import { memoryLedger } from "../harness/memory.ts";

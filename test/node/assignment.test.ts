@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { completeAssignment, decodeAssignment, encodeAssignment, fingerprint, type Assignment } from "../../src/assignment.ts";
+import { completeAssignment, decodeAssignment, encodeAssignment, fingerprint, type Assignment } from "../../src/model/assignment.ts";
 
 const TD = "example.org";
 const valid: Assignment = {

@@ -3,10 +3,10 @@
 // injected into the record store right after the pass's read (the workerd gitea test covers a
 // cancel during the registration itself).
 import { describe, expect, inject, it } from "vitest";
-import { encodeAssignment } from "../../src/assignment.ts";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher, type State } from "../../src/dispatcher.ts";
-import { assignmentSubject } from "../../src/names.ts";
+import { encodeAssignment } from "../../src/model/assignment.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher, type State } from "../../src/app/dispatcher.ts";
+import { assignmentSubject } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";

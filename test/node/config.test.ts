@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/config.ts";
-import { desiredConsumer, FAIR_SHARE_WINDOW } from "../../src/layout.ts";
+import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
+import { desiredConsumer, FAIR_SHARE_WINDOW } from "../../src/nats/layout.ts";
 import { testEnv } from "../harness/env.ts";
 
 const good = {

@@ -1,8 +1,8 @@
 // One contract, every driver: what the reconciliation relies on from a runner backend.
 import { describe, expect, inject, it } from "vitest";
-import { createRunnerBackend } from "../../src/backends/select.ts";
+import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/backends/types.ts";
-import { loadConfig } from "../../src/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import type { RunnerFile } from "../../src/forge/runner-identity.ts";
 import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
 

@@ -4,11 +4,11 @@
 // goes by turn. Near misses: one owner only (the oldest), and FAIR_SHARE=off (stream order).
 // Against the real nats-server, with passes run by hand.
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher, type Dispatcher } from "../../src/dispatcher.ts";
-import { publishAssignment } from "../../src/publish.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher, type Dispatcher } from "../../src/app/dispatcher.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { cancelAssignment } from "../../src/forge/cancel.ts";
-import { claimAssignment, completeAssignmentRun } from "../../src/operations.ts";
+import { claimAssignment, completeAssignmentRun } from "../../src/domain/operations.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");

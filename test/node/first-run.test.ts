@@ -10,7 +10,7 @@ import { freePort } from "../../bench/lib.mjs";
 import { findNatsServer } from "../../scripts/nats-server.mjs";
 import { startNatsCluster } from "../../scripts/nats-cluster.mjs";
 import { createServer } from "node:net";
-import { loadConfig } from "../../src/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { testEnv } from "../harness/env.ts";
 
 const { tooOld } = createRequire(import.meta.url)("../../scripts/check-node.cjs") as { tooOld: (v: string) => boolean };

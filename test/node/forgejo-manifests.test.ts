@@ -11,8 +11,8 @@ import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
 import type { RunnerRequest } from "../../src/backends/types.ts";
 import { assignment, forgejoTestEnv } from "../harness/env.ts";
-import { createRunnerBackend } from "../../src/backends/select.ts";
-import { loadConfig } from "../../src/config.ts";
+import { createRunnerBackend } from "../../src/app/select-backend.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { errorsOf, pod, secret, vmi } from "../harness/upstream.ts";
 
 const HANDLE = "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e";

@@ -3,16 +3,16 @@
 // miss, without a workerd scenario.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import type { ForgejoClient, ForgejoJob } from "../../src/forge/forgejo/client.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { GONE_GRACE_MS, pollForgejo, STALE_BINDING_MS, type KnownStore } from "../../src/forge/forgejo/poller.ts";
-import { completeAssignmentRun } from "../../src/operations.ts";
+import { completeAssignmentRun } from "../../src/domain/operations.ts";
 import { assignment, forgejoTestEnv, provisionEnv, TEST_ROUTES } from "../harness/env.ts";
 import { forgejoPlace } from "../../src/forge/forgejo/warm.ts";
-import type { Config } from "../../src/config.ts";
-import type { Dispatcher, State } from "../../src/dispatcher.ts";
+import type { Config } from "../../src/app/config.ts";
+import type { Dispatcher, State } from "../../src/app/dispatcher.ts";
 import { reviveMoved } from "../../src/forge/forgejo/move.ts";
 import { takeQuota } from "../../src/quotas/limits.ts";
 import { shareRules } from "../../src/quotas/config.ts";

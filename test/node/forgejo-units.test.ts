@@ -1,7 +1,7 @@
 // The pure parts of the Forgejo forge: what a poll's list means (planPoll), how a job becomes an
 // assignment and whose it is, which versions are supported, and FORGE=forgejo's configuration.
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import type { ForgejoJob } from "../../src/forge/forgejo/client.ts";
 import { forgejoAssignment, forgejoMsgId, jobKey, MAX_PER_POLL, planPoll, repositoryOfJob, type KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { versionProblem } from "../../src/forge/forgejo/version.ts";

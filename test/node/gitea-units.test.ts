@@ -1,7 +1,7 @@
-import { InvalidInput } from "../../src/domain-errors.ts";
+import { InvalidInput } from "../../src/model/errors.ts";
 import { describe, expect, inject, it, vi } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { ConfigError, loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { createGiteaClient, TOKEN_TTL_MS, type TokenCache } from "../../src/forge/gitea/client.ts";
 import { scopePath } from "../../src/forge/gitea/scope.ts";
 import { obtainRunnerIdentity } from "../../src/forge/gitea/identity.ts";

@@ -3,11 +3,11 @@
 // distinct ids, so that two assignments never share a Pod or a Secret.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { assignmentIdSchema } from "../../src/assignment.ts";
+import { assignmentIdSchema } from "../../src/model/assignment.ts";
 import { DNS_1123_LABEL, LABEL_VALUE, objectNames } from "../../src/backends/kubernetes/names.ts";
 
 const SEED = Number(globalThis.process?.env?.FC_SEED ?? 20261201);
-// The id rule of src/assignment.ts, as a generator; checked against the schema below.
+// The id rule of src/model/assignment.ts, as a generator; checked against the schema below.
 const anyId = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/);
 const prefixes = fc.constantFrom("gdr", "a", "runners-", "x".repeat(32), "gdr-prod-eu");
 

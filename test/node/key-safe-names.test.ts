@@ -2,11 +2,11 @@
 // Gitea or Forgejo gives is refused where it enters, naming the field, and one delivery whose data
 // or keys fail fails alone, never its batch. Against the real nats-server, through the app.
 import { describe, expect, inject, it } from "vitest";
-import { encodeAssignment, type Assignment } from "../../src/assignment.ts";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher, type State } from "../../src/dispatcher.ts";
+import { encodeAssignment, type Assignment } from "../../src/model/assignment.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher, type State } from "../../src/app/dispatcher.ts";
 import { createApp } from "../../src/http/app.ts";
-import { assignmentSubject } from "../../src/names.ts";
+import { assignmentSubject } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { assignment, giteaTestEnv, provisionEnv, TEST_SECRETS, testEnv } from "../harness/env.ts";

@@ -2,18 +2,18 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import fc from "fast-check";
-import { assignmentIdSchema, encodeAssignment } from "../../src/assignment.ts";
+import { assignmentIdSchema, encodeAssignment } from "../../src/model/assignment.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { createAdmission } from "../../src/state/admission.ts";
-import { Conflict } from "../../src/domain-errors.ts";
-import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/layout.ts";
-import { inspect } from "../../src/layout-inspect.ts";
+import { Conflict } from "../../src/model/errors.ts";
+import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/nats/layout.ts";
+import { inspect } from "../../src/nats/layout-inspect.ts";
 import { TEARDOWNS_PER_TICK } from "../../src/reconcile/teardown.ts";
-import { assignmentSubject, consumerName } from "../../src/names.ts";
+import { assignmentSubject, consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { publishAssignment } from "../../src/publish.ts";
-import { loadConfig } from "../../src/config.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");

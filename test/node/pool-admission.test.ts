@@ -3,9 +3,9 @@
 // next pool only when the one before is full; a release frees the pool's slot with the backend's.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import type { Config } from "../../src/config.ts";
-import { poolSlotsStream, slotsStream, type Backend } from "../../src/names.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import type { Config } from "../../src/app/config.ts";
+import { poolSlotsStream, slotsStream, type Backend } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import type { Placement } from "../../src/state/admission.ts";
 import { poolsTestEnv, provisionEnv } from "../harness/env.ts";

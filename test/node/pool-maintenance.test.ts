@@ -2,8 +2,8 @@
 // compare-and-set keeps the warm runners at the target, never above, whatever number of passes
 // race; vacancies left by runners that took a job are filled once each.
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig, type Config } from "../../src/config.ts";
-import { createDispatcher, type State } from "../../src/dispatcher.ts";
+import { loadConfig, type Config } from "../../src/app/config.ts";
+import { createDispatcher, type State } from "../../src/app/dispatcher.ts";
 import { adoptWarm, maintainPools } from "../../src/pools/maintain.ts";
 import { settleTaken } from "../../src/pools/taken.ts";
 import { drainWarm } from "../../src/pools/drain.ts";

@@ -1,15 +1,15 @@
 // Runner pools, first part (#21, in progress): RUNNER_POOLS parsed with every problem named by its
 // path, RUNS_ON_ROUTES as pools, which pools can run a job, and schedule windows read in a time zone.
 import { describe, expect, it } from "vitest";
-import { loadConfig, type ConfigError } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import type { InvalidInput } from "../../src/domain-errors.ts";
-import { publishAssignment } from "../../src/publish.ts";
+import { loadConfig, type ConfigError } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import type { InvalidInput } from "../../src/model/errors.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { jobAssignment } from "../../src/forge/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
 import { giteaTestEnv } from "../harness/env.ts";
 import { poolsFor, routeJob } from "../../src/pools/route.ts";
-import { MAX_POOLS_PER_JOB } from "../../src/assignment.ts";
+import { MAX_POOLS_PER_JOB } from "../../src/model/assignment.ts";
 import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
 
 const small = {

@@ -2,8 +2,8 @@
 // dependencies: QUOTAS places given back by a delivery refused a slot, a job that boots keeping its
 // slot while others wait, and a batch of several repositories trying in turn order.
 import { describe, expect, it } from "vitest";
-import { completeAssignment, encodeAssignment } from "../../src/assignment.ts";
-import type { Backend } from "../../src/names.ts";
+import { completeAssignment, encodeAssignment } from "../../src/model/assignment.ts";
+import type { Backend } from "../../src/nats/names.ts";
 import type { DeliveredMessage } from "../../src/nats/pull.ts";
 import { prepareBatch } from "../../src/reconcile/process.ts";
 import type { ProcessDeps } from "../../src/reconcile/types.ts";

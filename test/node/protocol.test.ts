@@ -1,10 +1,10 @@
 // What a gateway call answers when NATS does not answer in time: the work may still complete, so
 // no such answer may claim that nothing happened, and each says why trying again is safe.
 import { describe, expect, it } from "vitest";
-import { Unavailable } from "../../src/domain-errors.ts";
+import { Unavailable } from "../../src/model/errors.ts";
 import { toWire } from "../../src/gateway/protocol.ts";
 import { NatsUnavailable } from "../../src/nats/connection.ts";
-import { PATH_OPS } from "../../src/request-path.ts";
+import { PATH_OPS } from "../../src/domain/request-path.ts";
 
 describe("gateway answers after a deadline", () => {
   it("never say that nothing was queued, and name NATS", () => {

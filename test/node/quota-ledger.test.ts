@@ -4,17 +4,17 @@
 // they seem ("constructor") are ids like any other.
 import { Kvm } from "@nats-io/kv";
 import { describe, expect, inject, it } from "vitest";
-import { recordsBucket } from "../../src/names.ts";
+import { recordsBucket } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { readManyJson } from "../../src/state/kv.ts";
 import { createQuotaLedger, type QuotaLedger } from "../../src/state/quota-ledger.ts";
-import type { Config } from "../../src/config.ts";
+import type { Config } from "../../src/app/config.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 import { parseQuotas, shareRules } from "../../src/quotas/config.ts";
 import { takeQuota, withQuotaRelease } from "../../src/quotas/limits.ts";
 import type { Admission } from "../../src/state/admission.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { publishAssignment } from "../../src/publish.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { assignment } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");

@@ -2,10 +2,10 @@
 // records bucket electing a leader: reads answer, writes do not). Against the real nats-server,
 // with the write failures injected into the record store.
 import { describe, expect, inject, it } from "vitest";
-import { encodeAssignment } from "../../src/assignment.ts";
-import { loadConfig, type Config } from "../../src/config.ts";
-import { createDispatcher, type State } from "../../src/dispatcher.ts";
-import { assignmentSubject } from "../../src/names.ts";
+import { encodeAssignment } from "../../src/model/assignment.ts";
+import { loadConfig, type Config } from "../../src/app/config.ts";
+import { createDispatcher, type State } from "../../src/app/dispatcher.ts";
+import { assignmentSubject } from "../../src/nats/names.ts";
 import { NatsUnavailable, withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";

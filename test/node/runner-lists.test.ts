@@ -4,8 +4,8 @@
 // the rest. Against the real nats-server, with the forges' clients stubbed (their paging is the
 // subject here, and the fakes' lists cannot be made to shift on cue).
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { cleanForgejoRunners } from "../../src/forge/forgejo/cleanup.ts";
 import type { ForgejoClient, ListedRunner } from "../../src/forge/forgejo/client.ts";
 import { endGhosts } from "../../src/pools/ghosts.ts";

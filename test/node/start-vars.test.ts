@@ -1,7 +1,7 @@
 // npm start hands the Worker every variable the configuration schema knows (derived from the
 // schema, not from a second list), except the ones it sets itself for the stack it runs.
 import { describe, expect, it } from "vitest";
-import { envSchema } from "../../src/config-schema.ts";
+import { envSchema } from "../../src/app/config-schema.ts";
 import { PASSED, passedFrom, STARTS_ITS_OWN } from "../../scripts/start-vars.mjs";
 
 describe("npm start's variables", () => {

@@ -1,7 +1,7 @@
 // What the status page says of an assignment (observe/status.ts, http/status-page.ts), in the pool's
 // words where the state alone misleads; and registrations under way counted as such (snapshot.ts).
 import { describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { renderStatusPage } from "../../src/http/status-page.ts";
 import { recentView, type Status } from "../../src/observe/status.ts";
 import { takeSnapshot } from "../../src/observe/snapshot.ts";

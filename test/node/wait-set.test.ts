@@ -3,8 +3,8 @@
 // that are not what they seem (dots, "constructor") kept apart, and a republish kept once per id.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { consumerName } from "../../src/names.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 

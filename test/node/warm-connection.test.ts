@@ -2,13 +2,13 @@
 // of the request path, and the passes, leave no timer and no subscription behind. nats.js's own
 // batch direct get did (a 5 s timer and a live subscription each), which workerd ends at 10,000.
 import { describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { KEEP_ALIVE } from "../../src/gateway/keeper.ts";
 import { openNats, type NatsHandle } from "../../src/nats/connection.ts";
 import { recentRecords } from "../../src/observe/recent.ts";
-import { recordsBucket } from "../../src/names.ts";
+import { recordsBucket } from "../../src/nats/names.ts";
 import { incarnationOf } from "../../src/state/records.ts";
-import { directPath } from "../../src/request-path.ts";
+import { directPath } from "../../src/domain/request-path.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };

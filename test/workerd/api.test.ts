@@ -1,12 +1,12 @@
 // The HTTP API's refusals and health report, through app.request inside workerd.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { app } from "../../src/index.ts";
-import { claimAssignment } from "../../src/operations.ts";
-import { publishAssignment } from "../../src/publish.ts";
+import { claimAssignment } from "../../src/domain/operations.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { provisionEnv, testEnv, TEST_SECRETS, testClaimToken, uniqueName } from "../harness/env.ts";
 import { inParallel } from "../harness/jobs.ts";
 import { HEALTH_TTL_MS } from "../../src/http/health.ts";

@@ -3,8 +3,8 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
-import { loadConfig } from "../../src/config.ts";
-import { assignmentSubject } from "../../src/names.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { assignmentSubject } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";

@@ -3,8 +3,8 @@
 // restart the sweep's Gitea job listing recovers every job whose webhook failed. Zero lost:
 // every job ends with one assignment, a runner, and an ack after its claim. RESTART_N (150) jobs.
 import { expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { giteaTestEnv, poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { assignmentStates, assignmentViews, deliverJob as deliver, inParallel, withJob } from "../harness/jobs.ts";
 import { streamState } from "../harness/nats.ts";

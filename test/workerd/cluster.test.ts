@@ -5,9 +5,9 @@
 // bucket's leader, or every node is restarted in turn. CLUSTER_N (40) jobs per scenario.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { provision } from "../../src/layout.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { provision } from "../../src/nats/layout.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { giteaTestEnv, poolsTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";

@@ -1,9 +1,9 @@
 // The whole handoff inside workerd, against the real nats-server and a local `http` backend.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { encodeAssignment } from "../../src/assignment.ts";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { assignmentSubject } from "../../src/names.ts";
+import { encodeAssignment } from "../../src/model/assignment.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { assignmentSubject } from "../../src/nats/names.ts";
 import { HOLD_MS } from "../../src/reconcile/hold.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";

@@ -3,8 +3,8 @@
 // object, each published once, its runner registered over REST and bound to its job's handle;
 // claims, completions and cancels read from the waiting list; the poller's faults.
 import { afterEach, describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { loadConfig } from "../../src/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { createForgejoClient } from "../../src/forge/forgejo/client.ts";
 import { pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import { MAX_PER_POLL, type KnownJob } from "../../src/forge/forgejo/jobs.ts";

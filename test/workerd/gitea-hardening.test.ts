@@ -2,8 +2,8 @@
 // is (its id, not its name), odd runner names stop nothing, a second attempt is a new assignment,
 // a delivery older than its record may be a replay, and both signature headers are checked.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";

@@ -3,7 +3,7 @@
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { loadConfig } from "../../src/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";

@@ -2,7 +2,7 @@
 // known state, and a scrape whose NATS requests do not grow with the number of assignments.
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { claimTokenOf, bearer, captureLogs, request, sleep } from "../harness/worker.ts";
 

@@ -1,8 +1,8 @@
 // NATS operations per assignment, counted by a WebSocket proxy in front of the nats-server
 // (client PUB/HPUB frames: publishes, requests and acks). Deterministic, so asserted.
 import { expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
 import { captureLogs, sleep } from "../harness/worker.ts";

@@ -1,10 +1,10 @@
 // Requests that change nothing do nothing: a repeated completion tears nothing down again, a
 // repeated claim starts no pass; and a claim token belongs to one life of an assignment id.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
-import { publishAssignment } from "../../src/publish.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { bindBucket } from "../../src/state/kv.ts";
-import { recordKey, recordsBucket } from "../../src/names.ts";
+import { recordKey, recordsBucket } from "../../src/nats/names.ts";
 import { assignment, giteaTestEnv, provisionEnv, testEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
 import { queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, inParallel } from "../harness/jobs.ts";

@@ -3,8 +3,8 @@
 // and is published again later); a runner at its pool's maxLifetimeMs is taken away mid-job. Time
 // is moved by rewriting the record's clock fields, as the cron would find them hours later.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { loadConfig } from "../../src/config.ts";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";

@@ -2,7 +2,7 @@
 // nothing secret or unescaped reaches the page. The browser test (test/node/status-page.test.ts)
 // looks at the same page in headless Chromium.
 import { expect, inject, it } from "vitest";
-import { createDispatcher } from "../../src/dispatcher.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 import { bearer, captureLogs, request } from "../harness/worker.ts";
 

@@ -1,5 +1,5 @@
 // Reaching the poller object from the Worker: one object per Forgejo URL and scope.
-import type { Config } from "../../config.ts";
+import type { Config } from "../../app/config.ts";
 import type { ForgejoPoller } from "./object.ts";
 import { pollerName } from "./config.ts";
 

@@ -6,8 +6,8 @@
 //   forgotten, so that the job's next delivery registers afresh. Jobs that ended are the poller's.
 // At an idle instance (no runner of ours held) the list is read every IDLE_EVERY_MINUTES only, so
 // that polling stays the one request per period.
-import type { Dispatcher, State } from "../../dispatcher-types.ts";
-import type { Backend } from "../../names.ts";
+import type { Dispatcher, State } from "../../domain/context.ts";
+import type { Backend } from "../../nats/names.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../../state/records.ts";
 import { runnerScope } from "./config.ts";

@@ -4,7 +4,7 @@
 // registered and deleted over REST. `Authorization: token …`, as for Gitea.
 import { z } from "zod";
 import { withTimeout } from "../../reconcile/limit.ts";
-import { UpstreamError } from "../../status-error.ts";
+import { UpstreamError } from "../../model/status-error.ts";
 
 export class ForgejoError extends UpstreamError {
   override readonly name: string = "ForgejoError";

@@ -1,7 +1,7 @@
 // FORGE=forgejo: which of the Gitea variables apply, and what Forgejo needs beyond them. Reads raw
 // values, so that its problems are reported together with every other one.
 import type { Pool } from "../../pools/config.ts";
-import { decodeKey } from "../../crypto.ts";
+import { decodeKey } from "../../model/crypto.ts";
 import type { ForgejoScope } from "./client.ts";
 
 /** The Forgejo integration's settings (FORGE=forgejo), validated with the rest of the configuration. */

@@ -9,8 +9,8 @@
 // GITEA_SCOPE, said once per repository. A warm runner, made before its job, is registered at
 // GITEA_SCOPE. The record keeps where (RunnerRef.scope, as GITEA_SCOPE is written) when that is
 // not GITEA_SCOPE: deletion and lookups go there.
-import type { Dispatcher } from "../../dispatcher-types.ts";
-import type { EventSink } from "../../events.ts";
+import type { Dispatcher } from "../../domain/context.ts";
+import type { EventSink } from "../../model/events.ts";
 import { openIdentity, runnerName, sealIdentity } from "../runner-identity.ts";
 import type { ForgejoRunnerIdentity, Forge } from "../types.ts";
 import { ForgejoError, type ForgejoClient, type ForgejoScope } from "./client.ts";

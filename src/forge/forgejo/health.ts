@@ -1,7 +1,7 @@
 // After each poll: a failure is counted (in the object's storage and, for /metrics, in NATS) and
 // told as an event, the first of a streak and then once a minute; the first success after it is
 // told too. Nothing else follows from a failed poll: no job counts as gone.
-import type { Dispatcher } from "../../dispatcher-types.ts";
+import type { Dispatcher } from "../../domain/context.ts";
 import type { PollOutcome } from "./poller.ts";
 
 /** What a failure streak keeps between polls (Durable Object storage). */

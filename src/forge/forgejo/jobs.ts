@@ -1,5 +1,5 @@
 // Forgejo jobs as assignments, and what one poll of the waiting list means: pure, no I/O.
-import type { AssignmentRequest } from "../../assignment.ts";
+import type { AssignmentRequest } from "../../model/assignment.ts";
 import type { Pool } from "../../pools/config.ts";
 import { routeJob } from "../../pools/route.ts";
 import type { ForgejoJob, ForgejoScope } from "./client.ts";

@@ -11,10 +11,10 @@
 // meanwhile), the end is undone (`movedTo` says whose it was) and the job published again to wait
 // as before. The poller writes its intent (`moving`) before the first write, so that a poll that
 // dies midway is finished or undone by the next (settleMoves).
-import type { AssignmentRequest } from "../../assignment.ts";
-import type { Dispatcher, State } from "../../dispatcher-types.ts";
-import { publishAssignment } from "../../publish.ts";
-import { UNADMITTED_STATES } from "../../names.ts";
+import type { AssignmentRequest } from "../../model/assignment.ts";
+import type { Dispatcher, State } from "../../domain/context.ts";
+import { publishAssignment } from "../../domain/publish.ts";
+import { UNADMITTED_STATES } from "../../nats/names.ts";
 import { hasLimits, shareRules } from "../../quotas/config.ts";
 import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import { placementOf, type AssignmentRecord } from "../../state/records.ts";

@@ -3,8 +3,8 @@
 // minutes. A lookup that fails (404, 403, no answer, a name no store can key) costs no job its
 // runner: the name known before stands, else the ids (`id-<owner>/id-<repo>`), and it is asked
 // again after FAILED_RETRY_MS.
-import { repositorySchema } from "../../assignment.ts";
-import type { EventSink } from "../../events.ts";
+import { repositorySchema } from "../../model/assignment.ts";
+import type { EventSink } from "../../model/events.ts";
 import type { ForgejoClient, ForgejoJob, ForgejoScope } from "./client.ts";
 import { repositoryOfJob } from "./jobs.ts";
 

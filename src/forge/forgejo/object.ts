@@ -4,9 +4,9 @@
 // polls published is kept in the object's storage; secrets are not (the configuration comes with
 // each call and is kept in memory only; after an eviction the object reads its own env).
 import { DurableObject } from "cloudflare:workers";
-import { loadConfig, type Config } from "../../config.ts";
-import { createDispatcher } from "../../dispatcher.ts";
-import { consoleSink } from "../../events.ts";
+import { loadConfig, type Config } from "../../app/config.ts";
+import { createDispatcher } from "../../app/dispatcher.ts";
+import { consoleSink } from "../../model/events.ts";
 import { createForgejoClient } from "./client.ts";
 import type { KnownJob } from "./jobs.ts";
 import { recordPollHealth } from "./health.ts";

@@ -3,19 +3,19 @@
 // job webhook, so this list is the source of truth. The caller (object.ts, a Durable Object per
 // scope) runs one poll at a time; publishing is idempotent anyway (message id per job, attempt
 // and handle; records by assignment id), so a second poller would store nothing new.
-import type { Dispatcher } from "../../dispatcher-types.ts";
-import { Conflict } from "../../domain-errors.ts";
-import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../operations.ts";
+import type { Dispatcher } from "../../domain/context.ts";
+import { Conflict } from "../../model/errors.ts";
+import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../domain/operations.ts";
 import { createWarmBinder } from "./warm.ts";
 import { isWaiting, movedBackMsgId, moveWaiting, reviveMoved, settleMoves, waitingForWarm } from "./move.ts";
-import { publishAssignment } from "../../publish.ts";
+import { publishAssignment } from "../../domain/publish.ts";
 import { createLimiter } from "../../reconcile/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt } from "../../state/records.ts";
-import type { Backend } from "../../names.ts";
+import type { Backend } from "../../nats/names.ts";
 import { cancelAssignment } from "../cancel.ts";
 import type { ForgejoClient, ForgejoJob } from "./client.ts";
-import type { AssignmentRequest } from "../../assignment.ts";
+import type { AssignmentRequest } from "../../model/assignment.ts";
 import { memoryNames, repositoryNames, type NameStore } from "./names.ts";
 import { runnerScope } from "./config.ts";
 import { heldNow } from "../../quotas/admit-waiting.ts";

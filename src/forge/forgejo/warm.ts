@@ -4,8 +4,8 @@
 // to an idle warm runner of the job's first pool instead of asking for a runner of its own (and a
 // job that waits its turn, by moving it: move.ts): the warm runner's record is claimed for it by
 // compare-and-set (two polls never give one runner two jobs), and the pool refills the position at once.
-import type { AssignmentRequest } from "../../assignment.ts";
-import type { Dispatcher, State } from "../../dispatcher-types.ts";
+import type { AssignmentRequest } from "../../model/assignment.ts";
+import type { Dispatcher, State } from "../../domain/context.ts";
 import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
 import { occupantOf } from "../../pools/warm-plan.ts";
 import type { AssignmentRecord } from "../../state/records.ts";

@@ -3,8 +3,8 @@
 // waiting list is the source of truth: the delivery makes the poller look now, and the run's jobs
 // that left the list end there, with their runners.
 import { z } from "zod";
-import { toFieldIssues } from "../../assignment.ts";
-import { InvalidInput } from "../../domain-errors.ts";
+import { toFieldIssues } from "../../model/assignment.ts";
+import { InvalidInput } from "../../model/errors.ts";
 import { signatureMatches } from "../signature.ts";
 
 export const RUN_EVENTS = ["action_run_success", "action_run_failure", "action_run_recover"] as const;

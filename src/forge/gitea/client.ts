@@ -4,7 +4,7 @@ import { z } from "zod";
 import type { GiteaConfig } from "./config.ts";
 import { parseScope, scopeKey, scopePath, type GiteaScope, type RegistrationScope } from "./scope.ts";
 import { withTimeout } from "../../reconcile/limit.ts";
-import { UpstreamError } from "../../status-error.ts";
+import { UpstreamError } from "../../model/status-error.ts";
 
 export class GiteaError extends UpstreamError {
   override readonly name: string = "GiteaError";

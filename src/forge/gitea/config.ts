@@ -1,7 +1,7 @@
 // The Gitea part of the configuration that the schema alone cannot check. Reads raw values, so
 // that its problems are reported together with every other one.
 
-import { decodeKey } from "../../crypto.ts";
+import { decodeKey } from "../../model/crypto.ts";
 import type { Pool } from "../../pools/config.ts";
 import type { GiteaScope, RunnerScope } from "./scope.ts";
 

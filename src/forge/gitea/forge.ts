@@ -1,7 +1,7 @@
 // Gitea behind the Forge interface: registration over the runner protocol with a registration
 // token (identity.ts), the sweep for missed webhooks and stale runners (sweep.ts), and runner
 // deletion over REST. Behaviour is what the dispatcher did itself before Forgejo joined.
-import type { Dispatcher } from "../../dispatcher-types.ts";
+import type { Dispatcher } from "../../domain/context.ts";
 import type { Forge } from "../types.ts";
 import type { GiteaClient } from "./client.ts";
 import type { GiteaConfig } from "./config.ts";

@@ -1,8 +1,8 @@
 // A queued delivery older than the record that would deduplicate it may be a captured one,
 // replayed: only Gitea can say whether its job is still queued.
-import type { Dispatcher } from "../../dispatcher-types.ts";
-import { Unavailable } from "../../domain-errors.ts";
-import { RECORD_TTL_MS } from "../../layout.ts";
+import type { Dispatcher } from "../../domain/context.ts";
+import { Unavailable } from "../../model/errors.ts";
+import { RECORD_TTL_MS } from "../../nats/layout.ts";
 
 /**
  * Why a queued delivery is not to be trusted, or undefined. A job older than its record's TTL may

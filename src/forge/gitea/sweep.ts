@@ -1,8 +1,8 @@
 // The cron side of the Gitea integration. Gitea sends each webhook once and never retries, so
 // every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
 // registered that no assignment needs any more, in Gitea and at the backend.
-import type { Dispatcher, State } from "../../dispatcher-types.ts";
-import type { Backend } from "../../names.ts";
+import type { Dispatcher, State } from "../../domain/context.ts";
+import type { Backend } from "../../nats/names.ts";
 import type { Admission } from "../../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../../state/records.ts";
 import { GiteaFeatureMissing, type RunnerAt } from "./client.ts";

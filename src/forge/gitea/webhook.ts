@@ -1,13 +1,13 @@
 // Gitea `workflow_job` deliveries, after the signature was checked on the raw bytes.
 import { z } from "zod";
-import type { Dispatcher } from "../../dispatcher-types.ts";
-import type { Backend } from "../../names.ts";
-import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../operations.ts";
+import type { Dispatcher } from "../../domain/context.ts";
+import type { Backend } from "../../nats/names.ts";
+import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../domain/operations.ts";
 import type { RunnerAt } from "./client.ts";
 import { cancelAssignment, type Tombstone } from "../cancel.ts";
-import { publishAssignment, type PublishOptions, type Published } from "../../publish.ts";
-import { Conflict, InvalidInput, NotFound } from "../../domain-errors.ts";
-import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../assignment.ts";
+import { publishAssignment, type PublishOptions, type Published } from "../../domain/publish.ts";
+import { Conflict, InvalidInput, NotFound } from "../../model/errors.ts";
+import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../model/assignment.ts";
 import { assignmentOfRunner } from "../runner-identity.ts";
 import type { Pool } from "../../pools/config.ts";
 import { routeJob } from "../../pools/route.ts";

@@ -6,8 +6,8 @@
 //   assignment's); the handler reads the incarnation it was signed for from `c.var.incarnation`;
 // - statusPassword(): HTTP Basic with STATUS_TOKEN, so that a browser asks for it.
 import { createMiddleware } from "hono/factory";
-import type { Config } from "../../config.ts";
-import { parseId } from "../../operations.ts";
+import type { Config } from "../../app/config.ts";
+import { parseId } from "../../domain/operations.ts";
 import { basicPasswordMatches, requireBearer, requireClaimToken } from "../auth.ts";
 import type { AppEnv } from "../env.ts";
 import { HttpError } from "../errors.ts";

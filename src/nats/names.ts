@@ -1,16 +1,8 @@
 // Every NATS name the dispatcher uses, in one place.
 
-export const BACKENDS = ["pod", "vm"] as const;
-export type Backend = (typeof BACKENDS)[number];
-
-export const ASSIGNMENT_STATES = ["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready", "claimed", "completed", "terminated"] as const;
-export type AssignmentState = (typeof ASSIGNMENT_STATES)[number];
-
-/** States a runner reached (claimed) or an assignment ended in: nothing more is asked for it. */
-export const SETTLED_STATES: ReadonlySet<AssignmentState> = new Set(["claimed", "completed", "terminated"]);
-
-/** States before admission: no runner was asked for yet, and no slot is held for one. */
-export const UNADMITTED_STATES: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait"]);
+// The model's names, re-exported where the NATS names always found them.
+export { ASSIGNMENT_STATES, BACKENDS, SETTLED_STATES, UNADMITTED_STATES, type AssignmentState, type Backend } from "../model/states.ts";
+import type { Backend } from "../model/states.ts";
 
 export interface NatsNames {
   stream: string;

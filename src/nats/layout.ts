@@ -13,8 +13,8 @@ import {
 } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
-import { MAX_ASSIGNMENT_BYTES } from "./assignment.ts";
-import type { BackendConfig, Config } from "./config.ts";
+import { MAX_ASSIGNMENT_BYTES } from "../model/assignment.ts";
+import type { BackendConfig, Config } from "../app/config.ts";
 import {
   assignmentSubject,
   consumerName,
@@ -30,8 +30,8 @@ import {
   waitStream,
   type Backend,
 } from "./names.ts";
-import type { Pool } from "./pools/config.ts";
-import type { NatsHandle } from "./nats/connection.ts";
+import type { Pool } from "../pools/config.ts";
+import type { NatsHandle } from "./connection.ts";
 
 export const MAX_DELIVER = 1000;
 /** Redeliveries of one webhook, minutes apart, still publish one message. */

@@ -1,21 +1,21 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
-import { parseBackends, type BackendConfig, type KubernetesConfig } from "./backends/config.ts";
+import { parseBackends, type BackendConfig, type KubernetesConfig } from "../backends/config.ts";
 import { envSchema, type ForgeKind, type LocationHint } from "./config-schema.ts";
-import { parseForgejoConfig, type ForgejoConfig } from "./forge/forgejo/config.ts";
-import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "./forge/gitea/config.ts";
-import { parseScope } from "./forge/gitea/scope.ts";
-import { BACKENDS, type Backend } from "./names.ts";
-import { checkPools } from "./pools/check.ts";
-import { parsePools, type Pool } from "./pools/config.ts";
-import { NO_QUOTAS, parseQuotas, type Quotas } from "./quotas/config.ts";
-import type { NatsAuth } from "./nats/connection.ts";
+import { parseForgejoConfig, type ForgejoConfig } from "../forge/forgejo/config.ts";
+import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "../forge/gitea/config.ts";
+import { parseScope } from "../forge/gitea/scope.ts";
+import { BACKENDS, type Backend } from "../nats/names.ts";
+import { checkPools } from "../pools/check.ts";
+import { parsePools, type Pool } from "../pools/config.ts";
+import { NO_QUOTAS, parseQuotas, type Quotas } from "../quotas/config.ts";
+import type { NatsAuth } from "../nats/connection.ts";
 
 export type { NatsAuth };
 
 export type { BackendConfig, KubernetesConfig };
-export type { GiteaConfig } from "./forge/gitea/config.ts";
-export type { GiteaScope } from "./forge/gitea/scope.ts";
+export type { GiteaConfig } from "../forge/gitea/config.ts";
+export type { GiteaScope } from "../forge/gitea/scope.ts";
 
 /** Validated configuration. Secrets live here and nowhere else; never log this object. */
 export interface Config {

@@ -1,11 +1,11 @@
 // Builds the driver configured for a backend.
-import type { Config } from "../config.ts";
-import type { BackendConfig } from "./config.ts";
-import { createHttpBackend } from "./http.ts";
-import { createKubeApi } from "./kubernetes/api.ts";
-import { createPodDriver } from "./kubernetes/pod.ts";
-import { createVmDriver } from "./kubevirt.ts";
-import type { RunnerBackend } from "./types.ts";
+import type { Config } from "./config.ts";
+import type { BackendConfig } from "../backends/config.ts";
+import { createHttpBackend } from "../backends/http.ts";
+import { createKubeApi } from "../backends/kubernetes/api.ts";
+import { createPodDriver } from "../backends/kubernetes/pod.ts";
+import { createVmDriver } from "../backends/kubevirt.ts";
+import type { RunnerBackend } from "../backends/types.ts";
 
 export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: typeof fetch): RunnerBackend {
   if (b.driver === "http") return createHttpBackend({ url: b.url, token: b.token, ...(doFetch ? { fetch: doFetch } : {}) });

@@ -1,34 +1,16 @@
 // What the Worker's environment may hold, variable by variable: the zod schema config.ts parses
 // with. Messages name the variable's rule, never its value.
 import { z } from "zod";
-import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "./backends/config.ts";
-import { RUNNER_SCOPES } from "./forge/gitea/scope.ts";
+import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "../backends/config.ts";
+import { RUNNER_SCOPES } from "../forge/gitea/scope.ts";
 
-/** FORGE: which forge the jobs come from. */
-export const FORGES = ["gitea", "forgejo"] as const;
-export type ForgeKind = (typeof FORGES)[number];
+import { FORGES } from "../forge/types.ts";
+export { FORGES, type ForgeKind } from "../forge/types.ts";
+export { parseJsonVariable } from "../model/json-variable.ts";
 
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
 export type LocationHint = (typeof LOCATION_HINTS)[number];
-
-/**
- * A variable that holds JSON checked by `schema`: its value, or undefined with every problem added,
- * each named by the variable and its path (`RUNNER_POOLS[0]["name"] …`).
- */
-export function parseJsonVariable<S extends z.ZodType>(name: string, text: string, schema: S, problems: string[]): z.output<S> | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    problems.push(`${name} must be JSON`);
-    return undefined;
-  }
-  const parsed = schema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  for (const i of parsed.error.issues) problems.push(`${name}${i.path.map((p) => `[${JSON.stringify(p)}]`).join("")} ${i.message}`);
-  return undefined;
-}
 
 const STREAM_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const SUBJECT_BASE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;

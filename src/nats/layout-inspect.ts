@@ -3,7 +3,7 @@
 // says how to fix it. Never creates anything.
 import { RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
 import { admissionStreams, bucketNames, desiredConsumer, maybe, waitStreamConfig, type LayoutConfig } from "./layout.ts";
-import type { NatsHandle } from "./nats/connection.ts";
+import type { NatsHandle } from "./connection.ts";
 
 export interface LayoutReport {
   ok: boolean;

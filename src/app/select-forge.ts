@@ -1,12 +1,12 @@
 // The forge of a configuration (FORGE): Gitea's or Forgejo's implementation of the Forge interface.
-import type { Config } from "../config.ts";
-import type { Dispatcher } from "../dispatcher-types.ts";
-import { createForgejoClient, type ForgejoClient } from "./forgejo/client.ts";
-import { createForgejoForge } from "./forgejo/forge.ts";
-import type { GiteaClient } from "./gitea/client.ts";
-import { createGiteaForge } from "./gitea/forge.ts";
-import type { Forge } from "./types.ts";
-import type { EventSink } from "../events.ts";
+import type { Config } from "./config.ts";
+import type { Dispatcher } from "../domain/context.ts";
+import { createForgejoClient, type ForgejoClient } from "../forge/forgejo/client.ts";
+import { createForgejoForge } from "../forge/forgejo/forge.ts";
+import type { GiteaClient } from "../forge/gitea/client.ts";
+import { createGiteaForge } from "../forge/gitea/forge.ts";
+import type { Forge } from "../forge/types.ts";
+import type { EventSink } from "../model/events.ts";
 
 /** `forgejo`: a client to use instead of one on fetch (tests); `timeoutMs`: a caller's tighter bound on each call. */
 export function createForge(

@@ -1,34 +1,34 @@
 // Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
 // invocation and call its verbs; nothing here outlives the invocation.
-import { createRunnerBackend } from "./backends/select.ts";
-import type { RunnerBackend, RunnerRequest } from "./backends/types.ts";
+import { createRunnerBackend } from "./select-backend.ts";
+import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
 import type { Config } from "./config.ts";
-import { claimToken } from "./crypto.ts";
-import { consoleSink, type EventSink } from "./events.ts";
-import { recordsBucket, type Backend } from "./names.ts";
-import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "./nats/connection.ts";
-import { createGiteaClient, type GiteaClient, type TokenCache } from "./forge/gitea/client.ts";
-import type { ForgejoClient } from "./forge/forgejo/client.ts";
-import { createForge } from "./forge/select.ts";
-import { createHandleIndex } from "./state/handles.ts";
-import { createForgeHealthStore } from "./state/forge-health.ts";
-import { createLimiter, withTimeout } from "./reconcile/limit.ts";
-import { REF_WRITE_RETRY_MS, type ProcessDeps } from "./reconcile/process.ts";
-import { reconcileBackend } from "./reconcile/run.ts";
-import { retryTeardowns } from "./reconcile/teardown.ts";
-import { idleWarmCounts, keepsWarm } from "./pools/maintain.ts";
-import { tendPools } from "./pools/tend.ts";
-import { createAdmission } from "./state/admission.ts";
-import { bindBucket, readManyJson } from "./state/kv.ts";
-import { createRecordStore, incarnationOf, placementOf } from "./state/records.ts";
-import { createTeardownList } from "./state/teardowns.ts";
-import { createWarmSlots } from "./state/warm-slots.ts";
-import { createStartupTimes } from "./state/startup-times.ts";
-import { createWaitSet } from "./state/wait-set.ts";
-import { hasLimits, shareRules } from "./quotas/config.ts";
-import { withQuotaRelease } from "./quotas/limits.ts";
-import { createQuotaLedger } from "./state/quota-ledger.ts";
-import type { Dispatcher, State } from "./dispatcher-types.ts";
+import { claimToken } from "../model/crypto.ts";
+import { consoleSink, type EventSink } from "../model/events.ts";
+import { recordsBucket, type Backend } from "../nats/names.ts";
+import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "../nats/connection.ts";
+import { createGiteaClient, type GiteaClient, type TokenCache } from "../forge/gitea/client.ts";
+import type { ForgejoClient } from "../forge/forgejo/client.ts";
+import { createForge } from "./select-forge.ts";
+import { createHandleIndex } from "../state/handles.ts";
+import { createForgeHealthStore } from "../state/forge-health.ts";
+import { createLimiter, withTimeout } from "../reconcile/limit.ts";
+import { REF_WRITE_RETRY_MS, type ProcessDeps } from "../reconcile/process.ts";
+import { reconcileBackend } from "../reconcile/run.ts";
+import { retryTeardowns } from "../reconcile/teardown.ts";
+import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
+import { tendPools } from "../pools/tend.ts";
+import { createAdmission } from "../state/admission.ts";
+import { bindBucket, readManyJson } from "../state/kv.ts";
+import { createRecordStore, incarnationOf, placementOf } from "../state/records.ts";
+import { createTeardownList } from "../state/teardowns.ts";
+import { createWarmSlots } from "../state/warm-slots.ts";
+import { createStartupTimes } from "../state/startup-times.ts";
+import { createWaitSet } from "../state/wait-set.ts";
+import { hasLimits, shareRules } from "../quotas/config.ts";
+import { withQuotaRelease } from "../quotas/limits.ts";
+import { createQuotaLedger } from "../state/quota-ledger.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
 
 /**
  * No live pass can still be registering after this: it stops starting work at its budget, and the
@@ -71,7 +71,7 @@ export interface DispatcherDeps {
 export const EAGER_BATCH = 4;
 export const EAGER_MAX_PULLS = 8;
 
-export type { Dispatcher, ReconcileOptions, State } from "./dispatcher-types.ts";
+export type { Dispatcher, ReconcileOptions, State } from "../domain/context.ts";
 
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { config } = deps;

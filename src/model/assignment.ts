@@ -1,6 +1,6 @@
 // Assignment wire format, version 1. Strict: unknown fields are rejected, nothing secret is carried.
 import { z } from "zod";
-import { BACKENDS, type Backend } from "./names.ts";
+import { BACKENDS, type Backend } from "./states.ts";
 
 /** An assignment names at most this many pools: the ones that can run its job, in the order tried. */
 export const MAX_POOLS_PER_JOB = 16;

@@ -1,10 +1,10 @@
 // Publishing an assignment: validate, publish, then record (see offerAndPublish for the order).
 import { errors } from "@nats-io/nats-core";
-import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "./assignment.ts";
-import type { Dispatcher } from "./dispatcher-types.ts";
-import { Conflict, InvalidInput, Unavailable } from "./domain-errors.ts";
-import { assignmentSubject, type Backend } from "./names.ts";
-import { contentHash, sameContent } from "./state/records.ts";
+import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "../model/assignment.ts";
+import type { Dispatcher } from "./context.ts";
+import { Conflict, InvalidInput, Unavailable } from "../model/errors.ts";
+import { assignmentSubject, type Backend } from "../nats/names.ts";
+import { contentHash, sameContent } from "../state/records.ts";
 
 export interface Published {
   id: string;

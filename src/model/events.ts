@@ -1,6 +1,6 @@
 // Structured JSON logs. An event names an assignment by id and backend only: never a payload,
 // token, label or workload.
-import type { Backend } from "./names.ts";
+import type { Backend } from "./states.ts";
 
 export const EVENT_NAMES = [
   "received",

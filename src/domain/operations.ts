@@ -1,10 +1,10 @@
 // What the HTTP API does, apart from HTTP: look up, claim and complete assignments (publishing
 // is in publish.ts).
-import { assignmentIdSchema } from "./assignment.ts";
-import type { Dispatcher } from "./dispatcher-types.ts";
-import { Conflict, NotFound, Refused } from "./domain-errors.ts";
-import { UNADMITTED_STATES, type AssignmentState, type Backend } from "./names.ts";
-import { incarnationOf, placementOf, type AssignmentRecord } from "./state/records.ts";
+import { assignmentIdSchema } from "../model/assignment.ts";
+import type { Dispatcher } from "./context.ts";
+import { Conflict, NotFound, Refused } from "../model/errors.ts";
+import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
+import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 
 export interface AssignmentView {
   id: string;
