@@ -4,6 +4,7 @@ import { assignmentIdSchema } from "../model/assignment.ts";
 import type { Dispatcher } from "./context.ts";
 import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
+import { ASKED_FOR, TERMINAL } from "../model/states.ts";
 import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 
 export interface AssignmentView {
@@ -68,8 +69,8 @@ export async function getAssignment(d: Dispatcher, id: string): Promise<Assignme
   return viewOf(record);
 }
 
-const CLAIMABLE = new Set<AssignmentState>(["backend_pending", "backend_ready"]);
-export const TERMINAL = new Set<AssignmentState>(["completed", "terminated"]);
+const CLAIMABLE = ASKED_FOR;
+export { TERMINAL };
 
 /**
  * A runner can claim once one was asked for, or registered for it in Gitea, and until it ends.

@@ -2,13 +2,14 @@
 // runner list: the rule (cleanupVerdict, pure) and carrying it out for one listed runner.
 import type { Dispatcher } from "../domain/context.ts";
 import type { Backend } from "../nats/names.ts";
+import { TERMINAL } from "../model/states.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import type { Admission } from "../state/admission.ts";
 import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
 import type { ForgeRunner } from "./types.ts";
 
-const FINISHED = new Set(["completed", "terminated"]);
+const FINISHED = TERMINAL;
 
 export type CleanupVerdict = "keep" | "delete" | "delete_and_forget";
 

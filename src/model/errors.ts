@@ -31,3 +31,8 @@ export class Refused extends Error {
 export class Unavailable extends Error {
   override readonly name = "Unavailable";
 }
+
+/** A change of a record's state that no transition of the machine names (model/states.ts): a bug, refused before it is written. */
+export class IllegalTransition extends Error {
+  override readonly name = "IllegalTransition";
+}

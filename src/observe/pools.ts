@@ -5,6 +5,7 @@ import type { Pool } from "../pools/config.ts";
 import { idleTarget } from "../pools/schedule.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import type { StartupHistogram } from "../state/startup-times.ts";
+import { BOOTING } from "../model/states.ts";
 
 export interface PoolSnapshot {
   pool: string;
@@ -22,8 +23,6 @@ export interface PoolSnapshot {
   warm: number;
   startup: StartupHistogram | null;
 }
-
-const BOOTING = new Set(["received", "capacity_wait", "quota_wait", "backend_pending"]);
 
 export function poolSnapshots(
   pools: readonly Pool[],

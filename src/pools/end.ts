@@ -2,12 +2,12 @@
 // record first, by compare-and-set from a state `when` accepts, so that a claim or completion that
 // landed meanwhile wins; then its slots, its workload and its Gitea runner.
 import type { Dispatcher, State } from "../domain/context.ts";
-import type { AssignmentState } from "../nats/names.ts";
+import { WAITING } from "../model/states.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 
-/** States in which a runner waits for a job (asked for, booting, or up and idle). */
-export const WAITING: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready"]);
+/** States in which a runner waits for a job (asked for, booting, or up and idle): the machine's. */
+export { WAITING };
 
 /**
  * The ended record, or null when `when` refused the record as it stood (or there was none).

@@ -3,6 +3,8 @@
 import type { KV } from "@nats-io/kv";
 import { fingerprint, type Assignment } from "../model/assignment.ts";
 import { recordKey, type AssignmentState, type Backend } from "../nats/names.ts";
+import { canTransition } from "../model/states.ts";
+import { IllegalTransition } from "../model/errors.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 
 export interface AssignmentRecord {
@@ -164,7 +166,17 @@ export function createRecordStore(
   leaderKv: KV = kv,
 ): RecordStore {
   const iso = () => new Date(now()).toISOString();
-  const updateVersioned = async (id: string, change: Transition): Promise<Versioned<AssignmentRecord> | null> => {
+  // Every write of a changed state is a transition of the machine (model/states.ts), or is refused unwritten.
+  const checked =
+    (change: Transition): Transition =>
+    (current) => {
+      const next = change(current);
+      if (next && !canTransition(current.state, next.state))
+        throw new IllegalTransition(`assignment ${current.id}: no transition from ${current.state} to ${next.state}`);
+      return next;
+    };
+  const updateVersioned = async (id: string, unchecked: Transition): Promise<Versioned<AssignmentRecord> | null> => {
+    const change = checked(unchecked);
     const { result, revision } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(
       kv,
       recordKey(id),
@@ -243,7 +255,8 @@ export function createRecordStore(
       const byKey = await readMany(ids.map(recordKey));
       return new Map([...byKey.values()].map((v) => [v.value.id, v]));
     },
-    async updateFrom(known, change) {
+    async updateFrom(known, unchecked) {
+      const change = checked(unchecked);
       const next = change(known.value);
       if (!next) return known;
       const stamped = { ...next, updatedAt: iso() };

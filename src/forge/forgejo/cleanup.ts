@@ -8,6 +8,7 @@
 // that polling stays the one request per period.
 import type { Dispatcher, State } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
+import { ASKED_FOR } from "../../model/states.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../../state/records.ts";
 import { runnerScope } from "./config.ts";
@@ -20,7 +21,7 @@ const PAGE_LIMIT = 50;
 /** Pages one tick reads at most: 1,000 runners of the scope. */
 const MAX_PAGES = 20;
 export const IDLE_EVERY_MINUTES = 10;
-const WAITING_ON_RUNNER = new Set(["backend_pending", "backend_ready"]);
+const WAITING_ON_RUNNER = ASKED_FOR;
 
 export interface CleanupSummary {
   listed: boolean;
