@@ -88,11 +88,11 @@ const waiting = (id: number, owner: number, repo: number): ForgejoJob => ({
 });
 
 /** A pool of `n` warm runners, up and idle, registered at the configured Forgejo: their ids. */
-async function idleWarm(d: Dispatcher, config: Config, n: number): Promise<string[]> {
+async function idleWarm(d: Dispatcher, config: Config, n: number, tag = "x", first = 0): Promise<string[]> {
   return d.withState(async (state) => {
     const ids: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const id = `warm-small-${i}-x`;
+    for (let i = first; i < first + n; i++) {
+      const id = `warm-small-${i}-${tag}`;
       const now = new Date().toISOString();
       await state.records.offer({
         version: 1,
@@ -452,7 +452,8 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     expect(store.known.get("44-1")).toEqual({ id: "forgejo-44-1", job: 44, attempt: 1, handle: "h-44" });
     expect((await recordOf(plain, "forgejo-44-1"))?.state).toBe("received");
     // A warm runner idle again: the job moves.
-    const [again] = await idleWarm(plain, config, 1);
+    // Another runner (a record's end is final: its id is not used again).
+    const [again] = await idleWarm(plain, config, 1, "y", 1);
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
     expect((await recordOf(plain, again!))?.bound?.job).toBe(44);
   });
