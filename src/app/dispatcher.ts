@@ -12,7 +12,7 @@ import type { ForgejoClient } from "../forge/forgejo/client.ts";
 import { createForge } from "./select-forge.ts";
 import { createHandleIndex } from "../state/handles.ts";
 import { createForgeHealthStore } from "../state/forge-health.ts";
-import { createLimiter, withTimeout } from "../reconcile/limit.ts";
+import { createLimiter, withTimeout } from "../model/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "../reconcile/process.ts";
 import { reconcileBackend } from "../reconcile/run.ts";
 import { retryTeardowns } from "../reconcile/teardown.ts";

@@ -5,7 +5,7 @@ import { pullNoWait } from "../nats/pull.ts";
 import { flushNats, type NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
-import { mapLimit } from "./limit.ts";
+import { mapLimit } from "../model/limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
 import { admitWaiting } from "../quotas/admit-waiting.ts";
 

@@ -3,7 +3,7 @@
 // waiting and running jobs of a scope, each attempt with its handle, and ephemeral runners
 // registered and deleted over REST. `Authorization: token …`, as for Gitea.
 import { z } from "zod";
-import { withTimeout } from "../../reconcile/limit.ts";
+import { withTimeout } from "../../model/limit.ts";
 import { UpstreamError } from "../../model/status-error.ts";
 
 export class ForgejoError extends UpstreamError {

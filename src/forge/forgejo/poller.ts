@@ -9,7 +9,7 @@ import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from 
 import { createWarmBinder } from "./warm.ts";
 import { isWaiting, movedBackMsgId, moveWaiting, reviveMoved, settleMoves, waitingForWarm } from "./move.ts";
 import { publishAssignment } from "../../domain/publish.ts";
-import { createLimiter } from "../../reconcile/limit.ts";
+import { createLimiter } from "../../model/limit.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt } from "../../state/records.ts";
 import type { Backend } from "../../nats/names.ts";

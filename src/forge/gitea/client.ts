@@ -3,7 +3,7 @@
 import { z } from "zod";
 import type { GiteaConfig } from "./config.ts";
 import { parseScope, scopeKey, scopePath, type GiteaScope, type RegistrationScope } from "./scope.ts";
-import { withTimeout } from "../../reconcile/limit.ts";
+import { withTimeout } from "../../model/limit.ts";
 import { UpstreamError } from "../../model/status-error.ts";
 
 export class GiteaError extends UpstreamError {

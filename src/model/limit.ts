@@ -1,3 +1,4 @@
+// Bounds on concurrent and slow work (a semaphore, a timeout), used by every layer that calls out.
 /** A counting semaphore: at most `limit` holders of `run` at once. */
 export function createLimiter(limit: number) {
   let active = 0;
