@@ -12,16 +12,16 @@
 // as before. The poller writes its intent (`moving`) before the first write, so that a poll that
 // dies midway is finished or undone by the next (settleMoves).
 import type { AssignmentRequest } from "../../model/assignment.ts";
-import type { Dispatcher, State } from "../../domain/context.ts";
+import type { Dispatcher } from "../../domain/context.ts";
 import { publishAssignment } from "../../domain/publish.ts";
 import { UNADMITTED_STATES } from "../../nats/names.ts";
-import { hasLimits, shareRules } from "../../quotas/config.ts";
-import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
+import { shareRules } from "../../quotas/config.ts";
+import { takeQuota } from "../../quotas/limits.ts";
 import { placementOf, type AssignmentRecord } from "../../state/records.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob, type KnownStore } from "./jobs.ts";
-import { claimWarm, type WarmBinder } from "./warm.ts";
+import { claimWarm, quotaLedgerOf, releaseWarmPlaces, type WarmBinder } from "./warm.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
 
 /** A job waiting for its own runner, as the poll found it. */
@@ -77,9 +77,11 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
   const to = candidates[0];
   if (to === undefined) return undefined;
   const repository = w.own.job?.repository;
-  const ledger = (state: State) => (d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined);
   // Its places are taken under the warm runner's id, as a new job's are (warm.ts).
-  const quota = await d.withState(async (s) => (ledger(s) ? takeQuota(ledger(s)!, shareRules(d.config.quotas), to, repository) : "none"));
+  const quota = await d.withState(async (s) => {
+    const ledger = quotaLedgerOf(d, s);
+    return ledger ? takeQuota(ledger, shareRules(d.config.quotas), to, repository) : "none";
+  });
   if (quota === "refused") return undefined;
   candidates.shift();
   const at = d.now();
@@ -96,7 +98,7 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
   if (ended?.movedTo === to && ended.terminatedAt === stamp) await d.withState((s) => s.admission.release(placementOf(ended), ended.id));
   if (ended?.movedTo !== to || ended.terminatedAt !== stamp) {
     // A pass stored its runner's registration first (or it ended): it keeps its own runner, the warm runner stays idle.
-    if (quota === "taken") await d.withState((s) => releaseQuota(ledger(s)!, to, repository));
+    if (quota === "taken") await releaseWarmPlaces(d, to, repository);
     candidates.unshift(to);
     await store.put(key, w.known);
     return undefined;
@@ -131,7 +133,7 @@ export async function settleMoves(
       continue;
     }
     // Died before its own assignment was ended: only the QUOTAS places go back.
-    await d.withState(async (s) => (d.config.fairShare && hasLimits(d.config.quotas) ? releaseQuota(s.quotas, k.moving!.to, own?.job?.repository) : undefined));
+    await releaseWarmPlaces(d, k.moving.to, own?.job?.repository);
     const { moving: _undone, ...back } = k;
     await store.put(key, back);
     known.set(key, back);
@@ -171,7 +173,7 @@ async function finishMove(
 /** The own assignment waits again: its end undone, its QUOTAS places under the warm runner given back, and its job published again (its message may be gone). */
 async function undoMove(d: Dispatcher, k: KnownJob, own: AssignmentRecord, job: ForgejoJob | undefined, request: AssignmentRequest | undefined): Promise<void> {
   const to = k.moving!.to;
-  if (d.config.fairShare && hasLimits(d.config.quotas)) await d.withState((s) => releaseQuota(s.quotas, to, own.job?.repository));
+  await releaseWarmPlaces(d, to, own.job?.repository);
   // Not listed any more, the job needs no runner: its assignment stays ended.
   if (!job || !request) return;
   if (await reviveMoved(d, own.id, to)) await publishAssignment(d, request, { msgId: movedBackMsgId(job, k.moving!.at) });

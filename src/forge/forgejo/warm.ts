@@ -74,7 +74,7 @@ export function createWarmBinder(d: Dispatcher): WarmBinder {
         const repository = request.job!.repository;
         // QUOTAS: the runner takes the job's owner's and repository's places, as its own runner
         // would; at a limit the job is published instead, and waits its turn there (quota_wait).
-        const ledger = d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
+        const ledger = quotaLedgerOf(d, state);
         const rules = shareRules(d.config.quotas);
         let tried: string | undefined;
         while (candidates.length) {
@@ -120,6 +120,17 @@ export async function claimWarm(
   // Its position is free now: the pool asks for a replacement at once, not at the next tick.
   await maintainPools(d, state, [pool], new Set([id])).catch((err) => d.sink.error("refilling a warm pool failed", { reason: (err as Error).message }));
   return true;
+}
+
+/** The QUOTAS ledger a warm runner's places are taken in: none without limits that apply (or FAIR_SHARE off). */
+export function quotaLedgerOf(d: Dispatcher, state: State) {
+  return d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
+}
+
+/** Gives back the QUOTAS places taken under warm runner `id` for a job of `repository`, where a ledger is kept. */
+export async function releaseWarmPlaces(d: Dispatcher, id: string, repository: string | undefined): Promise<void> {
+  if (!d.config.fairShare || !hasLimits(d.config.quotas)) return;
+  await d.withState((state) => releaseQuota(state.quotas, id, repository));
 }
 
 /** Where a Forgejo runner is registered: its URL and scope. A warm runner is given jobs of that place only. */
