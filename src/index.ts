@@ -4,12 +4,12 @@ import { createDispatcher } from "./app/dispatcher.ts";
 import { GATEWAY_BINDING, gatewayPath } from "./gateway/client.ts";
 import type { NatsGateway } from "./gateway/object.ts";
 import { createApp } from "./http/app.ts";
-import { directPath } from "./domain/request-path.ts";
-import { NO_POLLER_BINDING, pollerOf } from "./forge/forgejo/binding.ts";
+import { directPath } from "./app/request-path.ts";
+import { NO_POLLER_BINDING, pollerOf } from "./app/forgejo-binding.ts";
 
 // Every export of this module is an entry point to workerd: the handlers and the Durable Object class.
 export { NatsGateway } from "./gateway/object.ts";
-export { ForgejoPoller } from "./forge/forgejo/object.ts";
+export { ForgejoPoller } from "./app/forgejo-poller.ts";
 
 const NO_BINDING = `NATS_GATEWAY=on, but the Durable Object binding ${GATEWAY_BINDING} is missing: each request opens its own NATS connection. Add the binding and migration of wrangler.jsonc, or set NATS_GATEWAY=off`;
 

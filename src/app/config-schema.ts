@@ -4,8 +4,8 @@ import { z } from "zod";
 import { DEFAULT_RUNNER_IMAGE, DRIVERS } from "../backends/config.ts";
 import { RUNNER_SCOPES } from "../forge/gitea/scope.ts";
 
-import { FORGES } from "../forge/types.ts";
-export { FORGES, type ForgeKind } from "../forge/types.ts";
+import { FORGES } from "../domain/forge.ts";
+export { FORGES, type ForgeKind } from "../domain/forge.ts";
 export { parseJsonVariable } from "../model/json-variable.ts";
 
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */

@@ -1,7 +1,7 @@
 // Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
 // invocation and call its verbs; nothing here outlives the invocation.
 import { createRunnerBackend } from "./select-backend.ts";
-import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
+import type { RunnerBackend, RunnerRequest } from "../domain/backend.ts";
 import type { Config } from "./config.ts";
 import { claimToken } from "../model/crypto.ts";
 import { consoleSink, type EventSink } from "../model/events.ts";

@@ -5,7 +5,7 @@ import { createHttpBackend } from "../backends/http.ts";
 import { createKubeApi } from "../backends/kubernetes/api.ts";
 import { createPodDriver } from "../backends/kubernetes/pod.ts";
 import { createVmDriver } from "../backends/kubevirt.ts";
-import type { RunnerBackend } from "../backends/types.ts";
+import type { RunnerBackend } from "../domain/backend.ts";
 
 export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: typeof fetch): RunnerBackend {
   if (b.driver === "http") return createHttpBackend({ url: b.url, token: b.token, ...(doFetch ? { fetch: doFetch } : {}) });

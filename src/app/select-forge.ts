@@ -5,7 +5,7 @@ import { createForgejoClient, type ForgejoClient } from "../forge/forgejo/client
 import { createForgejoForge } from "../forge/forgejo/forge.ts";
 import type { GiteaClient } from "../forge/gitea/client.ts";
 import { createGiteaForge } from "../forge/gitea/forge.ts";
-import type { Forge } from "../forge/types.ts";
+import type { Forge } from "../domain/forge.ts";
 import type { EventSink } from "../model/events.ts";
 
 /** `forgejo`: a client to use instead of one on fetch (tests); `timeoutMs`: a caller's tighter bound on each call. */

@@ -1,6 +1,6 @@
 // The generic `http` driver: PUT/DELETE <url>/runners/<id> with a bearer token.
 import { z } from "zod";
-import { BackendError, type RunnerBackend } from "./types.ts";
+import { BackendError, type RunnerBackend } from "../domain/backend.ts";
 
 const statusBody = z.object({ status: z.enum(["ready", "pending"]) });
 

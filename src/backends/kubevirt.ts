@@ -1,6 +1,6 @@
 // The `kubevirt` driver: a VirtualMachineInstance booted from a containerDisk, with cloud-init
 // NoCloud user data (in a Secret) that writes the runner's identity and runs act_runner once.
-import type { RunnerRequest, RunnerBackend, RunnerStatus } from "./types.ts";
+import type { RunnerRequest, RunnerBackend, RunnerStatus } from "../domain/backend.ts";
 import type { KubeObject } from "./kubernetes/api.ts";
 import { mergeTemplate } from "./kubernetes/merge.ts";
 import { ownedMetadata, type ObjectNames } from "./kubernetes/names.ts";

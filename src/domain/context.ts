@@ -2,13 +2,12 @@
 // the dispatcher calls (the sweep, the webhook, the operations) take it by this interface, so that
 // none of them imports the module that imports them.
 import type { Assignment } from "../model/assignment.ts";
-import type { RunnerBackend } from "../backends/types.ts";
+import type { PreparedRequest, RunnerBackend } from "./backend.ts";
 import type { Config } from "../app/config.ts";
 import type { BatchSummary, EventSink } from "../model/events.ts";
 import type { GiteaClient } from "../forge/gitea/client.ts";
 import type { Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import type { PreparedRequest } from "../reconcile/process.ts";
 import type { Admission, Placement } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { WaitSet } from "../state/wait-set.ts";
@@ -18,7 +17,7 @@ import type { WarmSlots } from "../state/warm-slots.ts";
 import type { StartupTimes } from "../state/startup-times.ts";
 import type { HandleIndex } from "../state/handles.ts";
 import type { ForgeHealthStore } from "../state/forge-health.ts";
-import type { Forge } from "../forge/types.ts";
+import type { Forge } from "./forge.ts";
 
 export interface ReconcileOptions {
   only?: Backend[];

@@ -7,7 +7,7 @@ import { isNatsUnavailable } from "../nats/connection.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import type { Admission } from "../state/admission.ts";
 import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
-import type { ForgeRunner } from "./types.ts";
+import type { ForgeRunner } from "../domain/forge.ts";
 
 const FINISHED = TERMINAL;
 

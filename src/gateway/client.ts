@@ -3,7 +3,7 @@
 // every call is idempotent, so one that may have half-run in the object is safe to make again.
 import type { Dispatcher } from "../domain/context.ts";
 import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
-import { directPath, type PathOp, type RequestPath } from "../domain/request-path.ts";
+import { directPath, type PathOp, type RequestPath } from "../app/request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
 import { fromWire, reasonOf, replayLogs, type GatewayAnswer, type GatewayCall } from "./protocol.ts";
 import { gatewayName, shardOf } from "./shards.ts";

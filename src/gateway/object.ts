@@ -7,7 +7,7 @@ import type { Config } from "../app/config.ts";
 import { sha256Key } from "../model/crypto.ts";
 import { createDispatcher, type ReconcileOptions } from "../app/dispatcher.ts";
 import { REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
-import { directPath, type RequestPath } from "../domain/request-path.ts";
+import { directPath, type RequestPath } from "../app/request-path.ts";
 import { consoleSink } from "../model/events.ts";
 import type { WebhookOutcome } from "../forge/gitea/webhook.ts";
 import { recordAssignment, type Published } from "../domain/publish.ts";

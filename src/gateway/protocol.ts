@@ -4,7 +4,7 @@
 import type { FieldIssue } from "../model/assignment.ts";
 import { Conflict, InvalidInput, NotFound, Refused, Unavailable } from "../model/errors.ts";
 import type { BatchSummary, DispatchEvent, EventSink } from "../model/events.ts";
-import type { PathOp, RequestPath } from "../domain/request-path.ts";
+import type { PathOp, RequestPath } from "../app/request-path.ts";
 import { isRetryable } from "../state/kv.ts";
 
 /** One request path call: the method's name and its arguments. */

@@ -6,7 +6,7 @@ import type { Dispatcher } from "../domain/context.ts";
 import { giteaRunnerOf, parseId } from "../domain/operations.ts";
 import { releaseRunner } from "../reconcile/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
-import { directPath, type RequestPath } from "../domain/request-path.ts";
+import { directPath, type RequestPath } from "../app/request-path.ts";
 import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
 import { readStatus } from "../observe/status.ts";

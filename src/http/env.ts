@@ -2,7 +2,7 @@
 // and the work it leaves to run after the answer.
 import type { Context } from "hono";
 import type { Dispatcher } from "../domain/context.ts";
-import type { RequestPath } from "../domain/request-path.ts";
+import type { RequestPath } from "../app/request-path.ts";
 
 export type AppEnv = { Bindings: Record<string, unknown>; Variables: { d: Dispatcher; path: RequestPath; background: Promise<unknown>[] } };
 

@@ -1,7 +1,7 @@
 // The routes FORGE=forgejo adds: Forgejo's run-level webhook, and a warm runner asking for its
 // job's handle. Mounted by app.ts, under its middleware.
 import { Hono } from "hono";
-import { NO_POLLER_BINDING, pollerOf } from "../forge/forgejo/binding.ts";
+import { NO_POLLER_BINDING, pollerOf } from "../app/forgejo-binding.ts";
 import { parseActionRun, runEventOf, verifyForgejoSignature } from "../forge/forgejo/webhook.ts";
 import { StaleClaimToken, TERMINAL } from "../domain/operations.ts";
 import { incarnationOf } from "../state/records.ts";

@@ -14,7 +14,6 @@ import {
 import { Kvm } from "@nats-io/kv";
 import { nanos } from "@nats-io/nats-core";
 import { MAX_ASSIGNMENT_BYTES } from "../model/assignment.ts";
-import type { BackendConfig, Config } from "../app/config.ts";
 import {
   assignmentSubject,
   consumerName,
@@ -30,7 +29,6 @@ import {
   waitStream,
   type Backend,
 } from "./names.ts";
-import type { Pool } from "../pools/config.ts";
 import type { NatsHandle } from "./connection.ts";
 
 export const MAX_DELIVER = 1000;
@@ -39,13 +37,19 @@ const DUPLICATE_WINDOW_MS = 60 * 60 * 1000;
 /** Records outlive any assignment that could still be queued. */
 export const RECORD_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
-export type LayoutConfig = Pick<Config, "stream" | "subjectBase" | "ackWaitMs" | "replicas"> & {
+/** What the layout is made from: the parts of the configuration (app/config.ts) that name or size a stream. */
+export interface LayoutConfig {
+  stream: string;
+  subjectBase: string;
+  ackWaitMs: number;
+  /** JETSTREAM_REPLICAS */
+  replicas: number;
   /** FAIR_SHARE=on: the consumer's window is wider than the capacity (see consumerLimit). */
   fairShare?: boolean;
-  backends: Pick<BackendConfig, "backend" | "capacity">[];
+  backends: { backend: Backend; capacity: number }[];
   /** The runner pools; those with maxRunners get a slots stream. */
-  pools?: Pick<Pool, "name" | "backend" | "maxRunners">[];
-};
+  pools?: { name: string; backend: Backend; maxRunners?: number | undefined }[];
+}
 
 /**
  * How many of a consumer's messages may be out at once. A message is out until its runner claims

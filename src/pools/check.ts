@@ -6,7 +6,7 @@ import type { BackendConfig, KubernetesConfig } from "../backends/config.ts";
 import { checkPod, checkVmi } from "../backends/kubernetes/schema-check.ts";
 import { podManifest } from "../backends/kubernetes/pod.ts";
 import { vmiManifest } from "../backends/kubevirt.ts";
-import type { RunnerRequest } from "../backends/types.ts";
+import type { RunnerRequest } from "../domain/backend.ts";
 import type { Pool } from "./config.ts";
 
 export function checkPools(

@@ -4,7 +4,7 @@ import type { Effect } from "./decide.ts";
 import { SETTLED_STATES } from "../nats/names.ts";
 import { isRetryable } from "../state/kv.ts";
 import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
-import { waitEntryOf } from "../quotas/admit-waiting.ts";
+import { waitEntryOf } from "./admit-waiting.ts";
 import { placeOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 

@@ -2,7 +2,7 @@
 // batched where the state store allows (one read of all records, one admission update), then
 // per message one backend call, at most one record write, and the verdict's ack/nak/term.
 import { decodeAssignment } from "../model/assignment.ts";
-import { BackendError } from "../backends/types.ts";
+import { BackendError } from "../domain/backend.ts";
 import type { EventName } from "../model/events.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import { contentHash, sameContent, type RunnerRef } from "../state/records.ts";
@@ -12,7 +12,7 @@ import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 import { SETTLED_STATES } from "../nats/names.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
-import { needsTurn, orderByTurn } from "../quotas/admit-waiting.ts";
+import { needsTurn, orderByTurn } from "./admit-waiting.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";

@@ -7,7 +7,7 @@ import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "../model/limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
-import { admitWaiting } from "../quotas/admit-waiting.ts";
+import { admitWaiting } from "./admit-waiting.ts";
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;

@@ -1,13 +1,13 @@
 // What the reconciliation's executor works with: its dependencies, passed in by the dispatcher,
 // and one delivery on its way through the decision table.
 import type { Assignment } from "../model/assignment.ts";
-import type { RunnerBackend, RunnerRequest } from "../backends/types.ts";
+import type { PreparedRequest, RunnerBackend } from "../domain/backend.ts";
 import type { EventSink } from "../model/events.ts";
 import type { Backend } from "../nats/names.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import type { Admission, Placement } from "../state/admission.ts";
 import type { Versioned } from "../state/kv.ts";
-import type { AssignmentRecord, RecordStore, RunnerRef } from "../state/records.ts";
+import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { Facts, Policy } from "./decide.ts";
 import type { WaitSet } from "../state/wait-set.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
@@ -20,7 +20,7 @@ export interface WaitingDeps {
   ledger?: QuotaLedger;
 }
 
-export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
+export type { PreparedRequest };
 
 export interface ProcessDeps {
   backend: Backend;

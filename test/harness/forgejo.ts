@@ -2,7 +2,7 @@
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { env as bindings } from "cloudflare:workers";
 import { loadConfig } from "../../src/app/config.ts";
-import { POLLER_BINDING, pollerName, type PollerNamespace } from "../../src/forge/forgejo/binding.ts";
+import { POLLER_BINDING, pollerName, type PollerNamespace } from "../../src/app/forgejo-binding.ts";
 import type { PollOutcome } from "../../src/forge/forgejo/poller.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { request } from "./worker.ts";

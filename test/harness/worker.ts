@@ -5,7 +5,7 @@ import { env as bindings } from "cloudflare:workers";
 import { afterEach, beforeEach, vi } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
-import { POLLER_BINDING } from "../../src/forge/forgejo/binding.ts";
+import { POLLER_BINDING } from "../../src/app/forgejo-binding.ts";
 import { currentClaimToken, TEST_SECRETS } from "./env.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
 

@@ -3,7 +3,7 @@
 // would try next; a refusal by a pool's cap passes over only that repository.
 import { describe, expect, it } from "vitest";
 import { completeAssignment, encodeAssignment } from "../../src/model/assignment.ts";
-import { admitWaiting } from "../../src/quotas/admit-waiting.ts";
+import { admitWaiting } from "../../src/reconcile/admit-waiting.ts";
 import type { ProcessDeps } from "../../src/reconcile/types.ts";
 import type { Backend } from "../../src/nats/names.ts";
 import type { WaitHead } from "../../src/state/wait-set.ts";

@@ -1,9 +1,9 @@
 // One contract, every driver: what the reconciliation relies on from a runner backend.
 import { describe, expect, inject, it } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
-import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/backends/types.ts";
+import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/domain/backend.ts";
 import { loadConfig } from "../../src/app/config.ts";
-import type { RunnerFile } from "../../src/forge/runner-identity.ts";
+import type { RunnerFile } from "../../src/domain/runner-identity.ts";
 import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
 
 const backendUrl = inject("backendUrl");

@@ -9,7 +9,7 @@ import { parse as parseYaml } from "yaml";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
-import type { RunnerRequest } from "../../src/backends/types.ts";
+import type { RunnerRequest } from "../../src/domain/backend.ts";
 import { assignment, forgejoTestEnv } from "../harness/env.ts";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import { loadConfig } from "../../src/app/config.ts";

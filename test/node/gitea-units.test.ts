@@ -5,7 +5,7 @@ import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { createGiteaClient, TOKEN_TTL_MS, type TokenCache } from "../../src/forge/gitea/client.ts";
 import { scopePath } from "../../src/forge/gitea/scope.ts";
 import { obtainRunnerIdentity } from "../../src/forge/gitea/identity.ts";
-import { assignmentOfRunner, openIdentity, sealIdentity, type RunnerFile } from "../../src/forge/runner-identity.ts";
+import { assignmentOfRunner, openIdentity, sealIdentity, type RunnerFile } from "../../src/domain/runner-identity.ts";
 import { labelName, type Route } from "../../src/pools/routes.ts";
 import { poolsFor } from "../../src/pools/route.ts";
 import { repositoryOf } from "../../src/forge/gitea/sweep.ts";

@@ -5,7 +5,7 @@ import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { mergeTemplate } from "../../src/backends/kubernetes/merge.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
-import type { RunnerRequest } from "../../src/backends/types.ts";
+import type { RunnerRequest } from "../../src/domain/backend.ts";
 import { assignment } from "../harness/env.ts";
 
 const request: RunnerRequest = {

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { Unavailable } from "../../src/model/errors.ts";
 import { toWire } from "../../src/gateway/protocol.ts";
 import { NatsUnavailable } from "../../src/nats/connection.ts";
-import { PATH_OPS } from "../../src/domain/request-path.ts";
+import { PATH_OPS } from "../../src/app/request-path.ts";
 
 describe("gateway answers after a deadline", () => {
   it("never say that nothing was queued, and name NATS", () => {

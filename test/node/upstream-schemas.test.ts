@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backends/kubernetes/pod.ts";
-import type { RunnerRequest } from "../../src/backends/types.ts";
+import type { RunnerRequest } from "../../src/domain/backend.ts";
 import { loadConfig } from "../../src/app/config.ts";
 import { createGiteaClient } from "../../src/forge/gitea/client.ts";
 import { assignment, giteaTestEnv } from "../harness/env.ts";

@@ -8,7 +8,7 @@ import { openNats, type NatsHandle } from "../../src/nats/connection.ts";
 import { recentRecords } from "../../src/observe/recent.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { incarnationOf } from "../../src/state/records.ts";
-import { directPath } from "../../src/domain/request-path.ts";
+import { directPath } from "../../src/app/request-path.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };

@@ -1,6 +1,6 @@
 // The few Kubernetes REST verbs the drivers need, over fetch, bearer-authenticated. Status codes
 // map onto the driver contract: 404 is "absent", 409 AlreadyExists is "already created".
-import { BackendError } from "../types.ts";
+import { BackendError } from "../../domain/backend.ts";
 
 export interface KubeApiOptions {
   url: string;

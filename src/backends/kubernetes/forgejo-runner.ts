@@ -1,8 +1,8 @@
 // How a workload runs forgejo-runner bound to its job (FORGE=forgejo): `one-job --handle <h>
 // --wait` takes exactly that job attempt, and with `--token-url file:…` the runner's token is read
 // from the Secret, never from the spec. Arguments reach the shell as "$@", never spliced into it.
-import type { ForgejoRunnerIdentity } from "../../forge/types.ts";
-import type { RunnerRequest } from "../types.ts";
+import type { ForgejoRunnerIdentity } from "../../domain/forge.ts";
+import type { RunnerRequest } from "../../domain/backend.ts";
 
 /** Where the Pod mounts the Secret (`token`, `claim-token`). */
 export const FORGEJO_SECRET_DIR = "/etc/forgejo-runner";

@@ -1,7 +1,7 @@
 // The `kubernetes` driver: one Secret (the runner's identity and claim token) and one Pod running
 // act_runner from that identity, per assignment. The Pod reads the identity from the Secret only.
-import type { RunnerFile } from "../../forge/runner-identity.ts";
-import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../types.ts";
+import type { RunnerFile } from "../../domain/runner-identity.ts";
+import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
 import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";

@@ -12,7 +12,7 @@ import { ASKED_FOR } from "../../model/states.ts";
 import { releaseRunner } from "../../reconcile/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../../state/records.ts";
 import { runnerScope } from "./config.ts";
-import { assignmentOfRunner } from "../runner-identity.ts";
+import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 import type { ForgejoClient, ListedRunner } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";

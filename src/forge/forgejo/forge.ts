@@ -11,8 +11,8 @@
 // not GITEA_SCOPE: deletion and lookups go there.
 import type { Dispatcher } from "../../domain/context.ts";
 import type { EventSink } from "../../model/events.ts";
-import { openIdentity, runnerName, sealIdentity } from "../runner-identity.ts";
-import type { ForgejoRunnerIdentity, Forge } from "../types.ts";
+import { openIdentity, runnerName, sealIdentity } from "../../domain/runner-identity.ts";
+import type { ForgejoRunnerIdentity, Forge } from "../../domain/forge.ts";
 import { ForgejoError, type ForgejoClient, type ForgejoScope } from "./client.ts";
 import { repositoryScope, runnerScope, type ForgejoConfig } from "./config.ts";
 import { cleanForgejoRunners } from "./cleanup.ts";

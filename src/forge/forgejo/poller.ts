@@ -18,7 +18,7 @@ import type { ForgejoClient, ForgejoJob } from "./client.ts";
 import type { AssignmentRequest } from "../../model/assignment.ts";
 import { memoryNames, repositoryNames, type NameStore } from "./names.ts";
 import { runnerScope } from "./config.ts";
-import { heldNow } from "../../quotas/admit-waiting.ts";
+import { heldNow } from "../../reconcile/admit-waiting.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
 import { inTurnOrder } from "../../quotas/fair-share.ts";
 import { shareRules, whoseJob } from "../../quotas/config.ts";

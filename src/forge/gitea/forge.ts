@@ -2,7 +2,7 @@
 // token (identity.ts), the sweep for missed webhooks and stale runners (sweep.ts), and runner
 // deletion over REST. Behaviour is what the dispatcher did itself before Forgejo joined.
 import type { Dispatcher } from "../../domain/context.ts";
-import type { Forge } from "../types.ts";
+import type { Forge } from "../../domain/forge.ts";
 import type { GiteaClient } from "./client.ts";
 import type { GiteaConfig } from "./config.ts";
 import { obtainRunnerIdentity } from "./identity.ts";

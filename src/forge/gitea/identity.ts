@@ -3,7 +3,7 @@
 // never leaves the Worker; the identity is kept sealed in the assignment's record so that every
 // retry reuses it, and a reservation in the admission pool makes one assignment register once.
 import type { Assignment } from "../../model/assignment.ts";
-import { openIdentity, runnerName, sealIdentity, type RunnerFile } from "../runner-identity.ts";
+import { openIdentity, runnerName, sealIdentity, type RunnerFile } from "../../domain/runner-identity.ts";
 import type { GiteaConfig } from "./config.ts";
 import type { AssignmentRecord, RunnerRef } from "../../state/records.ts";
 import type { GiteaClient } from "./client.ts";

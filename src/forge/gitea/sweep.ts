@@ -6,7 +6,7 @@ import type { Backend } from "../../nats/names.ts";
 import type { Admission } from "../../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../../state/records.ts";
 import { GiteaFeatureMissing, type RunnerAt } from "./client.ts";
-import { assignmentOfRunner } from "../runner-identity.ts";
+import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 

@@ -8,7 +8,7 @@ import { cancelAssignment, type Tombstone } from "../cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../domain/publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../../model/errors.ts";
 import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../model/assignment.ts";
-import { assignmentOfRunner } from "../runner-identity.ts";
+import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import type { Pool } from "../../pools/config.ts";
 import { routeJob } from "../../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../../pools/taken.ts";

@@ -1,7 +1,11 @@
 import type { Assignment } from "../model/assignment.ts";
-import type { RunnerFile } from "../forge/runner-identity.ts";
-import type { ForgejoRunnerIdentity } from "../forge/types.ts";
+import type { RunnerFile } from "./runner-identity.ts";
+import type { ForgejoRunnerIdentity } from "./forge.ts";
+import type { RunnerRef } from "../state/records.ts";
 import { UpstreamError } from "../model/status-error.ts";
+
+/** A runner request, with the runner registration to store in the record; "busy": another invocation is registering it. */
+export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
 
 export type RunnerStatus = "ready" | "pending";
 

@@ -5,13 +5,13 @@
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../model/assignment.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
-import { placesOf } from "../reconcile/pool-facts.ts";
-import type { Prepared, ProcessDeps, WaitingDeps } from "../reconcile/types.ts";
+import { placesOf } from "./pool-facts.ts";
+import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
-import { whoseJob } from "./config.ts";
-import { inTurnOrder, pickNext, taken, type Shares } from "./fair-share.ts";
-import { releaseQuota, takeQuota } from "./limits.ts";
+import { whoseJob } from "../quotas/config.ts";
+import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
+import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 
 /** Repositories looked at per pass: the oldest job of each. */
 const HEADS = 64;

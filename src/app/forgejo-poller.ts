@@ -4,15 +4,15 @@
 // polls published is kept in the object's storage; secrets are not (the configuration comes with
 // each call and is kept in memory only; after an eviction the object reads its own env).
 import { DurableObject } from "cloudflare:workers";
-import { loadConfig, type Config } from "../../app/config.ts";
-import { createDispatcher } from "../../app/dispatcher.ts";
-import { consoleSink } from "../../model/events.ts";
-import { createForgejoClient } from "./client.ts";
-import type { KnownJob } from "./jobs.ts";
-import { recordPollHealth } from "./health.ts";
-import { pollForgejo, type KnownStore, type PollOutcome } from "./poller.ts";
-import { pollerName } from "./config.ts";
-import type { KnownName, NameStore } from "./names.ts";
+import { loadConfig, type Config } from "./config.ts";
+import { createDispatcher } from "./dispatcher.ts";
+import { consoleSink } from "../model/events.ts";
+import { createForgejoClient } from "../forge/forgejo/client.ts";
+import type { KnownJob } from "../forge/forgejo/jobs.ts";
+import { recordPollHealth } from "../forge/forgejo/health.ts";
+import { pollForgejo, type KnownStore, type PollOutcome } from "../forge/forgejo/poller.ts";
+import { pollerName } from "../forge/forgejo/config.ts";
+import type { KnownName, NameStore } from "../forge/forgejo/names.ts";
 
 /** A pass right after a poll that published: the runners are asked for now, not at the next tick. */
 const PASS_BUDGET_MS = 5_000;

@@ -1,10 +1,10 @@
 // What a request asks of NATS, apart from where the connection lives: on the invocation's own
 // connection (directPath), or in the gateway Durable Object on its warm one (gateway/client.ts).
-import type { Dispatcher, ReconcileOptions } from "./context.ts";
+import type { Dispatcher, ReconcileOptions } from "../domain/context.ts";
 import type { BatchSummary } from "../model/events.ts";
 import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "../forge/gitea/webhook.ts";
-import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "./operations.ts";
-import { publishAssignment, recordAssignment, type Published } from "./publish.ts";
+import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "../domain/operations.ts";
+import { publishAssignment, recordAssignment, type Published } from "../domain/publish.ts";
 import type { Assignment } from "../model/assignment.ts";
 
 /**

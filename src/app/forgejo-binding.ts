@@ -1,7 +1,7 @@
 // Reaching the poller object from the Worker: one object per Forgejo URL and scope.
-import type { Config } from "../../app/config.ts";
-import type { ForgejoPoller } from "./object.ts";
-import { pollerName } from "./config.ts";
+import type { Config } from "./config.ts";
+import type { ForgejoPoller } from "./forgejo-poller.ts";
+import { pollerName } from "../forge/forgejo/config.ts";
 
 /** The Durable Object namespace of the poller (wrangler.jsonc, durable_objects.bindings). */
 export const POLLER_BINDING = "FORGEJO_POLLER_DO";
