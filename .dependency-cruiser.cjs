@@ -5,10 +5,17 @@
 // are being narrowed away; test/node/layers.test.ts fails on any other.
 const LAYERS = [
   ["entry", "^src/index\\.ts$"],
-  ["wiring", "^src/app/"],
+  // What calls in: the HTTP API and the gateway's Durable Object.
   ["faces", "^src/(http|gateway)/"],
+  // Builds the dispatcher from the configuration and owns an invocation's lifetime (and the
+  // Forgejo poller's Durable Object, which builds one).
+  ["wiring", "^src/app/"],
+  // Where jobs come from: a forge's webhooks, poller, sweep and runner registration. They drive
+  // policy; policy knows a forge only through the Forge contract (domain/forge.ts).
+  ["forges", "^src/forge/"],
   ["policy", "^src/(reconcile|pools|quotas|observe)/"],
-  ["adapters", "^src/(forge|backends)/"],
+  // Where runners run: implementations of the RunnerBackend contract (domain/backend.ts).
+  ["backends", "^src/backends/"],
   ["domain", "^src/domain/"],
   ["state", "^src/state/"],
   ["nats", "^src/nats/"],
@@ -29,9 +36,16 @@ module.exports = {
     {
       name: "policy-reaches-no-forge",
       severity: "error",
-      comment: "policy, state and the backends know a forge through the Forge contract (forge/types.ts) only",
-      from: { path: "^src/(reconcile|pools|quotas|observe|state|backends)/" },
-      to: { path: "^src/forge/(gitea|forgejo)/" },
+      comment: "policy, the backends, the domain and the stores know a forge through the Forge contract (domain/forge.ts) only",
+      from: { path: "^src/(reconcile|pools|quotas|observe|backends|domain|state)/" },
+      to: { path: "^src/forge/" },
+    },
+    {
+      name: "forges-stay-apart",
+      severity: "error",
+      comment: "a forge's folder imports no other forge's: a third forge touches only its own folder and the choice of forge (app/select-forge.ts)",
+      from: { path: "^src/forge/([^/]+)/" },
+      to: { path: "^src/forge/[^/]+/", pathNot: "^src/forge/$1/" },
     },
     {
       name: "root-holds-the-entry-only",

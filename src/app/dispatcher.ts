@@ -15,7 +15,7 @@ import { createForgeHealthStore } from "../state/forge-health.ts";
 import { createLimiter, withTimeout } from "../model/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "../reconcile/process.ts";
 import { reconcileBackend } from "../reconcile/run.ts";
-import { retryTeardowns } from "../reconcile/teardown.ts";
+import { retryTeardowns } from "../domain/teardown.ts";
 import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission } from "../state/admission.ts";
@@ -140,7 +140,6 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       shared = undefined;
       if (session && !deps.borrowed) await closeNats(session.handle.nc);
     },
-    gitea,
     forge,
     async runnerRequest(assignment, record, reserved, placement = placementOf(record)) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
@@ -196,9 +195,6 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   return dispatcher;
 }
 
-/** Gitea job statuses in which the job still needs a runner (or may again): anything else started or ended. */
-const STILL_WAITING = new Set(["queued", "waiting", "blocked"]);
-
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
   let warm: Promise<Map<string, number>> | undefined;
   const promised = new Map<string, number>();
@@ -206,9 +202,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
-    ...(d.gitea && d.config.gitea?.apiToken
-      ? { jobQueued: async (repository: string, id: number) => STILL_WAITING.has((await d.gitea!.getJob(repository, id))?.status ?? "queued") }
-      : {}),
+    ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     takeIdleWarm: async (pool) => {

@@ -5,7 +5,6 @@ import type { Assignment } from "../model/assignment.ts";
 import type { PreparedRequest, RunnerBackend } from "./backend.ts";
 import type { Config } from "../app/config.ts";
 import type { BatchSummary, EventSink } from "../model/events.ts";
-import type { GiteaClient } from "../forge/gitea/client.ts";
 import type { Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import type { Admission, Placement } from "../state/admission.ts";
@@ -58,8 +57,6 @@ export interface Dispatcher {
   /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
   close(): Promise<void>;
   runnerRequest: (assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement) => Promise<PreparedRequest>;
-  /** The Gitea client, when the integration is configured. */
-  gitea: GiteaClient | undefined;
   /** The forge runners are registered with (FORGE), when one is configured. */
   forge: Forge<Dispatcher> | undefined;
   callBackend: <T>(fn: (signal: AbortSignal) => Promise<T>) => Promise<T>;

@@ -58,4 +58,33 @@ export interface Forge<Ctx = unknown> {
   tick(ctx: Ctx): Promise<void>;
   /** Deletes a runner from the forge; one the forge no longer has is gone already. */
   deleteRunner(runner: ForgeRunner): Promise<void>;
+  /**
+   * What the forge can say of its runners one by one; absent where it says nothing (then a runner
+   * is never taken for busy, and the runners it lost go unnoticed until their timeouts).
+   */
+  readonly runners?: RunnerDirectory | undefined;
+  /**
+   * Whether the runner list the cron tick's cleanup reads (the configured scope's) shows a runner
+   * registered at `scope` (a scope key; absent: the configured scope). A failed teardown of a
+   * runner it shows is retried by that cleanup; of one it does not, from the teardown list.
+   */
+  listsAtHome(scope: string | undefined): boolean;
+  /** Whether a runner registered at `scope` may stand as a warm runner of a pool registered at `poolScope` (it would see that pool's jobs). */
+  fitsWarm(scope: string | undefined, poolScope: string | undefined): boolean;
+  /** Whether the forge still has job `id` of `repository` waiting for a runner (or about to again); absent where it cannot be asked. */
+  readonly jobWaiting?: ((repository: string, id: number) => Promise<boolean>) | undefined;
+}
+
+/** A forge's answers about single runners. Each call throws when the forge cannot be asked. */
+export interface RunnerDirectory {
+  /** The runner now (busy: it runs a task; absent where the forge does not say); null when the forge no longer has it. */
+  get(runner: ForgeRunner): Promise<{ busy?: boolean | undefined } | null>;
+  /** Stops the forge handing the runner tasks; false where it cannot (an older forge, a runner it no longer has). */
+  disable(runner: ForgeRunner): Promise<boolean>;
+  /**
+   * The ids of the runners listed at `scope` (absent: the configured scope), or undefined when
+   * the list is longer than the forge is asked to read (it says nothing of the rest). Absent
+   * where the forge gives no list to read.
+   */
+  list?: ((scope: string | undefined) => Promise<Set<number> | undefined>) | undefined;
 }

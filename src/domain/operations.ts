@@ -6,6 +6,7 @@ import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
 import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
+import { claim, complete } from "../state/transitions.ts";
 
 export interface AssignmentView {
   id: string;
@@ -132,15 +133,18 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
 export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}, took?: string): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
-  let changed = false;
   let inWrite = false;
-  const record = await d.withState((state) =>
-    state.records.update(id, (r) => {
-      changed = sameIncarnation(r, caller) && isRegistered(r, caller) && canClaim(r, caller);
-      inWrite = changed && ASKED_FOR_BY_TOKEN.has(r.state);
-      // `took`: the job its runner runs is another's (see pools/taken.ts), written with the claim
-      // so that whoever follows the swap after this claim finds it.
-      return changed ? { ...r, state: "claimed", claimedAt: at, ...(took && took !== id ? { took } : {}) } : undefined;
+  // `took`: the job its runner runs is another's (see pools/taken.ts), written with the claim
+  // so that whoever follows the swap after this claim finds it.
+  const { record, changed } = await d.withState((state) =>
+    claim(state.records, id, {
+      at,
+      took,
+      when: (r) => {
+        const may = sameIncarnation(r, caller) && isRegistered(r, caller) && canClaim(r, caller);
+        inWrite = may && ASKED_FOR_BY_TOKEN.has(r.state);
+        return may;
+      },
     }),
   );
   if (!record) throw new NotFound(`no assignment ${id}`);
@@ -168,7 +172,9 @@ export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Cal
   const completable = (r: AssignmentRecord) =>
     sameIncarnation(r, opts) && isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
   const record = await d.withState(async (state) => {
-    const r = await state.records.update(id, (r) => ((changed = completable(r)) ? { ...r, state: "completed", completedAt: at } : undefined));
+    const done = await complete(state.records, id, { at, when: completable });
+    changed = done.changed;
+    const r = done.record;
     // Released on every call, so a retried complete frees a slot a failed release left behind.
     if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) contended = await state.admission.release(placementOf(r), id);
     return r;

@@ -4,9 +4,10 @@ import type { Dispatcher } from "../domain/context.ts";
 import type { Backend } from "../nats/names.ts";
 import { TERMINAL } from "../model/states.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
+import { releaseRunner } from "../domain/teardown.ts";
 import type { Admission } from "../state/admission.ts";
 import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
+import { forgetRunner } from "../state/transitions.ts";
 import type { ForgeRunner } from "../domain/forge.ts";
 
 const FINISHED = TERMINAL;
@@ -74,11 +75,8 @@ export async function cleanRunner({ d, records, admission, registering, summary,
   if (verdict === "keep") return;
   if (verdict === "delete_and_forget") {
     // Forget the identity first, so the next delivery registers afresh instead of reusing it.
-    await records.update(id, (r) => {
-      if (r.runner?.id !== runnerId) return undefined;
-      const { runner: _gone, readyAt: _stale, ...rest } = r;
-      return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
-    });
+    // A claim (or another sweep) that came after the read wins: the next sweep reads again.
+    if (!(await forgetRunner(records, id, runnerId)).changed) return;
   }
   if (record && verdict === "delete_and_forget") {
     // Its slot and any registration reservation go too: the next delivery starts from scratch.

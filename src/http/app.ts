@@ -4,7 +4,7 @@ import { MAX_ASSIGNMENT_BYTES } from "../model/assignment.ts";
 import { ConfigError } from "../app/config.ts";
 import type { Dispatcher } from "../domain/context.ts";
 import { giteaRunnerOf, parseId } from "../domain/operations.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
+import { releaseRunner } from "../domain/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../app/request-path.ts";
 import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";

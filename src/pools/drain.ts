@@ -13,9 +13,10 @@ export async function drainWarm(d: Dispatcher, state: State, id: string, reason:
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
   const runner = runnerAt(record);
-  if (runner && d.gitea) {
-    await d.gitea.disableRunner(runner).catch(() => false);
-    const seen = await d.gitea.getRunner(runner);
+  const directory = d.forge?.runners;
+  if (runner && directory) {
+    await directory.disable(runner).catch(() => false);
+    const seen = await directory.get(runner);
     if (seen?.busy) {
       d.sink.event({ event: "warm_busy", assignment: id, backend: record.backend, pool, reason: "Gitea says it runs a task: left to finish it" });
       return false;

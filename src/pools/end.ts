@@ -3,8 +3,9 @@
 // landed meanwhile wins; then its slots, its workload and its Gitea runner.
 import type { Dispatcher, State } from "../domain/context.ts";
 import { WAITING } from "../model/states.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
+import { releaseRunner } from "../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
+import { terminate } from "../state/transitions.ts";
 
 /** States in which a runner waits for a job (asked for, booting, or up and idle): the machine's. */
 export { WAITING };
@@ -22,8 +23,8 @@ export async function endRunner(
   { inGitea = true } = {},
 ): Promise<AssignmentRecord | null> {
   const at = new Date(d.now()).toISOString();
-  const ended = await state.records.update(id, (r) => (when(r) ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined));
-  if (ended?.state !== "terminated" || ended.terminatedAt !== at) return null;
+  const { record: ended, changed } = await terminate(state.records, id, { at, reason, when });
+  if (!ended || !changed) return null;
   const place = placementOf(ended);
   await state.admission.release(place, id);
   await releaseRunner(d, id, place.backend, inGitea ? runnerAt(ended) : undefined);

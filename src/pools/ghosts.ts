@@ -8,16 +8,16 @@
 // taken for gone.
 import type { Dispatcher, State } from "../domain/context.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
-import { listedBy } from "../forge/gitea/scope.ts";
 import { endRunner } from "./end.ts";
 
 /** A runner registered this recently may not be listed yet. */
 const LISTED_AFTER_MS = 2 * 60_000;
-const PAGE = 50;
 
 export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
-  const gitea = d.config.gitea;
-  if (!d.gitea || !gitea?.apiToken || gitea.jobPages === 0) return 0;
+  const forge = d.forge;
+  const directory = forge?.runners;
+  const list = directory?.list;
+  if (!forge || !directory || !list) return 0;
   const ids = [...(await state.warm.list()).values()].flat().map((s) => s.id);
   const records = [...(await state.records.getMany(ids)).values()].map((v) => v.value);
   const now = d.now();
@@ -26,17 +26,17 @@ export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
   // Listed at GITEA_SCOPE, or, for a pool registered elsewhere, at that pool's scope.
   const byScope = new Map<string | undefined, AssignmentRecord[]>();
   for (const r of suspects) {
-    const at = listedBy(gitea.scope, r.runner!.scope) ? undefined : r.runner!.scope;
+    const at = forge.listsAtHome(r.runner!.scope) ? undefined : r.runner!.scope;
     byScope.set(at, [...(byScope.get(at) ?? []), r]);
   }
   let ended = 0;
   for (const [scope, group] of byScope) {
-    const listed = await listAll(d, gitea.jobPages, scope);
+    const listed = await list(scope);
     for (const r of listed ? group : []) {
       if (listed!.has(r.runner!.id)) continue;
       // A list read page by page can skip a runner (one deleted between two reads shifts the
       // rest): only Gitea's answer for this runner says it is gone.
-      if ((await d.gitea.getRunner(runnerAt(r)!).catch(() => "unknown" as const)) !== null) continue;
+      if ((await directory.get(runnerAt(r)!).catch(() => "unknown" as const)) !== null) continue;
       const reason = "its runner is gone from Gitea: it ran a job whose webhooks were lost";
       const after = await endRunner(d, state, r.id, reason, (c) => c.state === "backend_ready", { inGitea: false });
       if (!after) continue;
@@ -46,15 +46,4 @@ export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
     }
   }
   return ended;
-}
-
-/** Ids of the runners Gitea lists at `scope`; undefined when the list is longer than `pages` pages (it says nothing of the rest). */
-async function listAll(d: Dispatcher, pages: number, scope: string | undefined): Promise<Set<number> | undefined> {
-  const listed = new Set<number>();
-  for (let page = 1; page <= pages; page++) {
-    const { runners } = await d.gitea!.listRunners(page, PAGE, scope);
-    for (const r of runners) listed.add(r.id);
-    if (runners.length < PAGE) return listed;
-  }
-  return undefined;
 }

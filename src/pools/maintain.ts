@@ -12,6 +12,7 @@ import { WAITING } from "./end.ts";
 import { occupantOf, planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
+import { markWarm } from "../state/transitions.ts";
 import type { WarmSlot } from "../state/warm-slots.ts";
 
 export interface PoolSummary {
@@ -99,7 +100,7 @@ export async function adoptWarm(d: Dispatcher, state: State, id: string, poolNam
   for (const { index, revision } of fill) {
     const at = await state.warm.put(pool.name, index, id, revision);
     if (at === null) continue;
-    const r = await state.records.update(id, (r) => (WAITING.has(r.state) && !r.warm ? { ...r, warm: true } : undefined));
+    const { record: r } = await markWarm(state.records, id);
     if (r?.warm === true && WAITING.has(r.state)) return true;
     // Its runner took a job meanwhile (or it ended): the position goes back to the runner it
     // pointed at (kept for the settling that vacated it, see warm-plan.ts), or back to empty.

@@ -9,11 +9,10 @@ import type { Dispatcher, State } from "../domain/context.ts";
 import type { Backend } from "../nats/names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
-import { cancelAssignment } from "../forge/cancel.ts";
-import { releaseRunner } from "../reconcile/teardown.ts";
+import { cancelAssignment } from "../domain/cancel.ts";
+import { releaseRunner } from "../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";
-import { scopeKey, warmScopeKey } from "../forge/gitea/scope.ts";
 
 /** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
 export interface Taken {
@@ -120,15 +119,14 @@ async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: 
   // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
   // concurrently): Gitea knows. A busy one is left to its claim.
   const runner = runnerAt(r);
-  if (runner && d.gitea && (await d.gitea.getRunner(runner).catch(() => null))?.busy) return "busy";
+  const directory = d.forge?.runners;
+  if (runner && directory && (await directory.get(runner).catch(() => null))?.busy) return "busy";
   // Admitted (its pool is in its record): its runner is made, or being made by a pass right now.
   // One never admitted (still in its warm grace) is never made: it ends.
   const pool = r.placement?.pool;
   // Only a runner registered where the pool's warm runners are may become one: a runner of one
   // repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
-  const gitea = d.config.gitea;
-  const fits =
-    !gitea || !r.runner || (r.runner.scope ?? scopeKey(gitea.scope)) === warmScopeKey(d.config.pools.find((p) => p.name === pool)?.scope, gitea.scope);
+  const fits = !d.forge || !r.runner || d.forge.fitsWarm(r.runner.scope, d.config.pools.find((p) => p.name === pool)?.scope);
   if (pool && fits && (await adoptWarm(d, state, r.id, pool, vacate))) {
     d.sink.event({ event: "warm_converted", assignment: r.id, backend: r.backend, pool, reason: `its job ran on ${by}` });
     return "settled";

@@ -9,6 +9,7 @@ import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
 import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
+import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
@@ -69,9 +70,7 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
     await w.set.remove(head.seq);
     return "gone";
   }
-  const chosen = known.chosen
-    ? known
-    : await deps.records.update(head.id, (r) => (SETTLED_STATES.has(r.state) || r.chosen ? undefined : { ...r, chosen: true }));
+  const chosen = known.chosen ? known : (await choose(deps.records, head.id)).record;
   if (!chosen?.chosen) {
     await w.set.remove(head.seq);
     return "gone";

@@ -1,5 +1,8 @@
 // In-memory fakes of the narrow state interfaces, for fast unit tests of policy.
 import type { QuotaLedger } from "../../src/state/quota-ledger.ts";
+import type { AssignmentRecord, RecordStore } from "../../src/state/records.ts";
+import { canTransition } from "../../src/model/states.ts";
+import { IllegalTransition } from "../../src/model/errors.ts";
 
 /** An in-memory QuotaLedger: places per owner and per repository, each a set of ids. */
 export function memoryLedger(): QuotaLedger & { places: Map<string, Set<string>> } {
@@ -26,6 +29,49 @@ export function memoryLedger(): QuotaLedger & { places: Map<string, Set<string>>
     },
     async held(owners) {
       return new Map(owners.map((o) => [o, at(`o:${o}`).size]));
+    },
+  };
+}
+
+/**
+ * In-memory records behind RecordStore's compare-and-set `update`, refusing (like the real
+ * store) any change of state the machine does not have. `between(id)` runs once before the next
+ * write of `id`, after its read: a concurrent writer that wins the race (the write is then
+ * tried again on what it wrote).
+ */
+export function memoryRecords(initial: AssignmentRecord[] = []) {
+  const rows = new Map(initial.map((r) => [r.id, structuredClone(r)]));
+  const pending = new Map<string, (r: AssignmentRecord) => AssignmentRecord>();
+  let writes = 0;
+  const records: Pick<RecordStore, "get" | "update"> = {
+    async get(id) {
+      return structuredClone(rows.get(id) ?? null);
+    },
+    async update(id, change) {
+      for (;;) {
+        const read = rows.get(id);
+        if (!read) return null;
+        const next = change(structuredClone(read));
+        const race = pending.get(id);
+        if (race) {
+          pending.delete(id);
+          rows.set(id, race(structuredClone(read)));
+          continue;
+        }
+        if (!next) return structuredClone(read);
+        if (!canTransition(read.state, next.state)) throw new IllegalTransition(`assignment ${id}: no transition from ${read.state} to ${next.state}`);
+        writes++;
+        rows.set(id, structuredClone(next));
+        return structuredClone(next);
+      }
+    },
+  };
+  return {
+    records,
+    rows,
+    writes: () => writes,
+    between(id: string, write: (r: AssignmentRecord) => AssignmentRecord) {
+      pending.set(id, write);
     },
   };
 }

@@ -30,6 +30,8 @@ interface WorldOptions {
   held?: number;
   ledger?: QuotaLedger;
   limits?: (repository: string) => { owner?: number; repository?: number };
+  /** Jobs whose records ended (cancelled) while they waited. */
+  ended?: string[];
 }
 
 function world(refusals: Refusal[], opts: WorldOptions = {}) {
@@ -41,8 +43,10 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     ...queues.flat().map((h) => [h.id, { id: h.id, state: "capacity_wait", job: { repository: h.repository } }] as const),
     ...holders.map((id) => [id, { id, state: "claimed", job: { repository: "a/mono" } }] as const),
   ]);
+  for (const id of opts.ended ?? []) records.set(id, { ...records.get(id)!, state: "terminated" });
   const tried: string[] = [];
   const turns: string[] = [];
+  const removed: string[] = [];
   const deps = {
     backend: "pod" as Backend,
     trustDomain: TRUST,
@@ -79,11 +83,11 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
         next: async (_backend: Backend, repository: string, afterSeq: number) =>
           queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
         republish: async () => true,
-        remove: async () => undefined,
+        remove: async (seq: number) => void removed.push(heads.concat(queues.flat()).find((h) => h.seq === seq)!.id),
       },
     },
   };
-  return { deps: deps as unknown as ProcessDeps, tried, turns };
+  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records };
 }
 
 describe("admitWaiting", () => {
@@ -106,6 +110,23 @@ describe("admitWaiting", () => {
     const { deps, turns } = world([]);
     expect(await admitWaiting(deps)).toBe(2);
     expect(turns).toEqual(["c-1", "a-1"]);
+  });
+});
+
+describe("admitWaiting, jobs that went away", () => {
+  it("takes a job cancelled while it waited out of the wait set, asks no slot for it, and gives the turn to the next", async () => {
+    const { deps, tried, turns, removed } = world([], { ended: ["c-1"] });
+    expect(await admitWaiting(deps)).toBe(1);
+    expect(removed).toContain("c-1");
+    expect(tried).toEqual(["a-1"]);
+    expect(turns).toEqual(["a-1"]);
+  });
+
+  it("chooses a job once: a job another pass chose already is not chosen again, and one chosen now is marked", async () => {
+    const { deps, records } = world([]);
+    await admitWaiting(deps);
+    expect(records.get("c-1")?.chosen).toBe(true);
+    expect(records.get("a-1")?.chosen).toBe(true);
   });
 });
 

@@ -10,7 +10,7 @@ import { assignmentSubject } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
-import { cancelAssignment } from "../../src/forge/cancel.ts";
+import { cancelAssignment } from "../../src/domain/cancel.ts";
 
 const events: { event: string; assignment: string }[] = [];
 const sink = { event: (e: { event: string; assignment: string }) => void events.push(e), summary: () => undefined, error: () => undefined };

@@ -7,7 +7,7 @@ import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
 import { createDispatcher, type Dispatcher } from "../../src/app/dispatcher.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";
-import { cancelAssignment } from "../../src/forge/cancel.ts";
+import { cancelAssignment } from "../../src/domain/cancel.ts";
 import { claimAssignment, completeAssignmentRun } from "../../src/domain/operations.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 

@@ -49,24 +49,28 @@ it("src/ imports nothing against its layers beyond the known list, and the known
 const scratch = mkdtempSync(join(tmpdir(), "gdr-layers-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-it("the rules catch an import against the layers with no cycle: a store importing the HTTP layer, policy reaching into a forge, a module at src/'s root; near miss: the same imports downwards pass", () => {
+it("the rules catch an import against the layers with no cycle: a store importing the HTTP layer, a store reaching into a forge, one forge importing another, a module at src/'s root; near misses: policy using the Forge contract, a forge driving policy and using its own folder, pass", () => {
   const tree: Record<string, string> = {
     "src/index.ts": 'import "./http/app.ts";\n',
     "src/http/app.ts": 'import { x } from "../state/store.ts";\nexport const y = x;\n',
     "src/state/store.ts": 'import type { Y } from "../http/types.ts";\nexport const x: Y = 1;\n',
     "src/http/types.ts": "export type Y = number;\n",
-    "src/reconcile/pass.ts": 'import { z } from "../forge/gitea/client.ts";\nimport { w } from "../forge/types.ts";\nexport const p = z + w;\n',
-    "src/forge/gitea/client.ts": "export const z = 1;\n",
-    "src/forge/types.ts": "export const w = 1;\n",
-    "src/helpers.ts": 'import { w } from "./forge/types.ts";\nexport const h = w;\n',
+    "src/reconcile/pass.ts": 'import { w } from "../domain/forge.ts";\nexport const p = w;\n',
+    "src/state/runners.ts": 'import type { Z } from "../forge/gitea/client.ts";\nexport const r: Z = 1;\n',
+    "src/forge/gitea/client.ts": 'import { w } from "../../domain/forge.ts";\nexport type Z = number;\nexport const z = w;\n',
+    "src/forge/forgejo/poll.ts": 'import { z } from "../gitea/client.ts";\nimport { p } from "../../reconcile/pass.ts";\nexport const q = z + p;\n',
+    "src/domain/forge.ts": "export const w = 1;\n",
+    "src/helpers.ts": 'import { w } from "./domain/forge.ts";\nexport const h = w;\n',
   };
   for (const [path, text] of Object.entries(tree)) {
     mkdirSync(dirname(join(scratch, path)), { recursive: true });
     writeFileSync(join(scratch, path), text);
   }
   expect(violations(scratch).map(line).sort()).toEqual([
-    "policy-reaches-no-forge: src/reconcile/pass.ts → src/forge/gitea/client.ts",
-    "root-holds-the-entry-only: src/helpers.ts → src/forge/types.ts",
+    "forges-stay-apart: src/forge/forgejo/poll.ts → src/forge/gitea/client.ts",
+    "policy-reaches-no-forge: src/state/runners.ts → src/forge/gitea/client.ts",
+    "root-holds-the-entry-only: src/helpers.ts → src/domain/forge.ts",
+    "state-imports-up: src/state/runners.ts → src/forge/gitea/client.ts",
     "state-imports-up: src/state/store.ts → src/http/types.ts",
   ]);
 });

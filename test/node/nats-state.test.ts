@@ -9,7 +9,7 @@ import { createAdmission } from "../../src/state/admission.ts";
 import { Conflict } from "../../src/model/errors.ts";
 import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/nats/layout.ts";
 import { inspect } from "../../src/nats/layout-inspect.ts";
-import { TEARDOWNS_PER_TICK } from "../../src/reconcile/teardown.ts";
+import { TEARDOWNS_PER_TICK } from "../../src/domain/teardown.ts";
 import { assignmentSubject, consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";

@@ -9,8 +9,9 @@
 import type { Dispatcher, State } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import { ASKED_FOR } from "../../model/states.ts";
-import { releaseRunner } from "../../reconcile/teardown.ts";
+import { releaseRunner } from "../../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../../state/records.ts";
+import { forgetRunner } from "../../state/transitions.ts";
 import { runnerScope } from "./config.ts";
 import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
@@ -82,15 +83,8 @@ export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, 
 
 /** Tears down the workload of a runner Forgejo no longer has and forgets its identity; its slot goes too. */
 async function forgetGone(d: Dispatcher, { records, admission }: State, seen: AssignmentRecord): Promise<boolean> {
-  const runnerId = seen.runner!.id;
-  let forgot = false;
-  await records.update(seen.id, (r) => {
-    if (r.runner?.id !== runnerId || !WAITING_ON_RUNNER.has(r.state)) return undefined;
-    forgot = true;
-    const { runner: _gone, readyAt: _stale, ...rest } = r;
-    return { ...rest, state: "backend_pending" };
-  });
-  if (!forgot) return false;
+  const forgot = await forgetRunner(records, seen.id, seen.runner!.id, (r) => WAITING_ON_RUNNER.has(r.state));
+  if (!forgot.changed) return false;
   const place = placementOf(seen);
   await admission.release(place, seen.id);
   await releaseRunner(d, seen.id, place.backend, undefined);

@@ -80,5 +80,12 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
         .catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
     },
     deleteRunner: (runner) => client.deleteRunner(runnerScope(cfg, runner), runner.id),
+    // Forgejo says of no runner whether it runs a task: busy runners are found by their claims.
+    runners: undefined,
+    // Its cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
+    listsAtHome: (scope) => scope === undefined,
+    // Warm runners are registered at GITEA_SCOPE, where every job's runner may be, and a job
+    // goes to a warm runner only after the poller matched its place (warm.ts).
+    fitsWarm: () => true,
   };
 }

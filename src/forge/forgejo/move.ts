@@ -18,6 +18,7 @@ import { UNADMITTED_STATES } from "../../nats/names.ts";
 import { shareRules } from "../../quotas/config.ts";
 import { takeQuota } from "../../quotas/limits.ts";
 import { placementOf, type AssignmentRecord } from "../../state/records.ts";
+import { revive, terminate } from "../../state/transitions.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob, type KnownStore } from "./jobs.ts";
@@ -89,10 +90,8 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
   const key = jobKey(w.known.job, w.known.attempt);
   await store.put(key, moving);
   const stamp = new Date(at).toISOString();
-  const ended = await d.withState((s) =>
-    s.records.update(w.own.id, (r) =>
-      movable(r) ? { ...r, state: "terminated", terminatedAt: stamp, reason: `its job went to warm runner ${to}`, movedTo: to } : undefined,
-    ),
+  const { record: ended } = await d.withState((s) =>
+    terminate(s.records, w.own.id, { at: stamp, reason: `its job went to warm runner ${to}`, when: movable, also: { movedTo: to } }),
   );
   // A turn given to it meanwhile took a slot (and its QUOTAS places): they go back, as after a cancel.
   if (ended?.movedTo === to && ended.terminatedAt === stamp) await d.withState((s) => s.admission.release(placementOf(ended), ended.id));
@@ -185,16 +184,8 @@ async function undoMove(d: Dispatcher, k: KnownJob, own: AssignmentRecord, job: 
  * movedBackMsgId (a pass may have termed its message, and dropped its wait-set entry, meanwhile).
  */
 export async function reviveMoved(d: Dispatcher, id: string, to?: string): Promise<boolean> {
-  let changed = false;
-  const back = await d.withState((s) =>
-    s.records.update(id, (r): AssignmentRecord | undefined => {
-      changed = r.state === "terminated" && r.movedTo !== undefined && (to === undefined || r.movedTo === to);
-      if (!changed) return undefined;
-      // A registration a pass stored while it was ended is not kept: the cleanup deletes that runner in Forgejo.
-      const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, ...waiting } = r;
-      return { ...waiting, state: "capacity_wait" };
-    }),
-  );
+  // A registration a pass stored while it was ended is not kept: the cleanup deletes that runner in Forgejo.
+  const { record: back, changed } = await d.withState((s) => revive(s.records, id, (r) => r.movedTo !== undefined && (to === undefined || r.movedTo === to)));
   if (!back || !changed) return false;
   d.sink.event({
     event: "move_undone",

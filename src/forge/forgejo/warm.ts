@@ -9,6 +9,7 @@ import type { Dispatcher, State } from "../../domain/context.ts";
 import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
 import { occupantOf } from "../../pools/warm-plan.ts";
 import type { AssignmentRecord } from "../../state/records.ts";
+import { claim } from "../../state/transitions.ts";
 import { hasLimits, shareRules } from "../../quotas/config.ts";
 import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import type { ForgejoJob } from "./client.ts";
@@ -112,9 +113,7 @@ export async function claimWarm(
   pool: string,
   reason = `bound to job ${bound.job} attempt ${bound.attempt}`,
 ): Promise<boolean> {
-  const r = await state.records.update(id, (r): AssignmentRecord | undefined =>
-    r.state === "backend_ready" && r.warm && !r.bound ? { ...r, state: "claimed", claimedAt: bound.at, bound } : undefined,
-  );
+  const { record: r } = await claim(state.records, id, { at: bound.at, bound, when: (r) => r.state === "backend_ready" && r.warm === true && !r.bound });
   if (!r?.bound || r.bound.handle !== bound.handle || r.bound.at !== bound.at) return false;
   d.sink.event({ event: "warm_took_job", assignment: id, backend: r.backend, pool, reason });
   // Its position is free now: the pool asks for a replacement at once, not at the next tick.

@@ -6,11 +6,13 @@ import type { Forge } from "../../domain/forge.ts";
 import type { GiteaClient } from "./client.ts";
 import type { GiteaConfig } from "./config.ts";
 import { obtainRunnerIdentity } from "./identity.ts";
-import { parseScope, registrationScope } from "./scope.ts";
+import { listedBy, parseScope, registrationScope, scopeKey, warmScopeKey } from "./scope.ts";
 import { sweepGitea } from "./sweep.ts";
+import { keepClient } from "./client-of.ts";
+import { stillWaiting } from "./stale.ts";
 
 export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () => number): Forge<Dispatcher> {
-  return {
+  return keepClient<Forge<Dispatcher>>(gitea, {
     kind: "gitea",
     async identity(assignment, labels, record, reserved, pool) {
       // A warm runner has no job to follow: it is registered where its pool says (config.ts checks one is said).
@@ -20,8 +22,30 @@ export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () =
       return { identity: { forge: "gitea", file: identity.file }, ...(identity.ref ? { ref: identity.ref } : {}) };
     },
     async tick(d) {
-      await d.withState((state) => sweepGitea(d, state)).catch((err) => d.sink.error("gitea sweep failed", { reason: (err as Error).message }));
+      await d.withState((state) => sweepGitea(d, gitea, state)).catch((err) => d.sink.error("gitea sweep failed", { reason: (err as Error).message }));
     },
     deleteRunner: (runner) => gitea.deleteRunner(runner),
-  };
+    runners: {
+      get: (runner) => gitea.getRunner(runner),
+      disable: (runner) => gitea.disableRunner(runner),
+      list: cfg.apiToken && cfg.jobPages > 0 ? (scope) => listAll(gitea, cfg.jobPages, scope) : undefined,
+    },
+    listsAtHome: (scope) => listedBy(cfg.scope, scope),
+    // A runner of one repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
+    fitsWarm: (scope, poolScope) => (scope ?? scopeKey(cfg.scope)) === warmScopeKey(poolScope, cfg.scope),
+    jobWaiting: cfg.apiToken ? async (repository, id) => stillWaiting((await gitea.getJob(repository, id))?.status ?? "queued") : undefined,
+  });
+}
+
+const PAGE = 50;
+
+/** Ids of the runners Gitea lists at `scope`; undefined when the list is longer than `pages` pages. */
+async function listAll(gitea: GiteaClient, pages: number, scope: string | undefined): Promise<Set<number> | undefined> {
+  const listed = new Set<number>();
+  for (let page = 1; page <= pages; page++) {
+    const { runners } = await gitea.listRunners(page, PAGE, scope);
+    for (const r of runners) listed.add(r.id);
+    if (runners.length < PAGE) return listed;
+  }
+  return undefined;
 }

@@ -5,7 +5,8 @@ import type { Dispatcher, State } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import type { Admission } from "../../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../../state/records.ts";
-import { GiteaFeatureMissing, type RunnerAt } from "./client.ts";
+import { startOver } from "../../state/transitions.ts";
+import { GiteaFeatureMissing, type GiteaClient, type RunnerAt } from "./client.ts";
 import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
@@ -18,13 +19,13 @@ export interface SweepSummary {
   disabled: boolean;
 }
 
-export async function sweepGitea(d: Dispatcher, { records, admission }: State): Promise<SweepSummary> {
+export async function sweepGitea(d: Dispatcher, client: GiteaClient, { records, admission }: State): Promise<SweepSummary> {
   const summary: SweepSummary = { recovered: 0, runnersDeleted: 0, disabled: false };
   const gitea = d.config.gitea;
-  if (!gitea || !d.gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
+  if (!gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
   try {
-    await recoverJobs(d, records, summary);
-    await cleanRunners(d, records, admission, summary);
+    await recoverJobs(d, client, records, summary);
+    await cleanRunners(d, client, records, admission, summary);
   } catch (err) {
     if (!(err instanceof GiteaFeatureMissing)) throw err;
     summary.disabled = true;
@@ -33,9 +34,9 @@ export async function sweepGitea(d: Dispatcher, { records, admission }: State): 
   return summary;
 }
 
-async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSummary) {
+async function recoverJobs(d: Dispatcher, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
   for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
-    const { jobs } = await d.gitea!.listQueuedJobs(page, PAGE_LIMIT);
+    const { jobs } = await client.listQueuedJobs(page, PAGE_LIMIT);
     for (const job of jobs) {
       if (job.status !== "queued") continue;
       await eachItem(d, `job ${job.id}`, async () => {
@@ -45,7 +46,7 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
         const id = jobAssignmentId(job.id, job.run_attempt);
         const known = await records.get(id);
         const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
-        if (known && !(retry && (await startOver(records, known, d.now())))) return;
+        if (known && !(retry && (await serveAfresh(records, known, d.now())))) return;
         const again = retry ? { msgId: `${id}.retry-${Date.parse(known.gaveUpAt!)}` } : {};
         const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), again);
         if (published?.stored) {
@@ -58,7 +59,7 @@ async function recoverJobs(d: Dispatcher, records: RecordStore, summary: SweepSu
   }
 }
 
-async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admission, summary: SweepSummary) {
+async function cleanRunners(d: Dispatcher, client: GiteaClient, records: RecordStore, admission: Admission, summary: SweepSummary) {
   const gitea = d.config.gitea!;
   const reservations = new Map<Backend, Promise<Set<string>>>();
   const registering = (backend: Backend) => {
@@ -70,11 +71,11 @@ async function cleanRunners(d: Dispatcher, records: RecordStore, admission: Admi
     return reservations.get(backend)!;
   };
   for (let page = 1; page <= gitea.jobPages; page++) {
-    const { runners } = await d.gitea!.listRunners(page, PAGE_LIMIT);
+    const { runners } = await client.listRunners(page, PAGE_LIMIT);
     for (const runner of runners) {
       // Names are anybody's to choose: what does not name a valid assignment id is not ours.
       const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
-      const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => d.gitea!.deleteRunner(at) };
+      const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => client.deleteRunner(at) };
       if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
     }
     if (runners.length < PAGE_LIMIT) break;
@@ -88,14 +89,9 @@ export const RETRY_GIVEN_UP_MS = 15 * 60_000;
  * Makes a given-up record new again (a new incarnation: tokens of the old one are refused), so
  * that the job's message, published once more, is served afresh. False when another tick did.
  */
-async function startOver(records: RecordStore, known: AssignmentRecord, now: number): Promise<boolean> {
+async function serveAfresh(records: RecordStore, known: AssignmentRecord, now: number): Promise<boolean> {
   const at = new Date(now).toISOString();
-  const fresh = await records.update(known.id, (r) => {
-    if (r.gaveUpAt !== known.gaveUpAt) return undefined;
-    const { id, backend, contentHash, createdAt, job, warm } = r;
-    return { id, backend, contentHash, createdAt, state: "received", receivedAt: at, updatedAt: at, ...(job ? { job } : {}), ...(warm ? { warm } : {}) };
-  });
-  return fresh?.receivedAt === at;
+  return (await startOver(records, known.id, { at, when: (r) => r.gaveUpAt === known.gaveUpAt })).changed;
 }
 
 /** "owner/name" from a job's API or HTML URL. */

@@ -4,7 +4,7 @@ import type { Dispatcher } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../domain/operations.ts";
 import type { RunnerAt } from "./client.ts";
-import { cancelAssignment, type Tombstone } from "../cancel.ts";
+import { cancelAssignment, type Tombstone } from "../../domain/cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../domain/publish.ts";
 import { Conflict, InvalidInput, NotFound } from "../../model/errors.ts";
 import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../model/assignment.ts";

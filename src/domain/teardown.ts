@@ -1,9 +1,8 @@
 // Tearing down the runner of a finished assignment, and retrying teardowns that failed from the
 // cron tick (never from a repeated request: see TeardownList).
-import type { Dispatcher } from "../domain/context.ts";
+import type { Dispatcher } from "./context.ts";
 import type { Backend } from "../nats/names.ts";
-import type { RunnerAt } from "../forge/gitea/client.ts";
-import { listedBy } from "../forge/gitea/scope.ts";
+import type { ForgeRunner } from "./forge.ts";
 
 /**
  * Tears down the runner of a finished assignment: at the backend, then in the forge. The forge's runner
@@ -16,7 +15,7 @@ export async function releaseRunner(
   d: Dispatcher,
   id: string,
   backend: Backend,
-  giteaRunner: RunnerAt | undefined,
+  giteaRunner: ForgeRunner | undefined,
   { remember = true } = {},
 ): Promise<boolean> {
   const failed = (reason: unknown) => {
@@ -26,11 +25,7 @@ export async function releaseRunner(
   try {
     await d.callBackend((signal) => d.runnersFor(backend).teardown(id, signal));
   } catch (err) {
-    // Forgejo's cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
-    const sweepSees =
-      giteaRunner !== undefined &&
-      ((d.config.forgejo !== undefined && giteaRunner.scope === undefined) ||
-        (d.config.gitea !== undefined && listedBy(d.config.gitea.scope, giteaRunner.scope)));
+    const sweepSees = giteaRunner !== undefined && d.forge !== undefined && d.forge.listsAtHome(giteaRunner.scope);
     if (remember && !sweepSees) {
       const runner = giteaRunner && d.forge ? { runner: giteaRunner } : {};
       await d

@@ -1,9 +1,10 @@
 // A job that went away before a runner took it (in Gitea or Forgejo): its assignment is terminated, or, when it
 // has none yet, a tombstone is left for the `queued` that may still come.
-import type { Dispatcher } from "../domain/context.ts";
+import type { Dispatcher } from "./context.ts";
 import type { Backend } from "../nats/names.ts";
-import { TERMINAL, type Released } from "../domain/operations.ts";
+import { TERMINAL, type Released } from "./operations.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import { terminate } from "../state/transitions.ts";
 
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed
@@ -22,15 +23,17 @@ export async function cancelAssignment(
   let contended = false;
   let tombstoned: AssignmentRecord | null = null;
   const record = await d.withState(async (state) => {
-    const terminate = () =>
-      state.records.update(id, (r) =>
-        (changed = !TERMINAL.has(r.state) && r.state !== "claimed") ? { ...r, state: "terminated", terminatedAt: at, reason } : undefined,
-      );
-    let r = await terminate();
+    // Not once a runner took it: that runner's end is its own.
+    const end = async () => {
+      const ended = await terminate(state.records, id, { at, reason, when: (r) => !TERMINAL.has(r.state) && r.state !== "claimed" });
+      changed = ended.changed;
+      return ended.record;
+    };
+    let r = await end();
     if (!r && tombstone) {
       tombstoned = await state.records.tombstone(id, tombstone.backend, tombstone.reason, tombstone.job);
       // Its queued's record came in between (a tombstone only creates): terminate that one.
-      if (!tombstoned) r = await terminate();
+      if (!tombstoned) r = await end();
     }
     if (r && changed) contended = await state.admission.release(placementOf(r), id);
     return r;

@@ -1,0 +1,112 @@
+// The assignment's changes of state as named functions, one per transition of the machine
+// (model/states.ts TRANSITIONS) that more than the decision table makes. Each writes by
+// compare-and-set (RecordStore.update re-reads and retries on a conflict), and only from a state
+// its transition starts from and where the caller's `when` accepts the record as it stands then:
+// a claim, completion or end that landed meanwhile wins. Each returns the record after, as the
+// store does (the one it refused to change, when it refused; null when there is none); `changed`
+// tells the caller whether this call made the change.
+import { SETTLED_STATES, TRANSITIONS, WAITING, type AssignmentState, type TransitionName } from "../model/states.ts";
+import type { AssignmentRecord, RecordStore } from "./records.ts";
+
+type Records = Pick<RecordStore, "update">;
+type When = (r: AssignmentRecord) => boolean;
+export interface Stepped {
+  record: AssignmentRecord | null;
+  changed: boolean;
+}
+
+const FROM = new Map<TransitionName, ReadonlySet<AssignmentState>>(TRANSITIONS.map((t) => [t.name, new Set<AssignmentState>(t.from)]));
+
+/** Whether transition `name` starts from the state `r` stands in. */
+export function startsFrom(name: TransitionName, r: AssignmentRecord): boolean {
+  return FROM.get(name)!.has(r.state);
+}
+
+async function step(records: Records, id: string, name: TransitionName, when: When, write: (r: AssignmentRecord) => AssignmentRecord): Promise<Stepped> {
+  let changed = false;
+  // `when` first: a caller that notes what it saw hears of every read, also of one this transition does not start from.
+  const record = await records.update(id, (r) => ((changed = when(r) && startsFrom(name, r)) ? write(r) : undefined));
+  return { record, changed };
+}
+
+const always: When = () => true;
+
+/** terminate: ends the assignment (cancelled, not needed, moved, past its lifetime). `also`: fields written with the end (movedTo). */
+export function terminate(
+  records: Records,
+  id: string,
+  { at, reason, when = always, also = {} }: { at: string; reason: string; when?: When; also?: Pick<AssignmentRecord, "movedTo"> },
+): Promise<Stepped> {
+  return step(records, id, "terminate", when, (r) => ({ ...r, state: "terminated", terminatedAt: at, reason, ...also }));
+}
+
+/** claim: a runner took the assignment (its own, or a warm runner bound to its job: `bound`); `took`, the job it runs when not its own. */
+export function claim(
+  records: Records,
+  id: string,
+  { at, when = always, took, bound }: { at: string; when?: When; took?: string | undefined; bound?: AssignmentRecord["bound"] },
+): Promise<Stepped> {
+  return step(records, id, "claim", when, (r) => ({
+    ...r,
+    state: "claimed",
+    claimedAt: at,
+    ...(took && took !== id ? { took } : {}),
+    ...(bound ? { bound } : {}),
+  }));
+}
+
+/** complete: the runner finished (or, `unclaimed`, the forge says it ran without a claim reaching us). */
+export function complete(records: Records, id: string, { at, when = always }: { at: string; when?: When }): Promise<Stepped> {
+  return step(records, id, "complete", when, (r) => ({ ...r, state: "completed", completedAt: at }));
+}
+
+/** revive: a moved job's end undone (its warm runner did not take it); a registration stored while it was ended is not kept. */
+export function revive(records: Records, id: string, when: When): Promise<Stepped> {
+  return step(records, id, "revive", when, (r) => {
+    const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, ...waiting } = r;
+    return { ...waiting, state: "capacity_wait" };
+  });
+}
+
+/** start_over: a given-up job served afresh, as a new incarnation (tokens of the old one are refused). */
+export function startOver(records: Records, id: string, { at, when }: { at: string; when: When }): Promise<Stepped> {
+  return step(records, id, "start_over", when, (r) => {
+    const { id, backend, contentHash, createdAt, job, warm } = r;
+    return { id, backend, contentHash, createdAt, state: "received", receivedAt: at, updatedAt: at, ...(job ? { job } : {}), ...(warm ? { warm } : {}) };
+  });
+}
+
+/** Where a runner's identity may be forgotten: its runner was asked for, and has not taken a job. */
+const FORGETTABLE: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready"]);
+
+/**
+ * Forgets runner `runnerId`'s identity (the forge no longer has it, or it outlived its claim
+ * timeout), so that the next delivery registers afresh: ask_again from backend_ready, the state
+ * kept otherwise. Only while the record names that runner and no runner took the job.
+ */
+export async function forgetRunner(records: Records, id: string, runnerId: number, when: When = always): Promise<Stepped> {
+  let changed = false;
+  const record = await records.update(id, (r) => {
+    changed = r.runner?.id === runnerId && FORGETTABLE.has(r.state) && when(r);
+    if (!changed) return undefined;
+    const { runner: _gone, readyAt: _stale, ...rest } = r;
+    return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
+  });
+  return { record, changed };
+}
+
+// Marks: fields written without a change of state, by compare-and-set all the same.
+
+/** Marks a waiting assignment chosen for its turn (FAIR_SHARE): a second pass that reads the mark does not choose it again. */
+export async function choose(records: Records, id: string): Promise<Stepped> {
+  let changed = false;
+  const record = await records.update(id, (r) => ((changed = !SETTLED_STATES.has(r.state) && !r.chosen) ? { ...r, chosen: true } : undefined));
+  return { record, changed };
+}
+
+/** Marks an assignment whose runner waits for a job as a warm runner of its pool (it stands in a warm position). */
+export async function markWarm(records: Records, id: string): Promise<Stepped> {
+  let changed = false;
+  const record = await records.update(id, (r) => ((changed = WAITING.has(r.state) && !r.warm) ? { ...r, warm: true } : undefined));
+  return { record, changed };
+}
