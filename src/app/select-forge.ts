@@ -1,6 +1,6 @@
 // The forge of a configuration (FORGE): Gitea's or Forgejo's implementation of the Forge interface.
 import type { Config } from "./config.ts";
-import type { Dispatcher } from "../domain/context.ts";
+import type { Context } from "../domain/context.ts";
 import { createForgejoClient, type ForgejoClient } from "../forge/forgejo/client.ts";
 import { createForgejoForge } from "../forge/forgejo/forge.ts";
 import type { GiteaClient } from "../forge/gitea/client.ts";
@@ -16,7 +16,7 @@ export function createForge(
   forgejo?: ForgejoClient,
   timeoutMs = Infinity,
   sink?: EventSink,
-): Forge<Dispatcher> | undefined {
+): Forge<Context> | undefined {
   if (config.gitea && gitea) return createGiteaForge(config.gitea, gitea, now);
   const f = config.forgejo;
   if (!f) return undefined;

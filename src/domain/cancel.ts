@@ -1,10 +1,13 @@
 // A job that went away before a runner took it (in Gitea or Forgejo): its assignment is terminated, or, when it
 // has none yet, a tombstone is left for the `queued` that may still come.
-import type { Dispatcher } from "./context.ts";
+import type { Basics, StoreAccess } from "./context.ts";
 import type { Backend } from "../nats/names.ts";
 import { TERMINAL, type Released } from "./operations.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
 import { terminate } from "../state/transitions.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess;
 
 /**
  * The job went away before a runner took it: the assignment is terminated (its message is termed
@@ -13,7 +16,7 @@ import { terminate } from "../state/transitions.ts";
  * delivered after the job's end provisions nothing (`tombstoned` in the result).
  */
 export async function cancelAssignment(
-  d: Dispatcher,
+  d: Deps,
   id: string,
   reason: string,
   tombstone?: Tombstone,

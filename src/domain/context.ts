@@ -45,21 +45,47 @@ export interface State {
   forgeHealth: ForgeHealthStore;
 }
 
-export interface Dispatcher {
-  config: Config;
+/** The time, and where events go: what nearly every step needs. */
+export interface Basics {
   sink: EventSink;
   now: () => number;
-  runnersFor: (backend: Backend) => RunnerBackend;
+}
+
+/** The stores in NATS. */
+export interface StoreAccess {
   /** Runs `fn` on this invocation's connection (or a fresh one, drained afterwards). */
   withState: <T>(fn: (state: State, handle: NatsHandle) => Promise<T>) => Promise<T>;
   /** Runs `fn` on a connection of its own, opened now (to any server of NATS_URL) and drained after. */
   withFreshState: <T>(fn: (state: State) => Promise<T>) => Promise<T>;
+}
+
+/** The runner backends, each call bounded by the invocation's limits. */
+export interface BackendAccess {
+  runnersFor: (backend: Backend) => RunnerBackend;
+  callBackend: <T>(fn: (signal: AbortSignal) => Promise<T>) => Promise<T>;
+}
+
+/** The forge runners are registered with (FORGE), when one is configured. */
+export interface ForgeAccess {
+  forge: Forge<Context> | undefined;
+}
+
+/** The settings a step reads: `K`, the fields of the configuration it needs. */
+export interface Settings<K extends keyof Config = keyof Config> {
+  config: Pick<Config, K>;
+}
+
+/**
+ * What a step of the dispatcher's work may be given: each module names the parts it uses
+ * (`Basics & Settings<"pools">`, …), so that what it can reach is what it says.
+ */
+export type Context = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+
+/** The dispatcher the wiring builds (app/dispatcher.ts): the context, and the invocation's own work. */
+export interface Dispatcher extends Basics, StoreAccess, BackendAccess, ForgeAccess, Settings {
   /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
   close(): Promise<void>;
   runnerRequest: (assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement) => Promise<PreparedRequest>;
-  /** The forge runners are registered with (FORGE), when one is configured. */
-  forge: Forge<Dispatcher> | undefined;
-  callBackend: <T>(fn: (signal: AbortSignal) => Promise<T>) => Promise<T>;
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
   reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;
   /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */

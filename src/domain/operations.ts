@@ -1,12 +1,15 @@
 // What the HTTP API does, apart from HTTP: look up, claim and complete assignments (publishing
 // is in publish.ts).
 import { assignmentIdSchema } from "../model/assignment.ts";
-import type { Dispatcher } from "./context.ts";
+import type { Basics, StoreAccess } from "./context.ts";
 import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
 import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 import { claim, complete } from "../state/transitions.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess;
 
 export interface AssignmentView {
   id: string;
@@ -64,7 +67,7 @@ export function parseId(raw: string): string {
   return id.data;
 }
 
-export async function getAssignment(d: Dispatcher, id: string): Promise<AssignmentView> {
+export async function getAssignment(d: Deps, id: string): Promise<AssignmentView> {
   const record = await d.withState((state) => state.records.get(id));
   if (!record) throw new NotFound(`no assignment ${id}`);
   return viewOf(record);
@@ -131,7 +134,7 @@ const isRegistered = (r: AssignmentRecord, caller: Caller) =>
   caller.runnerId === undefined || (caller.runnerId !== null && r.runner !== undefined && r.runner.id === caller.runnerId);
 
 /** The runner took the assignment. Idempotent; refused once completed or terminated. */
-export async function claimAssignment(d: Dispatcher, id: string, caller: Caller = {}, took?: string): Promise<Claimed> {
+export async function claimAssignment(d: Deps, id: string, caller: Caller = {}, took?: string): Promise<Claimed> {
   const at = new Date(d.now()).toISOString();
   let inWrite = false;
   // `took`: the job its runner runs is another's (see pools/taken.ts), written with the claim
@@ -165,7 +168,7 @@ const HOLD_MARGIN_MS = 250;
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
  * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
  */
-export async function completeAssignmentRun(d: Dispatcher, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Completed> {
+export async function completeAssignmentRun(d: Deps, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Completed> {
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;

@@ -1,10 +1,13 @@
 // Publishing an assignment: validate, publish, then record (see offerAndPublish for the order).
 import { errors } from "@nats-io/nats-core";
 import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "../model/assignment.ts";
-import type { Dispatcher } from "./context.ts";
+import type { Basics, Settings, StoreAccess } from "./context.ts";
 import { Conflict, InvalidInput, Unavailable } from "../model/errors.ts";
 import { assignmentSubject, type Backend } from "../nats/names.ts";
 import { contentHash, sameContent } from "../state/records.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & Settings;
 
 export interface Published {
   id: string;
@@ -32,7 +35,7 @@ export interface PublishOptions {
   msgId?: string;
 }
 
-export async function publishAssignment(d: Dispatcher, body: unknown, opts: PublishOptions = {}): Promise<Published> {
+export async function publishAssignment(d: Deps, body: unknown, opts: PublishOptions = {}): Promise<Published> {
   const request = assignmentRequestSchema.safeParse(body);
   if (!request.success) throw new InvalidInput("invalid assignment", toFieldIssues(request.error));
   const completed = completeAssignment(request.data, d.config.trustDomain, new Date(d.now()));
@@ -67,7 +70,7 @@ export async function publishAssignment(d: Dispatcher, body: unknown, opts: Publ
  * leaves a message without a record, which its first delivery creates (the reconciler offers
  * what it is delivered).
  */
-async function offerAndPublish(d: Dispatcher, a: Assignment, recordLater: boolean, msgId: string): Promise<Published> {
+async function offerAndPublish(d: Deps, a: Assignment, recordLater: boolean, msgId: string): Promise<Published> {
   return d.withState(async (state, handle) => {
     // Read alongside the publish: a record can only be older than this message, never newer.
     const known = recordLater ? state.records.get(a.id).catch(() => null) : undefined;
@@ -120,7 +123,7 @@ function refusedUnheard(err: unknown): boolean {
 }
 
 /** Writes the record of an assignment published with `recordLater`. A conflict found now is logged: its message is termed at delivery. */
-export async function recordAssignment(d: Dispatcher, a: Assignment): Promise<void> {
+export async function recordAssignment(d: Deps, a: Assignment): Promise<void> {
   const offered = await d.withState((state) => state.records.offer(a));
   if (offered.result === "conflict")
     d.sink.event({ event: "conflict", assignment: a.id, backend: a.backend, reason: "published with other content than its record" });

@@ -1,8 +1,11 @@
 // Tearing down the runner of a finished assignment, and retrying teardowns that failed from the
 // cron tick (never from a repeated request: see TeardownList).
-import type { Dispatcher } from "./context.ts";
+import type { BackendAccess, Basics, ForgeAccess, StoreAccess } from "./context.ts";
 import type { Backend } from "../nats/names.ts";
 import type { ForgeRunner } from "./forge.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
 
 /**
  * Tears down the runner of a finished assignment: at the backend, then in the forge. The forge's runner
@@ -11,13 +14,7 @@ import type { ForgeRunner } from "./forge.ts";
  * visible, a failed backend teardown is listed for the tick (`remember`, on by default). Resolves
  * false when something is left.
  */
-export async function releaseRunner(
-  d: Dispatcher,
-  id: string,
-  backend: Backend,
-  giteaRunner: ForgeRunner | undefined,
-  { remember = true } = {},
-): Promise<boolean> {
+export async function releaseRunner(d: Deps, id: string, backend: Backend, giteaRunner: ForgeRunner | undefined, { remember = true } = {}): Promise<boolean> {
   const failed = (reason: unknown) => {
     d.sink.event({ event: "teardown_failed", assignment: id, backend, reason: (reason as Error).message });
     return false;
@@ -42,7 +39,7 @@ export async function releaseRunner(
 export const TEARDOWNS_PER_TICK = 20;
 
 /** Retries the teardowns that failed (oldest first); one that holds now is taken off the list. */
-export async function retryTeardowns(d: Dispatcher): Promise<number> {
+export async function retryTeardowns(d: Deps): Promise<number> {
   const pending = await d.withState((s) => s.teardowns.list(TEARDOWNS_PER_TICK));
   let done = 0;
   await Promise.all(

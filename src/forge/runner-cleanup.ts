@@ -1,6 +1,6 @@
 // Runners of ours that no assignment needs, as both forges' cleanups find them in the forge's
 // runner list: the rule (cleanupVerdict, pure) and carrying it out for one listed runner.
-import type { Dispatcher } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, StoreAccess } from "../domain/context.ts";
 import type { Backend } from "../nats/names.ts";
 import { TERMINAL } from "../model/states.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
@@ -9,6 +9,9 @@ import type { Admission } from "../state/admission.ts";
 import { placementOf, type AssignmentRecord, type RecordStore } from "../state/records.ts";
 import { forgetRunner } from "../state/transitions.ts";
 import type { ForgeRunner } from "../domain/forge.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"claimTimeoutMs" | "pools">;
 
 const FINISHED = TERMINAL;
 
@@ -40,7 +43,7 @@ export function cleanupVerdict(
  * Runs `fn` on one listed item. One bad item (a name we cannot key, a runner Gitea will not
  * delete) is an event, and the sweep goes on; NATS being unreachable ends the sweep instead.
  */
-export async function eachItem(d: Dispatcher, what: string, fn: () => Promise<void>): Promise<void> {
+export async function eachItem(d: Deps, what: string, fn: () => Promise<void>): Promise<void> {
   try {
     await fn();
   } catch (err) {
@@ -51,7 +54,7 @@ export async function eachItem(d: Dispatcher, what: string, fn: () => Promise<vo
 
 /** What cleaning one listed runner needs (Gitea's sweep, Forgejo's cleanup). */
 export interface CleanContext {
-  d: Dispatcher;
+  d: Deps;
   records: RecordStore;
   admission: Admission;
   registering: (backend: Backend) => Promise<Set<string>>;

@@ -3,11 +3,14 @@
 // read of every record: the requests depend on the number of backends and on capacity (1024 slot
 // holders per batch read), not on the number of assignments. Feeds /metrics and /status.
 import { jetstreamManager } from "@nats-io/jetstream";
-import type { Dispatcher } from "../domain/context.ts";
+import type { Basics, Settings, StoreAccess } from "../domain/context.ts";
 import { consumerName, type Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & Settings<"backends" | "fairShare" | "forgejo" | "pools" | "quotas" | "statusTopOwners" | "stream">;
 
 /** One backend's figures; the states come from the records of the slot holders. */
 export interface BackendSnapshot {
@@ -44,7 +47,7 @@ export interface Snapshot {
   forgePoll?: { failuresTotal: number; failing: boolean };
 }
 
-export async function takeSnapshot(d: Dispatcher): Promise<Snapshot> {
+export async function takeSnapshot(d: Deps): Promise<Snapshot> {
   return d.withState(async (state, handle) => {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
     const held: AssignmentRecord[] = [];

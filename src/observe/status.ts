@@ -1,11 +1,14 @@
 // What the status page and GET /v1/status show: the snapshot per backend, the most recent
 // assignments, and the problems /healthz would name. A fixed number of NATS requests.
-import type { Dispatcher } from "../domain/context.ts";
+import type { Basics, Settings, StoreAccess } from "../domain/context.ts";
 import { inspect } from "../nats/layout-inspect.ts";
 import { recordsBucket } from "../nats/names.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { recentRecords } from "./recent.ts";
 import { takeSnapshot, type Snapshot } from "./snapshot.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & Settings;
 
 export const RECENT_LIMIT = 50;
 
@@ -30,7 +33,7 @@ export interface Status extends Snapshot {
   recent: RecentAssignment[];
 }
 
-export async function readStatus(d: Dispatcher): Promise<Status> {
+export async function readStatus(d: Deps): Promise<Status> {
   const [snapshot, { problems, recent }] = await Promise.all([
     takeSnapshot(d),
     d.withState(async (_state, handle) => {

@@ -4,12 +4,15 @@
 // take no task after the answer; on Gitea 1.25 a task handed to it between the answer and its
 // deletion is the one window left (docs/known-limits.md). The record is then ended by
 // compare-and-set, which a claim that landed meanwhile makes fail.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, State, StoreAccess } from "../domain/context.ts";
 import { placementOf, runnerAt } from "../state/records.ts";
 import { endRunner, WAITING } from "./end.ts";
 
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
+
 /** True when the runner was taken away; false when it had taken a job, or was gone already. */
-export async function drainWarm(d: Dispatcher, state: State, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
+export async function drainWarm(d: Deps, state: State, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
   const runner = runnerAt(record);

@@ -1,11 +1,14 @@
 // Ending a runner the pools no longer want (taken away, gone from Gitea, past its lifetime): the
 // record first, by compare-and-set from a state `when` accepts, so that a claim or completion that
 // landed meanwhile wins; then its slots, its workload and its Gitea runner.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, State, StoreAccess } from "../domain/context.ts";
 import { WAITING } from "../model/states.ts";
 import { releaseRunner } from "../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { terminate } from "../state/transitions.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
 
 /** States in which a runner waits for a job (asked for, booting, or up and idle): the machine's. */
 export { WAITING };
@@ -15,7 +18,7 @@ export { WAITING };
  * `inGitea: false` leaves the Gitea runner alone (one Gitea no longer has).
  */
 export async function endRunner(
-  d: Dispatcher,
+  d: Deps,
   state: State,
   id: string,
   reason: string,

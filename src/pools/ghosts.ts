@@ -6,14 +6,17 @@
 // wins), so that its position is filled again. One runner list per tick and scope, and only when
 // a warm runner is idle; a runner the list does not show is asked about on its own before it is
 // taken for gone.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, State, StoreAccess } from "../domain/context.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { endRunner } from "./end.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
 
 /** A runner registered this recently may not be listed yet. */
 const LISTED_AFTER_MS = 2 * 60_000;
 
-export async function endGhosts(d: Dispatcher, state: State): Promise<number> {
+export async function endGhosts(d: Deps, state: State): Promise<number> {
   const forge = d.forge;
   const directory = forge?.runners;
   const list = directory?.list;

@@ -3,17 +3,20 @@
 // pool older than their pool's cap: the record first (compare-and-set, so a completion that lands
 // meanwhile wins), then the slots, the workload and the Gitea runner. A job still running on it
 // fails in Gitea: that is what the cap is for.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../domain/context.ts";
 import { TERMINAL } from "../domain/operations.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
 import { endRunner } from "./end.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"backends" | "pools">;
 
 /** When a runner's life began: its registration, else when it was first asked for. */
 export function bornAt(r: AssignmentRecord): number {
   return Date.parse(r.runner?.registeredAt ?? r.askedAt ?? r.receivedAt);
 }
 
-export async function enforceLifetimes(d: Dispatcher, state: State): Promise<number> {
+export async function enforceLifetimes(d: Deps, state: State): Promise<number> {
   const caps = new Map(d.config.pools.map((p) => [p.name, p.maxLifetimeMs]));
   if (!caps.size) return 0;
   const holders = (await Promise.all(d.config.backends.map((b) => state.admission.holders(b.backend)))).flat();

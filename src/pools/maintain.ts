@@ -3,7 +3,7 @@
 // (two requests, plus one for the records), plans each pool (warm-plan.ts) and carries the plan
 // out with compare-and-set writes: a position another isolate changed since the read is left to
 // it, so passes that run at once never keep more than the target warm.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../domain/context.ts";
 import { publishAssignment } from "../domain/publish.ts";
 import type { Pool } from "./config.ts";
 import { idleTarget } from "./schedule.ts";
@@ -14,6 +14,9 @@ import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { markWarm } from "../state/transitions.ts";
 import type { WarmSlot } from "../state/warm-slots.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 export interface PoolSummary {
   pool: string;
@@ -28,7 +31,7 @@ export interface PoolSummary {
 export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
 
 /** `vacate`: warm runners that took a job whose settling runs this pass: their positions may be filled now. */
-export async function maintainPools(d: Dispatcher, state: State, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
+export async function maintainPools(d: Deps, state: State, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
   const all = await state.warm.list();
   // A pool with positions left from before (a target lowered to 0, a pool removed) is maintained
   // too, down to nothing.
@@ -87,7 +90,7 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
  * below its target: it takes an empty position (compare-and-set) and its record is marked warm.
  * False when the pool is full, or the runner took a job meanwhile.
  */
-export async function adoptWarm(d: Dispatcher, state: State, id: string, poolName: string, vacate: ReadonlySet<string> = new Set()): Promise<boolean> {
+export async function adoptWarm(d: Deps, state: State, id: string, poolName: string, vacate: ReadonlySet<string> = new Set()): Promise<boolean> {
   const pool = d.config.pools.find((p) => p.name === poolName);
   if (!pool) return false;
   const now = d.now();

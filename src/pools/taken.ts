@@ -5,7 +5,7 @@
 // runner is already running another job, the one standing for that job in turn. That runner
 // becomes warm if its pool is below its target, and is torn down otherwise; one not yet made is
 // never made.
-import type { Dispatcher, State } from "../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../domain/context.ts";
 import type { Backend } from "../nats/names.ts";
 import { isNatsUnavailable } from "../nats/connection.ts";
 import { isRetryable } from "../state/kv.ts";
@@ -13,6 +13,9 @@ import { cancelAssignment } from "../domain/cancel.ts";
 import { releaseRunner } from "../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 /** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
 export interface Taken {
@@ -38,7 +41,7 @@ export interface Started {
  * Records the job's start-up time in its pool's histogram: from when the dispatcher first saw it
  * queued (its own record) to its in_progress. A payload time that does not parse is no time.
  */
-export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
+export async function observeStartup(d: Deps, s: Started): Promise<void> {
   await d.withState(async (state) => {
     const own = await state.records.get(s.own);
     const queuedAt = own ? Date.parse(own.receivedAt) : Date.parse(s.createdAt ?? "");
@@ -53,7 +56,7 @@ export async function observeStartup(d: Dispatcher, s: Started): Promise<void> {
  * the job it took, else with a new warm runner. `filled` hears the backend of a pool that got a
  * new one, whose assignment waits for a pass.
  */
-export async function settleTaken(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown> = () => Promise.resolve()): Promise<void> {
+export async function settleTaken(d: Deps, t: Taken, filled: (backend: Backend) => Promise<unknown> = () => Promise.resolve()): Promise<void> {
   // Nothing else settles it: a surplus runner would wait for its claim timeout. So through a
   // leader election (or a server lost), on a connection of its own, for up to SETTLE_RETRY_MS.
   const until = d.now() + SETTLE_RETRY_MS;
@@ -73,7 +76,7 @@ const BUSY_WAIT_MS = 8_000;
 const BUSY_POLL_MS = 250;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) => Promise<unknown>, withState: Dispatcher["withFreshState"]): Promise<void> {
+async function settleOnce(d: Deps, t: Taken, filled: (backend: Backend) => Promise<unknown>, withState: StoreAccess["withFreshState"]): Promise<void> {
   const backends = await withState(async (state) => {
     // A cold runner's swap is written with its claim (operations.ts): nothing more to settle.
     if (!t.warm) return [];
@@ -98,7 +101,7 @@ async function settleOnce(d: Dispatcher, t: Taken, filled: (backend: Backend) =>
  * The assignment id standing for job `own` now (see standIn), for a job that ended without a
  * runner (cancelled): `own` itself when nothing stands for it.
  */
-export async function standInFor(d: Dispatcher, own: string): Promise<string> {
+export async function standInFor(d: Deps, own: string): Promise<string> {
   return (await d.withState((state) => standIn(state, own)))?.id ?? own;
 }
 
@@ -115,7 +118,7 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
   return undefined;
 }
 
-async function adoptOrEnd(d: Dispatcher, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
+async function adoptOrEnd(d: Deps, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
   // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
   // concurrently): Gitea knows. A busy one is left to its claim.
   const runner = runnerAt(r);

@@ -6,7 +6,7 @@
 //   forgotten, so that the job's next delivery registers afresh. Jobs that ended are the poller's.
 // At an idle instance (no runner of ours held) the list is read every IDLE_EVERY_MINUTES only, so
 // that polling stays the one request per period.
-import type { Dispatcher, State } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import { ASKED_FOR } from "../../model/states.ts";
 import { releaseRunner } from "../../domain/teardown.ts";
@@ -17,6 +17,9 @@ import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 import type { ForgejoClient, ListedRunner } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"backends" | "claimTimeoutMs" | "pools">;
 
 const PAGE_LIMIT = 50;
 /** Pages one tick reads at most: 1,000 runners of the scope. */
@@ -30,7 +33,7 @@ export interface CleanupSummary {
   forgotten: number;
 }
 
-export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, state: State): Promise<CleanupSummary> {
+export async function cleanForgejoRunners(d: Deps, client: ForgejoClient, cfg: ForgejoConfig, state: State): Promise<CleanupSummary> {
   const { records, admission } = state;
   const summary: CleanupSummary = { listed: false, deleted: 0, forgotten: 0 };
   const snapshots = await Promise.all(d.config.backends.map(async ({ backend }) => ({ backend, ...(await admission.snapshot(backend)) })));
@@ -82,7 +85,7 @@ export async function cleanForgejoRunners(d: Dispatcher, client: ForgejoClient, 
 }
 
 /** Tears down the workload of a runner Forgejo no longer has and forgets its identity; its slot goes too. */
-async function forgetGone(d: Dispatcher, { records, admission }: State, seen: AssignmentRecord): Promise<boolean> {
+async function forgetGone(d: Deps, { records, admission }: State, seen: AssignmentRecord): Promise<boolean> {
   const forgot = await forgetRunner(records, seen.id, seen.runner!.id, (r) => WAITING_ON_RUNNER.has(r.state));
   if (!forgot.changed) return false;
   const place = placementOf(seen);

@@ -9,7 +9,7 @@
 // GITEA_SCOPE, said once per repository. A warm runner, made before its job, is registered at
 // GITEA_SCOPE. The record keeps where (RunnerRef.scope, as GITEA_SCOPE is written) when that is
 // not GITEA_SCOPE: deletion and lookups go there.
-import type { Dispatcher } from "../../domain/context.ts";
+import type { Context } from "../../domain/context.ts";
 import type { EventSink } from "../../model/events.ts";
 import { openIdentity, runnerName, sealIdentity } from "../../domain/runner-identity.ts";
 import type { ForgejoRunnerIdentity, Forge } from "../../domain/forge.ts";
@@ -26,7 +26,7 @@ const refused = new Map<string, number>();
 /** A refusal is believed this long: rights granted later are used within minutes. */
 const REFUSED_FOR_MS = 10 * 60_000;
 
-export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, now: () => number, sink?: EventSink): Forge<Dispatcher> {
+export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, now: () => number, sink?: EventSink): Forge<Context> {
   /** Registers at the job's repository where it can; else at GITEA_SCOPE. */
   const register = async (repository: string | undefined, name: string, id: string) => {
     const at = repositoryScope(repository);

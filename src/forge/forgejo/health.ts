@@ -1,8 +1,11 @@
 // After each poll: a failure is counted (in the object's storage and, for /metrics, in NATS) and
 // told as an event, the first of a streak and then once a minute; the first success after it is
 // told too. Nothing else follows from a failed poll: no job counts as gone.
-import type { Dispatcher } from "../../domain/context.ts";
+import type { Basics, StoreAccess } from "../../domain/context.ts";
 import type { PollOutcome } from "./poller.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess;
 
 /** What a failure streak keeps between polls (Durable Object storage). */
 interface Streak {
@@ -19,7 +22,7 @@ interface SmallStorage {
 const KEY = "health";
 const TELL_EVERY_MS = 60_000;
 
-export async function recordPollHealth(d: Dispatcher, storage: SmallStorage, outcome: PollOutcome): Promise<void> {
+export async function recordPollHealth(d: Deps, storage: SmallStorage, outcome: PollOutcome): Promise<void> {
   const streak = (await storage.get<Streak>(KEY)) ?? { failuresTotal: 0 };
   const now = d.now();
   if (outcome.ok && streak.since === undefined) return;

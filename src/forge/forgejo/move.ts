@@ -12,7 +12,7 @@
 // as before. The poller writes its intent (`moving`) before the first write, so that a poll that
 // dies midway is finished or undone by the next (settleMoves).
 import type { AssignmentRequest } from "../../model/assignment.ts";
-import type { Dispatcher } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, StoreAccess } from "../../domain/context.ts";
 import { publishAssignment } from "../../domain/publish.ts";
 import { UNADMITTED_STATES } from "../../nats/names.ts";
 import { shareRules } from "../../quotas/config.ts";
@@ -24,6 +24,9 @@ import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoMsgId, jobKey, type KnownJob, type KnownStore } from "./jobs.ts";
 import { claimWarm, quotaLedgerOf, releaseWarmPlaces, type WarmBinder } from "./warm.ts";
 import { keepsWarm } from "../../pools/maintain.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 /** A job waiting for its own runner, as the poll found it. */
 export interface WaitingJob {
@@ -41,7 +44,7 @@ export interface WaitingJob {
 export const movable = (r: AssignmentRecord) => UNADMITTED_STATES.has(r.state) && !r.runner && !r.movedTo;
 
 /** The request its job was published with: the repository its record keeps (a rename since changes no content). */
-export const requestOf = (cfg: ForgejoConfig, d: Dispatcher, job: ForgejoJob, own: AssignmentRecord) =>
+export const requestOf = (cfg: ForgejoConfig, d: Deps, job: ForgejoJob, own: AssignmentRecord) =>
   forgejoAssignment(d.config.pools, cfg.scope, job, own.job?.repository);
 
 export const isWaiting = (r: object): r is WaitingJob => "own" in r;
@@ -50,12 +53,7 @@ export const isWaiting = (r: object): r is WaitingJob => "own" in r;
  * The jobs that wait for their own runners and could take an idle warm runner instead: read only
  * while one of their pools has one idle (the idle list is read once per poll anyway).
  */
-export async function waitingForWarm(
-  d: Dispatcher,
-  cfg: ForgejoConfig,
-  binder: WarmBinder,
-  waiting: { known: KnownJob; job: ForgejoJob }[],
-): Promise<WaitingJob[]> {
+export async function waitingForWarm(d: Deps, cfg: ForgejoConfig, binder: WarmBinder, waiting: { known: KnownJob; job: ForgejoJob }[]): Promise<WaitingJob[]> {
   if (!waiting.length || !d.config.pools.some(keepsWarm)) return [];
   const routes = waiting.map((w) => ({ ...w, pool: forgejoAssignment(d.config.pools, cfg.scope, w.job)?.pools?.[0] }));
   const pools = [...new Set(routes.flatMap((w) => (w.pool ? [w.pool] : [])))];
@@ -71,7 +69,7 @@ export async function waitingForWarm(
 }
 
 /** Moves `w` to an idle warm runner of its first pool: that runner's id, or undefined (none idle, a QUOTAS limit, a pass admitted it first). */
-export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: KnownStore, w: WaitingJob): Promise<string | undefined> {
+export async function moveWaiting(d: Deps, binder: WarmBinder, store: KnownStore, w: WaitingJob): Promise<string | undefined> {
   const pool = w.request.pools?.[0];
   if (!pool || !w.job.handle) return undefined;
   const candidates = await binder.idle(pool);
@@ -117,7 +115,7 @@ export async function moveWaiting(d: Dispatcher, binder: WarmBinder, store: Know
  * `listed`: the jobs Forgejo lists now, by key (one that left needs no runner).
  */
 export async function settleMoves(
-  d: Dispatcher,
+  d: Deps,
   cfg: ForgejoConfig,
   store: KnownStore,
   known: Map<string, KnownJob>,
@@ -144,7 +142,7 @@ export async function settleMoves(
  * the job. What the poller keeps of the job after: bound to the warm runner, or (undone) its own.
  */
 async function finishMove(
-  d: Dispatcher,
+  d: Deps,
   store: KnownStore,
   k: KnownJob,
   own: AssignmentRecord,
@@ -170,7 +168,7 @@ async function finishMove(
 }
 
 /** The own assignment waits again: its end undone, its QUOTAS places under the warm runner given back, and its job published again (its message may be gone). */
-async function undoMove(d: Dispatcher, k: KnownJob, own: AssignmentRecord, job: ForgejoJob | undefined, request: AssignmentRequest | undefined): Promise<void> {
+async function undoMove(d: Deps, k: KnownJob, own: AssignmentRecord, job: ForgejoJob | undefined, request: AssignmentRequest | undefined): Promise<void> {
   const to = k.moving!.to;
   await releaseWarmPlaces(d, to, own.job?.repository);
   // Not listed any more, the job needs no runner: its assignment stays ended.
@@ -183,7 +181,7 @@ async function undoMove(d: Dispatcher, k: KnownJob, own: AssignmentRecord, job: 
  * not take it: it waits again. True when this call did; the caller publishes the job again, under
  * movedBackMsgId (a pass may have termed its message, and dropped its wait-set entry, meanwhile).
  */
-export async function reviveMoved(d: Dispatcher, id: string, to?: string): Promise<boolean> {
+export async function reviveMoved(d: Deps, id: string, to?: string): Promise<boolean> {
   // A registration a pass stored while it was ended is not kept: the cleanup deletes that runner in Forgejo.
   const { record: back, changed } = await d.withState((s) => revive(s.records, id, (r) => r.movedTo !== undefined && (to === undefined || r.movedTo === to)));
   if (!back || !changed) return false;

@@ -3,7 +3,7 @@
 // job webhook, so this list is the source of truth. The caller (object.ts, a Durable Object per
 // scope) runs one poll at a time; publishing is idempotent anyway (message id per job, attempt
 // and handle; records by assignment id), so a second poller would store nothing new.
-import type { Dispatcher } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, StoreAccess } from "../../domain/context.ts";
 import { Conflict } from "../../model/errors.ts";
 import { claimAssignment, completeAssignmentRun, giteaRunnerOf, TERMINAL } from "../../domain/operations.ts";
 import { createWarmBinder } from "./warm.ts";
@@ -24,6 +24,9 @@ import { inTurnOrder } from "../../quotas/fair-share.ts";
 import { shareRules, whoseJob } from "../../quotas/config.ts";
 import type { ForgejoConfig } from "./config.ts";
 import { forgejoAssignment, forgejoAssignmentId, forgejoMsgId, jobKey, planPoll, type KnownJob, type KnownStore } from "./jobs.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 export type { KnownStore } from "./jobs.ts";
 
@@ -51,7 +54,7 @@ export const STALE_BINDING_MS = 30_000;
 const AT_ONCE = 4;
 
 export async function pollForgejo(
-  d: Dispatcher,
+  d: Deps,
   client: ForgejoClient,
   cfg: ForgejoConfig,
   store: KnownStore,
@@ -243,7 +246,7 @@ export async function pollForgejo(
  * was cancelled (its runner, if any, never got a task). The backend whose slot it freed, when its
  * assignment ended now.
  */
-async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConfig, k: KnownJob, store: KnownStore): Promise<Backend | undefined> {
+async function settleGone(d: Deps, client: ForgejoClient, cfg: ForgejoConfig, k: KnownJob, store: KnownStore): Promise<Backend | undefined> {
   const key = jobKey(k.job, k.attempt);
   const record = k.skipped ? null : await d.withState((s) => s.records.get(k.id));
   if (!record || TERMINAL.has(record.state)) {
@@ -282,7 +285,7 @@ async function settleGone(d: Dispatcher, client: ForgejoClient, cfg: ForgejoConf
  * of several repositories, by turn (the runners their owners hold now, on their first pool's
  * backend, two reads).
  */
-async function inTurn<T extends { job: ForgejoJob; request: AssignmentRequest }>(d: Dispatcher, routed: T[]): Promise<T[]> {
+async function inTurn<T extends { job: ForgejoJob; request: AssignmentRequest }>(d: Deps, routed: T[]): Promise<T[]> {
   if (!routed.length) return [];
   const oldest = [...routed].sort((a, b) => a.job.id - b.job.id);
   const whose = (r: T) => whoseJob(r.request.job?.repository);

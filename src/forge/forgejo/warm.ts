@@ -5,7 +5,7 @@
 // job that waits its turn, by moving it: move.ts): the warm runner's record is claimed for it by
 // compare-and-set (two polls never give one runner two jobs), and the pool refills the position at once.
 import type { AssignmentRequest } from "../../model/assignment.ts";
-import type { Dispatcher, State } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../../domain/context.ts";
 import { keepsWarm, maintainPools } from "../../pools/maintain.ts";
 import { occupantOf } from "../../pools/warm-plan.ts";
 import type { AssignmentRecord } from "../../state/records.ts";
@@ -14,6 +14,9 @@ import { hasLimits, shareRules } from "../../quotas/config.ts";
 import { releaseQuota, takeQuota } from "../../quotas/limits.ts";
 import type { ForgejoJob } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 export interface WarmBinder {
   /**
@@ -32,7 +35,7 @@ export interface WarmBinder {
 export type Bound = NonNullable<AssignmentRecord["bound"]>;
 
 /** Idle warm runners of each pool, oldest first, read once per poll and handed out one by one. */
-export function createWarmBinder(d: Dispatcher): WarmBinder {
+export function createWarmBinder(d: Deps): WarmBinder {
   let idle: Promise<Map<string, string[]>> | undefined;
   const read = (state: State) =>
     (idle ??= (async () => {
@@ -106,7 +109,7 @@ export function createWarmBinder(d: Dispatcher): WarmBinder {
  * did (or an earlier call of the same binding did). Its pool refills the position at once.
  */
 export async function claimWarm(
-  d: Dispatcher,
+  d: Deps,
   state: State,
   id: string,
   bound: Bound,
@@ -122,12 +125,12 @@ export async function claimWarm(
 }
 
 /** The QUOTAS ledger a warm runner's places are taken in: none without limits that apply (or FAIR_SHARE off). */
-export function quotaLedgerOf(d: Dispatcher, state: State) {
+export function quotaLedgerOf(d: Deps, state: State) {
   return d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
 }
 
 /** Gives back the QUOTAS places taken under warm runner `id` for a job of `repository`, where a ledger is kept. */
-export async function releaseWarmPlaces(d: Dispatcher, id: string, repository: string | undefined): Promise<void> {
+export async function releaseWarmPlaces(d: Deps, id: string, repository: string | undefined): Promise<void> {
   if (!d.config.fairShare || !hasLimits(d.config.quotas)) return;
   await d.withState((state) => releaseQuota(state.quotas, id, repository));
 }

@@ -1,7 +1,7 @@
 // Gitea behind the Forge interface: registration over the runner protocol with a registration
 // token (identity.ts), the sweep for missed webhooks and stale runners (sweep.ts), and runner
 // deletion over REST. Behaviour is what the dispatcher did itself before Forgejo joined.
-import type { Dispatcher } from "../../domain/context.ts";
+import type { Context } from "../../domain/context.ts";
 import type { Forge } from "../../domain/forge.ts";
 import type { GiteaClient } from "./client.ts";
 import type { GiteaConfig } from "./config.ts";
@@ -11,8 +11,8 @@ import { sweepGitea } from "./sweep.ts";
 import { keepClient } from "./client-of.ts";
 import { stillWaiting } from "./stale.ts";
 
-export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () => number): Forge<Dispatcher> {
-  return keepClient<Forge<Dispatcher>>(gitea, {
+export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () => number): Forge<Context> {
+  return keepClient<Forge<Context>>(gitea, {
     kind: "gitea",
     async identity(assignment, labels, record, reserved, pool) {
       // A warm runner has no job to follow: it is registered where its pool says (config.ts checks one is said).

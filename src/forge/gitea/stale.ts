@@ -1,9 +1,12 @@
 // A queued delivery older than the record that would deduplicate it may be a captured one,
 // replayed: only Gitea can say whether its job is still queued.
-import type { Dispatcher } from "../../domain/context.ts";
+import type { Basics, ForgeAccess, Settings } from "../../domain/context.ts";
 import { giteaClientOf } from "./client-of.ts";
 import { Unavailable } from "../../model/errors.ts";
 import { RECORD_TTL_MS } from "../../nats/layout.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & ForgeAccess & Settings<"gitea">;
 
 /**
  * Why a queued delivery is not to be trusted, or undefined. A job older than its record's TTL may
@@ -11,7 +14,7 @@ import { RECORD_TTL_MS } from "../../nats/layout.ts";
  * say whether it is still queued (the sweep does the same for jobs whose webhook was lost).
  */
 export async function staleReplay(
-  d: Dispatcher,
+  d: Deps,
   job: { id: number; run_attempt?: number | undefined; created_at?: string | undefined },
   repository: string,
 ): Promise<string | undefined> {

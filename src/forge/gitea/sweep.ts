@@ -1,7 +1,7 @@
 // The cron side of the Gitea integration. Gitea sends each webhook once and never retries, so
 // every tick (1) publishes assignments for queued jobs that have none, and (2) deletes runners we
 // registered that no assignment needs any more, in Gitea and at the backend.
-import type { Dispatcher, State } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, State, StoreAccess } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import type { Admission } from "../../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../../state/records.ts";
@@ -11,6 +11,9 @@ import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+
 const PAGE_LIMIT = 50;
 
 export interface SweepSummary {
@@ -19,7 +22,7 @@ export interface SweepSummary {
   disabled: boolean;
 }
 
-export async function sweepGitea(d: Dispatcher, client: GiteaClient, { records, admission }: State): Promise<SweepSummary> {
+export async function sweepGitea(d: Deps, client: GiteaClient, { records, admission }: State): Promise<SweepSummary> {
   const summary: SweepSummary = { recovered: 0, runnersDeleted: 0, disabled: false };
   const gitea = d.config.gitea;
   if (!gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
@@ -34,7 +37,7 @@ export async function sweepGitea(d: Dispatcher, client: GiteaClient, { records, 
   return summary;
 }
 
-async function recoverJobs(d: Dispatcher, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
+async function recoverJobs(d: Deps, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
   for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
     const { jobs } = await client.listQueuedJobs(page, PAGE_LIMIT);
     for (const job of jobs) {
@@ -59,7 +62,7 @@ async function recoverJobs(d: Dispatcher, client: GiteaClient, records: RecordSt
   }
 }
 
-async function cleanRunners(d: Dispatcher, client: GiteaClient, records: RecordStore, admission: Admission, summary: SweepSummary) {
+async function cleanRunners(d: Deps, client: GiteaClient, records: RecordStore, admission: Admission, summary: SweepSummary) {
   const gitea = d.config.gitea!;
   const reservations = new Map<Backend, Promise<Set<string>>>();
   const registering = (backend: Backend) => {

@@ -1,6 +1,6 @@
 // Gitea `workflow_job` deliveries, after the signature was checked on the raw bytes.
 import { z } from "zod";
-import type { Dispatcher } from "../../domain/context.ts";
+import type { BackendAccess, Basics, ForgeAccess, Settings, StoreAccess } from "../../domain/context.ts";
 import type { Backend } from "../../nats/names.ts";
 import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch } from "../../domain/operations.ts";
 import type { RunnerAt } from "./client.ts";
@@ -14,6 +14,9 @@ import { routeJob } from "../../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob, runnerAt } from "../../state/records.ts";
+
+/** What this module's steps are given (domain/context.ts). */
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
 const id = z.number().int().nonnegative();
 export const workflowJobPayload = z.looseObject({
@@ -93,7 +96,7 @@ export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository
 }
 
 /** Publishes the assignment of a queued job; undefined when no route matches it. */
-export async function publishJob(d: Dispatcher, job: ListedJob, repository: string, opts: PublishOptions = {}): Promise<Published | undefined> {
+export async function publishJob(d: Deps, job: ListedJob, repository: string, opts: PublishOptions = {}): Promise<Published | undefined> {
   const request = jobAssignment(d.config.pools, job, repository);
   if (!request) {
     d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined });
@@ -102,7 +105,7 @@ export async function publishJob(d: Dispatcher, job: ListedJob, repository: stri
   return publishAssignment(d, request, opts);
 }
 
-export async function handleWorkflowJob(d: Dispatcher, payload: WorkflowJobPayload, opts: PublishOptions = {}): Promise<WebhookOutcome> {
+export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, opts: PublishOptions = {}): Promise<WebhookOutcome> {
   const gitea = d.config.gitea!;
   const job = payload.workflow_job;
   const named = job.runner_name ?? undefined;
@@ -185,7 +188,7 @@ function tombstoneOf(pools: readonly Pool[], job: WorkflowJobPayload["workflow_j
 }
 
 /** Gitea does not retry a delivery, so what we do not act on is answered 200 and logged. */
-function ignore(d: Dispatcher, reason: string, assignment = "-"): WebhookOutcome {
+function ignore(d: Deps, reason: string, assignment = "-"): WebhookOutcome {
   d.sink.event({ event: "webhook_ignored", assignment, backend: undefined, reason });
   return { status: 200, body: { ignored: reason } };
 }
@@ -193,7 +196,7 @@ function ignore(d: Dispatcher, reason: string, assignment = "-"): WebhookOutcome
 const MISMATCH = "runner mismatch";
 
 /** A refused claim or completion becomes the reason it is ignored; anything else propagates. */
-function refusal(d: Dispatcher, id: string) {
+function refusal(d: Deps, id: string) {
   return (err: unknown): string => {
     if (err instanceof RunnerMismatch) {
       d.sink.event({ event: "runner_mismatch", assignment: id, backend: undefined, reason: err.message });
