@@ -1,7 +1,7 @@
 // Carrying out a verdict's effects: all of its record changes (and a new runner identity) in one
 // compare-and-set write, then the slot release and the teardown it calls for.
 import type { Effect } from "./decide.ts";
-import { SETTLED_STATES } from "../nats/names.ts";
+import { isWaiting, type In, type Waiting } from "../state/transitions.ts";
 import { isRetryable } from "../state/kv.ts";
 import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
 import { waitEntryOf } from "./admit-waiting.ts";
@@ -23,25 +23,9 @@ export async function applyEffects(
     const { pool, backend } = p.placement ?? {};
     if (pool !== undefined && backend !== undefined && !next.placement) next = { ...next, placement: { pool, backend } };
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
-    if (!SETTLED_STATES.has(next.state)) {
-      for (const effect of effects) {
-        if (effect === "mark_waiting" && next.state !== "capacity_wait") next = { ...next, state: "capacity_wait" };
-        if (effect === "mark_quota_wait" && next.state !== "quota_wait") next = { ...next, state: "quota_wait" };
-        if (effect === "mark_pending" && (next.state !== "backend_pending" || !next.askedAt))
-          next = { ...next, state: "backend_pending", askedAt: next.askedAt ?? at };
-        if (effect === "mark_ready" && (next.state !== "backend_ready" || !next.readyAt)) {
-          next = { ...next, state: "backend_ready", readyAt: next.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
-        }
-        if (effect === "forget_ready_and_teardown" || effect === "boot_retry") {
-          const { readyAt: _forgotten, askedAt: _restarted, ...rest } = next;
-          next = { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (next.bootAttempts ?? 0) + 1 } : {}) };
-        }
-        if (effect === "end_unneeded") next = { ...next, state: "terminated", terminatedAt: at, reason: "its job started on another runner" };
-        if (effect === "give_up_boot") {
-          const bootAttempts = (next.bootAttempts ?? 0) + 1;
-          next = { ...next, state: "terminated", terminatedAt: at, reason: `its runner did not boot in ${bootAttempts} attempts`, gaveUpAt: at, bootAttempts };
-        }
-      }
+    for (const effect of effects) {
+      if (!isWaiting(next)) break;
+      next = stateAfter(next, effect, at, holdUntil);
     }
     return next === r ? undefined : next;
   };
@@ -96,5 +80,34 @@ async function retryUnavailable<T>(fn: (attempt: number) => Promise<T>, now: () 
       if (!isRetryable(err) || now() + pause > until) throw err;
       await new Promise((r) => setTimeout(r, pause));
     }
+  }
+}
+
+/** The record after one of the decision's effects on a record whose runner still waits: itself where the effect changes nothing of it. */
+function stateAfter(r: In<Waiting>, effect: Effect, at: string, holdUntil: number | undefined): AssignmentRecord {
+  switch (effect) {
+    case "mark_waiting":
+      return r.state === "capacity_wait" ? r : { ...r, state: "capacity_wait" };
+    case "mark_quota_wait":
+      return r.state === "quota_wait" ? r : { ...r, state: "quota_wait" };
+    case "mark_pending":
+      return r.state === "backend_pending" && r.askedAt ? r : { ...r, state: "backend_pending", askedAt: r.askedAt ?? at };
+    case "mark_ready":
+      return r.state === "backend_ready" && r.readyAt
+        ? r
+        : { ...r, state: "backend_ready", readyAt: r.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
+    case "forget_ready_and_teardown":
+    case "boot_retry": {
+      const { readyAt: _forgotten, askedAt: _restarted, ...rest } = r;
+      return { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (r.bootAttempts ?? 0) + 1 } : {}) };
+    }
+    case "end_unneeded":
+      return { ...r, state: "terminated", terminatedAt: at, reason: "its job started on another runner" };
+    case "give_up_boot": {
+      const bootAttempts = (r.bootAttempts ?? 0) + 1;
+      return { ...r, state: "terminated", terminatedAt: at, reason: `its runner did not boot in ${bootAttempts} attempts`, gaveUpAt: at, bootAttempts };
+    }
+    default:
+      return r;
   }
 }

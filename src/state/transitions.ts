@@ -17,15 +17,29 @@ export interface Stepped {
 
 const FROM = new Map<TransitionName, ReadonlySet<AssignmentState>>(TRANSITIONS.map((t) => [t.name, new Set<AssignmentState>(t.from)]));
 
+/** The states transition `N` starts from. */
+type FromOf<N extends TransitionName> = Extract<(typeof TRANSITIONS)[number], { name: N }>["from"][number];
+/** A record standing in one of the states `S`. */
+export type In<S extends AssignmentState> = Extract<AssignmentRecord, { state: S }>;
+
 /** Whether transition `name` starts from the state `r` stands in. */
-export function startsFrom(name: TransitionName, r: AssignmentRecord): boolean {
+export function startsFrom<N extends TransitionName>(name: N, r: AssignmentRecord): r is In<FromOf<N>> {
   return FROM.get(name)!.has(r.state);
 }
 
-async function step(records: Records, id: string, name: TransitionName, when: When, write: (r: AssignmentRecord) => AssignmentRecord): Promise<Stepped> {
+async function step<N extends TransitionName>(
+  records: Records,
+  id: string,
+  name: N,
+  when: When,
+  write: (r: In<FromOf<N>>) => AssignmentRecord,
+): Promise<Stepped> {
   let changed = false;
   // `when` first: a caller that notes what it saw hears of every read, also of one this transition does not start from.
-  const record = await records.update(id, (r) => ((changed = when(r) && startsFrom(name, r)) ? write(r) : undefined));
+  const record = await records.update(id, (r) => {
+    changed = when(r) && startsFrom(name, r);
+    return changed && startsFrom(name, r) ? write(r) : undefined;
+  });
   return { record, changed };
 }
 
@@ -63,7 +77,7 @@ export function complete(records: Records, id: string, { at, when = always }: { 
 /** revive: a moved job's end undone (its warm runner did not take it); a registration stored while it was ended is not kept. */
 export function revive(records: Records, id: string, when: When): Promise<Stepped> {
   return step(records, id, "revive", when, (r) => {
-    const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, ...waiting } = r;
+    const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, claimedAt: _c, ...waiting } = r;
     return { ...waiting, state: "capacity_wait" };
   });
 }
@@ -76,8 +90,13 @@ export function startOver(records: Records, id: string, { at, when }: { at: stri
   });
 }
 
-/** Where a runner's identity may be forgotten: its runner was asked for, and has not taken a job. */
-const FORGETTABLE: ReadonlySet<AssignmentState> = new Set(["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready"]);
+/** States in which its runner was asked for (or is about to be) and has not taken a job: the machine's WAITING. */
+export type Waiting = "received" | "capacity_wait" | "quota_wait" | "backend_pending" | "backend_ready";
+
+/** Whether `r`'s runner waits for a job: no runner took it, and it did not end. */
+export function isWaiting(r: AssignmentRecord): r is In<Waiting> {
+  return WAITING.has(r.state);
+}
 
 /**
  * Forgets runner `runnerId`'s identity (the forge no longer has it, or it outlived its claim
@@ -87,8 +106,8 @@ const FORGETTABLE: ReadonlySet<AssignmentState> = new Set(["received", "capacity
 export async function forgetRunner(records: Records, id: string, runnerId: number, when: When = always): Promise<Stepped> {
   let changed = false;
   const record = await records.update(id, (r) => {
-    changed = r.runner?.id === runnerId && FORGETTABLE.has(r.state) && when(r);
-    if (!changed) return undefined;
+    changed = r.runner?.id === runnerId && isWaiting(r) && when(r);
+    if (!changed || !isWaiting(r)) return undefined;
     const { runner: _gone, readyAt: _stale, ...rest } = r;
     return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
   });

@@ -75,3 +75,9 @@ export function memoryRecords(initial: AssignmentRecord[] = []) {
     },
   };
 }
+
+/**
+ * A record as a test writes it by hand, standing for another writer (or a stored record of
+ * another shape): the types of a record's standing are not asked of it.
+ */
+export const written = (r: object): AssignmentRecord => r as AssignmentRecord;

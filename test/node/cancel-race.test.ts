@@ -2,6 +2,7 @@
 // out only when it stores the runner it registered. Against the real nats-server, with the end
 // injected into the record store right after the pass's read (the workerd gitea test covers a
 // cancel during the registration itself).
+import { written } from "../harness/memory.ts";
 import { describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/model/assignment.ts";
 import { loadConfig } from "../../src/app/config.ts";
@@ -24,7 +25,7 @@ const endedAfterRead =
       ...state.records,
       getMany: async (ids) => {
         const read = await state.records.getMany(ids);
-        for (const id of ids) await state.records.update(id, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason }));
+        for (const id of ids) await state.records.update(id, (r) => written({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason }));
         return read;
       },
     },
@@ -95,13 +96,15 @@ describe("a runner past its claim timeout whose job Gitea cannot be asked about"
     const longAgo = new Date(Date.now() - 60_000).toISOString();
     await d.withState(async ({ records }) => {
       await records.offer(a);
-      await records.update(id, (r) => ({
-        ...r,
-        state: "backend_ready",
-        askedAt: longAgo,
-        readyAt: longAgo,
-        runner: { id: 9, name: `gdr-${id}`, registeredAt: longAgo, sealed: "x" },
-      }));
+      await records.update(id, (r) =>
+        written({
+          ...r,
+          state: "backend_ready",
+          askedAt: longAgo,
+          readyAt: longAgo,
+          runner: { id: 9, name: `gdr-${id}`, registeredAt: longAgo, sealed: "x" },
+        }),
+      );
     });
     await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(a), { msgID: id }));
     events.length = 0;

@@ -1,6 +1,7 @@
 // One Forgejo poll (forge/forgejo/poller.ts) over a stubbed client and an in-memory store of what
 // earlier polls saw, against the real nats-server: the decisions a poll makes, each with its near
 // miss, without a workerd scenario.
+import { written } from "../harness/memory.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
@@ -48,12 +49,14 @@ describe("a claimed Forgejo job that left the list while its runner is still the
     const id = "forgejo-41-1";
     await d.withState(async ({ records }) => {
       await records.offer({ ...assignment(id), job: { id: 41, runId: 0, attempt: 1, repository: "id-2/id-7" } });
-      await records.update(id, (r) => ({
-        ...r,
-        state: "claimed",
-        claimedAt: new Date(clock).toISOString(),
-        runner: { id: 5, name: `gdr-${id}`, registeredAt: new Date(clock).toISOString(), sealed: "x" },
-      }));
+      await records.update(id, (r) =>
+        written({
+          ...r,
+          state: "claimed",
+          claimedAt: new Date(clock).toISOString(),
+          runner: { id: 5, name: `gdr-${id}`, registeredAt: new Date(clock).toISOString(), sealed: "x" },
+        }),
+      );
     });
     const store = memoryStore([{ id, job: 41, attempt: 1, handle: "h", claimed: true }]);
     const stateOf = async () => (await d.withState(({ records }) => records.get(id)))?.state;
@@ -105,15 +108,17 @@ async function idleWarm(d: Dispatcher, config: Config, n: number, tag = "x", fir
         createdAt: now,
       });
       expect(await state.admission.acquire("pod", id)).toBe(true);
-      await state.records.update(id, (r) => ({
-        ...r,
-        warm: true,
-        state: "backend_ready",
-        readyAt: now,
-        askedAt: now,
-        placement: { pool: "small", backend: "pod" },
-        runner: { id: 100 + i, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) },
-      }));
+      await state.records.update(id, (r) =>
+        written({
+          ...r,
+          warm: true,
+          state: "backend_ready",
+          readyAt: now,
+          askedAt: now,
+          placement: { pool: "small", backend: "pod" },
+          runner: { id: 100 + i, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) },
+        }),
+      );
       await state.warm.put("small", i, id, 0);
       ids.push(id);
     }
@@ -128,7 +133,7 @@ async function holding(d: Dispatcher, owner: number, repo: number, n: number) {
       const id = `forgejo-held-${owner}-${i}`;
       await state.records.offer({ ...assignment(id), job: { id: 900 + i, runId: 0, attempt: 1, repository: `id-${owner}/id-${repo}` } });
       await state.admission.acquire("pod", id);
-      await state.records.update(id, (r) => ({ ...r, state: "claimed" }));
+      await state.records.update(id, (r) => written({ ...r, state: "claimed" }));
     }
   });
 }
@@ -247,7 +252,7 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     // Its warm runner is gone meanwhile; the handle still names it.
     failing = false;
     await createDispatcher({ config, sink: silent }).withState(({ records }) =>
-      records.update(w!, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })),
+      records.update(w!, (r) => written({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" })),
     );
     clock = Date.now();
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ bound: 0, published: 0 });
@@ -312,15 +317,17 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("a job whose turn a pass tried while the backend was full (chosen) moves all the same; near misses: one whose runner was asked for, or registered, is not moved", async () => {
     const { config, client, d, plain, store, w } = await waitingThenWarm();
-    await plain.withState(({ records }) => records.update("forgejo-44-1", (r) => ({ ...r, state: "capacity_wait", chosen: true })));
+    await plain.withState(({ records }) => records.update("forgejo-44-1", (r) => written({ ...r, state: "capacity_wait", chosen: true })));
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
     expect((await recordOf(plain, w))?.bound?.job).toBe(44);
 
     const other = await waitingThenWarm();
     await other.plain.withState(async ({ records }) => {
-      await records.update("forgejo-44-1", (r) => ({ ...r, state: "backend_pending" }));
+      await records.update("forgejo-44-1", (r) => written({ ...r, state: "backend_pending" }));
       // Unadmitted, but with a runner registered for it: its own runner is on its way.
-      await records.update("forgejo-41-1", (r) => ({ ...r, runner: { id: 7, name: "gdr-forgejo-41-1", registeredAt: new Date().toISOString(), sealed: "x" } }));
+      await records.update("forgejo-41-1", (r) =>
+        written({ ...r, runner: { id: 7, name: "gdr-forgejo-41-1", registeredAt: new Date().toISOString(), sealed: "x" } }),
+      );
     });
     expect(await pollForgejo(other.d, other.client, other.config.forgejo!, other.store)).toMatchObject({ moved: 1 });
     expect((await recordOf(other.plain, other.w))?.bound?.job).toBe(42);
@@ -337,12 +344,14 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
         update: async (id, change) => {
           if (racing && id === "forgejo-44-1") {
             racing = false;
-            await s.records.update(id, (r) => ({
-              ...r,
-              state: "backend_pending",
-              askedAt: new Date().toISOString(),
-              runner: { id: 8, name: "gdr-forgejo-44-1", registeredAt: new Date().toISOString(), sealed: "x" },
-            }));
+            await s.records.update(id, (r) =>
+              written({
+                ...r,
+                state: "backend_pending",
+                askedAt: new Date().toISOString(),
+                runner: { id: 8, name: "gdr-forgejo-44-1", registeredAt: new Date().toISOString(), sealed: "x" },
+              }),
+            );
           }
           return s.records.update(id, change);
         },
@@ -366,7 +375,7 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     const { config, client, d, plain, store, w, events } = await waitingThenWarm();
     // A pass gave it its turn: chosen, a slot, its message to come.
     await plain.withState(async ({ records, admission }) => {
-      await records.update("forgejo-44-1", (r) => ({ ...r, chosen: true }));
+      await records.update("forgejo-44-1", (r) => written({ ...r, chosen: true }));
       expect(await admission.acquire("pod", "forgejo-44-1")).toBe(true);
     });
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 1 });
@@ -445,7 +454,7 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
     dying = false;
     // Its warm runner is recycled meanwhile: nothing to move to.
     await plain.withState(({ records }) =>
-      records.update(w, (r) => ({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" })),
+      records.update(w, (r) => written({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "idle_recycled" })),
     );
     expect(await pollForgejo(d, client, config.forgejo!, store)).toMatchObject({ moved: 0 });
     expect(await held()).toEqual(new Map([["id-9", 0]]));
@@ -497,7 +506,7 @@ describe("reviveMoved", () => {
     const ended = (id: string, extra: Partial<AssignmentRecord>) =>
       d.withState(async ({ records }) => {
         await records.offer(assignment(id));
-        await records.update(id, (r) => ({ ...r, state: "terminated", terminatedAt: at, reason: "x", ...extra }));
+        await records.update(id, (r) => written({ ...r, state: "terminated", terminatedAt: at, reason: "x", ...extra }));
       });
     await ended("forgejo-1-1", {});
     expect(await reviveMoved(d, "forgejo-1-1")).toBe(false);

@@ -1,5 +1,6 @@
 import { InvalidInput } from "../../src/model/errors.ts";
 import { describe, expect, inject, it, vi } from "vitest";
+import { written } from "../harness/memory.ts";
 import { ConfigError, loadConfig } from "../../src/app/config.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { createGiteaClient, TOKEN_TTL_MS, type TokenCache } from "../../src/forge/gitea/client.ts";
@@ -72,18 +73,19 @@ describe("webhook payloads", () => {
 describe("cleanup verdict", () => {
   const now = Date.parse("2026-11-30T12:00:00Z");
   const limits = { claimTimeoutMs: 240_000, graceMs: 300_000 };
-  const rec = (state: AssignmentRecord["state"], runnerId: number | undefined, registeredMsAgo = 0): AssignmentRecord => ({
-    id: "gitea-1-1",
-    backend: "pod",
-    contentHash: "h",
-    state,
-    createdAt: "",
-    receivedAt: "",
-    updatedAt: "",
-    ...(runnerId === undefined
-      ? {}
-      : { runner: { id: runnerId, name: "gdr-gitea-1-1", sealed: "", registeredAt: new Date(now - registeredMsAgo).toISOString() } }),
-  });
+  const rec = (state: AssignmentRecord["state"], runnerId: number | undefined, registeredMsAgo = 0): AssignmentRecord =>
+    written({
+      id: "gitea-1-1",
+      backend: "pod",
+      contentHash: "h",
+      state,
+      createdAt: "",
+      receivedAt: "",
+      updatedAt: "",
+      ...(runnerId === undefined
+        ? {}
+        : { runner: { id: runnerId, name: "gdr-gitea-1-1", sealed: "", registeredAt: new Date(now - registeredMsAgo).toISOString() } }),
+    });
   it.each([
     ["no record", null, "delete"],
     ["completed", rec("completed", 7), "delete"],

@@ -1,4 +1,5 @@
 // Against the real nats-server: publish dedup, offers, admission under concurrency, provisioning.
+import { written } from "../harness/memory.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import fc from "fast-check";
@@ -154,9 +155,9 @@ describe("JetStream handoff against nats-server", () => {
     await d.withState(async ({ records }) => {
       await records.offer(assignment("s-1"));
       const stale = (await records.getMany(["s-1"])).get("s-1")!;
-      await records.update("s-1", (r) => ({ ...r, state: "claimed" }));
+      await records.update("s-1", (r) => written({ ...r, state: "claimed" }));
       // mark_ready as the reconciler applies it: never over a claim it can see.
-      const markReady = (r: AssignmentRecord) => (r.state === "claimed" ? undefined : { ...r, state: "backend_ready" as const });
+      const markReady = (r: AssignmentRecord) => (r.state === "claimed" ? undefined : written({ ...r, state: "backend_ready" }));
       expect((await records.updateFrom(stale, markReady))?.value.state).toBe("claimed");
       expect((await records.get("s-1"))?.state).toBe("claimed");
     });

@@ -1,6 +1,7 @@
 // Pool maintenance run by many isolates at once, against the real nats-server: the warm positions'
 // compare-and-set keeps the warm runners at the target, never above, whatever number of passes
 // race; vacancies left by runners that took a job are filled once each.
+import { written } from "../harness/memory.ts";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig, type Config } from "../../src/app/config.ts";
 import { createDispatcher, type State } from "../../src/app/dispatcher.ts";
@@ -28,7 +29,7 @@ async function race(config: Config, n: number): Promise<string[]> {
   return filled;
 }
 
-const claimedNow = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date().toISOString() });
+const claimedNow = (r: AssignmentRecord): AssignmentRecord => written({ ...r, state: "claimed", claimedAt: new Date().toISOString() });
 const job = (id: string) => ({
   version: 1 as const,
   id,
@@ -50,7 +51,7 @@ describe("pool maintenance from many isolates at once", () => {
     expect(await race(config, 12)).toEqual([]);
     // Two of them take a job: exactly two new ones, whoever sees the vacancies.
     await createDispatcher({ config, sink: silent }).withState(async ({ records }) => {
-      for (const id of first.slice(0, 2)) await records.update(id, (r) => ({ ...r, state: "claimed" }));
+      for (const id of first.slice(0, 2)) await records.update(id, (r) => written({ ...r, state: "claimed" }));
     });
     const second = await race(config, 12);
     expect(second).toHaveLength(2);
@@ -69,7 +70,9 @@ describe("pool maintenance from many isolates at once", () => {
     const d = createDispatcher({ config, sink: silent });
     const [p0, p1, p2] = await d.withState(async (state) => (await state.warm.list()).get("small")!);
     // Position 0's runner took a job a minute ago (busy, its position free); the target drops to 2.
-    await d.withState((state) => state.records.update(p0!.id, (r) => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - 60_000).toISOString() })));
+    await d.withState((state) =>
+      state.records.update(p0!.id, (r) => written({ ...r, state: "claimed", claimedAt: new Date(Date.now() - 60_000).toISOString() })),
+    );
     const lowered = loadConfig({ ...env, RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2 }]) });
     const d2 = createDispatcher({ config: lowered, sink: silent });
     await d2.withState((state) => maintainPools(d2, state));
@@ -92,7 +95,8 @@ describe("pool maintenance from many isolates at once", () => {
       // this settling vacates it.
       const claimed =
         (ago: number) =>
-        (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "claimed", claimedAt: new Date(Date.now() - ago).toISOString() });
+        (r: AssignmentRecord): AssignmentRecord =>
+          written({ ...r, state: "claimed", claimedAt: new Date(Date.now() - ago).toISOString() });
       await state.records.update(p0!.id, claimed(60_000));
       await state.records.update(p1!.id, claimed(0));
       await state.records.offer({
@@ -132,7 +136,7 @@ describe("pool maintenance from many isolates at once", () => {
       poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], { CAPACITY_VM: 0 }),
     );
     await race(config, 1);
-    const placed = (r: AssignmentRecord): AssignmentRecord => ({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" } });
+    const placed = (r: AssignmentRecord): AssignmentRecord => written({ ...r, state: "backend_pending", placement: { pool: "small", backend: "pod" } });
     const w = await createDispatcher({ config, sink: silent }).withState(async ({ records, warm }) => {
       const [p0] = (await warm.list()).get("small")!;
       await records.update(p0!.id, claimedNow); // warm runner W took job A
@@ -190,12 +194,14 @@ describe("pool maintenance from many isolates at once", () => {
     const d = createDispatcher({ config, sink: silent, gitea });
     await d.withState(async ({ records }) => {
       await records.offer(job("gitea-5-1"));
-      await records.update("gitea-5-1", (r) => ({
-        ...r,
-        state: "backend_pending",
-        placement: { pool: "small", backend: "pod" },
-        runner: { id: 42, name: "gdr-gitea-5-1", registeredAt: new Date().toISOString(), sealed: "x" },
-      }));
+      await records.update("gitea-5-1", (r) =>
+        written({
+          ...r,
+          state: "backend_pending",
+          placement: { pool: "small", backend: "pod" },
+          runner: { id: 42, name: "gdr-gitea-5-1", registeredAt: new Date().toISOString(), sealed: "x" },
+        }),
+      );
     });
     await settleTaken(d, { own: "gitea-5-1", by: "warm-small-0-x", warm: true, pool: "small" });
     expect(await d.withState(({ records }) => records.get("gitea-5-1"))).toMatchObject({
@@ -216,12 +222,14 @@ describe("pool maintenance from many isolates at once", () => {
     const d = createDispatcher({ config, sink: silent, gitea });
     const w = await d.withState(async ({ records, warm }) => {
       const [p0] = (await warm.list()).get("small")!;
-      await records.update(p0!.id, (r) => ({
-        ...r,
-        state: "backend_ready",
-        readyAt: new Date().toISOString(),
-        runner: { id: 7, name: "gdr-w", registeredAt: new Date().toISOString(), sealed: "x" },
-      }));
+      await records.update(p0!.id, (r) =>
+        written({
+          ...r,
+          state: "backend_ready",
+          readyAt: new Date().toISOString(),
+          runner: { id: 7, name: "gdr-w", registeredAt: new Date().toISOString(), sealed: "x" },
+        }),
+      );
       return p0!.id;
     });
     // Gitea says it is idle, and its claim lands right after that answer.

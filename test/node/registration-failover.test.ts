@@ -1,6 +1,7 @@
 // One assignment, one Gitea registration, even when the record write that stores it fails (the
 // records bucket electing a leader: reads answer, writes do not). Against the real nats-server,
 // with the write failures injected into the record store.
+import { written } from "../harness/memory.ts";
 import { describe, expect, inject, it } from "vitest";
 import { encodeAssignment } from "../../src/model/assignment.ts";
 import { loadConfig, type Config } from "../../src/app/config.ts";
@@ -82,7 +83,7 @@ describe("a registration whose record write fails", () => {
         ...state.records,
         getMany: async (ids) => {
           const fresh = await state.records.getMany(ids);
-          return new Map([...fresh].map(([k, v]) => [k, { ...v, value: { ...v.value, runner: undefined, state: "backend_pending" as const } }]));
+          return new Map([...fresh].map(([k, v]) => [k, { ...v, value: written({ ...v.value, runner: undefined, state: "backend_pending" }) }]));
         },
       },
     });

@@ -3,6 +3,7 @@
 // when Gitea or Forgejo says so for that runner; a list longer than the pages read says nothing of
 // the rest. Against the real nats-server, with the forges' clients stubbed (their paging is the
 // subject here, and the fakes' lists cannot be made to shift on cue).
+import { written } from "../harness/memory.ts";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
@@ -39,13 +40,15 @@ describe("Gitea: a warm runner the list does not show", () => {
     const w = await d.withState(async (state) => {
       await maintainPools(d, state);
       const [p0] = (await state.warm.list()).get("small")!;
-      await state.records.update(p0!.id, (r) => ({
-        ...r,
-        warm: true,
-        state: "backend_ready",
-        readyAt: longAgo(),
-        runner: { id: 77, name: `gdr-${p0!.id}`, registeredAt: longAgo(), sealed: "x" },
-      }));
+      await state.records.update(p0!.id, (r) =>
+        written({
+          ...r,
+          warm: true,
+          state: "backend_ready",
+          readyAt: longAgo(),
+          runner: { id: 77, name: `gdr-${p0!.id}`, registeredAt: longAgo(), sealed: "x" },
+        }),
+      );
       return p0!.id;
     });
     const ended = await d.withState((state) => endGhosts(d, state));
@@ -79,12 +82,14 @@ describe("Forgejo: a runner an assignment waits on that the list does not show",
     const summary = await d.withState(async (state) => {
       await state.records.offer(assignment("forgejo-5-1"));
       expect(await state.admission.acquire("pod", "forgejo-5-1")).toBe(true);
-      await state.records.update("forgejo-5-1", (r) => ({
-        ...r,
-        state: "backend_ready",
-        readyAt: longAgo(),
-        runner: { id: 5, name: "gdr-forgejo-5-1", registeredAt: longAgo(), sealed: "x" },
-      }));
+      await state.records.update("forgejo-5-1", (r) =>
+        written({
+          ...r,
+          state: "backend_ready",
+          readyAt: longAgo(),
+          runner: { id: 5, name: "gdr-forgejo-5-1", registeredAt: longAgo(), sealed: "x" },
+        }),
+      );
       return cleanForgejoRunners(d, client, config.forgejo!, state);
     });
     return { forgotten: summary.forgotten, asked, runner: (await d.withState(({ records }) => records.get("forgejo-5-1")))?.runner?.id ?? null };

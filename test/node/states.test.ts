@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { describe, expect, inject, it } from "vitest";
 import { ASSIGNMENT_STATES, canTransition, TRANSITIONS } from "../../src/model/states.ts";
 import { IllegalTransition } from "../../src/model/errors.ts";
+import { written } from "../harness/memory.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { loadConfig } from "../../src/app/config.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
@@ -62,11 +63,11 @@ describe("the assignment's states", () => {
     const d = createDispatcher({ config: loadConfig(env), sink: silent });
     await d.withState(async ({ records }) => {
       await records.offer(assignment("sm-1"));
-      await records.update("sm-1", (r) => ({ ...r, state: "backend_pending" }));
-      await records.update("sm-1", (r) => ({ ...r, state: "claimed" }));
-      await expect(records.update("sm-1", (r) => ({ ...r, state: "backend_pending" }))).rejects.toThrow(IllegalTransition);
+      await records.update("sm-1", (r) => written({ ...r, state: "backend_pending" }));
+      await records.update("sm-1", (r) => written({ ...r, state: "claimed" }));
+      await expect(records.update("sm-1", (r) => written({ ...r, state: "backend_pending" }))).rejects.toThrow(IllegalTransition);
       expect((await records.get("sm-1"))?.state).toBe("claimed");
-      expect((await records.update("sm-1", (r) => ({ ...r, state: "completed" })))?.state).toBe("completed");
+      expect((await records.update("sm-1", (r) => written({ ...r, state: "completed" })))?.state).toBe("completed");
     });
   });
 });

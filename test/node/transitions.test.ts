@@ -1,6 +1,7 @@
 // The named transitions (state/transitions.ts) over in-memory records: each starts only from the
 // states its transition starts from and where the caller's guard holds as the record stands at
 // the write, not as it stood when read; a write that loses a race leaves the winner's record.
+import { written } from "../harness/memory.ts";
 import { describe, expect, it } from "vitest";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { choose, claim, complete, forgetRunner, markWarm, revive, startOver, terminate } from "../../src/state/transitions.ts";
@@ -11,16 +12,17 @@ import { memoryRecords } from "../harness/memory.ts";
 const T0 = "2026-12-01T10:00:00.000Z";
 const AT = "2026-12-01T11:00:00.000Z";
 const runner = { id: 41, name: "gdr-a1", registeredAt: T0, sealed: "x" };
-const rec = (over: Partial<AssignmentRecord> = {}): AssignmentRecord => ({
-  id: "a1",
-  backend: "pod",
-  contentHash: "h",
-  createdAt: T0,
-  receivedAt: T0,
-  updatedAt: T0,
-  state: "backend_ready",
-  ...over,
-});
+const rec = (over: Partial<Record<keyof AssignmentRecord, unknown>> = {}): AssignmentRecord =>
+  written({
+    id: "a1",
+    backend: "pod",
+    contentHash: "h",
+    createdAt: T0,
+    receivedAt: T0,
+    updatedAt: T0,
+    state: "backend_ready",
+    ...over,
+  });
 
 describe("named transitions", () => {
   it("terminate ends a waiting record once, with its reason; a completed one stays completed; the guard is asked of the record at the write", async () => {
@@ -32,7 +34,7 @@ describe("named transitions", () => {
     expect(await terminate(m.records, "done", { at: AT, reason: "late" })).toMatchObject({ changed: false, record: { state: "completed" } });
     // Read as waiting, claimed before the write: a guard "not claimed" refuses it.
     const raced = memoryRecords([rec()]);
-    raced.between("a1", (r) => ({ ...r, state: "claimed", claimedAt: AT }));
+    raced.between("a1", (r) => written({ ...r, state: "claimed", claimedAt: AT }));
     const lost = await terminate(raced.records, "a1", { at: AT, reason: "cancelled", when: (r) => r.state !== "claimed" });
     expect(lost).toMatchObject({ changed: false, record: { state: "claimed" } });
     expect(await terminate(memoryRecords().records, "nobody", { at: AT, reason: "x" })).toEqual({ record: null, changed: false });
@@ -118,7 +120,7 @@ describe("named transitions", () => {
 describe("cleaning a listed runner past its claim timeout", () => {
   const world = (raceToClaim: boolean) => {
     const m = memoryRecords([rec({ runner, readyAt: T0 })]);
-    if (raceToClaim) m.between("a1", (r) => ({ ...r, state: "claimed", claimedAt: AT }));
+    if (raceToClaim) m.between("a1", (r) => written({ ...r, state: "claimed", claimedAt: AT }));
     const done: string[] = [];
     const d = {
       config: { pools: [], claimTimeoutMs: 60_000 },
@@ -153,5 +155,28 @@ describe("cleaning a listed runner past its claim timeout", () => {
     expect(done).toEqual([]);
     expect(m.rows.get("a1")).toMatchObject({ state: "claimed", runner });
     expect(context.summary.runnersDeleted).toBe(0);
+  });
+});
+
+describe("a record's standing (typed parts)", () => {
+  it("cannot be written in an impossible combination: `npm run typecheck` fails on each line marked, and passes the near misses", () => {
+    const core = { id: "a1", backend: "pod", contentHash: "h", createdAt: T0, receivedAt: T0, updatedAt: T0 } as const;
+    // @ts-expect-error -- claimed without the time of its claim
+    const claimedNoTime: AssignmentRecord = { ...core, state: "claimed" };
+    // @ts-expect-error -- waiting with an end's reason
+    const waitingWithReason: AssignmentRecord = { ...core, state: "capacity_wait", reason: "cancelled" };
+    // @ts-expect-error -- terminated without a reason
+    const endedNoReason: AssignmentRecord = { ...core, state: "terminated", terminatedAt: AT };
+    // @ts-expect-error -- moved to a warm runner and still waiting
+    const movedWaiting: AssignmentRecord = { ...core, state: "capacity_wait", movedTo: "w1" };
+    // @ts-expect-error -- completed and terminated at once
+    const both: AssignmentRecord = { ...core, state: "completed", completedAt: AT, terminatedAt: AT, reason: "x" };
+    const nearMisses: AssignmentRecord[] = [
+      { ...core, state: "claimed", claimedAt: AT },
+      { ...core, state: "terminated", terminatedAt: AT, reason: "moved", movedTo: "w1" },
+      { ...core, state: "completed", completedAt: AT },
+      { ...core, state: "backend_ready", readyAt: AT, runner },
+    ];
+    expect([claimedNoTime, waitingWithReason, endedNoReason, movedWaiting, both, ...nearMisses].map((r) => r.state)).toHaveLength(9);
   });
 });

@@ -1,4 +1,5 @@
 // The HTTP API's refusals and health report, through app.request inside workerd.
+import { written } from "../harness/memory.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
@@ -109,7 +110,7 @@ describe("runner endpoints", () => {
     // Near misses: another assignment's token, and a terminated record, are still refused.
     await publishAssignment(d, JSON.parse(body("early-2")));
     expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(own) }, env)).status).toBe(403);
-    await d.withState((s) => s.records.update("early-2", (r) => ({ ...r, state: "terminated", reason: "cancelled" })));
+    await d.withState((s) => s.records.update("early-2", (r) => written({ ...r, state: "terminated", reason: "cancelled" })));
     const second = await claimTokenOf(env, "early-2");
     expect((await app.request("/v1/assignments/early-2/claim", { method: "POST", headers: bearer(second) }, env)).status).toBe(409);
   });
@@ -119,7 +120,7 @@ describe("runner endpoints", () => {
     const d = createDispatcher({ config: await provisionEnv(env) });
     await publishAssignment(d, JSON.parse(body("wait-1")));
     await publishAssignment(d, JSON.parse(body("wait-2")));
-    await d.withState((s) => s.records.update("wait-1", (r) => ({ ...r, state: "capacity_wait" })));
+    await d.withState((s) => s.records.update("wait-1", (r) => written({ ...r, state: "capacity_wait" })));
     const own = await claimTokenOf(env, "wait-1");
     const claim = (token: string) => app.request("/v1/assignments/wait-1/claim", { method: "POST", headers: bearer(token) }, env);
     for (const wrong of [await claimTokenOf(env, "wait-2"), own.slice(0, -1) + (own.endsWith("A") ? "B" : "A")]) expect((await claim(wrong)).status).toBe(403);

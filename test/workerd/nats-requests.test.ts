@@ -1,5 +1,6 @@
 // NATS operations per assignment, counted by a WebSocket proxy in front of the nats-server
 // (client PUB/HPUB frames: publishes, requests and acks). Deterministic, so asserted.
+import { written } from "../harness/memory.ts";
 import { expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
@@ -41,7 +42,7 @@ it.each([
         const summaries = await via(tags.provision).reconcile("test", 10_000);
         expect(summaries[0]).toMatchObject({ fetched: n, naked: n });
         await via("setup").withState(async ({ records }) => {
-          for (let i = 0; i < n; i++) await records.update(`gitea-${first + i}-1`, (r) => ({ ...r, state: "claimed" }));
+          for (let i = 0; i < n; i++) await records.update(`gitea-${first + i}-1`, (r) => written({ ...r, state: "claimed" }));
         });
         await sleep(50);
         expect((await via(tags.ack).reconcile("test", 10_000))[0]).toMatchObject({ fetched: n, acked: n });
