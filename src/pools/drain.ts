@@ -10,9 +10,11 @@ import { endRunner, WAITING } from "./end.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records">;
 
 /** True when the runner was taken away; false when it had taken a job, or was gone already. */
-export async function drainWarm(d: Deps, state: State, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
+export async function drainWarm(d: Deps, state: Stores, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
   const runner = runnerAt(record);

@@ -9,6 +9,8 @@ import { terminate } from "../state/transitions.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records">;
 
 /** States in which a runner waits for a job (asked for, booting, or up and idle): the machine's. */
 export { WAITING };
@@ -19,7 +21,7 @@ export { WAITING };
  */
 export async function endRunner(
   d: Deps,
-  state: State,
+  state: Stores,
   id: string,
   reason: string,
   when: (r: AssignmentRecord) => boolean,

@@ -12,11 +12,13 @@ import { endRunner } from "./end.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records" | "warm">;
 
 /** A runner registered this recently may not be listed yet. */
 const LISTED_AFTER_MS = 2 * 60_000;
 
-export async function endGhosts(d: Deps, state: State): Promise<number> {
+export async function endGhosts(d: Deps, state: Stores): Promise<number> {
   const forge = d.forge;
   const directory = forge?.runners;
   const list = directory?.list;

@@ -10,13 +10,15 @@ import { endRunner } from "./end.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"backends" | "pools">;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records">;
 
 /** When a runner's life began: its registration, else when it was first asked for. */
 export function bornAt(r: AssignmentRecord): number {
   return Date.parse(r.runner?.registeredAt ?? r.askedAt ?? r.receivedAt);
 }
 
-export async function enforceLifetimes(d: Deps, state: State): Promise<number> {
+export async function enforceLifetimes(d: Deps, state: Stores): Promise<number> {
   const caps = new Map(d.config.pools.map((p) => [p.name, p.maxLifetimeMs]));
   if (!caps.size) return 0;
   const holders = (await Promise.all(d.config.backends.map((b) => state.admission.holders(b.backend)))).flat();

@@ -17,6 +17,8 @@ import type { WarmSlot } from "../state/warm-slots.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records" | "warm">;
 
 export interface PoolSummary {
   pool: string;
@@ -31,7 +33,7 @@ export interface PoolSummary {
 export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
 
 /** `vacate`: warm runners that took a job whose settling runs this pass: their positions may be filled now. */
-export async function maintainPools(d: Deps, state: State, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
+export async function maintainPools(d: Deps, state: Stores, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
   const all = await state.warm.list();
   // A pool with positions left from before (a target lowered to 0, a pool removed) is maintained
   // too, down to nothing.
@@ -90,7 +92,7 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
  * below its target: it takes an empty position (compare-and-set) and its record is marked warm.
  * False when the pool is full, or the runner took a job meanwhile.
  */
-export async function adoptWarm(d: Deps, state: State, id: string, poolName: string, vacate: ReadonlySet<string> = new Set()): Promise<boolean> {
+export async function adoptWarm(d: Deps, state: Stores, id: string, poolName: string, vacate: ReadonlySet<string> = new Set()): Promise<boolean> {
   const pool = d.config.pools.find((p) => p.name === poolName);
   if (!pool) return false;
   const now = d.now();
@@ -115,7 +117,7 @@ export async function adoptWarm(d: Deps, state: State, id: string, poolName: str
 }
 
 /** Idle warm runners of each pool now: every position, and the records it points at (three requests). */
-export async function idleWarmCounts(state: State, now: number): Promise<Map<string, number>> {
+export async function idleWarmCounts(state: Stores, now: number): Promise<Map<string, number>> {
   const all = await state.warm.list();
   const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
   const counts = new Map<string, number>();

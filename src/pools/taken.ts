@@ -16,6 +16,8 @@ import { adoptWarm, maintainPools } from "./maintain.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records" | "startups" | "warm">;
 
 /** What an in_progress said: the job's own assignment, the runner's, and whether that one was warm. */
 export interface Taken {
@@ -106,7 +108,7 @@ export async function standInFor(d: Deps, own: string): Promise<string> {
 }
 
 /** The assignment standing for job `own` now: its own, or, where its runner ran another job, that job's, in turn. */
-async function standIn(state: State, own: string): Promise<AssignmentRecord | undefined> {
+async function standIn(state: Stores, own: string): Promise<AssignmentRecord | undefined> {
   let id = own;
   for (let hop = 0; hop < MAX_HOPS; hop++) {
     const r = await state.records.get(id);
@@ -118,7 +120,7 @@ async function standIn(state: State, own: string): Promise<AssignmentRecord | un
   return undefined;
 }
 
-async function adoptOrEnd(d: Deps, state: State, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
+async function adoptOrEnd(d: Deps, state: Stores, r: AssignmentRecord, by: string, vacate: ReadonlySet<string>): Promise<"busy" | "settled"> {
   // Its runner may have just taken a job whose in_progress is still on its way (webhooks come
   // concurrently): Gitea knows. A busy one is left to its claim.
   const runner = runnerAt(r);

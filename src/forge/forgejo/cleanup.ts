@@ -20,6 +20,8 @@ import type { ForgejoConfig } from "./config.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"backends" | "claimTimeoutMs" | "pools">;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records">;
 
 const PAGE_LIMIT = 50;
 /** Pages one tick reads at most: 1,000 runners of the scope. */
@@ -33,7 +35,7 @@ export interface CleanupSummary {
   forgotten: number;
 }
 
-export async function cleanForgejoRunners(d: Deps, client: ForgejoClient, cfg: ForgejoConfig, state: State): Promise<CleanupSummary> {
+export async function cleanForgejoRunners(d: Deps, client: ForgejoClient, cfg: ForgejoConfig, state: Stores): Promise<CleanupSummary> {
   const { records, admission } = state;
   const summary: CleanupSummary = { listed: false, deleted: 0, forgotten: 0 };
   const snapshots = await Promise.all(d.config.backends.map(async ({ backend }) => ({ backend, ...(await admission.snapshot(backend)) })));
@@ -85,7 +87,7 @@ export async function cleanForgejoRunners(d: Deps, client: ForgejoClient, cfg: F
 }
 
 /** Tears down the workload of a runner Forgejo no longer has and forgets its identity; its slot goes too. */
-async function forgetGone(d: Deps, { records, admission }: State, seen: AssignmentRecord): Promise<boolean> {
+async function forgetGone(d: Deps, { records, admission }: Stores, seen: AssignmentRecord): Promise<boolean> {
   const forgot = await forgetRunner(records, seen.id, seen.runner!.id, (r) => WAITING_ON_RUNNER.has(r.state));
   if (!forgot.changed) return false;
   const place = placementOf(seen);

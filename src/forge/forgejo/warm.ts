@@ -17,6 +17,8 @@ import type { ForgejoConfig } from "./config.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "handles" | "quotas" | "records" | "warm">;
 
 export interface WarmBinder {
   /**
@@ -37,7 +39,7 @@ export type Bound = NonNullable<AssignmentRecord["bound"]>;
 /** Idle warm runners of each pool, oldest first, read once per poll and handed out one by one. */
 export function createWarmBinder(d: Deps): WarmBinder {
   let idle: Promise<Map<string, string[]>> | undefined;
-  const read = (state: State) =>
+  const read = (state: Stores) =>
     (idle ??= (async () => {
       const all = await state.warm.list();
       const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
@@ -62,7 +64,7 @@ export function createWarmBinder(d: Deps): WarmBinder {
       }
       return byPool;
     })());
-  const listOf = async (state: State, pool: string) => {
+  const listOf = async (state: Stores, pool: string) => {
     const byPool = await read(state);
     if (!byPool.has(pool)) byPool.set(pool, []);
     return byPool.get(pool)!;
@@ -110,7 +112,7 @@ export function createWarmBinder(d: Deps): WarmBinder {
  */
 export async function claimWarm(
   d: Deps,
-  state: State,
+  state: Stores,
   id: string,
   bound: Bound,
   pool: string,
@@ -125,7 +127,7 @@ export async function claimWarm(
 }
 
 /** The QUOTAS ledger a warm runner's places are taken in: none without limits that apply (or FAIR_SHARE off). */
-export function quotaLedgerOf(d: Deps, state: State) {
+export function quotaLedgerOf(d: Deps, state: Stores) {
   return d.config.fairShare && hasLimits(d.config.quotas) ? state.quotas : undefined;
 }
 

@@ -13,6 +13,8 @@ import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
+/** The stores this module's steps use (domain/context.ts State). */
+type Stores = Pick<State, "admission" | "records">;
 
 const PAGE_LIMIT = 50;
 
@@ -22,7 +24,7 @@ export interface SweepSummary {
   disabled: boolean;
 }
 
-export async function sweepGitea(d: Deps, client: GiteaClient, { records, admission }: State): Promise<SweepSummary> {
+export async function sweepGitea(d: Deps, client: GiteaClient, { records, admission }: Stores): Promise<SweepSummary> {
   const summary: SweepSummary = { recovered: 0, runnersDeleted: 0, disabled: false };
   const gitea = d.config.gitea;
   if (!gitea || !gitea.apiToken || gitea.jobPages === 0) return summary;
