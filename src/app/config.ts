@@ -10,6 +10,7 @@ import { checkPools } from "../pools/check.ts";
 import { parsePools, type Pool } from "../pools/config.ts";
 import { NO_QUOTAS, parseQuotas, type Quotas } from "../quotas/config.ts";
 import type { NatsAuth } from "../nats/connection.ts";
+import type { Config } from "../domain/context.ts";
 
 export type { NatsAuth };
 
@@ -17,54 +18,61 @@ export type { BackendConfig, KubernetesConfig };
 export type { GiteaConfig } from "../forge/gitea/config.ts";
 export type { GiteaScope } from "../forge/gitea/scope.ts";
 
-/** Validated configuration. Secrets live here and nowhere else; never log this object. */
-export interface Config {
-  natsServers: string[];
-  natsAuth: NatsAuth;
-  trustDomain: string;
-  publicUrl: string;
-  stream: string;
-  subjectBase: string;
-  capacity: Record<Backend, number>;
-  /** Backends with capacity > 0, each with its driver settings. */
-  backends: BackendConfig[];
-  /** Settings of the kubernetes and kubevirt drivers, when one is in use. */
-  kubernetes: KubernetesConfig | undefined;
-  retryDelayMs: number | undefined;
-  claimTimeoutMs: number;
-  ackWaitMs: number;
-  /** JETSTREAM_REPLICAS: what /healthz expects of the stream, consumers and buckets. */
-  replicas: number;
-  reconcileBudgetMs: number;
-  leaseTtlMs: number;
-  dispatchToken: string;
-  /** Bearer token of GET /metrics; the endpoint does not exist without it. */
-  metricsToken: string | undefined;
-  /** Password of the status page (HTTP Basic, any user name); the page does not exist without it. */
-  statusToken: string | undefined;
-  /** STATUS_TOP_OWNERS: owners listed by name in /metrics, /status and /v1/status; the rest sum as `other`. */
-  statusTopOwners: number;
-  claimSigningKey: string;
-  backendTimeoutMs: number;
-  /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
-  eagerReconcile: boolean;
-  /** FORGE: where jobs come from. */
-  forge: ForgeKind;
-  /** Gitea integration; undefined when GITEA_URL is unset, or with FORGE=forgejo. */
-  gitea: GiteaConfig | undefined;
-  /** Forgejo integration (FORGE=forgejo). */
-  forgejo: ForgejoConfig | undefined;
-  /** NATS_GATEWAY*: the request path's warm connection (src/gateway/). */
-  gateway: GatewaySettings;
-  /** RUNNER_POOLS (or RUNS_ON_ROUTES as pools); none without the Gitea integration. */
-  pools: Pool[];
-  /** WARM_GRACE_MS: a new job waits this long for an idle warm runner of its pool before its own is asked for. */
-  warmGraceMs: number;
-  /** FAIR_SHARE: a full backend's free slots go by turn (quotas/), not first come first served. */
-  fairShare: boolean;
-  /** QUOTAS: limits per owner and repository, weights per owner. */
-  quotas: Quotas;
+// The configuration's fields are declared here, where it is read from the environment, into the
+// domain's Config (module augmentation, as Hono's ContextVariableMap): a step names the fields it
+// reads (Settings<K>, domain/context.ts) without the domain importing the wiring.
+declare module "../domain/context.ts" {
+  /** Validated configuration. Secrets live here and nowhere else; never log this object. */
+  interface Config {
+    natsServers: string[];
+    natsAuth: NatsAuth;
+    trustDomain: string;
+    publicUrl: string;
+    stream: string;
+    subjectBase: string;
+    capacity: Record<Backend, number>;
+    /** Backends with capacity > 0, each with its driver settings. */
+    backends: BackendConfig[];
+    /** Settings of the kubernetes and kubevirt drivers, when one is in use. */
+    kubernetes: KubernetesConfig | undefined;
+    retryDelayMs: number | undefined;
+    claimTimeoutMs: number;
+    ackWaitMs: number;
+    /** JETSTREAM_REPLICAS: what /healthz expects of the stream, consumers and buckets. */
+    replicas: number;
+    reconcileBudgetMs: number;
+    leaseTtlMs: number;
+    dispatchToken: string;
+    /** Bearer token of GET /metrics; the endpoint does not exist without it. */
+    metricsToken: string | undefined;
+    /** Password of the status page (HTTP Basic, any user name); the page does not exist without it. */
+    statusToken: string | undefined;
+    /** STATUS_TOP_OWNERS: owners listed by name in /metrics, /status and /v1/status; the rest sum as `other`. */
+    statusTopOwners: number;
+    claimSigningKey: string;
+    backendTimeoutMs: number;
+    /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
+    eagerReconcile: boolean;
+    /** FORGE: where jobs come from. */
+    forge: ForgeKind;
+    /** Gitea integration; undefined when GITEA_URL is unset, or with FORGE=forgejo. */
+    gitea: GiteaConfig | undefined;
+    /** Forgejo integration (FORGE=forgejo). */
+    forgejo: ForgejoConfig | undefined;
+    /** NATS_GATEWAY*: the request path's warm connection (src/gateway/). */
+    gateway: GatewaySettings;
+    /** RUNNER_POOLS (or RUNS_ON_ROUTES as pools); none without the Gitea integration. */
+    pools: Pool[];
+    /** WARM_GRACE_MS: a new job waits this long for an idle warm runner of its pool before its own is asked for. */
+    warmGraceMs: number;
+    /** FAIR_SHARE: a full backend's free slots go by turn (quotas/), not first come first served. */
+    fairShare: boolean;
+    /** QUOTAS: limits per owner and repository, weights per owner. */
+    quotas: Quotas;
+  }
 }
+
+export type { Config };
 
 export interface GatewaySettings {
   enabled: boolean;

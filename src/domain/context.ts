@@ -3,7 +3,6 @@
 // none of them imports the module that imports them.
 import type { Assignment } from "../model/assignment.ts";
 import type { PreparedRequest, RunnerBackend } from "./backend.ts";
-import type { Config } from "../app/config.ts";
 import type { BatchSummary, EventSink } from "../model/events.ts";
 import type { Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
@@ -69,6 +68,14 @@ export interface BackendAccess {
 export interface ForgeAccess {
   forge: Forge<Context> | undefined;
 }
+
+/**
+ * The validated configuration. Its fields are declared where it is read from the environment
+ * (app/config.ts augments this interface), so that the domain names it without importing the
+ * wiring; a step says which fields it reads with Settings<K>.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- filled in by app/config.ts
+export interface Config {}
 
 /** The settings a step reads: `K`, the fields of the configuration it needs. */
 export interface Settings<K extends keyof Config = keyof Config> {
