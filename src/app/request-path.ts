@@ -1,6 +1,6 @@
 // What a request asks of NATS, apart from where the connection lives: on the invocation's own
 // connection (directPath), or in the gateway Durable Object on its warm one (gateway/client.ts).
-import type { Dispatcher, ReconcileOptions } from "../domain/context.ts";
+import type { Context, Passes, ReconcileOptions } from "../domain/context.ts";
 import type { BatchSummary } from "../model/events.ts";
 import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "../forge/gitea/webhook.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "../domain/operations.ts";
@@ -27,14 +27,14 @@ export interface RequestPath {
   complete(id: string, incarnation: string): Promise<Completed>;
   /** A `workflow_job` delivery whose signature and shape were checked; like publish, it may leave a `record`. */
   webhook(payload: WorkflowJobPayload): Promise<WebhookOutcome>;
-  /** A pass right after a request (see Dispatcher.reconcile). */
+  /** A pass right after a request (see Passes.reconcile). */
   reconcile(trigger: string, budgetMs: number, opts: ReconcileOptions): Promise<BatchSummary[]>;
   /** Set when this is not the path the configuration asks for (and why), for /healthz to say. */
   readonly degraded?: string;
 }
 
 /** The request path on the dispatcher's own connection. */
-export function directPath(d: Dispatcher): RequestPath {
+export function directPath(d: Context & Passes): RequestPath {
   return {
     publish: (body) => publishAssignment(d, body, { recordLater: true }),
     record: (assignment) => recordAssignment(d, assignment),

@@ -88,13 +88,24 @@ export interface Settings<K extends keyof Config = keyof Config> {
  */
 export type Context = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
 
-/** The dispatcher the wiring builds (app/dispatcher.ts): the context, and the invocation's own work. */
-export interface Dispatcher extends Basics, StoreAccess, BackendAccess, ForgeAccess, Settings {
-  /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
-  close(): Promise<void>;
-  runnerRequest: (assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement) => Promise<PreparedRequest>;
+/** The passes an invocation runs. */
+export interface Passes {
   /** Reconciles the given backends (default: every enabled one) within `budgetMs`. */
   reconcile(trigger: string, budgetMs: number, opts?: ReconcileOptions): Promise<BatchSummary[]>;
-  /** A cron tick: the Gitea sweep (missed deliveries, stale runners), then reconciliation. */
+  /** A cron tick: the forge's work (Gitea's sweep, Forgejo's cleanup), then reconciliation. */
   tick(trigger: string): Promise<BatchSummary[]>;
+}
+
+/** The end of an invocation's work. */
+export interface Lifetime {
+  /** Drains the shared connection, if one was opened. Call once the invocation's work is done. */
+  close(): Promise<void>;
+}
+
+/** What the faces (http/, gateway/) are handed by the wiring: the context, its passes and its end. */
+export type Invocation = Context & Passes & Lifetime;
+
+/** The dispatcher the wiring builds (app/dispatcher.ts): what the faces are handed, and how the passes ask for a runner. */
+export interface Dispatcher extends Basics, StoreAccess, BackendAccess, ForgeAccess, Settings, Passes, Lifetime {
+  runnerRequest: (assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement?: Placement) => Promise<PreparedRequest>;
 }

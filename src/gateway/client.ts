@@ -1,7 +1,7 @@
 // The request path through the gateway: one RPC per request to one of NATS_GATEWAY_SHARDS objects.
 // When the object itself cannot be reached, the invocation does the call on its own connection:
 // every call is idempotent, so one that may have half-run in the object is safe to make again.
-import type { Dispatcher } from "../domain/context.ts";
+import type { Context, Passes } from "../domain/context.ts";
 import { deadlineFor, REQUEST_TIMEOUT_MS } from "../nats/connection.ts";
 import { directPath, type PathOp, type RequestPath } from "../app/request-path.ts";
 import { CALL_DEADLINE_MS, type NatsGateway } from "./object.ts";
@@ -16,7 +16,7 @@ export const GATEWAY_BINDING = "NATS_GATEWAY_DO";
 /** Beyond the object's own deadline: time for the RPC itself before the object counts as unreachable. */
 const RPC_SLACK_MS = 1_000;
 
-export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Dispatcher): RequestPath {
+export function gatewayPath(ns: DurableObjectNamespace<NatsGateway>, d: Context & Passes): RequestPath {
   const direct = directPath(d);
   const { shards, location } = d.config.gateway;
   const stubFor = (key: string) => ns.get(ns.idFromName(gatewayName(shardOf(key, shards))), location ? { locationHint: location } : undefined);

@@ -2,7 +2,7 @@
 import { Hono } from "hono";
 import { MAX_ASSIGNMENT_BYTES } from "../model/assignment.ts";
 import { ConfigError } from "../app/config.ts";
-import type { Dispatcher } from "../domain/context.ts";
+import type { Invocation } from "../domain/context.ts";
 import { giteaRunnerOf, parseId } from "../domain/operations.ts";
 import { releaseRunner } from "../domain/teardown.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
@@ -30,9 +30,9 @@ export const EAGER_BUDGET_MS = 5_000;
 
 export interface AppDeps {
   /** Builds the dispatcher of one request from the Worker's environment (throws ConfigError). */
-  dispatcher(env: unknown): Dispatcher;
+  dispatcher(env: unknown): Invocation;
   /** Where the request path's NATS work runs; default: on the dispatcher's own connection. */
-  path?(d: Dispatcher, env: unknown): RequestPath;
+  path?(d: Invocation, env: unknown): RequestPath;
   /** Where unauthenticated /healthz answers are kept; default: one cache per app (per isolate). */
   health?: HealthCache;
 }
@@ -185,7 +185,7 @@ export function createApp(deps: AppDeps) {
   return app;
 }
 
-function reconcileSoon(c: AppContext, d: Dispatcher, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
+function reconcileSoon(c: AppContext, d: Invocation, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;
   // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
   // waiting for capacity (1 to 3 s, spread at random: wait for the longest). Wait for them, so that
