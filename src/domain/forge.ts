@@ -71,6 +71,8 @@ export interface Forge<Ctx = unknown> {
   listsAtHome(scope: string | undefined): boolean;
   /** Whether a runner registered at `scope` may stand as a warm runner of a pool registered at `poolScope` (it would see that pool's jobs). */
   fitsWarm(scope: string | undefined, poolScope: string | undefined): boolean;
+  /** The forge's jobs are found by a poller whose health is kept (state/forge-health.ts) and shown in /metrics and /v1/status. */
+  readonly polled: boolean;
   /** Whether the forge still has job `id` of `repository` waiting for a runner (or about to again); absent where it cannot be asked. */
   readonly jobWaiting?: ((repository: string, id: number) => Promise<boolean>) | undefined;
 }

@@ -3,14 +3,14 @@
 // read of every record: the requests depend on the number of backends and on capacity (1024 slot
 // holders per batch read), not on the number of assignments. Feeds /metrics and /status.
 import { jetstreamManager } from "@nats-io/jetstream";
-import type { Basics, Settings, StoreAccess } from "../domain/context.ts";
+import type { Basics, ForgeAccess, Settings, StoreAccess } from "../domain/context.ts";
 import { consumerName, type Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
 
 /** What this module's steps are given (domain/context.ts). */
-type Deps = Basics & StoreAccess & Settings<"backends" | "fairShare" | "forgejo" | "pools" | "quotas" | "statusTopOwners" | "stream">;
+type Deps = Basics & StoreAccess & ForgeAccess & Settings<"backends" | "fairShare" | "pools" | "quotas" | "statusTopOwners" | "stream">;
 
 /** One backend's figures; the states come from the records of the slot holders. */
 export interface BackendSnapshot {
@@ -90,7 +90,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
         }),
       ),
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
-      d.config.forgejo ? state.forgeHealth.get() : null,
+      d.forge?.polled ? state.forgeHealth.get() : null,
     ]);
     // Which jobs in the wait set a QUOTAS limit holds back depends on every backend's holders;
     // the others wait for capacity, as the delivered ones without a slot do.
@@ -111,7 +111,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       backends,
       pools: poolSnapshots(d.config.pools, held, histograms, d.now()),
       owners: ownerRows(held, waiting, limited, d.config.statusTopOwners),
-      ...(d.config.forgejo ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}),
+      ...(d.forge?.polled ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}),
     };
   });
 }

@@ -1,6 +1,6 @@
 // What the status page and GET /v1/status show: the snapshot per backend, the most recent
 // assignments, and the problems /healthz would name. A fixed number of NATS requests.
-import type { Basics, Settings, StoreAccess } from "../domain/context.ts";
+import type { Basics, ForgeAccess, Settings, StoreAccess } from "../domain/context.ts";
 import { inspect } from "../nats/layout-inspect.ts";
 import { recordsBucket } from "../nats/names.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
@@ -8,7 +8,7 @@ import { recentRecords } from "./recent.ts";
 import { takeSnapshot, type Snapshot } from "./snapshot.ts";
 
 /** What this module's steps are given (domain/context.ts). */
-type Deps = Basics & StoreAccess & Settings;
+type Deps = Basics & StoreAccess & ForgeAccess & Settings;
 
 export const RECENT_LIMIT = 50;
 

@@ -25,6 +25,10 @@ describe("Gitea's answers", () => {
     expect(gitea().listsAtHome("repo:acme/widgets")).toBe(true);
   });
 
+  it("is not polled: webhooks bring its jobs, and no poll health is kept", () => {
+    expect(gitea().polled).toBe(false);
+  });
+
   it("a runner may stand as a warm runner only where the pool's warm runners are registered", () => {
     const org = gitea({ GITEA_SCOPE: "org:acme" });
     expect(org.fitsWarm(undefined, undefined)).toBe(true);
@@ -87,7 +91,8 @@ describe("Forgejo's answers", () => {
     expect(forge.listsAtHome("repo:acme/widgets")).toBe(false);
   });
 
-  it("says nothing of single runners or jobs, and any runner may stand as a warm one (the poller matches places)", () => {
+  it("is polled (its poll health is kept); says nothing of single runners or jobs; any runner may stand as a warm one (the poller matches places)", () => {
+    expect(forge.polled).toBe(true);
     expect(forge.runners).toBeUndefined();
     expect(forge.jobWaiting).toBeUndefined();
     expect(forge.fitsWarm("repo:acme/widgets", "org:other")).toBe(true);

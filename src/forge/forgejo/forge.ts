@@ -82,6 +82,7 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
     deleteRunner: (runner) => client.deleteRunner(runnerScope(cfg, runner), runner.id),
     // Forgejo says of no runner whether it runs a task: busy runners are found by their claims.
     runners: undefined,
+    polled: true,
     // Its cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
     listsAtHome: (scope) => scope === undefined,
     // Warm runners are registered at GITEA_SCOPE, where every job's runner may be, and a job

@@ -30,6 +30,8 @@ export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () =
       disable: (runner) => gitea.disableRunner(runner),
       list: cfg.apiToken && cfg.jobPages > 0 ? (scope) => listAll(gitea, cfg.jobPages, scope) : undefined,
     },
+    // Webhooks bring the jobs; the sweep finds what they missed.
+    polled: false,
     listsAtHome: (scope) => listedBy(cfg.scope, scope),
     // A runner of one repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
     fitsWarm: (scope, poolScope) => (scope ?? scopeKey(cfg.scope)) === warmScopeKey(poolScope, cfg.scope),
