@@ -1,0 +1,123 @@
+// An assignment's record, as a type: its core, where it stands (each state with what it must
+// have and cannot have, so that an impossible combination does not compile), and the optional
+// parts beside it. The store and the helpers that read a record are records.ts.
+import type { AssignmentState, Backend } from "../model/states.ts";
+
+/** Who it is, where it was queued and when it came: every record has these. */
+export interface RecordCore {
+  id: string;
+  backend: Backend;
+  /** SHA-256 of the assignment's content without createdAt: equal means "the same assignment". */
+  contentHash: string;
+  createdAt: string;
+  receivedAt: string;
+  updatedAt: string;
+  /** A cron pass holds the message until then and acks it itself once claimed (see hold.ts). */
+  heldUntil?: string;
+  /**
+   * Left by a job's `completed` that came before its `queued` (Gitea delivers from a queue): the
+   * job is over, so its late `queued` must provision nothing. Counts as the same assignment as any
+   * content offered under its id, and is terminated from the start.
+   */
+  tombstone?: true;
+  /** Where the job comes from, for people looking at the status page (never a secret). */
+  job?: { repository: string; name?: string };
+}
+
+/** Its runner: the identity registered for it, and its boot. */
+export interface RunnerPart {
+  /** The runner registered for this assignment; its credentials are sealed (AES-256-GCM). */
+  runner?: RunnerRef;
+  /** When its runner was first asked of the backend, this attempt (a boot is timed from it). */
+  askedAt?: string;
+  readyAt?: string;
+  /** Runners asked for it before that did not boot within their pool's bootTimeoutMs. */
+  bootAttempts?: number;
+  /** Its runners never booted (MAX_BOOT_ATTEMPTS): the sweep may publish its job again after a while. */
+  gaveUpAt?: string;
+}
+
+/** Where it was admitted, and whether its turn came. */
+export interface PlacementPart {
+  /**
+   * The pool that admitted it, and that pool's backend (where its runner runs, which a spilled
+   * job's is not the backend whose queue it waits in). Kept from the first admission on: its
+   * runner may exist there.
+   */
+  placement?: { pool: string; backend: Backend };
+  /** Its turn in the wait set came (fair share): admitted as it comes, ahead of those still waiting. */
+  chosen?: true;
+}
+
+/** Its runner stands in a pool's warm position. */
+export interface WarmPart {
+  /**
+   * Its runner is kept warm for its pool, waiting for any job: a warm runner's own assignment, or
+   * a job's whose runner another runner beat to its job. Its wait for a claim is bounded by the
+   * pool's maxIdleMs (pools/maintain.ts replaces it then), not by CLAIM_TIMEOUT_MS.
+   */
+  warm?: true;
+}
+
+/** Forgejo: the job handles it is bound to. */
+export interface ForgeBindingPart {
+  /**
+   * The job attempt a warm runner was given (its runner asks for the handle, then runs
+   * `one-job --handle`). Not `job`: the warm runner was admitted without one. Its repository is the
+   * one the runner counts to (jobRepository): QUOTAS places taken when it was given, fair share,
+   * the owner rows and usage.
+   */
+  bound?: { job: number; attempt: number; handle: string; repository: string; at: string };
+  /** Its own job attempt's handle (from the assignment). */
+  jobHandle?: string;
+}
+
+/** Its runner ran another job than this one (a swap). */
+export interface SwapPart {
+  /**
+   * That job's own assignment id. That assignment's runner serves this one's job in turn (Gitea
+   * hands each runner the oldest job it can take).
+   */
+  took?: string;
+}
+
+type NotEnded = { completedAt?: undefined; terminatedAt?: undefined; reason?: undefined; movedTo?: undefined };
+
+/**
+ * Where it stands (model/states.ts): each state with what it must have and what it cannot, so
+ * that a record claimed without a time, or waiting with an end's reason, cannot be written.
+ */
+export type Standing =
+  | ({ state: "received" | "capacity_wait" | "quota_wait" | "backend_pending" | "backend_ready"; claimedAt?: undefined } & NotEnded)
+  | ({ state: "claimed"; claimedAt: string } & NotEnded)
+  | { state: "completed"; claimedAt?: string; completedAt: string; terminatedAt?: undefined; reason?: undefined; movedTo?: undefined }
+  | {
+      state: "terminated";
+      claimedAt?: string;
+      completedAt?: undefined;
+      terminatedAt: string;
+      reason: string;
+      /**
+       * Forgejo: ended while it waited its turn because its job went to this warm runner (move.ts).
+       * The one end that is undone: should that runner not take the job, the record waits again.
+       */
+      movedTo?: string;
+    };
+
+/** Every state of the machine has its standing (a compile-time check). */
+export const STANDING_COVERS_EVERY_STATE: Exclude<AssignmentState, Standing["state"]> extends never ? true : never = true;
+
+/** An assignment's record: its core, where it stands, and its typed parts. */
+export type AssignmentRecord = RecordCore & Standing & RunnerPart & PlacementPart & WarmPart & ForgeBindingPart & SwapPart;
+
+export interface RunnerRef {
+  id: number;
+  name: string;
+  registeredAt: string;
+  /** base64(iv ‖ ciphertext) of the `.runner` JSON, bound to the assignment id. */
+  sealed: string;
+  /** The scope key it was registered at (gitea/scope.ts), when not GITEA_SCOPE. */
+  scope?: string;
+  /** Forgejo: the URL and scope it is registered at (forgejo/warm.ts forgejoPlace). */
+  place?: string;
+}
