@@ -39,6 +39,17 @@ function stubForgejo(jobs: () => ForgejoJob[], runners: Set<number>): ForgejoCli
   } as unknown as ForgejoClient;
 }
 
+/** Record writes of the ids `which` accepts fail (a NATS timeout) while `on()` holds: a poll that dies midway. */
+const failingWrites =
+  (which: (id: string) => boolean, on: () => boolean) =>
+  (s: State): State => ({
+    ...s,
+    records: {
+      ...s.records,
+      update: async (id, change) => (on() && which(id) ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
+    },
+  });
+
 describe("a claimed Forgejo job that left the list while its runner is still there", () => {
   it("completes after the grace counted from when it was first missed, not restarted at every poll", async () => {
     const env = forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9");
@@ -237,13 +248,10 @@ describe("a poll that dies between binding a job's handle to a warm runner and c
     const client = stubForgejo(() => jobs, new Set());
     let clock = Date.now();
     let failing = true;
-    const dies = (state: State): State => ({
-      ...state,
-      records: {
-        ...state.records,
-        update: async (id, change) => (failing && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : state.records.update(id, change)),
-      },
-    });
+    const dies = failingWrites(
+      (id) => id.startsWith("warm-"),
+      () => failing,
+    );
     const d = createDispatcher({ config, sink: silent, forgejo: client, now: () => clock, decorateState: dies });
     const [w] = await idleWarm(createDispatcher({ config, sink: silent }), config, 1);
     const store = memoryStore();
@@ -418,13 +426,10 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("a poll that dies after ending the job's own assignment: the next poll finishes the move", async () => {
     let dying = true;
-    const dies = (s: State): State => ({
-      ...s,
-      records: {
-        ...s.records,
-        update: async (id, change) => (dying && id.startsWith("warm-") ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
-      },
-    });
+    const dies = failingWrites(
+      (id) => id.startsWith("warm-"),
+      () => dying,
+    );
     const { config, client, d, plain, store, w, events } = await waitingThenWarm({}, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);
@@ -439,13 +444,10 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("near miss, a poll that dies before ending it: the next poll gives the place back and leaves the job waiting for its own runner", async () => {
     let dying = true;
-    const dies = (s: State): State => ({
-      ...s,
-      records: {
-        ...s.records,
-        update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
-      },
-    });
+    const dies = failingWrites(
+      (id) => id === "forgejo-44-1",
+      () => dying,
+    );
     const { config, client, d, plain, store, w } = await waitingThenWarm({ QUOTAS: JSON.stringify({ repositories: { "id-9/id-1": { limit: 1 } } }) }, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);
@@ -469,13 +471,10 @@ describe("jobs that wait for their own runners go to a warm runner that becomes 
 
   it("near miss, a poll that died before ending it, with the warm runner still idle: the next poll ends the job's own assignment before it gives the runner, never the runner alone", async () => {
     let dying = true;
-    const dies = (s: State): State => ({
-      ...s,
-      records: {
-        ...s.records,
-        update: async (id, change) => (dying && id === "forgejo-44-1" ? Promise.reject(new Error("nats: timeout")) : s.records.update(id, change)),
-      },
-    });
+    const dies = failingWrites(
+      (id) => id === "forgejo-44-1",
+      () => dying,
+    );
     const { config, client, d, plain, store, w } = await waitingThenWarm({}, dies);
     await pollForgejo(d, client, config.forgejo!, store);
     expect(store.known.get("44-1")?.moving?.to).toBe(w);
