@@ -156,12 +156,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const outcome = await forge.identity(assignment, pool?.labels ?? assignment.labels, record, reserved, pool);
       if (outcome === "busy") return "busy";
       const { identity, ref } = outcome;
-      // A Forgejo runner without a job (warm) asks for its handle there (forge/forgejo/warm.ts).
-      const credentials =
-        identity.forge === "gitea"
-          ? { runner: identity.file }
-          : { forgejo: identity.runner, ...(identity.runner.handle ? {} : { handleUrl: `${base}/handle` }) };
-      return { request: { ...request, ...credentials }, ...(ref ? { ref } : {}) };
+      const fields = forge.runnerFields(identity, { claimToken: request.claimToken, completeUrl: request.completeUrl, handleUrl: `${base}/handle` });
+      return { request: { ...request, ...fields }, ...(ref ? { ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),
     async tick(trigger) {

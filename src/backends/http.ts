@@ -31,7 +31,8 @@ export function createHttpBackend(opts: HttpBackendOptions): RunnerBackend {
       const res = await call("PUT runner", runnerUrl(request.assignment.id), {
         method: "PUT",
         headers: headers(true),
-        body: JSON.stringify(request),
+        // The launch is for the drivers that start the runner themselves: the service gets the identity as documented.
+        body: JSON.stringify({ ...request, launch: undefined }),
         signal,
       });
       if (![200, 201, 202].includes(res.status)) {

@@ -1,38 +1,19 @@
 // The `kubevirt` driver: a VirtualMachineInstance booted from a containerDisk, with cloud-init
-// NoCloud user data (in a Secret) that writes the runner's identity and runs act_runner once.
+// NoCloud user data (in a Secret) that writes the runner's identity and runs its runner once.
 import type { RunnerRequest, RunnerBackend, RunnerStatus } from "../domain/backend.ts";
 import type { KubeObject } from "./kubernetes/api.ts";
 import { mergeTemplate } from "./kubernetes/merge.ts";
 import { ownedMetadata, type ObjectNames } from "./kubernetes/names.ts";
-import { forgejoCloudInit } from "./kubernetes/forgejo-runner.ts";
-import { phaseStatus, requireIdentity, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
+import { phaseStatus, requireLaunch, runnerSecret, workloadDriver, type WorkloadOptions } from "./kubernetes/pod.ts";
 
 export interface VmDriverOptions extends WorkloadOptions {
   image: string;
   template: unknown;
 }
 
-const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
-
-/** cloud-init user data: identity and claim token to files (0600), act_runner once, then power off. */
+/** cloud-init user data, as the forge's launch says: identity and claim token to files (0600), the runner once, then power off. */
 export function cloudInit(request: RunnerRequest): string {
-  if (request.forgejo) return forgejoCloudInit({ ...request, forgejo: request.forgejo });
-  const runner = requireIdentity(request);
-  return [
-    "#cloud-config",
-    "write_files:",
-    "  - path: /var/lib/act_runner/.runner",
-    "    permissions: '0600'",
-    "    encoding: b64",
-    `    content: ${b64(JSON.stringify(runner))}`,
-    "  - path: /var/lib/act_runner/claim-token",
-    "    permissions: '0600'",
-    "    encoding: b64",
-    `    content: ${b64(request.claimToken)}`,
-    "runcmd:",
-    `  - [sh, -c, 'cd /var/lib/act_runner && act_runner daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(request.completeUrl)}; poweroff']`,
-    "",
-  ].join("\n");
+  return requireLaunch(request).userData;
 }
 
 export function vmiManifest(names: ObjectNames, request: RunnerRequest, opts: Pick<VmDriverOptions, "image" | "template">): KubeObject {

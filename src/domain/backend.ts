@@ -1,8 +1,31 @@
 import type { Assignment } from "../model/assignment.ts";
 import type { RunnerFile } from "./runner-identity.ts";
-import type { ForgejoRunnerIdentity } from "./forge.ts";
+import type { ForgejoRunnerIdentity } from "./runner-identity.ts";
 import type { RunnerRef } from "../state/records.ts";
 import { UpstreamError } from "../model/status-error.ts";
+
+/**
+ * How a runner program starts in a workload, as its forge says (forge/<name>/launch.ts): the
+ * kubernetes and kubevirt drivers render it without knowing which forge it is. It holds the
+ * runner's credentials: they go into a Secret, never into a workload's spec.
+ */
+export interface RunnerLaunch {
+  /** The Secret's data (the runner's credentials and the claim token), mounted read-only in a Pod at `mountPath`. */
+  files: Record<string, string>;
+  mountPath: string;
+  /** The runner container's command: no secret in it (arguments reach the shell as "$@"). */
+  command: string[];
+  /** cloud-init user data for a VM: the files (0600), the runner once, then power off. */
+  userData: string;
+}
+
+/** What a forge's launch is made from besides the runner's identity. */
+export interface LaunchInput {
+  claimToken: string;
+  completeUrl: string;
+  /** Where a runner with no job yet (warm) asks for one. */
+  handleUrl?: string | undefined;
+}
 
 /** A runner request, with the runner registration to store in the record; "busy": another invocation is registering it. */
 export type PreparedRequest = { request: RunnerRequest; ref?: RunnerRef } | "busy";
@@ -21,6 +44,8 @@ export interface RunnerRequest {
   forgejo?: ForgejoRunnerIdentity;
   /** A Forgejo runner with no handle yet (warm): where it asks for one, with its claim token (GET; 204 until given). */
   handleUrl?: string;
+  /** How its runner program starts, from its forge (Forge.runnerFields): what the kubernetes and kubevirt drivers render. Never sent by the http driver. */
+  launch?: RunnerLaunch;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
   pool?: { name: string; template?: Record<string, unknown> };
 }

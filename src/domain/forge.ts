@@ -3,25 +3,14 @@
 // deletion of a runner. One implementation per forge (gitea/forge.ts, forgejo/forge.ts).
 import type { Assignment } from "../model/assignment.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
-import type { RunnerFile } from "./runner-identity.ts";
+import type { ForgejoRunnerIdentity, RunnerIdentity } from "./runner-identity.ts";
+import type { LaunchInput, RunnerRequest } from "./backend.ts";
+
+export type { ForgejoRunnerIdentity, RunnerIdentity };
 
 /** FORGE: which forge the jobs come from. */
 export const FORGES = ["gitea", "forgejo"] as const;
 export type ForgeKind = (typeof FORGES)[number];
-
-/** What `forgejo-runner one-job` starts with: its connection, its labels, and the job it is bound to. */
-export interface ForgejoRunnerIdentity {
-  url: string;
-  uuid: string;
-  /** The runner's own token (read by the runner from a `file:` URL); never the API token. */
-  token: string;
-  labels: string[];
-  /** The job attempt's handle: the runner takes that job and no other. */
-  handle?: string;
-}
-
-/** A runner's credentials, as the backend hands them to the workload. */
-export type RunnerIdentity = { forge: "gitea"; file: RunnerFile } | { forge: "forgejo"; runner: ForgejoRunnerIdentity };
 
 /**
  * An identity for one assignment: opened from its record, or registered now by the caller that
@@ -56,6 +45,13 @@ export interface Forge<Ctx = unknown> {
   ): Promise<IdentityOutcome>;
   /** A cron tick's forge work: find what webhooks missed and clean up runners left behind. */
   tick(ctx: Ctx): Promise<void>;
+  /**
+   * What a runner request carries of the runner `identity`: its credentials as the http driver
+   * sends them, and how its program starts (`launch`) for the drivers that start it themselves
+   * (kubernetes, kubevirt), which know no forge. `handleUrl`: where a runner with no job yet asks
+   * for one.
+   */
+  runnerFields(identity: RunnerIdentity, input: LaunchInput & { handleUrl: string }): Pick<RunnerRequest, "runner" | "forgejo" | "handleUrl" | "launch">;
   /** Deletes a runner from the forge; one the forge no longer has is gone already. */
   deleteRunner(runner: ForgeRunner): Promise<void>;
   /**

@@ -15,6 +15,20 @@ export interface RunnerFile {
   ephemeral: boolean;
 }
 
+/** What `forgejo-runner one-job` starts with: its connection, its labels, and the job it is bound to. */
+export interface ForgejoRunnerIdentity {
+  url: string;
+  uuid: string;
+  /** The runner's own token (read by the runner from a `file:` URL); never the API token. */
+  token: string;
+  labels: string[];
+  /** The job attempt's handle: the runner takes that job and no other. */
+  handle?: string;
+}
+
+/** A runner's credentials, as the backend hands them to the workload. */
+export type RunnerIdentity = { forge: "gitea"; file: RunnerFile } | { forge: "forgejo"; runner: ForgejoRunnerIdentity };
+
 export function runnerName(prefix: string, assignmentId: string): string {
   return `${prefix}-${assignmentId}`;
 }

@@ -62,6 +62,7 @@ function sampleRequest(pool: Pool): RunnerRequest {
     claimUrl: `${url}/claim`,
     completeUrl: `${url}/complete`,
     pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}) },
-    runner: { WARNING: "", id: 1, uuid: "x", name: "x", token: "x", address: "https://gitea.invalid", labels: pool.labels, ephemeral: true },
+    // Any forge's launch: the template is checked against the workload the driver makes around it.
+    launch: { files: { "claim-token": "x" }, mountPath: "/etc/runner", command: ["/bin/sh", "-c", "true"], userData: "#cloud-config\n" },
   };
 }

@@ -1,4 +1,5 @@
 // One contract, every driver: what the reconciliation relies on from a runner backend.
+import { launched } from "../harness/launch.ts";
 import { describe, expect, inject, it } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/domain/backend.ts";
@@ -102,13 +103,14 @@ const identity: RunnerFile = {
   labels: ["ubuntu-latest:docker://node:20"],
   ephemeral: true,
 };
-const request = (id: string): RunnerRequest => ({
-  assignment: assignment(id),
-  claimToken: `claim-token-of-${id}`,
-  claimUrl: `https://dispatch.example.org/v1/assignments/${id}/claim`,
-  completeUrl: `https://dispatch.example.org/v1/assignments/${id}/complete`,
-  runner: identity,
-});
+const request = (id: string): RunnerRequest =>
+  launched({
+    assignment: assignment(id),
+    claimToken: `claim-token-of-${id}`,
+    claimUrl: `https://dispatch.example.org/v1/assignments/${id}/claim`,
+    completeUrl: `https://dispatch.example.org/v1/assignments/${id}/complete`,
+    runner: identity,
+  });
 const within = (ms: number) => AbortSignal.timeout(ms);
 
 describe.each([

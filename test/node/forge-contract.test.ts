@@ -25,6 +25,21 @@ describe("Gitea's answers", () => {
     expect(gitea().listsAtHome("repo:acme/widgets")).toBe(true);
   });
 
+  it("hands the drivers a launch for its runner: the .runner file and claim token as files, act_runner's command with no secret in it; no fields for another forge's identity", () => {
+    const file = { WARNING: "w", id: 7, uuid: "u", name: "gdr-a1", token: "runner-token-secret", address: "https://g", labels: ["l"], ephemeral: true };
+    const fields = gitea().runnerFields(
+      { forge: "gitea", file },
+      { claimToken: "claim-secret", completeUrl: "https://d/complete", handleUrl: "https://d/handle" },
+    );
+    expect(fields.runner).toEqual(file);
+    expect(fields.handleUrl).toBeUndefined();
+    expect(fields.launch?.files).toEqual({ ".runner": JSON.stringify(file), "claim-token": "claim-secret" });
+    expect(JSON.stringify(fields.launch?.command)).not.toMatch(/runner-token-secret|claim-secret/);
+    expect(fields.launch?.userData).toContain("act_runner daemon");
+    const other = { forge: "forgejo" as const, runner: { url: "https://f", uuid: "u", token: "t", labels: ["l"], handle: "h" } };
+    expect(gitea().runnerFields(other, { claimToken: "c", completeUrl: "x", handleUrl: "y" })).toEqual({});
+  });
+
   it("is not polled: webhooks bring its jobs, and no poll health is kept", () => {
     expect(gitea().polled).toBe(false);
   });
@@ -85,6 +100,22 @@ describe("Gitea's answers", () => {
 
 describe("Forgejo's answers", () => {
   const forge = createForgejoForge(loadConfig(forgejoTestEnv("ws://x:1", "http://b", "https://forgejo.example.com")).forgejo!, {} as ForgejoClient, Date.now);
+
+  it("hands the drivers a launch for its runner: its token and the claim token as files, one-job bound to the handle; a runner with no job yet asks at handleUrl", () => {
+    const runner = { url: "https://forgejo.example.com", uuid: "u", token: "runner-token-secret", labels: ["l"], handle: "h-1" };
+    const input = { claimToken: "claim-secret", completeUrl: "https://d/complete", handleUrl: "https://d/handle" };
+    const bound = forge.runnerFields({ forge: "forgejo", runner }, input);
+    expect(bound.forgejo).toEqual(runner);
+    expect(bound.handleUrl).toBeUndefined();
+    expect(bound.launch?.files).toEqual({ token: "runner-token-secret", "claim-token": "claim-secret" });
+    expect(bound.launch?.command).toEqual(expect.arrayContaining(["--handle", "h-1"]));
+    expect(JSON.stringify(bound.launch?.command)).not.toMatch(/runner-token-secret|claim-secret/);
+    const { handle: _h, ...warm } = runner;
+    const waiting = forge.runnerFields({ forge: "forgejo", runner: warm }, input);
+    expect(waiting.handleUrl).toBe("https://d/handle");
+    expect(waiting.launch?.userData).toContain("GDR_HANDLE_URL='https://d/handle'");
+    expect(bound.launch?.userData).not.toContain("export GDR_HANDLE_URL");
+  });
 
   it("its cleanup lists GITEA_SCOPE only: a runner registered at its job's repository is not there", () => {
     expect(forge.listsAtHome(undefined)).toBe(true);

@@ -3,6 +3,7 @@
 // from the Secret, the labels, and a warm runner that asks for its handle first. The shipped
 // examples (examples/forgejo-runner.*) are exactly what the drivers make for a sample job
 // (UPDATE_EXAMPLES=1 writes them again).
+import { launched } from "../harness/launch.ts";
 import { readFileSync, writeFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
@@ -22,7 +23,7 @@ const IMAGE = "<an image with forgejo-runner 12.8 or newer>";
 
 function request(id: string, warm = false): RunnerRequest {
   const base = `https://dispatch.example.org/v1/assignments/${id}`;
-  return {
+  return launched({
     assignment: assignment(id, LABELS),
     claimToken: "<the assignment's claim token>",
     claimUrl: `${base}/claim`,
@@ -35,7 +36,7 @@ function request(id: string, warm = false): RunnerRequest {
       ...(warm ? {} : { handle: HANDLE }),
     },
     ...(warm ? { handleUrl: `${base}/handle` } : {}),
-  };
+  });
 }
 
 async function made(id: string, warm = false) {

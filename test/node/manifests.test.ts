@@ -1,4 +1,5 @@
 // What the kubernetes and kubevirt drivers ask the cluster for.
+import { launched } from "../harness/launch.ts";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
@@ -8,7 +9,7 @@ import { DEFAULT_RUNNER_IMAGE, podManifest, runnerSecret } from "../../src/backe
 import type { RunnerRequest } from "../../src/domain/backend.ts";
 import { assignment } from "../harness/env.ts";
 
-const request: RunnerRequest = {
+const request: RunnerRequest = launched({
   assignment: assignment("gitea-1187-1"),
   claimToken: "claim-token-secret",
   claimUrl: "https://d.example.org/v1/assignments/gitea-1187-1/claim",
@@ -23,7 +24,7 @@ const request: RunnerRequest = {
     labels: ["ubuntu-latest:docker://node:20"],
     ephemeral: true,
   },
-};
+});
 const template = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
 
 const NAMES = { name: "gdr-gitea-1187-1", label: "gitea-1187-1" };

@@ -4,6 +4,7 @@
 // Kubernetes' and KubeVirt's own OpenAPI schemas, with unknown fields refused (as the API
 // server's strict field validation does), and every Gitea REST call the client makes is an
 // operation of Gitea 1.25 and of Gitea main.
+import { launched } from "../harness/launch.ts";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { cloudInit, vmiManifest } from "../../src/backends/kubevirt.ts";
@@ -16,22 +17,23 @@ import { assignment, giteaTestEnv } from "../harness/env.ts";
 
 import { errorsOf, load, pod, secret, vmi } from "../harness/upstream.ts";
 
-const request = (id: string): RunnerRequest => ({
-  assignment: assignment(id),
-  claimToken: "claim-token",
-  claimUrl: `https://d.example.org/v1/assignments/${id}/claim`,
-  completeUrl: `https://d.example.org/v1/assignments/${id}/complete`,
-  runner: {
-    WARNING: "w",
-    id: 7,
-    uuid: "uuid-7",
-    name: `gdr-${id}`,
-    token: "runner-token",
-    address: "https://g",
-    labels: ["ubuntu-latest:docker://node:20"],
-    ephemeral: true,
-  },
-});
+const request = (id: string): RunnerRequest =>
+  launched({
+    assignment: assignment(id),
+    claimToken: "claim-token",
+    claimUrl: `https://d.example.org/v1/assignments/${id}/claim`,
+    completeUrl: `https://d.example.org/v1/assignments/${id}/complete`,
+    runner: {
+      WARNING: "w",
+      id: 7,
+      uuid: "uuid-7",
+      name: `gdr-${id}`,
+      token: "runner-token",
+      address: "https://g",
+      labels: ["ubuntu-latest:docker://node:20"],
+      ephemeral: true,
+    },
+  });
 const dind = JSON.parse(readFileSync("examples/pod-template.dind.json", "utf8"));
 
 describe("manifests against the upstream schemas", () => {

@@ -1,11 +1,10 @@
 // The `kubernetes` driver: one Secret (the runner's identity and claim token) and one Pod running
-// act_runner from that identity, per assignment. The Pod reads the identity from the Secret only.
-import type { RunnerFile } from "../../domain/runner-identity.ts";
-import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+// the runner program from that identity, per assignment, as the forge's launch says (RunnerLaunch:
+// which program, which files). The Pod reads the identity from the Secret only.
+import { BackendError, type RunnerBackend, type RunnerLaunch, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
 import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
-import { FORGEJO_SECRET_DIR, forgejoSecretData, oneJobArgs, oneJobScript } from "./forgejo-runner.ts";
 export { DEFAULT_RUNNER_IMAGE } from "../config.ts";
 
 export interface WorkloadOptions {
@@ -20,47 +19,24 @@ export interface PodDriverOptions extends WorkloadOptions {
   template: unknown;
 }
 
-/** The Secret both drivers create: `.runner` and the claim token, never in the workload's spec. */
+/** The Secret both drivers create: the launch's files (the runner's identity, the claim token), never in the workload's spec. */
 export function runnerSecret(names: ObjectNames, request: RunnerRequest, extra: Record<string, string> = {}): KubeObject {
-  const data = request.forgejo
-    ? forgejoSecretData({ ...request, forgejo: request.forgejo })
-    : { ".runner": JSON.stringify(requireIdentity(request)), "claim-token": request.claimToken };
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: ownedMetadata(names, request.assignment.id),
-    stringData: { ...data, ...extra },
+    stringData: { ...requireLaunch(request).files, ...extra },
   };
 }
 
-export function requireIdentity(request: RunnerRequest): RunnerFile {
-  if (!request.runner) throw new BackendError("no runner identity: the kubernetes and kubevirt drivers need a forge (GITEA_URL)");
-  return request.runner;
+export function requireLaunch(request: RunnerRequest): RunnerLaunch {
+  if (!request.launch) throw new BackendError("no runner identity: the kubernetes and kubevirt drivers need a forge (GITEA_URL)");
+  return request.launch;
 }
-
-/** The runner container's command and where it mounts the Secret: act_runner for Gitea, forgejo-runner one-job for Forgejo. */
-function runnerCommand(request: RunnerRequest): { command: string[]; mountPath: string } {
-  if (!request.forgejo) return { command: ["/bin/sh", "-c", RUN_SCRIPT], mountPath: "/etc/gitea-runner" };
-  return {
-    command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(request.forgejo, FORGEJO_SECRET_DIR)],
-    mountPath: FORGEJO_SECRET_DIR,
-  };
-}
-
-// act_runner's image registers when /data/.runner is missing; copying the identity in first makes it
-// start straight away. It exits after its one job (ephemeral); complete is then reported, best effort.
-const RUN_SCRIPT = [
-  "set -u",
-  "cp /etc/gitea-runner/.runner /data/.runner",
-  "cd /data",
-  "act_runner daemon; rc=$?",
-  'wget -q -O /dev/null --header "Authorization: Bearer $(cat /etc/gitea-runner/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true',
-  "exit $rc",
-].join("\n");
 
 export function podManifest(names: ObjectNames, request: RunnerRequest, opts: Pick<PodDriverOptions, "image" | "template">): KubeObject {
-  const { command, mountPath } = runnerCommand(request);
+  const { command, mountPath } = requireLaunch(request);
   const base = {
     apiVersion: "v1",
     kind: "Pod",

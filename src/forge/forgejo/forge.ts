@@ -17,6 +17,7 @@ import { ForgejoError, type ForgejoClient, type ForgejoScope } from "./client.ts
 import { repositoryScope, runnerScope, type ForgejoConfig } from "./config.ts";
 import { cleanForgejoRunners } from "./cleanup.ts";
 import { forgejoPlace } from "./warm.ts";
+import { forgejoLaunch } from "./launch.ts";
 
 const scopeText = (s: ForgejoScope & { kind: "repo" }) => `repo:${s.owner}/${s.repo}`;
 const sameScope = (a: ForgejoScope, b: ForgejoScope) => JSON.stringify(a) === JSON.stringify(b);
@@ -78,6 +79,12 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
         .withState((state) => cleanForgejoRunners(d, client, cfg, state))
         .then(() => undefined)
         .catch((err) => d.sink.error("forgejo runner cleanup failed", { reason: (err as Error).message }));
+    },
+    runnerFields(identity, { handleUrl, ...input }) {
+      if (identity.forge !== "forgejo") return {};
+      // A runner without a job (warm) asks for its handle (warm.ts).
+      const asks = identity.runner.handle ? {} : { handleUrl };
+      return { forgejo: identity.runner, ...asks, launch: forgejoLaunch(identity.runner, { ...input, ...asks }) };
     },
     deleteRunner: (runner) => client.deleteRunner(runnerScope(cfg, runner), runner.id),
     // Forgejo says of no runner whether it runs a task: busy runners are found by their claims.

@@ -9,6 +9,7 @@ import { obtainRunnerIdentity } from "./identity.ts";
 import { listedBy, parseScope, registrationScope, scopeKey, warmScopeKey } from "./scope.ts";
 import { sweepGitea } from "./sweep.ts";
 import { keepClient } from "./client-of.ts";
+import { giteaLaunch } from "./launch.ts";
 import { stillWaiting } from "./stale.ts";
 
 export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () => number): Forge<Context> {
@@ -24,6 +25,7 @@ export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () =
     async tick(d) {
       await d.withState((state) => sweepGitea(d, gitea, state)).catch((err) => d.sink.error("gitea sweep failed", { reason: (err as Error).message }));
     },
+    runnerFields: (identity, input) => (identity.forge === "gitea" ? { runner: identity.file, launch: giteaLaunch(identity.file, input) } : {}),
     deleteRunner: (runner) => gitea.deleteRunner(runner),
     runners: {
       get: (runner) => gitea.getRunner(runner),

@@ -1,8 +1,8 @@
-// How a workload runs forgejo-runner bound to its job (FORGE=forgejo): `one-job --handle <h>
+// How a workload runs forgejo-runner bound to its job (FORGE=forgejo), as the drivers are told (RunnerLaunch): `one-job --handle <h>
 // --wait` takes exactly that job attempt, and with `--token-url file:…` the runner's token is read
 // from the Secret, never from the spec. Arguments reach the shell as "$@", never spliced into it.
-import type { ForgejoRunnerIdentity } from "../../domain/forge.ts";
-import type { RunnerRequest } from "../../domain/backend.ts";
+import type { ForgejoRunnerIdentity } from "../../domain/runner-identity.ts";
+import type { LaunchInput, RunnerLaunch } from "../../domain/backend.ts";
 
 /** Where the Pod mounts the Secret (`token`, `claim-token`). */
 export const FORGEJO_SECRET_DIR = "/etc/forgejo-runner";
@@ -44,9 +44,14 @@ export function oneJobScript(dir: string): string {
   ].join("\n");
 }
 
-/** The Secret's data: the runner's token and the claim token. */
-export function forgejoSecretData(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): Record<string, string> {
-  return { token: request.forgejo.token, "claim-token": request.claimToken };
+/** How the kubernetes and kubevirt drivers start a Forgejo runner: its token and the claim token in the Secret, `one-job` bound to its job. */
+export function forgejoLaunch(runner: ForgejoRunnerIdentity, input: LaunchInput): RunnerLaunch {
+  return {
+    files: { token: runner.token, "claim-token": input.claimToken },
+    mountPath: FORGEJO_SECRET_DIR,
+    command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(runner, FORGEJO_SECRET_DIR)],
+    userData: forgejoCloudInit(runner, input),
+  };
 }
 
 /** Single-quoted for sh: nothing inside is expanded. */
@@ -55,12 +60,12 @@ export const shellQuote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
 
 /** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
-export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunnerIdentity }): string {
+function forgejoCloudInit(runner: ForgejoRunnerIdentity, request: LaunchInput): string {
   const dir = FORGEJO_VM_DIR;
   const script = [
     `export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`,
     ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []),
-    `set -- ${oneJobArgs(request.forgejo, dir).map(shellQuote).join(" ")}`,
+    `set -- ${oneJobArgs(runner, dir).map(shellQuote).join(" ")}`,
     oneJobScript(dir),
     "",
   ].join("\n");
@@ -83,7 +88,7 @@ export function forgejoCloudInit(request: RunnerRequest & { forgejo: ForgejoRunn
   return [
     "#cloud-config",
     "write_files:",
-    ...file(`${dir}/token`, request.forgejo.token, "0600"),
+    ...file(`${dir}/token`, runner.token, "0600"),
     ...file(`${dir}/claim-token`, request.claimToken, "0600"),
     ...script_,
     "runcmd:",
