@@ -192,6 +192,11 @@ describe.each([
       expect(objects).not.toContain(identity.uuid);
       expect(objects).not.toContain("claim-token-of-c-5");
       expect(received).toContain(identity.token); // …which did arrive, in the Secret
+    } else {
+      // The service gets the identity as documented (`runner`), not the launch the other drivers render.
+      expect(received).toContain(identity.token);
+      expect(received).not.toContain('"launch"');
+      expect(received).not.toContain("act_runner daemon");
     }
   });
 });

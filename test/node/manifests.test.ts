@@ -39,6 +39,13 @@ describe("object names", () => {
 });
 
 describe("pod manifest", () => {
+  it("is refused without a forge's launch (no runner identity), for the Pod, the VM and their Secret", () => {
+    const bare = { ...request, launch: undefined };
+    expect(() => podManifest(NAMES, bare, { image: DEFAULT_RUNNER_IMAGE, template: undefined })).toThrow(/no runner identity/);
+    expect(() => runnerSecret(NAMES, bare)).toThrow(/no runner identity/);
+    expect(() => cloudInit(bare)).toThrow(/no runner identity/);
+  });
+
   it("mounts the identity from the Secret and carries none of it in its spec", () => {
     const pod = podManifest(NAMES, request, { image: DEFAULT_RUNNER_IMAGE, template: undefined });
     const text = JSON.stringify(pod);
