@@ -27,18 +27,18 @@ export function startsFrom<N extends TransitionName>(name: N, r: AssignmentRecor
   return FROM.get(name)!.has(r.state);
 }
 
-async function step<N extends TransitionName>(
-  records: Records,
-  id: string,
-  name: N,
-  when: When,
-  write: (r: In<FromOf<N>>) => AssignmentRecord,
-): Promise<Stepped> {
-  let changed = false;
+function step<N extends TransitionName>(records: Records, id: string, name: N, when: When, write: (r: In<FromOf<N>>) => AssignmentRecord): Promise<Stepped> {
   // `when` first: a caller that notes what it saw hears of every read, also of one this transition does not start from.
+  return change(records, id, (r) => (when(r) && startsFrom(name, r) ? write(r) : undefined));
+}
+
+/** Writes what `write` makes of the record as it stands, by compare-and-set; `changed`: its last read gave a write. */
+async function change(records: Records, id: string, write: (r: AssignmentRecord) => AssignmentRecord | undefined): Promise<Stepped> {
+  let changed = false;
   const record = await records.update(id, (r) => {
-    changed = when(r) && startsFrom(name, r);
-    return changed && startsFrom(name, r) ? write(r) : undefined;
+    const next = write(r);
+    changed = next !== undefined;
+    return next;
   });
   return { record, changed };
 }
@@ -103,29 +103,22 @@ export function isWaiting(r: AssignmentRecord): r is In<Waiting> {
  * timeout), so that the next delivery registers afresh: ask_again from backend_ready, the state
  * kept otherwise. Only while the record names that runner and no runner took the job.
  */
-export async function forgetRunner(records: Records, id: string, runnerId: number, when: When = always): Promise<Stepped> {
-  let changed = false;
-  const record = await records.update(id, (r) => {
-    changed = r.runner?.id === runnerId && isWaiting(r) && when(r);
-    if (!changed || !isWaiting(r)) return undefined;
+export function forgetRunner(records: Records, id: string, runnerId: number, when: When = always): Promise<Stepped> {
+  return change(records, id, (r) => {
+    if (r.runner?.id !== runnerId || !isWaiting(r) || !when(r)) return undefined;
     const { runner: _gone, readyAt: _stale, ...rest } = r;
     return { ...rest, state: r.state === "backend_ready" ? "backend_pending" : r.state };
   });
-  return { record, changed };
 }
 
 // Marks: fields written without a change of state, by compare-and-set all the same.
 
 /** Marks a waiting assignment chosen for its turn (FAIR_SHARE): a second pass that reads the mark does not choose it again. */
-export async function choose(records: Records, id: string): Promise<Stepped> {
-  let changed = false;
-  const record = await records.update(id, (r) => ((changed = !SETTLED_STATES.has(r.state) && !r.chosen) ? { ...r, chosen: true } : undefined));
-  return { record, changed };
+export function choose(records: Records, id: string): Promise<Stepped> {
+  return change(records, id, (r) => (!SETTLED_STATES.has(r.state) && !r.chosen ? { ...r, chosen: true } : undefined));
 }
 
 /** Marks an assignment whose runner waits for a job as a warm runner of its pool (it stands in a warm position). */
-export async function markWarm(records: Records, id: string): Promise<Stepped> {
-  let changed = false;
-  const record = await records.update(id, (r) => ((changed = WAITING.has(r.state) && !r.warm) ? { ...r, warm: true } : undefined));
-  return { record, changed };
+export function markWarm(records: Records, id: string): Promise<Stepped> {
+  return change(records, id, (r) => (isWaiting(r) && !r.warm ? { ...r, warm: true } : undefined));
 }
