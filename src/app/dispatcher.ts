@@ -15,7 +15,7 @@ import { createForgeHealthStore } from "../state/forge-health.ts";
 import { createLimiter, withTimeout } from "../model/limit.ts";
 import { REF_WRITE_RETRY_MS, type ProcessDeps } from "../reconcile/process.ts";
 import { reconcileBackend } from "../reconcile/run.ts";
-import { retryTeardowns } from "../domain/teardown.ts";
+import { releaseRunner, retryTeardowns } from "../domain/teardown.ts";
 import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission } from "../state/admission.ts";
@@ -223,6 +223,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
       : {}),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,
+    endWorkload: (id, backend) => releaseRunner(d, id, backend, undefined),
     sink: d.sink,
     now: d.now,
   };

@@ -5,12 +5,13 @@ import { decodeAssignment } from "../model/assignment.ts";
 import { BackendError } from "../domain/backend.ts";
 import type { EventName } from "../model/events.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
-import { contentHash, sameContent, type RunnerRef } from "../state/records.ts";
+import { contentHash, sameContent, type AssignmentRecord, type RunnerRef } from "../state/records.ts";
 import { decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { graceFor, placeOf, placesOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 import { SETTLED_STATES } from "../nats/names.ts";
+import { TERMINAL } from "../model/states.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 import { needsTurn, orderByTurn } from "./admit-waiting.ts";
 
@@ -130,6 +131,8 @@ async function eachAlone(batch: Prepared[], fn: (p: Prepared) => Promise<void>):
 export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent: boolean, holdUntil?: number): Promise<Verdict & { held?: true }> {
   if (budgetSpent) p.facts.budgetSpent = true;
   let ref: RunnerRef | undefined;
+  /** This delivery asked the backend for a workload (answered or not: a late answer may have made one). */
+  let asked: "answered" | "failed" | undefined;
   for (;;) {
     const step = decide(p.facts, policyOf(deps, p));
     if (step.next === "call_backend") {
@@ -160,7 +163,9 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
         }
       }
       try {
+        if (prepared !== "busy") asked = "failed";
         p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runnersFor(place.backend).accept(prepared.request, signal));
+        if (asked) asked = "answered";
       } catch (err) {
         backendFailed(deps, p, err);
       }
@@ -182,6 +187,10 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     }
     const holding = holdUntil !== undefined && step.events.at(-1) === "claim_pending";
     const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined);
+    if (asked) {
+      await endIfEnded(deps, p, asked === "answered" ? after : undefined);
+      asked = undefined;
+    }
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
       // The claim won the race with our write: the runner is there, acknowledge now.
       emit(deps, "backend_ready", idOf(p));
@@ -198,6 +207,18 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     else p.msg.term(step.action.reason);
     return step;
   }
+}
+
+/**
+ * An assignment that ended (cancelled, completed) while its backend call was in flight: the
+ * ender's teardown may have reached the backend before the request did, and made nothing go.
+ * `after` is the record this delivery's write saw; without one (the call failed, so the write
+ * may have changed nothing and read nothing) it is read.
+ */
+async function endIfEnded(deps: ProcessDeps, p: Prepared, after: AssignmentRecord | null | undefined) {
+  const id = idOf(p);
+  const now = after === undefined ? await deps.records.get(id) : after;
+  if (now && TERMINAL.has(now.state)) await deps.endWorkload(id, placeOf(p).backend);
 }
 
 // A failed registration or backend call is retried as an error, loud when our credentials were refused.

@@ -55,6 +55,12 @@ export interface ProcessDeps {
   withFreshRecords<T>(fn: (records: RecordStore) => Promise<T>): Promise<T>;
   /** What the backend receives (claim token, URLs, runner identity); "busy" while another invocation registers it. */
   runnerRequest(assignment: Assignment, record: AssignmentRecord, reserved: boolean, placement: Placement): Promise<PreparedRequest>;
+  /**
+   * Tears down a workload this pass asked for after its assignment ended meanwhile (the ender's
+   * teardown may have reached the backend before the request did); one that fails is listed for
+   * the tick. The forge's runner is the ender's to delete.
+   */
+  endWorkload(id: string, backend: Backend): Promise<boolean>;
   /** Runs a backend call within the invocation's connection limit and timeout. */
   callBackend<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   sink: EventSink;

@@ -116,3 +116,52 @@ describe("a runner past its claim timeout whose job Gitea cannot be asked about"
     expect((await d.withState(({ records }) => records.get(id)))?.state).not.toBe("terminated");
   });
 });
+
+describe("a job that ends while its backend call is in flight", () => {
+  // The ender's teardown reaches the backend before the request does: it finds nothing to delete,
+  // and then the request makes the workload. The pass sees the end when it writes what the
+  // backend said, and tears down what it asked for.
+  const run = async (id: string, accepted: "ready" | "late" | "kept") => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { RETRY_DELAY_MS: 30, CAPACITY_POD: 1 });
+    const config = await provisionEnv(env);
+    const live = new Set<string>();
+    const pod = {
+      async accept(request: { assignment: { id: string } }) {
+        const own = request.assignment.id;
+        if (accepted !== "kept") {
+          await cancelAssignment(d, own, "cancelled");
+          live.delete(own); // the cancel's teardown, which came first
+        }
+        live.add(own);
+        if (accepted === "late") throw new Error("backend timed out");
+        return "ready" as const;
+      },
+      async teardown(own: string) {
+        live.delete(own);
+      },
+    };
+    const d = createDispatcher({ config, gitea: stubGitea(), sink, runners: { pod } });
+    await d.withState(({ records }) => records.offer(assignment(id)));
+    await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment(id)), { msgID: id }));
+    await d.reconcile("test", 5_000);
+    return { live, record: await d.withState(({ records }) => records.get(id)) };
+  };
+
+  it("the workload it made after the cancel's teardown goes", async () => {
+    const { live, record } = await run("gitea-4343-1", "ready");
+    expect(record).toMatchObject({ state: "terminated", reason: "cancelled" });
+    expect([...live]).toEqual([]);
+  });
+
+  it("so does one made by a call that answered too late (failed, as far as the pass knows)", async () => {
+    const { live, record } = await run("gitea-4344-1", "late");
+    expect(record).toMatchObject({ state: "terminated", reason: "cancelled" });
+    expect([...live]).toEqual([]);
+  });
+
+  it("near miss: a job still waiting keeps the workload it was given", async () => {
+    const { live, record } = await run("gitea-4345-1", "kept");
+    expect(record?.state).toBe("backend_ready");
+    expect([...live]).toEqual(["gitea-4345-1"]);
+  });
+});

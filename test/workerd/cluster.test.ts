@@ -288,7 +288,10 @@ describe.sequential.each([
       expect(g.runners).toEqual([]);
       const b = await backend.state();
       expect(b.created, "backend runners created").toBe(N);
-      expect(b.runners).toEqual([]);
+      expect(
+        b.runners,
+        `backend runners left: ${JSON.stringify(b.runners.map((r) => [r.id, b.requests.filter((q) => q.path.endsWith(`/${r.id}`)).map((q) => q.method), about(r.id)]))}`,
+      ).toEqual([]);
       expect(await streamState(env)).toEqual({ messages: 0, ackPending: 0, pending: 0 });
       console.info(
         JSON.stringify({
