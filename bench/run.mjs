@@ -26,6 +26,7 @@ import { measureSoak } from "./soak.mjs";
 import { measureFairness } from "./fairness.mjs";
 import { measurePools } from "./pools.mjs";
 import { measureForgejo } from "./forgejo.mjs";
+import { measureCost } from "./cost.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
 // BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
@@ -445,6 +446,17 @@ const SECTIONS = {
   pools: () =>
     measurePools({ varsFor, provisioned, startWorker, backendMode, backendCounts, webhookSecret, log, jobs: Number(process.env.BENCH_POOL_JOBS ?? 200) }),
   fairness: () => measureFairness({ varsFor, provisioned, startWorker, backendMode, webhookSecret, proxy, nats: nats.wsUrl, log }),
+  cost: () =>
+    measureCost({
+      varsFor,
+      provisioned,
+      startWorker,
+      backendMode,
+      webhookSecret,
+      proxy,
+      log,
+      ...(process.env.BENCH_COST_VARIANTS ? { only: process.env.BENCH_COST_VARIANTS.split(",") } : {}),
+    }),
   forgejo: () =>
     measureForgejo({
       varsFor,
@@ -514,6 +526,20 @@ const ROWS = {
       .map(([k, v]) => `${k}: ${v}`)
       .join(", ")}) | | | |`,
   ],
+  cost: (c) =>
+    ["fifo", "fair", "pools", "quotas"]
+      .filter((v) => c[v])
+      .map((v) => {
+        const x = c[v];
+        const top = Object.entries(x.byKind)
+          .slice(0, 6)
+          .map(([k, n]) => `${k} ${r(n, 1)}`)
+          .join(", ");
+        const fifo = c.fifo;
+        const vs = v !== "fifo" && fifo ? `${r(x.opsPerJob / fifo.opsPerJob, 2)}× ops, ${r(x.workerCpuMsPerJob / fifo.workerCpuMsPerJob, 2)}× CPU` : "";
+        const goal = v === "fifo" ? "≤ 15 ops, ≤ 12 ms" : "≤ 1.2× first come first served";
+        return `| a job's life (queued → torn down), ${v}, ${c.jobs} jobs, capacity ${c.capacity}, a tick every ${c.tickMs / 1000} s | ${r(x.opsPerJob, 1)} NATS ops (gateway ${r(x.byWho.gateway, 1)}, ticks ${r(x.byWho.ticks, 1)}; ${top}), ${r(x.workerCpuMsPerJob, 1)} ms Worker CPU${x.tornDown ? "" : ", not all torn down"} | ${vs} | | ${goal} |`;
+      }),
   soak: (x) => [
     `| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`,
   ],

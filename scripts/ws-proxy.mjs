@@ -4,14 +4,29 @@
 // Faults per tag: POST /_reset/<tag> drops its connections at once (TCP reset); POST /_hang/<tag>
 // silences them (open, but no frame passes either way; ?new=1 silences later ones too);
 // POST /_resume/<tag> lets later connections through again.
+import { appendFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { WebSocketServer, WebSocket } from "ws";
 
-/** Counts PUB/HPUB operations in a client→server byte stream, skipping payloads. */
-export function createOpCounter() {
+/**
+ * What a client operation is, from its subject: a kind (publish, KV put, direct get, stream API
+ * request, pull, ack) and what it is on (the stream, bucket or consumer; ids left out).
+ */
+export function kindOf(subject) {
+  const t = subject.split(".");
+  if (subject.startsWith("$JS.ACK.")) return `ack ${t[3]}`;
+  if (subject.startsWith("$JS.API.CONSUMER.MSG.NEXT.")) return `pull ${t[6]}`;
+  if (subject.startsWith("$JS.API.DIRECT.GET.")) return `direct get ${t[4]}`;
+  if (subject.startsWith("$JS.API.")) return `api ${t[2]}.${t[3]} ${t[4] ?? ""}`.trim();
+  if (subject.startsWith("$KV.")) return `kv put ${t[1]}`;
+  return `publish ${t.slice(0, Math.min(t.length, 3)).join(".")}`;
+}
+
+/** Counts PUB/HPUB operations in a client→server byte stream, skipping payloads; `kinds` by kindOf. */
+export function createOpCounter(trace) {
   let buffer = Buffer.alloc(0);
   let skip = 0;
-  const counts = { pub: 0, request: 0, sub: 0, pulls: 0 };
+  const counts = { pub: 0, request: 0, sub: 0, pulls: 0, kinds: {} };
   return {
     counts,
     feed(chunk) {
@@ -35,6 +50,9 @@ export function createOpCounter() {
           const hasReply = parts.length === (op === "PUB" ? 4 : 5);
           counts.pub++;
           if (hasReply) counts.request++;
+          const kind = kindOf(parts[1] ?? "");
+          if (trace) trace(parts[1] ?? "", size);
+          counts.kinds[kind] = (counts.kinds[kind] ?? 0) + 1;
           if (parts[1]?.startsWith("$JS.API.CONSUMER.MSG.NEXT.")) counts.pulls++;
           skip = size + 2;
         } else if (op === "SUB") counts.sub++;
@@ -81,9 +99,15 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     tag.connections++;
     const conn = { hung: hangNew.has(name), reset: () => {} };
     liveOf(name).add(conn);
-    const counter = createOpCounter();
+    const index = tag.byConnection.length;
+    // PROXY_TRACE=FILE: every operation's subject, with the time and its connection (for a profile of operations).
+    const trace = process.env.PROXY_TRACE
+      ? (subject, size) => appendFileSync(process.env.PROXY_TRACE, `${Date.now()} ${name} ${index} ${subject} ${size}\n`)
+      : undefined;
+    const counter = createOpCounter(trace);
     const before = { ...counter.counts };
-    const mine = { pub: 0, pulls: 0 };
+    // open: still connected (the gateway's kept connection, as against a tick's); kinds: by kindOf.
+    const mine = { pub: 0, pulls: 0, open: true, kinds: counter.counts.kinds };
     tag.byConnection.push(mine);
     const server = new WebSocket(upstream);
     const pending = [];
@@ -103,6 +127,7 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
       server.terminate();
     };
     const close = () => {
+      mine.open = false;
       liveOf(name).delete(conn);
       client.close();
       server.close();

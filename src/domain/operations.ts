@@ -178,8 +178,12 @@ export async function completeAssignmentRun(d: Deps, id: string, opts: Caller & 
     const done = await complete(state.records, id, { at, when: completable });
     changed = done.changed;
     const r = done.record;
-    // Released on every call, so a retried complete frees a slot a failed release left behind.
-    if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) contended = await state.admission.release(placementOf(r), id);
+    // Released on every call, so a retried complete frees a slot a failed release left behind;
+    // only the call that completed it asks whether anyone waits for the slot.
+    if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) {
+      if (changed) contended = await state.admission.release(placementOf(r), id);
+      else await state.admission.releaseAgain(placementOf(r), id);
+    }
     return r;
   });
   if (!record) throw new NotFound(`no assignment ${id}`);

@@ -12,6 +12,7 @@ import { consoleSink } from "../model/events.ts";
 import type { WebhookOutcome } from "../forge/gitea/webhook.ts";
 import { recordAssignment, type Published } from "../domain/publish.ts";
 import { createCoalescer } from "./coalesce.ts";
+import { observeStartup } from "../pools/taken.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
 import type { TokenCache } from "../forge/gitea/client.ts";
 import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
@@ -78,16 +79,21 @@ export class NatsGateway extends DurableObject {
    * pass stays the invocation's to ask for: it runs within that invocation's waitUntil.
    */
   #recordHere(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
-    const { pending, record, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
+    const { pending, record, started, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
     const assignment = pending ?? record;
-    if (!assignment) return answer;
-    const write = keeper.run((handle) => recordAssignment(createDispatcher({ config, sink: consoleSink, borrowed: handle }), assignment), {
-      deadline: Date.now() + CALL_DEADLINE_MS,
-      retry: true,
-    });
-    // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
-    // connection then held the answer past its deadline). The object outlives the promise anyway.
-    void write.catch((err) => consoleSink.error("record after publish failed", { reason: reasonOf(err) }));
+    if (!assignment && !started) return answer;
+    const after = (what: string, fn: (d: ReturnType<typeof createDispatcher>) => Promise<void>) => {
+      const write = keeper.run((handle) => fn(createDispatcher({ config, sink: consoleSink, borrowed: handle })), {
+        deadline: Date.now() + CALL_DEADLINE_MS,
+        retry: true,
+      });
+      // Not ctx.waitUntil: in workerd it held the RPC's answer until the write was done (a hung
+      // connection then held the answer past its deadline). The object outlives the promise anyway.
+      void write.catch((err) => consoleSink.error(`${what} failed`, { reason: reasonOf(err) }));
+    };
+    if (assignment) after("record after publish", (d) => recordAssignment(d, assignment));
+    // A job's start-up time, here too: the invocation would open a connection for this one write.
+    if (started) after("job start-up time", (d) => observeStartup(d, started));
     return { ...answer, value: rest };
   }
 

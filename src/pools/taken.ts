@@ -37,6 +37,8 @@ export interface Started {
   at: number;
   /** The job's created_at from the payload: when its own record is gone, the start is timed from it. */
   createdAt?: string | undefined;
+  /** When its own record was received, where the claim read it (the runner made for it took it): no read then. */
+  queuedAt?: string | undefined;
 }
 
 /**
@@ -45,7 +47,7 @@ export interface Started {
  */
 export async function observeStartup(d: Deps, s: Started): Promise<void> {
   await d.withState(async (state) => {
-    const own = await state.records.get(s.own);
+    const own = s.queuedAt === undefined ? await state.records.get(s.own) : { receivedAt: s.queuedAt };
     const queuedAt = own ? Date.parse(own.receivedAt) : Date.parse(s.createdAt ?? "");
     if (!Number.isFinite(queuedAt) || queuedAt <= 0 || queuedAt > s.at) return;
     await state.startups.observe(s.pool, (s.at - queuedAt) / 1_000);

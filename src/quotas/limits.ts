@@ -34,6 +34,10 @@ export function withQuotaRelease(admission: Admission, ledger: QuotaLedger): Adm
       if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
       return contended;
     },
+    async releaseAgain(place: Backend | Placement, ...ids: string[]) {
+      await admission.releaseAgain(place, ...ids);
+      if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
+    },
   };
 }
 

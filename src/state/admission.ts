@@ -67,11 +67,17 @@ export interface Admission {
     reserve?: ReadonlySet<string>,
   ): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
   /**
-   * Frees the slots (backend and pool) and registration reservations of `ids` at `place`; ids
-   * holding none are ignored. Resolves true when a slot was freed in a full backend or pool, or
-   * while jobs wait (`anyWaiting`): someone may be waiting for it.
+   * Frees the slots (backend and pool) of `ids` at `place`; ids holding none are ignored. Their
+   * registration reservations go with them: a word is void once its slot is gone (a later slot
+   * voids older words), and expires with its lease. Resolves true when a slot was freed in a full
+   * backend or pool, or while jobs wait (`anyWaiting`): someone may be waiting for it.
    */
   release(place: Backend | Placement, ...ids: string[]): Promise<boolean>;
+  /**
+   * Frees the slots of `ids` again, reading no count: for an end already released once (a
+   * repeated completion), which may find a slot that a failed first release left behind.
+   */
+  releaseAgain(place: Backend | Placement, ...ids: string[]): Promise<void>;
   /** Ends the registration reservations of `ids` (registered or given up), keeping their slots. */
   endRegistrations(backend: Backend, ids: readonly string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
@@ -156,6 +162,18 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, reg?.seq ?? 0)) === "taken";
   };
 
+  /** Purges the backend's (and the pool's) slot of each id: how many of each were held. */
+  const freeSlots = (backend: Backend, pool: string | undefined, ids: readonly string[]) =>
+    Promise.all(
+      ids.map(async (id) => {
+        const [slot, poolSlot] = await Promise.all([
+          purge(slots(backend), slotSubject(backend, id)),
+          pool !== undefined ? purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id)) : 0,
+        ]);
+        return { slot, poolSlot };
+      }),
+    );
+
   const admission: Admission = {
     async acquire(backend, id) {
       return (await admission.acquireMany(backend, [id])).admitted.has(id);
@@ -213,16 +231,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const poolStream = pool !== undefined ? poolSlotsStream(opts.names, pool) : undefined;
       // The counts are asked alongside the purges, not after them: one round trip instead of two.
       const [freed, info, poolInfo] = await Promise.all([
-        Promise.all(
-          ids.map(async (id) => {
-            const [slot, , poolSlot] = await Promise.all([
-              purge(slots(backend), slotSubject(backend, id)),
-              purge(registrations, regSubject(backend, id)),
-              poolStream ? purge(poolStream, poolSubject(pool!, id)) : 0,
-            ]);
-            return { slot, poolSlot };
-          }),
-        ),
+        freeSlots(backend, pool, ids),
         maybe(async () => (await jsm()).streams.info(slots(backend))),
         poolStream ? maybe(async () => (await jsm()).streams.info(poolStream)) : undefined,
       ]);
@@ -234,6 +243,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const poolWasFull = poolCount > 0 && (poolInfo?.state.messages ?? 0) + poolCount >= (poolCaps.get(pool!) ?? Infinity);
       if (backendWasFull || poolWasFull) return true;
       return count > 0 && opts.anyWaiting !== undefined && (await opts.anyWaiting(backend));
+    },
+    async releaseAgain(place, ...ids) {
+      const { backend, pool: named } = typeof place === "string" ? { backend: place, pool: undefined } : place;
+      await freeSlots(backend, named !== undefined && poolCaps.has(named) ? named : undefined, ids);
     },
     async endRegistrations(backend, ids) {
       await Promise.all(

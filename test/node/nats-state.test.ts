@@ -115,6 +115,23 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("a release leaves the registration word to its lease: the id registers no more, and its next slot reserves at once", async () => {
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
+    await createDispatcher({ config, sink: silent }).withState(async ({ admission }) => {
+      await admission.acquireMany("pod", ["a"], new Set(["a"]));
+      await admission.endRegistrations("pod", ["a"]);
+      // Reserved again on the same slot: the word says "mine" until its lease ends.
+      expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual(["a"]);
+      await admission.release("pod", "a");
+      expect(await admission.snapshot("pod")).toEqual({ holders: [], registering: [] });
+      expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual(["a"]);
+      // Near miss: while that reservation lives, nobody else gets one.
+      expect([...(await admission.acquireMany("pod", ["a"], new Set(["a"]))).reserved]).toEqual([]);
+      await admission.releaseAgain("pod", "a", "nobody");
+      expect(await admission.holders("pod")).toEqual([]);
+    });
+  });
+
   it("counts ids named after Object.prototype properties like any other id", async () => {
     const names = ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "__defineGetter__"];
     const ids = fc.uniqueArray(

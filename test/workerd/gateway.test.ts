@@ -7,10 +7,12 @@ import { describe, expect, inject, it } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING, gatewayName } from "../../src/gateway/client.ts";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
-import { deliverJob, deliverJobTimed, inParallel, withJob } from "../harness/jobs.ts";
+import { assignmentViews, deliverJob, deliverJobTimed, inParallel, withJob, type JobView } from "../harness/jobs.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { streamState } from "../harness/nats.ts";
 import { backendControl, captureLogs, giteaControl, request, sleep, tickUntil } from "../harness/worker.ts";
-import { queuedFixture } from "../harness/fixtures.ts";
+import { inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 
 const proxy = inject("natsProxyUrl");
 const control = proxy.replace("ws://", "http://");
@@ -40,6 +42,33 @@ async function deliverAll(env: Record<string, string>, jobs: number[], concurren
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
 describe("NATS gateway", () => {
+  it("writes a job's start-up time after answering its in_progress, on its one connection; without it, the invocation does", { timeout: 60_000 }, async () => {
+    for (const gateway of ["on", "off"] as const) {
+      const tag = uniqueName(`gwstart${gateway}`);
+      const env = await proxiedEnv(tag, { NATS_GATEWAY: gateway });
+      const jobs = range(gateway === "on" ? 812_000 : 813_000, 3);
+      await deliverAll(env, jobs, 1);
+      const ids = jobs.map((j) => `gitea-${j}-1`);
+      let views = await assignmentViews(env, ids);
+      for (let i = 0; i < 100 && [...views.values()].some((v) => typeof v !== "object" || !v.giteaRunnerId); i++) {
+        await sleep(100);
+        views = await assignmentViews(env, ids);
+      }
+      const connections = (await proxyCounts(tag)).connections;
+      for (const job of jobs) {
+        const v = views.get(`gitea-${job}-1`) as JobView;
+        expect((await deliverJob(env, withJob(inProgressFixture, job, { runner_id: v.giteaRunnerId, runner_name: `gdr-gitea-${job}-1` }))).status).toBe(200);
+      }
+      const direct = createDispatcher({ config: loadConfig({ ...env, NATS_URL: inject("natsWsUrl") }) });
+      const count = async () => (await direct.withState(({ startups }) => startups.read(["route-0"]))).get("route-0")?.count ?? 0;
+      for (let i = 0; i < 50 && (await count()) < 3; i++) await sleep(100);
+      expect(await count(), `start-ups counted, gateway ${gateway}`).toBe(3);
+      // On: the gateway's connection only. Off: each in_progress's invocation opens its own.
+      if (gateway === "on") expect((await proxyCounts(tag)).connections).toBe(connections);
+      else expect((await proxyCounts(tag)).connections).toBeGreaterThanOrEqual(connections + 3);
+    }
+  });
+
   it("serves webhooks, eager passes, claims and completes on one connection; without it, each request opens one", { timeout: 60_000 }, async () => {
     const logs = captureLogs();
     try {

@@ -1,0 +1,78 @@
+// A job's start-up time (pools/taken.ts observeStartup), over in-memory fakes of the stores it
+// uses: timed from its own record's receipt, which the claim hands over when it read it.
+import { describe, expect, inject, it } from "vitest";
+import { observeStartup } from "../../src/pools/taken.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { handleWorkflowJob, parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
+import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
+import { inProgressFixture } from "../harness/fixtures.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
+import { written } from "../harness/memory.ts";
+
+function fakes(receivedAt: string | null) {
+  const reads: string[] = [];
+  const seen: [string, number][] = [];
+  const state = {
+    records: { get: async (id: string) => (reads.push(id), receivedAt === null ? null : { id, receivedAt }) },
+    startups: { observe: async (pool: string, s: number) => void seen.push([pool, s]) },
+  };
+  const d = { withState: <T>(fn: (s: typeof state) => Promise<T>) => fn(state) } as unknown as Parameters<typeof observeStartup>[0];
+  return { d, reads, seen };
+}
+
+describe("observeStartup", () => {
+  const at = Date.parse("2026-12-03T10:00:10Z");
+  it("with the claim's queuedAt, reads no record", async () => {
+    const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
+    await observeStartup(d, { pool: "p", own: "gitea-1-1", at, queuedAt: "2026-12-03T10:00:04Z" });
+    expect(reads).toEqual([]);
+    expect(seen).toEqual([["p", 6]]);
+  });
+  it("near miss: without it (another runner took the job), its own record is read", async () => {
+    const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
+    await observeStartup(d, { pool: "p", own: "gitea-1-1", at });
+    expect(reads).toEqual(["gitea-1-1"]);
+    expect(seen).toEqual([["p", 10]]);
+  });
+  it("a record gone: timed from the payload's created_at; a time that does not parse is no time", async () => {
+    const gone = fakes(null);
+    await observeStartup(gone.d, { pool: "p", own: "gitea-1-1", at, createdAt: "2026-12-03T10:00:08Z" });
+    expect(gone.seen).toEqual([["p", 2]]);
+    const bad = fakes(null);
+    await observeStartup(bad.d, { pool: "p", own: "gitea-1-1", at, createdAt: "not a time" });
+    expect(bad.seen).toEqual([]);
+  });
+});
+
+describe("an in_progress webhook hands its claim's queuedAt to the start-up observation", () => {
+  const inProgress = (job: number, runner: number, name: string) => {
+    const p = structuredClone(inProgressFixture);
+    Object.assign(p.workflow_job, { id: job, runner_id: runner, runner_name: name });
+    return parseWorkflowJob(p);
+  };
+  it("when the runner made for the job took it; not when it took another job (near miss)", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const config = await provisionEnv(env);
+    const d = createDispatcher({ config, gitea: stubGitea(), sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
+    const ready = async (id: string, runner: number) =>
+      d.withState(async ({ records }) => {
+        await records.offer(assignment(id));
+        return records.update(id, (r) =>
+          written({
+            ...r,
+            state: "backend_ready",
+            readyAt: new Date().toISOString(),
+            placement: { pool: "route-0", backend: "pod" },
+            runner: { id: runner, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
+          }),
+        );
+      });
+    const own = await ready("gitea-9101-1", 51);
+    const mine = await handleWorkflowJob(d, inProgress(9101, 51, "gdr-gitea-9101-1"));
+    expect(mine.started).toMatchObject({ pool: "route-0", own: "gitea-9101-1", queuedAt: own!.receivedAt });
+    await ready("gitea-9102-1", 52);
+    const other = await handleWorkflowJob(d, inProgress(9103, 52, "gdr-gitea-9102-1"));
+    expect(other.started).toMatchObject({ pool: "route-0", own: "gitea-9103-1" });
+    expect(other.started?.queuedAt).toBeUndefined();
+  });
+});
