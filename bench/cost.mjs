@@ -5,12 +5,16 @@
 // by kind (through the counting proxy) and by who sent them (the gateway's kept connection: the
 // webhooks and their eager passes; the ticks' own connections), and the Worker's CPU (workerd and
 // its host). Variants: first come first served, fair share, pools (minIdle 5), QUOTAS.
-import { giteaControl, treeCpu } from "./lib.mjs";
+import { writeFileSync } from "node:fs";
+import WebSocket from "ws";
+import { freePort, giteaControl, treeCpu } from "./lib.mjs";
 
 const JOBS = Number(process.env.BENCH_COST_JOBS ?? 40);
 const CAPACITY = 10;
 const TICK_MS = 10_000;
 const REPOS = ["a/one", "b/two", "c/three", "d/four"];
+/** Requests that do nothing, for the floor of the Worker's CPU per request. */
+const TRIVIAL = 200;
 const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
 const VARIANTS = {
@@ -35,7 +39,9 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
   await provisioned(vars);
   await backendMode(vars, { runner: true, bootMs: 100, fetchIntervalMs: 200, jobMs: 500 });
   const tag = `cost-${vars.ASSIGNMENT_STREAM}`;
-  const worker = await startWorker({ ...vars, NATS_URL: proxy.url(tag) });
+  // BENCH_PROFILE=1: a CPU profile of the isolate (the Worker and its gateway object) over the jobs.
+  const inspectorPort = process.env.BENCH_PROFILE ? await freePort() : undefined;
+  const worker = await startWorker({ ...vars, NATS_URL: proxy.url(tag) }, undefined, "miniflare", inspectorPort ? { inspectorPort } : {});
   const gitea = giteaControl(vars);
   let ticks = 0;
   const ticker = setInterval(
@@ -53,6 +59,7 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
       await worker.tick();
       await waitFor(async () => (await backend(vars)).runners.length >= 5, 30_000);
     }
+    const profiler = inspectorPort ? await startProfile(inspectorPort) : undefined;
     const before = snapshot(proxy, tag, worker);
     log(`cost (${name}): ${JOBS} jobs of ${REPOS.length} repositories, capacity ${CAPACITY}, a tick every ${TICK_MS / 1000} s`);
     const ids = [];
@@ -74,6 +81,16 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
     const keep = vars.RUNNER_POOLS ? 5 : 0;
     const tornDown = await waitFor(async () => (await backend(vars)).runners.length <= keep, 60_000);
     const after = snapshot(proxy, tag, worker);
+    // A cron tick now (the sweep lists Gitea's jobs and runners): what each minute costs, whatever the jobs.
+    const tick0 = snapshot(proxy, tag, worker);
+    for (let i = 0; i < 3; i++) await worker.tick();
+    const tick1 = snapshot(proxy, tag, worker);
+    const tick = { ops: (tick1.total - tick0.total) / 3, cpuMs: ((tick1.cpu - tick0.cpu) * 1_000) / 3 };
+    // The floor: the Worker's CPU for a request that does nothing (a 404), beside a job's requests.
+    const trivial0 = sum(Object.values(treeCpu(worker.pid)));
+    for (let i = 0; i < TRIVIAL; i++) await (await fetch(`${worker.url}/nothing-here`)).arrayBuffer();
+    const trivialCpuMs = ((sum(Object.values(treeCpu(worker.pid))) - trivial0) * 1_000) / TRIVIAL;
+    const profile = profiler ? await profiler.stop(`bench/results/cost-${name}.cpuprofile`) : undefined;
     const per = (x) => x / JOBS;
     const kinds = {};
     for (const [k, v] of Object.entries(after.kinds)) {
@@ -85,8 +102,11 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
       byWho: { gateway: per(after.kept - before.kept), ticks: per(after.closed - before.closed) },
       byKind: Object.fromEntries(Object.entries(kinds).sort((a, b) => b[1] - a[1])),
       workerCpuMsPerJob: per((after.cpu - before.cpu) * 1_000),
+      trivialCpuMs,
+      tick,
       ticks,
       tornDown,
+      ...(profile ? { profile } : {}),
       wallMs: after.at - before.at,
     };
   } finally {
@@ -119,4 +139,50 @@ async function waitFor(fn, timeoutMs) {
     await new Promise((r) => setTimeout(r, 250));
   }
   return false;
+}
+
+/** Starts the V8 profiler of the Worker's isolate; stop() writes the profile and sums self time by function. */
+async function startProfile(port) {
+  const [target] = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => (ws.once("open", resolve), ws.once("error", reject)));
+  let id = 0;
+  const pending = new Map();
+  ws.on("message", (m) => {
+    const d = JSON.parse(String(m));
+    pending.get(d.id)?.(d);
+    pending.delete(d.id);
+  });
+  const call = (method, params = {}) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params }))));
+  await call("Profiler.enable");
+  await call("Profiler.setSamplingInterval", { interval: 200 });
+  await call("Profiler.start");
+  return {
+    async stop(file) {
+      const { result } = await call("Profiler.stop");
+      ws.close();
+      writeFileSync(file, JSON.stringify(result.profile));
+      return summarize(result.profile);
+    },
+  };
+}
+
+/** Self time per function (name and module), the top 15, in ms, from a V8 CPU profile. */
+function summarize(profile) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const dt = new Map();
+  for (let i = 0; i < profile.samples.length; i++) dt.set(profile.samples[i], (dt.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  const self = {};
+  let total = 0;
+  for (const [nodeId, us] of dt) {
+    const f = byId.get(nodeId).callFrame;
+    const key = `${f.functionName || "(anonymous)"} ${f.url.split("/").pop() || ""}:${f.lineNumber + 1}`;
+    self[key] = (self[key] ?? 0) + us / 1000;
+    total += us / 1000;
+  }
+  const top = Object.entries(self)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 15)
+    .map(([k, ms]) => [k, +ms.toFixed(1)]);
+  return { totalMs: +total.toFixed(1), top };
 }

@@ -538,7 +538,7 @@ const ROWS = {
         const fifo = c.fifo;
         const vs = v !== "fifo" && fifo ? `${r(x.opsPerJob / fifo.opsPerJob, 2)}× ops, ${r(x.workerCpuMsPerJob / fifo.workerCpuMsPerJob, 2)}× CPU` : "";
         const goal = v === "fifo" ? "≤ 15 ops, ≤ 12 ms" : "≤ 1.2× first come first served";
-        return `| a job's life (queued → torn down), ${v}, ${c.jobs} jobs, capacity ${c.capacity}, a tick every ${c.tickMs / 1000} s | ${r(x.opsPerJob, 1)} NATS ops (gateway ${r(x.byWho.gateway, 1)}, ticks ${r(x.byWho.ticks, 1)}; ${top}), ${r(x.workerCpuMsPerJob, 1)} ms Worker CPU${x.tornDown ? "" : ", not all torn down"} | ${vs} | | ${goal} |`;
+        return `| a job's life (queued → torn down), ${v}, ${c.jobs} jobs, capacity ${c.capacity}, a tick every ${c.tickMs / 1000} s | ${r(x.opsPerJob, 1)} NATS ops (gateway ${r(x.byWho.gateway, 1)}, ticks ${r(x.byWho.ticks, 1)}; ${top}), ${r(x.workerCpuMsPerJob, 1)} ms Worker CPU${x.tornDown ? "" : ", not all torn down"} | a cron tick after them: ${r(x.tick.ops, 1)} ops, ${r(x.tick.cpuMs, 1)} ms CPU; a request that does nothing: ${r(x.trivialCpuMs, 2)} ms CPU${vs ? `; ${vs}` : ""} | | ${goal} |`;
       }),
   soak: (x) => [
     `| JS heap after GC over a soak of ${x.jobs} jobs (${x.completed} completed) at ${x.perSec}/s, Worker and gateway object | start ${x.heap.start.usedMB} MB, middle ${x.heap.middle.usedMB} MB, end ${x.heap.end.usedMB} MB (${x.growthKBPerJob} KB per job) | workerd resident: ${x.heap.start.workerdRssMB}, ${x.heap.middle.workerdRssMB}, ${x.heap.end.workerdRssMB} MB | | no growth with jobs |`,

@@ -12,7 +12,7 @@ import { consoleSink } from "../model/events.ts";
 import type { WebhookOutcome } from "../forge/gitea/webhook.ts";
 import { recordAssignment, type Published } from "../domain/publish.ts";
 import { createCoalescer } from "./coalesce.ts";
-import { observeStartup } from "../pools/taken.ts";
+import { observeStartups, type Started } from "../pools/taken.ts";
 import { createKeeper, type ConnectionKeeper } from "./keeper.ts";
 import type { TokenCache } from "../forge/gitea/client.ts";
 import { collectingSink, reasonOf, toWire, type GatewayAnswer, type GatewayCall, type LogLine } from "./protocol.ts";
@@ -27,12 +27,20 @@ export const CALL_DEADLINE_MS = 2_000;
 export const GITEA_CALL_MS = 1_200;
 /** Eager passes after publishes and webhooks in flight at once per backend (see coalesce.ts). */
 export const EAGER_PASSES_AT_ONCE = 4;
+/**
+ * Start-up times are written this long after the first of a batch: under load, one write per pool
+ * instead of one per job on the same key (each a compare-and-set that the others make retry). An
+ * object that goes away meanwhile loses the batch's observations (a metric, not a job).
+ */
+export const STARTUP_BATCH_MS = 250;
 /** A connection nobody used for this long is closed (a NATS_URL or credentials no longer in use). */
 const IDLE_CLOSE_MS = 10 * 60_000;
 
 export class NatsGateway extends DurableObject {
   readonly #keepers = new Map<string, ConnectionKeeper>();
   readonly #passes = createCoalescer<GatewayAnswer>(EAGER_PASSES_AT_ONCE);
+  /** Job start-ups waiting for their batch's write, per connection and stream (see #recordHere). */
+  readonly #startups = new WeakMap<ConnectionKeeper, Map<string, Started[]>>();
   /** Registration tokens kept across passes, per Gitea and API token (see TokenCache). */
   readonly #giteaTokens = new Map<string, TokenCache>();
 
@@ -93,7 +101,20 @@ export class NatsGateway extends DurableObject {
     };
     if (assignment) after("record after publish", (d) => recordAssignment(d, assignment));
     // A job's start-up time, here too: the invocation would open a connection for this one write.
-    if (started) after("job start-up time", (d) => observeStartup(d, started));
+    // Those of STARTUP_BATCH_MS go together: one write per pool, not a contended one per job.
+    if (started) {
+      const batches = this.#startups.get(keeper) ?? this.#startups.set(keeper, new Map()).get(keeper)!;
+      const batch = batches.get(config.stream);
+      if (batch) batch.push(started);
+      else {
+        const items = [started];
+        batches.set(config.stream, items);
+        setTimeout(() => {
+          batches.delete(config.stream);
+          after("job start-up times", (d) => observeStartups(d, items));
+        }, STARTUP_BATCH_MS);
+      }
+    }
     return { ...answer, value: rest };
   }
 

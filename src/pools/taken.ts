@@ -42,17 +42,27 @@ export interface Started {
 }
 
 /**
- * Records the job's start-up time in its pool's histogram: from when the dispatcher first saw it
- * queued (its own record) to its in_progress. A payload time that does not parse is no time.
+ * Records the jobs' start-up times in their pools' histograms: from when the dispatcher first saw
+ * each queued (its own record) to its in_progress. A payload time that does not parse is no time.
+ * One read for the records not handed over, one write per pool, whatever the number of jobs.
  */
-export async function observeStartup(d: Deps, s: Started): Promise<void> {
+export async function observeStartups(d: Deps, started: readonly Started[]): Promise<void> {
   await d.withState(async (state) => {
-    const own = s.queuedAt === undefined ? await state.records.get(s.own) : { receivedAt: s.queuedAt };
-    const queuedAt = own ? Date.parse(own.receivedAt) : Date.parse(s.createdAt ?? "");
-    if (!Number.isFinite(queuedAt) || queuedAt <= 0 || queuedAt > s.at) return;
-    await state.startups.observe(s.pool, (s.at - queuedAt) / 1_000);
+    const unread = started.filter((s) => s.queuedAt === undefined).map((s) => s.own);
+    const read = unread.length ? await state.records.getMany(unread) : new Map<string, { value: { receivedAt: string } }>();
+    const byPool = new Map<string, number[]>();
+    for (const s of started) {
+      const receivedAt = s.queuedAt ?? read.get(s.own)?.value.receivedAt;
+      const queuedAt = Date.parse(receivedAt ?? s.createdAt ?? "");
+      if (!Number.isFinite(queuedAt) || queuedAt <= 0 || queuedAt > s.at) continue;
+      byPool.set(s.pool, [...(byPool.get(s.pool) ?? []), (s.at - queuedAt) / 1_000]);
+    }
+    await Promise.all([...byPool].map(([pool, seconds]) => state.startups.observe(pool, seconds)));
   });
 }
+
+/** One job's start-up time (see observeStartups). */
+export const observeStartup = (d: Deps, s: Started): Promise<void> => observeStartups(d, [s]);
 
 /**
  * Settles a job taken by a runner not made for it. The warm runner's position is this settling's

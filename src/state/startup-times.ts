@@ -20,7 +20,8 @@ export interface StartupHistogram {
 }
 
 export interface StartupTimes {
-  observe(pool: string, seconds: number): Promise<void>;
+  /** Adds observations (seconds each) to `pool`'s histogram, in one compare-and-set. */
+  observe(pool: string, seconds: readonly number[]): Promise<void>;
   countGiveUp(pool: string): Promise<void>;
   read(pools: readonly string[]): Promise<Map<string, StartupHistogram>>;
 }
@@ -38,7 +39,7 @@ export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): 
   return {
     async observe(pool, seconds) {
       await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => ({
-        value: addObservation(current?.value ?? emptyHistogram(), seconds),
+        value: seconds.reduce(addObservation, current?.value ?? emptyHistogram()),
         result: undefined,
       }));
     },

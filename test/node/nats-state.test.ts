@@ -132,6 +132,19 @@ describe("JetStream handoff against nats-server", () => {
     });
   });
 
+  it("adds a batch of start-up times to a pool's histogram in one write, beside what was there", async () => {
+    const config = await provisionEnv(testEnv(nats, backend));
+    await createDispatcher({ config, sink: silent }).withState(async ({ startups }) => {
+      await startups.observe("p", [2]);
+      await startups.observe("p", [0.5, 4, 4000]);
+      const h = (await startups.read(["p", "q"])).get("p")!;
+      expect(h).toMatchObject({ count: 4, sum: 4006.5 });
+      // Cumulative: le=1 holds 0.5; le=5 holds 0.5, 2 and 4; 4000 is past the last bound.
+      expect([h.buckets[0], h.buckets[3], h.buckets.at(-1)]).toEqual([1, 3, 3]);
+      expect((await startups.read(["q"])).size).toBe(0);
+    });
+  });
+
   it("counts ids named after Object.prototype properties like any other id", async () => {
     const names = ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "__defineGetter__"];
     const ids = fc.uniqueArray(

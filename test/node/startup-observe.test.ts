@@ -1,7 +1,7 @@
 // A job's start-up time (pools/taken.ts observeStartup), over in-memory fakes of the stores it
 // uses: timed from its own record's receipt, which the claim hands over when it read it.
 import { describe, expect, inject, it } from "vitest";
-import { observeStartup } from "../../src/pools/taken.ts";
+import { observeStartup, observeStartups } from "../../src/pools/taken.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
@@ -10,11 +10,16 @@ import { stubGitea } from "../harness/gitea-stub.ts";
 import { written } from "../harness/memory.ts";
 
 function fakes(receivedAt: string | null) {
-  const reads: string[] = [];
-  const seen: [string, number][] = [];
+  const reads: string[][] = [];
+  const seen: [string, readonly number[]][] = [];
   const state = {
-    records: { get: async (id: string) => (reads.push(id), receivedAt === null ? null : { id, receivedAt }) },
-    startups: { observe: async (pool: string, s: number) => void seen.push([pool, s]) },
+    records: {
+      getMany: async (ids: readonly string[]) => {
+        reads.push([...ids]);
+        return new Map(receivedAt === null ? [] : ids.map((id) => [id, { value: { id, receivedAt }, revision: 1 }]));
+      },
+    },
+    startups: { observe: async (pool: string, s: readonly number[]) => void seen.push([pool, s]) },
   };
   const d = { withState: <T>(fn: (s: typeof state) => Promise<T>) => fn(state) } as unknown as Parameters<typeof observeStartup>[0];
   return { d, reads, seen };
@@ -26,21 +31,35 @@ describe("observeStartup", () => {
     const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
     await observeStartup(d, { pool: "p", own: "gitea-1-1", at, queuedAt: "2026-12-03T10:00:04Z" });
     expect(reads).toEqual([]);
-    expect(seen).toEqual([["p", 6]]);
+    expect(seen).toEqual([["p", [6]]]);
   });
   it("near miss: without it (another runner took the job), its own record is read", async () => {
     const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
     await observeStartup(d, { pool: "p", own: "gitea-1-1", at });
-    expect(reads).toEqual(["gitea-1-1"]);
-    expect(seen).toEqual([["p", 10]]);
+    expect(reads).toEqual([["gitea-1-1"]]);
+    expect(seen).toEqual([["p", [10]]]);
   });
   it("a record gone: timed from the payload's created_at; a time that does not parse is no time", async () => {
     const gone = fakes(null);
     await observeStartup(gone.d, { pool: "p", own: "gitea-1-1", at, createdAt: "2026-12-03T10:00:08Z" });
-    expect(gone.seen).toEqual([["p", 2]]);
+    expect(gone.seen).toEqual([["p", [2]]]);
     const bad = fakes(null);
     await observeStartup(bad.d, { pool: "p", own: "gitea-1-1", at, createdAt: "not a time" });
     expect(bad.seen).toEqual([]);
+  });
+  it("a batch: one read for the records not handed over, one write per pool", async () => {
+    const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
+    await observeStartups(d, [
+      { pool: "p", own: "gitea-1-1", at, queuedAt: "2026-12-03T10:00:09Z" },
+      { pool: "q", own: "gitea-2-1", at },
+      { pool: "p", own: "gitea-3-1", at },
+      { pool: "p", own: "gitea-4-1", at: at - 5_000, queuedAt: "2026-12-03T10:00:08Z" },
+    ]);
+    expect(reads).toEqual([["gitea-2-1", "gitea-3-1"]]);
+    expect(seen.toSorted()).toEqual([
+      ["p", [1, 10]],
+      ["q", [10]],
+    ]);
   });
 });
 
