@@ -55,3 +55,37 @@ export async function measureFailoverGap({ cluster, config, seconds = 20 }) {
   await cluster.start(node);
   return { leaderNode: node + 1, gapMs: firstAfter ? firstAfter - killedAt : null, published: ok, failed };
 }
+
+/**
+ * What one R3 stream's leader sustains here: `concurrency` writers on one held connection, half
+ * publishing to the assignments stream, half writing records (a KV put each), for `seconds`.
+ * Every write is acknowledged by the leader after a quorum stored it. Writes per second.
+ */
+export async function measureLeaderRate({ cluster, config, seconds = 5, concurrency = 64 }) {
+  const { Kvm } = await import("@nats-io/kv");
+  const settings = { natsServers: cluster.wsUrls, natsAuth: { kind: "none" } };
+  const handle = await openNats(settings);
+  try {
+    const kv = await new Kvm(handle.js).open(`${config.stream}_records`);
+    const until = Date.now() + seconds * 1_000;
+    let writes = 0;
+    let failed = 0;
+    const started = Date.now();
+    await Promise.all(
+      Array.from({ length: concurrency }, async (_, w) => {
+        for (let n = 0; Date.now() < until; n++) {
+          try {
+            if (w % 2) await kv.put(`a.rate-${w}-${n % 50}`, "{}");
+            else await handle.js.publish(`${config.subjectBase}.rate`, "x");
+            writes++;
+          } catch {
+            failed++;
+          }
+        }
+      }),
+    );
+    return { writesPerSec: (writes / (Date.now() - started)) * 1_000, failed, concurrency };
+  } finally {
+    await closeNats(handle.nc);
+  }
+}

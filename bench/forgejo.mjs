@@ -5,7 +5,7 @@
 // the period + 300 ms), and Forgejo API requests per job beside the polls. Runners run as
 // forgejo-runner one-job --handle does (fake-runner.mjs), each bound to its job.
 import { FAKE_FORGEJO, startFakeForgejo } from "../scripts/fake-forgejo.mjs";
-import { percentile as pick } from "./lib.mjs";
+import { treeCpu, percentile as pick } from "./lib.mjs";
 
 const percentile = (xs, p) =>
   pick(
@@ -16,7 +16,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** The cron, as Cloudflare runs it: once a minute. */
 const CRON_MS = 60_000;
 
-export async function measureForgejo({ varsFor, provisioned, startWorker, backendMode, log, jobs = 40, pollMs = 3_000, idleMs = 60_000 }) {
+export async function measureForgejo({ varsFor, provisioned, startWorker, backendMode, log, proxy, jobs = 40, pollMs = 3_000, idleMs = 60_000 }) {
   const forgejo = await startFakeForgejo();
   const base = varsFor("forgejo", { FORGE: "forgejo", GITEA_API_TOKEN: FAKE_FORGEJO.apiToken, FORGEJO_POLL_MS: String(pollMs), RETRY_DELAY_MS: "500" });
   const vars = { ...base, GITEA_URL: `${forgejo.url}/${base.ASSIGNMENT_STREAM}` };
@@ -26,25 +26,37 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
   const apiCalls = async () => (await control("state")).requests.filter((r) => r.path.startsWith("/api/v1/"));
   await provisioned(vars);
   await backendMode(vars, { runner: true, bootMs: 0, fetchIntervalMs: 500, jobMs: 500 });
-  const worker = await startWorker(vars);
+  // NATS through the counting proxy (when given): operations and the Worker's CPU, idle and per job.
+  const tag = `forgejo-${vars.ASSIGNMENT_STREAM}`;
+  const worker = await startWorker(proxy ? { ...vars, NATS_URL: proxy.url(tag) } : vars);
+  const cost = () => ({
+    ops: proxy ? proxy.counts(tag).byConnection.reduce((a, c) => a + c.pub, 0) : NaN,
+    cpuMs: Object.values(treeCpu(worker.pid)).reduce((a, b) => a + b, 0) * 1_000,
+  });
   const ticker = setInterval(() => worker.tick().catch(() => undefined), CRON_MS);
   try {
     await worker.tick(); // arms the poller
     await sleep(pollMs);
     log(`forgejo: an idle Forgejo for ${idleMs / 1000} s, polled every ${pollMs / 1000} s (the cron ticks once a minute)`);
     const idle0 = (await apiCalls()).length;
+    const idleCost0 = cost();
     const t0 = Date.now();
     await sleep(idleMs);
     const idleCalls = (await apiCalls()).slice(idle0);
     const idleMinutes = (Date.now() - t0) / 60_000;
+    const idleCost1 = cost();
     const idle = {
       perMinute: idleCalls.length / idleMinutes,
       pollsPerMinute: idleCalls.filter((r) => r.path.endsWith("/actions/runners/jobs")).length / idleMinutes,
       goalPerMinute: 60_000 / pollMs,
+      natsOpsPerMinute: (idleCost1.ops - idleCost0.ops) / idleMinutes,
+      workerCpuMsPerMinute: (idleCost1.cpuMs - idleCost0.cpuMs) / idleMinutes,
     };
 
     log(`forgejo: ${jobs} jobs queued one by one, 0.5 to 2.5 s apart`);
     const before = (await apiCalls()).length;
+    const jobsCost0 = cost();
+    const jobsT0 = Date.now();
     const queued = [];
     for (let i = 0; i < jobs; i++) {
       const [job] = (await control("queue", [{ runs_on: ["ubuntu-latest"], runMs: 500 }])).jobs;
@@ -63,6 +75,9 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
     // Until every finished job's runner is seen gone by a poll.
     await sleep(2 * pollMs);
     const jobCalls = (await apiCalls()).slice(before);
+    const jobsCost1 = cost();
+    // The polls would have run anyway: what the jobs cost beyond an idle Forgejo's polling.
+    const idleShare = (Date.now() - jobsT0) / 60_000;
     const pollTimes = jobCalls.filter((r) => r.path.endsWith("/actions/runners/jobs")).map((r) => r.at);
     const polls = pollTimes.length;
     const gaps = pollTimes.slice(1).map((t, i) => t - pollTimes[i]);
@@ -83,6 +98,8 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
         requests: (jobCalls.length - polls) / jobs,
         byCall: countBy(jobCalls.filter((r) => !r.path.endsWith("/actions/runners/jobs"))),
         pollsMeanwhile: polls,
+        natsOps: (jobsCost1.ops - jobsCost0.ops - idle.natsOpsPerMinute * idleShare) / jobs,
+        workerCpuMs: (jobsCost1.cpuMs - jobsCost0.cpuMs - idle.workerCpuMsPerMinute * idleShare) / jobs,
       },
       takenByOwnRunner: `${boundToOwn}/${taken.length}`,
     };

@@ -18,7 +18,7 @@ import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { busyBetween, cpuTimes, load, percentile, startWorker, treeCpu } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
-import { measureFailoverGap } from "./cluster.mjs";
+import { measureFailoverGap, measureLeaderRate } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
@@ -378,13 +378,14 @@ const ADMISSION_S = Number(process.env.BENCH_ADMISSION_S ?? 10);
 /** Jobs/s of 4 isolates against 1, capacity 5, runners of 4 s: how near the pool's ceiling each gets. */
 async function isolates() {
   const out = {};
-  for (const [name, count, firstJob] of [
-    ["one", 1, 700_000],
-    ["four", 4, 710_000],
+  for (const [name, count, firstJob, shards] of [
+    ["one", 1, 700_000, 1],
+    ["four", 4, 710_000, 1],
+    ["fourShards", 4, 720_000, 4],
   ]) {
-    const vars = varsFor(`iso${count}`, { CAPACITY_POD: "5" });
+    const vars = varsFor(`iso${count}s${shards}`, { CAPACITY_POD: "5", NATS_GATEWAY_SHARDS: String(shards) });
     await provisioned(vars);
-    log(`isolates (${count}): ${ISOLATE_JOBS} jobs, capacity 5, runners claim after 100 ms and run 4 s`);
+    log(`isolates (${count}, gateway shards ${shards}): ${ISOLATE_JOBS} jobs, capacity 5, runners claim after 100 ms and run 4 s`);
     out[name] = await measureIsolates({
       vars,
       backend,
@@ -415,9 +416,12 @@ async function clusterFigures() {
     const ttr = await timeToRunner("cluster", cluster.natsUrl, vars);
     const gapVars = varsFor("gap", { NATS_URL: cluster.natsUrl, JETSTREAM_REPLICAS: "3" });
     const config = await provisioned(gapVars);
+    const rateConfig = await provisioned(varsFor("rate", { NATS_URL: cluster.natsUrl, JETSTREAM_REPLICAS: "3" }));
+    log("R3 leader: writes per second, 64 writers on one connection, half publishes, half record puts");
+    const leader = await measureLeaderRate({ cluster, config: rateConfig });
     log("failover gap: a publish every 10 ms, each on its own connection; SIGKILL of the stream leader");
     const gap = await measureFailoverGap({ cluster, config });
-    return { timeToRunner: ttr, failover: gap };
+    return { timeToRunner: ttr, failover: gap, leader };
   } finally {
     await cluster.stop();
   }
@@ -459,6 +463,7 @@ const SECTIONS = {
     }),
   forgejo: () =>
     measureForgejo({
+      proxy,
       varsFor,
       provisioned,
       startWorker,
@@ -501,9 +506,15 @@ const ROWS = {
     }),
   cluster: (c, all) => [
     `| time to runner, 3-node R3 cluster, loopback | p50 ${r(c.timeToRunner.p50Ms)} ms, p99 ${r(c.timeToRunner.p99Ms)} ms | ${all.ttr ? `p50 ${r(all.ttr.loopback.p50Ms)} ms on one server` : ""} | | |`,
+    `| writes one R3 stream's leader sustains (64 writers, one connection; half publishes, half record puts) | ${r(c.leader?.writesPerSec)} writes/s (${c.leader?.failed} failed) | | | |`,
     `| failover gap: stream leader SIGKILLed → publishes succeed again | ${r(c.failover.gapMs)} ms (${c.failover.failed} publishes failed meanwhile) | | | |`,
   ],
   isolates: (x) => [
+    ...(x.fourShards
+      ? [
+          `| jobs/s, 4 isolates, 4 gateway shards each, capacity 5, runners of 4 s | ${r(x.fourShards.jobsPerSec, 2)} (${r(x.fourShards.ofCeiling, 2)} of the ceiling) | ${r(x.four.jobsPerSec, 2)} with 1 shard | ${r(x.fourShards.jobsPerSec / x.four.jobsPerSec, 2)} | ≥ 0.8 of the ceiling |`,
+        ]
+      : []),
     `| jobs/s, 4 isolates, capacity 5, runners of 4 s | ${r(x.four.jobsPerSec, 2)} (${r(x.four.ofCeiling, 2)} of the ceiling ${r(x.four.ceiling, 2)}) | ${r(x.one.jobsPerSec, 2)} with 1 isolate (${r(x.one.ofCeiling, 2)} of the ceiling) | ${r(x.ratio, 2)} | ≥ 0.8 of the ceiling |`,
   ],
   distance: (x) => distanceRows(x, r),
@@ -522,6 +533,7 @@ const ROWS = {
   forgejo: (f) => [
     `| FORGE=forgejo, FORGEJO_POLL_MS ${f.pollMs}: a job waiting in Forgejo → its runner asked of the backend, ${f.toRunnerAsked.n} jobs queued at random moments | p50 ${r(f.toRunnerAsked.p50Ms)} ms, p99 ${r(f.toRunnerAsked.p99Ms)} ms; ${f.takenByOwnRunner} taken by the runner bound to them. Of it, from the poll that saw the job: p50 ${r(f.afterPoll.p50Ms)} ms, p99 ${r(f.afterPoll.p99Ms)} ms; polls ${r(f.pollGap.p50Ms)} ms apart (p50; p99 ${r(f.pollGap.p99Ms)} ms) | half the period + 300 ms = ${r(f.toRunnerAsked.goalP50Ms)} ms | | p50 ≤ ${r(f.toRunnerAsked.goalP50Ms)} ms |`,
     `| Forgejo API requests, idle instance | ${r(f.idle.perMinute, 1)} per minute (${r(f.idle.pollsPerMinute, 1)} polls) | the poll rate: ${r(f.idle.goalPerMinute, 1)} per minute | | = the poll rate |`,
+    `| a job's life with FORGE=forgejo (queued → its runner gone), beyond the idle polling | ${r(f.perJob.natsOps, 1)} NATS ops, ${r(f.perJob.workerCpuMs, 1)} ms Worker CPU | polling an idle Forgejo: ${r(f.idle.natsOpsPerMinute, 1)} ops and ${r(f.idle.workerCpuMsPerMinute, 1)} ms CPU a minute | | |`,
     `| Forgejo API requests per job, beside the polls | ${r(f.perJob.requests, 2)} (${Object.entries(f.perJob.byCall)
       .map(([k, v]) => `${k}: ${v}`)
       .join(", ")}) | | | |`,
