@@ -219,7 +219,14 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
     replicated: d.config.replicas > 1,
     withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
     ...(d.config.fairShare
-      ? { waiting: { set: state.waiting, rules: shareRules(d.config.quotas), ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}) } }
+      ? {
+          waiting: {
+            set: state.waiting,
+            stream: d.config.stream,
+            rules: shareRules(d.config.quotas),
+            ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
+          },
+        }
       : {}),
     runnerRequest: d.runnerRequest,
     callBackend: d.callBackend,

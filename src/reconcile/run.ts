@@ -8,6 +8,10 @@ import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "../model/limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
 import { admitWaiting } from "./admit-waiting.ts";
+import { createTurnGate } from "./turn-gate.ts";
+
+/** This isolate's turn-giving, one at a time per wait set (see turn-gate.ts). */
+const gateTurns = createTurnGate();
 
 /** Longest a revisited message is parked: bounds how late a claim is acked or a freed slot is seen. */
 const MAX_PARK_MS = 5_000;
@@ -124,7 +128,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
     if (!deps.waiting || deps.now() >= opts.deadline) break;
-    const given = await admitWaiting(deps).catch((err: unknown) => {
+    const waiting = deps.waiting;
+    const given = await gateTurns(
+      `${waiting.stream}/${deps.backend}`,
+      () => admitWaiting(deps),
+      () => deps.now() < opts.deadline,
+    ).catch((err: unknown) => {
       deps.sink.error("giving turns failed", { backend: deps.backend, reason: (err as Error).message });
       return 0;
     });

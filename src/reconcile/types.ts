@@ -15,6 +15,8 @@ import type { ShareRules } from "../quotas/fair-share.ts";
 
 export interface WaitingDeps {
   set: WaitSet;
+  /** The assignment stream the wait set serves (ASSIGNMENT_STREAM): passes of one deployment share its turns. */
+  stream: string;
   rules: ShareRules;
   /** QUOTAS limits, when any is set. */
   ledger?: QuotaLedger;
