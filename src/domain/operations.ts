@@ -1,7 +1,7 @@
 // What the HTTP API does, apart from HTTP: look up, claim and complete assignments (publishing
 // is in publish.ts).
 import { assignmentIdSchema } from "../model/assignment.ts";
-import type { Basics, StoreAccess } from "./context.ts";
+import type { Basics, Settings, StoreAccess } from "./context.ts";
 import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
@@ -168,13 +168,24 @@ const HOLD_MARGIN_MS = 250;
  * The runner finished: the assignment completes and its admission slot is released. Idempotent.
  * `unclaimed` also completes an assignment whose claim never arrived (Gitea says its runner ran).
  */
-export async function completeAssignmentRun(d: Deps, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Completed> {
+export async function completeAssignmentRun(d: Deps & Settings<"stream">, id: string, opts: Caller & { unclaimed?: boolean } = {}): Promise<Completed> {
+  // The runner's own completion and Gitea's `completed` come together: in one isolate (the
+  // gateway), the second waits for the first and, when that one completed and released it, asks
+  // NATS nothing (four operations: a read, a write that loses the race, the leader's read, a purge).
+  const key = `${d.config.stream}/${id}`;
+  const first = completing.get(key);
+  const settled = first && (await first.catch(() => undefined));
+  if (settled) {
+    requireCaller(settled, id, opts);
+    return { ...viewOf(settled), contended: false, changed: false, runsOn: placementOf(settled).backend };
+  }
   const at = new Date(d.now()).toISOString();
   let changed = false;
   let contended = false;
+  let released = false;
   const completable = (r: AssignmentRecord) =>
     sameIncarnation(r, opts) && isRegistered(r, opts) && (r.state === "claimed" || (opts.unclaimed === true && canClaim(r, opts)));
-  const record = await d.withState(async (state) => {
+  const work = d.withState(async (state) => {
     const done = await complete(state.records, id, { at, when: completable });
     changed = done.changed;
     const r = done.record;
@@ -183,15 +194,27 @@ export async function completeAssignmentRun(d: Deps, id: string, opts: Caller & 
     if (r?.state === "completed" && sameIncarnation(r, opts) && isRegistered(r, opts)) {
       if (changed) contended = await state.admission.release(placementOf(r), id);
       else await state.admission.releaseAgain(placementOf(r), id);
+      released = true;
     }
     return r;
   });
+  // Shared only once completed and released: a waiter whose first failed does its own.
+  const shared = work.then((r) => (released && r ? r : Promise.reject(new Error("not released"))));
+  shared.catch(() => undefined);
+  if (!first) {
+    completing.set(key, shared);
+    void shared.finally(() => completing.get(key) === shared && completing.delete(key)).catch(() => undefined);
+  }
+  const record = await work;
   if (!record) throw new NotFound(`no assignment ${id}`);
   requireCaller(record, id, opts);
   if (record.state !== "completed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be completed`);
   if (changed) d.sink.event({ event: "completed", assignment: id, backend: record.backend });
   return { ...viewOf(record), contended, changed, runsOn: placementOf(record).backend };
 }
+
+/** Completions in flight in this isolate, by stream and id: what a concurrent one may share. */
+const completing = new Map<string, Promise<AssignmentRecord>>();
 
 /**
  * A completion's outcome. `changed`: this call completed it, so its runner is to be torn down;

@@ -39,7 +39,7 @@ const IDLE_CLOSE_MS = 10 * 60_000;
 export class NatsGateway extends DurableObject {
   readonly #keepers = new Map<string, ConnectionKeeper>();
   readonly #passes = createCoalescer<GatewayAnswer>(EAGER_PASSES_AT_ONCE);
-  /** Job start-ups waiting for their batch's write, per connection and stream (see #recordHere). */
+  /** Job start-ups waiting for their batch's write, per connection and stream (see #afterAnswer). */
   readonly #startups = new WeakMap<ConnectionKeeper, Map<string, Started[]>>();
   /** Registration tokens kept across passes, per Gitea and API token (see TokenCache). */
   readonly #giteaTokens = new Map<string, TokenCache>();
@@ -52,7 +52,7 @@ export class NatsGateway extends DurableObject {
     const { key, keeper } = await this.#keeperFor(config);
     if (call.op === "reconcile") return this.#eagerPass(config, key, keeper, ...call.args);
     const answer = await this.#run(config, keeper, call);
-    return answer.ok && (call.op === "publish" || call.op === "webhook") ? this.#recordHere(config, keeper, answer) : answer;
+    return answer.ok && (call.op === "publish" || call.op === "webhook") ? this.#afterAnswer(config, keeper, answer) : answer;
   }
 
   /**
@@ -81,12 +81,13 @@ export class NatsGateway extends DurableObject {
   }
 
   /**
-   * Writes the record a publish or webhook left for after its answer here, on the warm
-   * connection, rather than in one more call from the invocation. If the object goes away first,
-   * the message's first delivery writes it (as after any record write that failed). The eager
-   * pass stays the invocation's to ask for: it runs within that invocation's waitUntil.
+   * Writes what a publish or webhook left for after its answer (the record, a job's start-up
+   * time) here, on the warm connection, rather than in one more call from the invocation. If the
+   * object goes away first, the message's first delivery writes the record (as after any record
+   * write that failed). The eager pass stays the invocation's to ask for: it runs within that
+   * invocation's waitUntil.
    */
-  #recordHere(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
+  #afterAnswer(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
     const { pending, record, started, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
     const assignment = pending ?? record;
     if (!assignment && !started) return answer;

@@ -217,8 +217,13 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
  */
 async function endIfEnded(deps: ProcessDeps, p: Prepared, after: AssignmentRecord | null | undefined) {
   const id = idOf(p);
-  const now = after === undefined ? await deps.records.get(id) : after;
-  if (now && TERMINAL.has(now.state)) await deps.endWorkload(id, placeOf(p).backend);
+  try {
+    const now = after === undefined ? await deps.records.get(id) : after;
+    if (now && TERMINAL.has(now.state)) await deps.endWorkload(id, placeOf(p).backend);
+  } catch (err) {
+    // The delivery's own verdict stands (its nak or ack); this look is the extra.
+    deps.sink.error("looking for an end during the backend call failed", { assignment: id, backend: deps.backend, reason: (err as Error).message });
+  }
 }
 
 // A failed registration or backend call is retried as an error, loud when our credentials were refused.
