@@ -126,4 +126,36 @@ describe("prepareBatch", () => {
     await prepareBatch(d, [message("a-2", "a/mono"), message("a-3", "a/mono")], Infinity);
     expect(asked).toEqual(["a-2", "a-3"]);
   });
+
+  it("fair share: whether anybody waits is asked alongside the records' read, not after it (one round trip less)", async () => {
+    const { deps: d } = deps({ free: 0, waiting: true });
+    const order: string[] = [];
+    const getMany = d.records.getMany;
+    d.records.getMany = async (ids) => {
+      order.push("records asked");
+      await new Promise((r) => setTimeout(r, 5));
+      order.push("records read");
+      return getMany(ids);
+    };
+    const any = d.waiting!.set.any;
+    d.waiting!.set.any = async (b) => (order.push("waiting asked"), any(b));
+    const batch = await prepareBatch(d, [message("new-1", "b/fix")], Infinity);
+    expect(order.slice(0, 3)).toEqual(["waiting asked", "records asked", "records read"]);
+    expect(batch[0]!.facts).toMatchObject({ admitted: false, waitSet: true });
+  });
+
+  it("near miss: a batch of redeliveries does not ask; one that must know and cannot fails as before", async () => {
+    const { deps: d } = deps({ free: 1, known: { booting: { state: "backend_pending", askedAt: new Date(0).toISOString() } } });
+    let asked = 0;
+    d.waiting!.set.any = async () => {
+      asked++;
+      throw new Error("NATS went away");
+    };
+    const again = { ...message("booting", "a/mono"), deliveryCount: 2 };
+    const batch = await prepareBatch(d, [again], Infinity);
+    expect(asked).toBe(0);
+    expect(batch[0]!.facts.admitted).toBe(true);
+    await expect(prepareBatch(d, [message("new-2", "b/fix")], Infinity)).rejects.toThrow("NATS went away");
+    expect(asked).toBe(1);
+  });
 });
