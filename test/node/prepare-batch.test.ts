@@ -130,14 +130,14 @@ describe("prepareBatch", () => {
   it("fair share: whether anybody waits is asked alongside the records' read, not after it (one round trip less)", async () => {
     const { deps: d } = deps({ free: 0, waiting: true });
     const order: string[] = [];
-    const getMany = d.records.getMany;
+    const getMany = d.records.getMany.bind(d.records);
     d.records.getMany = async (ids) => {
       order.push("records asked");
       await new Promise((r) => setTimeout(r, 5));
       order.push("records read");
       return getMany(ids);
     };
-    const any = d.waiting!.set.any;
+    const any = d.waiting!.set.any.bind(d.waiting!.set);
     d.waiting!.set.any = async (b) => (order.push("waiting asked"), any(b));
     const batch = await prepareBatch(d, [message("new-1", "b/fix")], Infinity);
     expect(order.slice(0, 3)).toEqual(["waiting asked", "records asked", "records read"]);
