@@ -2,6 +2,7 @@
 // their credentials sealed at rest (AES-256-GCM, bound to the assignment id), so that every retry
 // reuses one registration: a Gitea `.runner` file, or a Forgejo runner's `{uuid, token}`.
 import { assignmentIdSchema } from "../model/assignment.ts";
+import { base64 } from "../model/crypto.ts";
 
 /** act_runner's `.runner` file. */
 export interface RunnerFile {
@@ -44,7 +45,6 @@ export function assignmentOfRunner(prefix: string, name: string | undefined): st
   return id.success ? id.data : undefined;
 }
 
-const b64 = (bytes: Uint8Array) => btoa(String.fromCharCode(...bytes));
 const unb64 = (text: string) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 
 async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
@@ -61,7 +61,7 @@ export async function sealIdentity(key: Uint8Array, assignmentId: string, file: 
   const out = new Uint8Array(iv.length + ct.length);
   out.set(iv);
   out.set(ct, iv.length);
-  return b64(out);
+  return base64(out);
 }
 
 export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string): Promise<T> {

@@ -27,16 +27,19 @@ export async function releaseQuota(ledger: QuotaLedger, id: string, repository: 
 
 /** Admission whose releases give QUOTAS places back too (the placement names the repository). */
 export function withQuotaRelease(admission: Admission, ledger: QuotaLedger): Admission {
+  const giveBack = async (place: Backend | Placement, ids: string[]) => {
+    if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
+  };
   return {
     ...admission,
     async release(place: Backend | Placement, ...ids: string[]) {
       const contended = await admission.release(place, ...ids);
-      if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
+      await giveBack(place, ids);
       return contended;
     },
     async releaseAgain(place: Backend | Placement, ...ids: string[]) {
       await admission.releaseAgain(place, ...ids);
-      if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
+      await giveBack(place, ids);
     },
   };
 }

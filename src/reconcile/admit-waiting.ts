@@ -4,6 +4,7 @@
 // steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../model/assignment.ts";
+import { base64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
@@ -27,7 +28,7 @@ const FULL_IN_A_ROW = 3;
 /** What the wait set keeps of a delivery that waits. */
 export function waitEntryOf(p: Prepared): WaitEntry {
   const at = whoseJob(p.assignment?.job?.repository);
-  return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: btoa(String.fromCharCode(...p.msg.data)) };
+  return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: base64(p.msg.data) };
 }
 
 /** Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. */

@@ -37,7 +37,9 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
   // Fair share: whether anybody waits is read alongside the records, not after them (one round
   // trip less between a webhook and its runner), when a first delivery may be a new job that asks.
-  const waitingNow = deps.waiting && offering.some((p) => p.msg.deliveryCount === 1) ? settle(deps.waiting.set.any(deps.backend)) : undefined;
+  const waitingNow = deps.waiting && offering.some((p) => p.msg.deliveryCount === 1) ? deps.waiting.set.any(deps.backend) : undefined;
+  // Read later, or never: a failure is the reader's (awaiting it still throws), not an unhandled one.
+  waitingNow?.catch(() => undefined);
   const records = await deps.records.getMany(offering.map((p) => p.assignment!.id));
   await eachAlone(offering, async (p) => {
     const a = p.assignment!;
@@ -68,7 +70,7 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   // Fair share: while others wait their turn, a new job joins them, unless its turn came already.
   // One admitted before (its runner asked for: a redelivery while it boots) keeps its slot.
   const waits = (p: Prepared) => needsTurn(p.known!.value);
-  if (deps.waiting && admitting.some(waits) && (await (waitingNow ? unsettle(waitingNow) : deps.waiting.set.any(deps.backend)))) {
+  if (deps.waiting && admitting.some(waits) && (await (waitingNow ?? deps.waiting.set.any(deps.backend)))) {
     for (const p of admitting) if (waits(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
   const quotaTaken = await takeQuotas(
@@ -109,18 +111,6 @@ async function takeQuotas(deps: ProcessDeps, batch: Prepared[]): Promise<Set<str
   }
   return taken;
 }
-
-/** A promise read later, or never: its failure is kept for the reader instead of going unhandled. */
-const settle = <T>(p: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> =>
-  p.then(
-    (value) => ({ ok: true as const, value }),
-    (error: unknown) => ({ ok: false as const, error }),
-  );
-const unsettle = async <T>(s: Promise<{ ok: true; value: T } | { ok: false; error: unknown }>): Promise<T> => {
-  const r = await s;
-  if (!r.ok) throw r.error;
-  return r.value;
-};
 
 /**
  * Runs a step for each delivery on its own: one whose step fails (its data, or a store refusing

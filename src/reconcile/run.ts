@@ -128,9 +128,8 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
     if (!deps.waiting || deps.now() >= opts.deadline) break;
-    const waiting = deps.waiting;
     const given = await gateTurns(
-      `${waiting.stream}/${deps.backend}`,
+      `${deps.waiting.stream}/${deps.backend}`,
       () => admitWaiting(deps),
       () => deps.now() < opts.deadline,
     ).catch((err: unknown) => {

@@ -4,7 +4,9 @@
 // that finds another giving turns asks it for one more round (its own release may have freed a
 // slot after that one's last look) and waits; if that round cannot be run (its pass is out of
 // time, or it failed), the waiter runs its own. Nothing depends on it for correctness: passes in
-// other isolates give turns as before, and each step stays idempotent.
+// other isolates give turns as before, and each step stays idempotent. Unlike the gateway's
+// coalescer (gateway/coalesce.ts), which answers at once and drops a round asked for once its
+// runner is out of time, a freed slot's turn is never left to the next trigger here.
 
 /** Runs `give` for `key` unless a run is under way here; `mayRepeat`: whether the caller has time for another round. */
 export type TurnGate = (key: string, give: () => Promise<number>, mayRepeat: () => boolean) => Promise<number>;

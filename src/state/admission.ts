@@ -162,6 +162,11 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, reg?.seq ?? 0)) === "taken";
   };
 
+  /** Where a place's slots are: its backend's, and its pool's when that pool has a cap (maxRunners). */
+  const slotsOf = (place: Backend | Placement): { backend: Backend; pool: string | undefined } => {
+    const { backend, pool } = typeof place === "string" ? { backend: place, pool: undefined } : place;
+    return { backend, pool: pool !== undefined && poolCaps.has(pool) ? pool : undefined };
+  };
   /** Purges the backend's (and the pool's) slot of each id: how many of each were held. */
   const freeSlots = (backend: Backend, pool: string | undefined, ids: readonly string[]) =>
     Promise.all(
@@ -226,8 +231,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return { admitted, reserved: new Set(candidates.filter((c) => reserved.has(c.id)).map((c) => c.id)), fullBackends };
     },
     async release(place, ...ids) {
-      const { backend, pool: named } = typeof place === "string" ? { backend: place, pool: undefined } : place;
-      const pool = named !== undefined && poolCaps.has(named) ? named : undefined;
+      const { backend, pool } = slotsOf(place);
       const poolStream = pool !== undefined ? poolSlotsStream(opts.names, pool) : undefined;
       // The counts are asked alongside the purges, not after them: one round trip instead of two.
       const [freed, info, poolInfo] = await Promise.all([
@@ -245,8 +249,8 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return count > 0 && opts.anyWaiting !== undefined && (await opts.anyWaiting(backend));
     },
     async releaseAgain(place, ...ids) {
-      const { backend, pool: named } = typeof place === "string" ? { backend: place, pool: undefined } : place;
-      await freeSlots(backend, named !== undefined && poolCaps.has(named) ? named : undefined, ids);
+      const { backend, pool } = slotsOf(place);
+      await freeSlots(backend, pool, ids);
     },
     async endRegistrations(backend, ids) {
       await Promise.all(

@@ -53,7 +53,11 @@ describe("takeQuota and releaseQuota", () => {
 });
 
 describe("withQuotaRelease", () => {
-  const admission = (released: string[]) => ({ release: async (_place: unknown, ...ids: string[]) => (released.push(...ids), false) }) as unknown as Admission;
+  const admission = (released: string[]) =>
+    ({
+      release: async (_place: unknown, ...ids: string[]) => (released.push(...ids), false),
+      releaseAgain: async (_place: unknown, ...ids: string[]) => void released.push(...ids.map((id) => `${id} again`)),
+    }) as unknown as Admission;
 
   it("gives a job's places back with its slot where the placement names its repository; not for a backend alone", async () => {
     const ledger = memoryLedger();
@@ -66,6 +70,19 @@ describe("withQuotaRelease", () => {
     expect(await takeQuota(ledger, r, "j2", "acme/app")).toBe("refused");
     await wrapped.release({ backend: "pod", repository: "acme/app" }, "j1");
     expect(released).toEqual(["j1", "j1", "j1"]);
+    expect(await takeQuota(ledger, r, "j2", "acme/app")).toBe("taken");
+  });
+
+  it("a repeated end gives them back too (its first release may have failed before the ledger was reached)", async () => {
+    const ledger = memoryLedger();
+    const r = rules({ owners: { acme: { limit: 1 } } });
+    await takeQuota(ledger, r, "j1", "acme/app");
+    const released: string[] = [];
+    const wrapped = withQuotaRelease(admission(released), ledger);
+    await wrapped.releaseAgain({ backend: "pod" }, "j1");
+    expect(await takeQuota(ledger, r, "j2", "acme/app")).toBe("refused");
+    await wrapped.releaseAgain({ backend: "pod", repository: "acme/app" }, "j1");
+    expect(released).toEqual(["j1 again", "j1 again"]);
     expect(await takeQuota(ledger, r, "j2", "acme/app")).toBe("taken");
   });
 });

@@ -3,6 +3,7 @@
 // from the Secret, never from the spec. Arguments reach the shell as "$@", never spliced into it.
 import type { ForgejoRunnerIdentity } from "../../domain/runner-identity.ts";
 import type { LaunchInput, RunnerLaunch } from "../../domain/backend.ts";
+import { base64 } from "../../model/crypto.ts";
 
 /** Where the Pod mounts the Secret (`token`, `claim-token`). */
 export const FORGEJO_SECRET_DIR = "/etc/forgejo-runner";
@@ -57,8 +58,6 @@ export function forgejoLaunch(runner: ForgejoRunnerIdentity, input: LaunchInput)
 /** Single-quoted for sh: nothing inside is expanded. */
 export const shellQuote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 
-const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
-
 /** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
 function forgejoCloudInit(runner: ForgejoRunnerIdentity, request: LaunchInput): string {
   const dir = FORGEJO_VM_DIR;
@@ -73,7 +72,7 @@ function forgejoCloudInit(runner: ForgejoRunnerIdentity, request: LaunchInput): 
     `  - path: ${path}`,
     `    permissions: '${permissions}'`,
     "    encoding: b64",
-    `    content: ${b64(content)}`,
+    `    content: ${base64(content)}`,
   ];
   // The script as a literal block, for a person to read: no argument holds a line break (labels hold no space).
   const script_ = [

@@ -3,6 +3,7 @@
 // Secret, act_runner for one job, then the completion reported with the claim token.
 import type { RunnerFile } from "../../domain/runner-identity.ts";
 import type { LaunchInput, RunnerLaunch } from "../../domain/backend.ts";
+import { base64 } from "../../model/crypto.ts";
 
 /** Where the Pod mounts the Secret (`.runner`, `claim-token`). */
 const SECRET_DIR = "/etc/gitea-runner";
@@ -17,8 +18,6 @@ const RUN_SCRIPT = [
   `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${SECRET_DIR}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
   "exit $rc",
 ].join("\n");
-
-const b64 = (text: string) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
 
 export function giteaLaunch(file: RunnerFile, input: LaunchInput): RunnerLaunch {
   return {
@@ -37,11 +36,11 @@ function cloudInit(file: RunnerFile, input: LaunchInput): string {
     "  - path: /var/lib/act_runner/.runner",
     "    permissions: '0600'",
     "    encoding: b64",
-    `    content: ${b64(JSON.stringify(file))}`,
+    `    content: ${base64(JSON.stringify(file))}`,
     "  - path: /var/lib/act_runner/claim-token",
     "    permissions: '0600'",
     "    encoding: b64",
-    `    content: ${b64(input.claimToken)}`,
+    `    content: ${base64(input.claimToken)}`,
     "runcmd:",
     `  - [sh, -c, 'cd /var/lib/act_runner && act_runner daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(input.completeUrl)}; poweroff']`,
     "",
