@@ -6,8 +6,7 @@
 // webhooks and their eager passes; the ticks' own connections), and the Worker's CPU (workerd and
 // its host). Variants: first come first served, fair share, pools (minIdle 5), QUOTAS.
 import { writeFileSync } from "node:fs";
-import WebSocket from "ws";
-import { freePort, giteaControl, treeCpu } from "./lib.mjs";
+import { connectInspector, freePort, giteaControl, sum, until, workerCpuMs } from "./lib.mjs";
 
 const JOBS = Number(process.env.BENCH_COST_JOBS ?? 40);
 const CAPACITY = 10;
@@ -15,7 +14,6 @@ const TICK_MS = 10_000;
 const REPOS = ["a/one", "b/two", "c/three", "d/four"];
 /** Requests that do nothing, for the floor of the Worker's CPU per request. */
 const TRIVIAL = 200;
-const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
 const VARIANTS = {
   fifo: { FAIR_SHARE: "off" },
@@ -57,7 +55,7 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
     // Pools: the warm runners are made first; their cost is the pool's, counted apart.
     if (vars.RUNNER_POOLS) {
       await worker.tick();
-      await waitFor(async () => (await backend(vars)).runners.length >= 5, 30_000);
+      await until(async () => (await backend(vars)).runners.length >= 5, 30_000, 250);
     }
     const profiler = inspectorPort ? await startProfile(inspectorPort) : undefined;
     const before = snapshot(proxy, tag, worker);
@@ -72,24 +70,28 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
       ids.push(...(await gitea("queue", jobs)).jobs);
       await new Promise((r) => setTimeout(r, 250));
     }
-    const done = await waitFor(async () => {
-      const { jobs } = await gitea("actions");
-      return jobs.filter((j) => ids.includes(j.id)).every((j) => j.status === "completed");
-    }, 180_000);
+    const done = await until(
+      async () => {
+        const { jobs } = await gitea("actions");
+        return jobs.filter((j) => ids.includes(j.id)).every((j) => j.status === "completed");
+      },
+      180_000,
+      250,
+    );
     if (!done) throw new Error(`cost (${name}): not every job completed in 180 s`);
     // Torn down: each job's runner gone from the backend (pools keep their warm ones).
     const keep = vars.RUNNER_POOLS ? 5 : 0;
-    const tornDown = await waitFor(async () => (await backend(vars)).runners.length <= keep, 60_000);
+    const tornDown = await until(async () => (await backend(vars)).runners.length <= keep, 60_000, 250);
     const after = snapshot(proxy, tag, worker);
     // A cron tick now (the sweep lists Gitea's jobs and runners): what each minute costs, whatever the jobs.
     const tick0 = snapshot(proxy, tag, worker);
     for (let i = 0; i < 3; i++) await worker.tick();
     const tick1 = snapshot(proxy, tag, worker);
-    const tick = { ops: (tick1.total - tick0.total) / 3, cpuMs: ((tick1.cpu - tick0.cpu) * 1_000) / 3 };
+    const tick = { ops: (tick1.total - tick0.total) / 3, cpuMs: (tick1.cpuMs - tick0.cpuMs) / 3 };
     // The floor: the Worker's CPU for a request that does nothing (a 404), beside a job's requests.
-    const trivial0 = sum(Object.values(treeCpu(worker.pid)));
+    const trivial0 = workerCpuMs(worker.pid);
     for (let i = 0; i < TRIVIAL; i++) await (await fetch(`${worker.url}/nothing-here`)).arrayBuffer();
-    const trivialCpuMs = ((sum(Object.values(treeCpu(worker.pid))) - trivial0) * 1_000) / TRIVIAL;
+    const trivialCpuMs = (workerCpuMs(worker.pid) - trivial0) / TRIVIAL;
     const profile = profiler ? await profiler.stop(`bench/results/cost-${name}.cpuprofile`) : undefined;
     const per = (x) => x / JOBS;
     const kinds = {};
@@ -101,7 +103,7 @@ async function costOf(name, extra, { varsFor, provisioned, startWorker, backendM
       opsPerJob: per(after.total - before.total),
       byWho: { gateway: per(after.kept - before.kept), ticks: per(after.closed - before.closed) },
       byKind: Object.fromEntries(Object.entries(kinds).sort((a, b) => b[1] - a[1])),
-      workerCpuMsPerJob: per((after.cpu - before.cpu) * 1_000),
+      workerCpuMsPerJob: per(after.cpuMs - before.cpuMs),
       trivialCpuMs,
       tick,
       ticks,
@@ -126,41 +128,22 @@ function snapshot(proxy, tag, worker) {
     kept: sum(byConnection.filter((c) => c.open).map((c) => c.pub)),
     closed: sum(byConnection.filter((c) => !c.open).map((c) => c.pub)),
     kinds,
-    cpu: sum(Object.values(treeCpu(worker.pid))),
+    cpuMs: workerCpuMs(worker.pid),
   };
 }
 
 const backend = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state`)).json();
 
-async function waitFor(fn, timeoutMs) {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await fn()) return true;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  return false;
-}
-
 /** Starts the V8 profiler of the Worker's isolate; stop() writes the profile and sums self time by function. */
 async function startProfile(port) {
-  const [target] = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-  const ws = new WebSocket(target.webSocketDebuggerUrl);
-  await new Promise((resolve, reject) => (ws.once("open", resolve), ws.once("error", reject)));
-  let id = 0;
-  const pending = new Map();
-  ws.on("message", (m) => {
-    const d = JSON.parse(String(m));
-    pending.get(d.id)?.(d);
-    pending.delete(d.id);
-  });
-  const call = (method, params = {}) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params }))));
+  const { call, close } = await connectInspector(port);
   await call("Profiler.enable");
   await call("Profiler.setSamplingInterval", { interval: 200 });
   await call("Profiler.start");
   return {
     async stop(file) {
       const { result } = await call("Profiler.stop");
-      ws.close();
+      close();
       writeFileSync(file, JSON.stringify(result.profile));
       return summarize(result.profile);
     },

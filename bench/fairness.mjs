@@ -7,12 +7,11 @@
 // (through the counting proxy) and the Worker's CPU.
 import { wsconnect } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { giteaControl, percentile as pick, treeCpu } from "./lib.mjs";
+import { giteaControl, percentile as pick, proxyOps, sum, workerCpuMs } from "./lib.mjs";
 
 const CAPACITY = 10;
 const runMs = () => 2_000 + Math.floor(Math.random() * 2_000);
 const TICK_MS = 5_000;
-const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
 export async function measureFairness({ varsFor, provisioned, startWorker, backendMode, webhookSecret, proxy, nats, log }) {
   const run = async (name, vars) => {
@@ -24,9 +23,9 @@ export async function measureFairness({ varsFor, provisioned, startWorker, backe
     const ticker = setInterval(() => worker.tick().catch(() => undefined), TICK_MS);
     try {
       await gitea("webhook", { url: `${worker.url}/v1/gitea/webhook`, secret: webhookSecret });
-      const ops = () => sum(proxy.counts(tag).byConnection.map((c) => c.pub));
+      const ops = () => proxyOps(proxy, tag);
       const ops0 = ops();
-      const cpu0 = sum(Object.values(treeCpu(worker.pid)));
+      const cpu0 = workerCpuMs(worker.pid);
       const queue = async (repository, n) =>
         (
           await gitea(
@@ -46,7 +45,7 @@ export async function measureFairness({ varsFor, provisioned, startWorker, backe
         if (Date.now() > end) throw new Error(`fairness (${name}): not every job completed in 300 s`);
         await new Promise((r) => setTimeout(r, 250));
       }
-      const cpuMs = (sum(Object.values(treeCpu(worker.pid))) - cpu0) * 1_000;
+      const cpuMs = workerCpuMs(worker.pid) - cpu0;
       const opsUsed = ops() - ops0;
       const { jobs, taken } = await gitea("actions");
       const mine = jobs.filter((j) => ids.includes(j.id));

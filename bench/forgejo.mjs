@@ -5,7 +5,7 @@
 // the period + 300 ms), and Forgejo API requests per job beside the polls. Runners run as
 // forgejo-runner one-job --handle does (fake-runner.mjs), each bound to its job.
 import { FAKE_FORGEJO, startFakeForgejo } from "../scripts/fake-forgejo.mjs";
-import { treeCpu, percentile as pick } from "./lib.mjs";
+import { percentile as pick, proxyOps, workerCpuMs } from "./lib.mjs";
 
 const percentile = (xs, p) =>
   pick(
@@ -29,10 +29,7 @@ export async function measureForgejo({ varsFor, provisioned, startWorker, backen
   // NATS through the counting proxy (when given): operations and the Worker's CPU, idle and per job.
   const tag = `forgejo-${vars.ASSIGNMENT_STREAM}`;
   const worker = await startWorker(proxy ? { ...vars, NATS_URL: proxy.url(tag) } : vars);
-  const cost = () => ({
-    ops: proxy ? proxy.counts(tag).byConnection.reduce((a, c) => a + c.pub, 0) : NaN,
-    cpuMs: Object.values(treeCpu(worker.pid)).reduce((a, b) => a + b, 0) * 1_000,
-  });
+  const cost = () => ({ ops: proxy ? proxyOps(proxy, tag) : NaN, cpuMs: workerCpuMs(worker.pid) });
   const ticker = setInterval(() => worker.tick().catch(() => undefined), CRON_MS);
   try {
     await worker.tick(); // arms the poller

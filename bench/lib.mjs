@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
+import WebSocket from "ws";
 
 export function freePort() {
   return new Promise((resolve) => {
@@ -189,4 +190,40 @@ export async function load(n, concurrency, fn) {
 export function giteaControl(vars) {
   return (what, body) =>
     fetch(`${vars.GITEA_URL}/_control/${what}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }).then((r) => r.json());
+}
+
+export const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+/** The Worker's CPU so far, in ms: workerd and its host, every process under `pid`. */
+export const workerCpuMs = (pid) => sum(Object.values(treeCpu(pid))) * 1_000;
+
+/** NATS operations the counting proxy saw under `tag` so far (publishes, requests, acks). */
+export const proxyOps = (proxy, tag) => sum(proxy.counts(tag).byConnection.map((c) => c.pub));
+
+/** Polls `fn` every `everyMs` until it holds (true) or `timeoutMs` passes (false). */
+export async function until(fn, timeoutMs, everyMs = 20) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await fn())) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  return true;
+}
+
+/** The inspector of the Worker's isolate (its first target) on `port`: call(method, params) answers the protocol's reply. */
+export async function connectInspector(port) {
+  const [target] = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => (ws.once("open", resolve), ws.once("error", reject)));
+  let id = 0;
+  const pending = new Map();
+  ws.on("message", (m) => {
+    const d = JSON.parse(String(m));
+    pending.get(d.id)?.(d);
+    pending.delete(d.id);
+  });
+  return {
+    call: (method, params = {}) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params })))),
+    close: () => ws.close(),
+  };
 }

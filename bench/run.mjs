@@ -16,7 +16,7 @@ import { loadConfig } from "../src/app/config.ts";
 import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { busyBetween, cpuTimes, load, percentile, startWorker, treeCpu } from "./lib.mjs";
+import { busyBetween, cpuTimes, load, percentile, proxyOps, startWorker, treeCpu, until } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap, measureLeaderRate } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
@@ -112,14 +112,6 @@ async function sendWebhook(worker, jobId) {
   if (res.status !== 202) throw new Error(`webhook answered ${res.status}: ${text.slice(0, 200)}`);
 }
 const acked = (worker) => worker.events.filter((e) => e.event === "acked").length;
-async function until(fn, timeoutMs) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return true;
-}
 
 async function ingest() {
   // BENCH_EAGER=false: the handler alone, without the pass each webhook starts (for the profile).
@@ -231,8 +223,7 @@ async function natsRequests() {
   const vars = varsFor("requests", { EAGER_RECONCILE: "false", RETRY_DELAY_MS: "100" });
   await provisioned(vars);
   const tag = `req-${stream}`;
-  const sum = (list) => list.reduce((s, c) => s + c.pub, 0);
-  const ops = () => sum(proxy.counts(tag).byConnection);
+  const ops = () => proxyOps(proxy, tag);
   // Eager passes off for this count, so that handlers and passes are apart: webhooks, then a
   // cron tick provisions, the runners claim, and cron ticks ack.
   const worker = await startWorker({ ...vars, NATS_URL: proxy.url(tag) });

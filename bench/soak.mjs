@@ -3,22 +3,11 @@
 // garbage collection at the start, the middle and the end. The inspector is attached only for
 // those readings. In workerd the gateway Durable Object runs in the Worker's isolate, so one
 // reading holds both.
-import WebSocket from "ws";
-import { freePort, treeRssMB } from "./lib.mjs";
+import { connectInspector, freePort, treeRssMB } from "./lib.mjs";
 
 /** The isolate's heap after a full GC, through the inspector (connected for this reading only). */
 async function heapAfterGc(worker, inspectorPort) {
-  const [target] = await (await fetch(`http://127.0.0.1:${inspectorPort}/json/list`)).json();
-  const ws = new WebSocket(target.webSocketDebuggerUrl);
-  await new Promise((resolve, reject) => (ws.once("open", resolve), ws.once("error", reject)));
-  let id = 0;
-  const pending = new Map();
-  ws.on("message", (m) => {
-    const d = JSON.parse(String(m));
-    pending.get(d.id)?.(d);
-    pending.delete(d.id);
-  });
-  const call = (method) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params: {} }))));
+  const { call, close } = await connectInspector(inspectorPort);
   try {
     // workerd runs the collection once a request enters the isolate: poke it until it has.
     const gc = call("HeapProfiler.collectGarbage");
@@ -37,7 +26,7 @@ async function heapAfterGc(worker, inspectorPort) {
       workerdRssMB: treeRssMB(worker.pid).workerd ?? null,
     };
   } finally {
-    ws.close();
+    close();
   }
 }
 
