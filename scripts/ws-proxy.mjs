@@ -53,7 +53,7 @@ export function createOpCounter(trace) {
           const kind = kindOf(parts[1] ?? "");
           if (trace) trace(parts[1] ?? "", size);
           counts.kinds[kind] = (counts.kinds[kind] ?? 0) + 1;
-          if (parts[1]?.startsWith("$JS.API.CONSUMER.MSG.NEXT.")) counts.pulls++;
+          if (kind.startsWith("pull ")) counts.pulls++;
           skip = size + 2;
         } else if (op === "SUB") counts.sub++;
       }
