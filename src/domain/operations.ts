@@ -7,6 +7,7 @@ import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/n
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
 import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 import { claim, complete } from "../state/transitions.ts";
+import { ackDelivery } from "../nats/pull.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess;
@@ -91,7 +92,10 @@ export function canClaim(r: AssignmentRecord, caller: Caller = {}): boolean {
 /** States a token holder's claim may find while the pass that asked for its runner is still writing. */
 const ASKED_FOR_BY_TOKEN = UNADMITTED_STATES;
 
-/** A claim's outcome; `held` when a pass holds the message and will ack it within moments; `changed` when this call claimed it. */
+/**
+ * A claim's outcome. `held`: no pass is needed for its message (this call acked it, or a pass
+ * holds it and will ack it within moments); `changed` when this call claimed it.
+ */
 export type Claimed = AssignmentView & { held: boolean; changed: boolean };
 
 /** A claim or completion by a Gitea runner that is not the one registered for the assignment. */
@@ -139,8 +143,9 @@ export async function claimAssignment(d: Deps, id: string, caller: Caller = {}, 
   let inWrite = false;
   // `took`: the job its runner runs is another's (see pools/taken.ts), written with the claim
   // so that whoever follows the swap after this claim finds it.
-  const { record, changed } = await d.withState((state) =>
-    claim(state.records, id, {
+  let acked = false;
+  const { record, changed } = await d.withState(async (state, handle) => {
+    const claimed = await claim(state.records, id, {
       at,
       took,
       when: (r) => {
@@ -148,19 +153,33 @@ export async function claimAssignment(d: Deps, id: string, caller: Caller = {}, 
         inWrite = may && ASKED_FOR_BY_TOKEN.has(r.state);
         return may;
       },
-    }),
-  );
+    });
+    // Only after the claim is stored: the message of the pass that asked for the runner is acked
+    // here, so that no pass waits out its nak delay for it. Should this fail, a pass acks it.
+    const by = claimed.changed && claimed.record?.state === "claimed" ? claimed.record.askedBy : undefined;
+    if (by)
+      acked = await ackDelivery(handle.nc, by, CLAIM_ACK_TIMEOUT_MS).then(
+        () => true,
+        () => false,
+      );
+    return claimed;
+  });
   if (!record) throw new NotFound(`no assignment ${id}`);
   requireCaller(record, id, caller);
   if (record.state !== "claimed") throw new Conflict(`assignment ${id} is ${record.state} and cannot be claimed`);
   if (changed) d.sink.event({ event: "claimed", assignment: id, backend: record.backend });
+  // As a pass tells its ack of a claimed runner's message.
+  if (acked) for (const event of ["runner_claimed", "acked"] as const) d.sink.event({ event, assignment: id, backend: record.backend });
   // The holder's last look comes after heldUntil; a claim well before it is sure to be seen. A
   // claim that came before the pass's write is seen by that write, which acks (or, should that
   // pass die, by the message's next delivery): no pass of its own is needed either. A claim that
   // changed nothing needs none: the first one started it.
-  const held = !changed || inWrite || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
+  const held = !changed || inWrite || acked || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
   return { ...viewOf(record), held, changed };
 }
+
+/** How long a claim waits for the server to confirm its ack: past it, a pass acks instead. */
+const CLAIM_ACK_TIMEOUT_MS = 2_000;
 
 const HOLD_MARGIN_MS = 250;
 

@@ -59,7 +59,7 @@ export class NatsGateway extends DurableObject {
    * Eager passes, coalesced per backend and kind (see coalesce.ts). One after a publish or webhook
    * takes whatever is new, and the rounds after the first take everything that came meanwhile, as
    * a cron pass does (an eager pass stops at its first batch with a new assignment). One after a
-   * claim or a release waits for messages coming back from their nak delay, and so does each
+   * release (or a claim whose own ack failed) waits for messages coming back from their nak delay, and so does each
    * round after it, with a window of its own: a thousand runners claiming at once made a thousand
    * passes, each holding a pull open in this one object.
    */

@@ -187,7 +187,7 @@ export function createApp(deps: AppDeps) {
 
 function reconcileSoon(c: AppContext, d: Invocation, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;
-  // After a claim, the runner's message is out on a nak delay; after a release, so are the messages
+  // After a claim whose own ack failed, the runner's message is out on a nak delay; after a release, so are the messages
   // waiting for capacity (1 to 3 s, spread at random: wait for the longest). Wait for them, so that
   // the ack, or the freed slot, is taken now rather than at the next cron tick. With fair share
   // those wait in the wait set instead, and the pass gives the slot from there at once.

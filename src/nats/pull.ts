@@ -11,6 +11,8 @@ export interface DeliveredMessage {
   readonly seq: number;
   /** 1 on the first delivery. */
   readonly deliveryCount: number;
+  /** Where its ack goes ($JS.ACK…): the server acks by the stream sequence in it, from any connection (ackDelivery). */
+  readonly ackSubject: string;
   ack(): void;
   /** Acknowledges and waits for the server to confirm it (the reference's DoubleAck). */
   ackAck(): Promise<void>;
@@ -30,6 +32,7 @@ export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
     data: m.data,
     seq: info.seq,
     deliveryCount: info.deliveryCount,
+    ackSubject: reply,
     ack: () => nc.publish(reply, encoder.encode("+ACK")),
     async ackAck() {
       await nc.request(reply, encoder.encode("+ACK"), { timeout: ACK_TIMEOUT_MS });
@@ -38,6 +41,24 @@ export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
     term: (reason) => nc.publish(reply, encoder.encode(`+TERM ${reason}`)),
   };
 }
+
+/**
+ * Acknowledges a delivery from another connection than the one it came on, and waits for the
+ * server to confirm it: a claim acks the message of the pass that asked for its runner, which is
+ * out on a nak delay (or delivered again since). The server finds the message by the stream
+ * sequence in the subject, whichever delivery it names (test/node/claim-ack.test.ts pins this);
+ * a message acked already is confirmed as well. Refuses what is not an ack subject.
+ */
+export async function ackDelivery(nc: NatsConnection, subject: string, timeoutMs = ACK_TIMEOUT_MS): Promise<void> {
+  if (!isAckSubject(subject)) throw new Error("not a JetStream ack subject");
+  await nc.request(subject, encoder.encode("+ACK"), { timeout: timeoutMs });
+}
+
+/** $JS.ACK with the 7 tokens of the v1 form, or the 9 or more of the v2 form (domain, account hash). */
+export const isAckSubject = (subject: string) => {
+  const tokens = subject.split(".");
+  return tokens[0] === "$JS" && tokens[1] === "ACK" && (tokens.length === 9 || tokens.length >= 11) && tokens.every((t) => t.length > 0 && !/[\s*>]/.test(t));
+};
 
 /** $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the v2 form with domain and account hash. */
 export function parseAckSubject(subject: string): { deliveryCount: number; seq: number } {

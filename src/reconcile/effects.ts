@@ -25,7 +25,7 @@ export async function applyEffects(
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
     for (const effect of effects) {
       if (!isWaiting(next)) break;
-      next = stateAfter(next, effect, at, holdUntil);
+      next = stateAfter(next, effect, { at, holdUntil, askedBy: p.msg.ackSubject });
     }
     return next === r ? undefined : next;
   };
@@ -83,19 +83,29 @@ async function retryUnavailable<T>(fn: (attempt: number) => Promise<T>, now: () 
   }
 }
 
-/** The record after one of the decision's effects on a record whose runner still waits: itself where the effect changes nothing of it. */
-function stateAfter(r: In<Waiting>, effect: Effect, at: string, holdUntil: number | undefined): AssignmentRecord {
+/** What an effect's write says of the delivery: its time, a cron pass's hold, the delivery's ack subject. */
+interface Written {
+  at: string;
+  holdUntil: number | undefined;
+  askedBy: string;
+}
+
+/**
+ * The record after one of the decision's effects on a record whose runner still waits: itself where the effect changes nothing of it.
+ * The write that asks for a runner (or finds it ready) names the delivery, for the claim to ack.
+ */
+function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy }: Written): AssignmentRecord {
   switch (effect) {
     case "mark_waiting":
       return r.state === "capacity_wait" ? r : { ...r, state: "capacity_wait" };
     case "mark_quota_wait":
       return r.state === "quota_wait" ? r : { ...r, state: "quota_wait" };
     case "mark_pending":
-      return r.state === "backend_pending" && r.askedAt ? r : { ...r, state: "backend_pending", askedAt: r.askedAt ?? at };
+      return r.state === "backend_pending" && r.askedAt ? r : { ...r, state: "backend_pending", askedAt: r.askedAt ?? at, askedBy };
     case "mark_ready":
       return r.state === "backend_ready" && r.readyAt
         ? r
-        : { ...r, state: "backend_ready", readyAt: r.readyAt ?? at, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
+        : { ...r, state: "backend_ready", readyAt: r.readyAt ?? at, askedBy, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
     case "forget_ready_and_teardown":
     case "boot_retry": {
       const { readyAt: _forgotten, askedAt: _restarted, ...rest } = r;

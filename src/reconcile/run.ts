@@ -54,7 +54,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   };
   // Each message is reconciled at most once per pass. A nak'd message that comes back within the
   // same pass goes back unprocessed, until this pass is over: spinning on it would only burn
-  // deliveries (MaxDeliver) and crowd out the messages not seen yet; a claim starts a pass of its own.
+  // deliveries (MaxDeliver) and crowd out the messages not seen yet; a claim acks its runner's message itself.
   const seen = new Set<number>();
   const held: Prepared[] = [];
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;

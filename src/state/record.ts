@@ -31,6 +31,11 @@ export interface RunnerPart {
   /** When its runner was first asked of the backend, this attempt (a boot is timed from it). */
   askedAt?: string;
   readyAt?: string;
+  /**
+   * The ack subject of the delivery that asked for its runner (nats/pull.ts): its claim acks that
+   * message itself, so no pass has to wait out its nak delay to ack it. Not a secret.
+   */
+  askedBy?: string;
   /** Runners asked for it before that did not boot within their pool's bootTimeoutMs. */
   bootAttempts?: number;
   /** Its runners never booted (MAX_BOOT_ATTEMPTS): the sweep may publish its job again after a while. */

@@ -23,6 +23,7 @@ const message = (id: string, repository: string): DeliveredMessage => {
     data: encodeAssignment(decoded.assignment),
     seq,
     deliveryCount: 1,
+    ackSubject: `$JS.ACK.S.pod.1.${seq}.${seq}.0.0`,
     ack: () => undefined,
     ackAck: async () => undefined,
     nak: () => undefined,
