@@ -21,6 +21,7 @@ import { tendPools } from "../pools/tend.ts";
 import { createAdmission } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "../state/records.ts";
+import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
 import { createTeardownList } from "../state/teardowns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
@@ -65,7 +66,18 @@ export interface DispatcherDeps {
   borrowed?: NatsHandle;
   /** Wraps the state stores of each connection: tests inject faults here. */
   decorateState?: (state: State) => State;
+  /** What the records store keeps of the records it saw (record-cache.ts); by default the isolate's, per bucket. */
+  recordCache?: RecordCache;
 }
+
+/** The isolate's record caches, one per NATS deployment and bucket: they outlive invocations, as the gateway does. */
+const recordCaches = new Map<string, RecordCache>();
+const recordCacheOf = (servers: readonly string[], bucket: string) => {
+  const key = `${servers.join(",")} ${bucket}`;
+  let cache = recordCaches.get(key);
+  if (!cache) recordCaches.set(key, (cache = createRecordCache()));
+  return cache;
+};
 
 /** Messages per pull of an eager pass, and how many pulls it may take to reach a new one. */
 export const EAGER_BATCH = 4;
@@ -92,7 +104,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     const waiting = createWaitSet(handle, names);
     const anyWaiting = config.fairShare ? (backend: Backend) => waiting.any(backend) : undefined;
     const state: State = {
-      records: createRecordStore(recordsKv, now, (keys) => readManyJson(handle, recordsBucket(names), keys), leaderKv),
+      records: createRecordStore(
+        recordsKv,
+        now,
+        (keys) => readManyJson(handle, recordsBucket(names), keys),
+        leaderKv,
+        deps.recordCache ?? recordCacheOf(config.natsServers, recordsBucket(names)),
+      ),
       admission: createAdmission(handle, {
         names,
         capacity: config.capacity,

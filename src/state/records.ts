@@ -8,6 +8,7 @@ import { IllegalTransition } from "../model/errors.ts";
 export type { AssignmentRecord, ForgeBindingPart, PlacementPart, RecordCore, RunnerPart, RunnerRef, Standing, SwapPart, WarmPart } from "./record.ts";
 import type { AssignmentRecord } from "./record.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
+import type { RecordCache } from "./record-cache.ts";
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
 export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job" | "bound">): { backend: Backend; pool?: string; repository?: string } {
@@ -87,7 +88,13 @@ export function createRecordStore(
   readMany: (keys: string[]) => Promise<Map<string, Versioned<AssignmentRecord>>>,
   /** The same bucket bound without direct gets: reads go to its leader. */
   leaderKv: KV = kv,
+  /** What this isolate saw of the bucket's records (record-cache.ts): `update` first writes at its revision. */
+  cache?: RecordCache,
 ): RecordStore {
+  const seen = <V extends Versioned<AssignmentRecord> | null>(v: V): V => {
+    if (v) cache?.note(v);
+    return v;
+  };
   const iso = () => new Date(now()).toISOString();
   // Every write of a changed state is a transition of the machine (model/states.ts), or is refused unwritten.
   const checked =
@@ -112,7 +119,27 @@ export function createRecordStore(
       },
       { leader: leaderKv },
     );
-    return result && revision !== undefined ? { value: result, revision } : null;
+    return seen(result && revision !== undefined ? { value: result, revision } : null);
+  };
+  /**
+   * One write at the revision the cache keeps, where the change applies to that record; null when
+   * it does not (no change, another writer since, a change the machine refuses from there): the
+   * caller then reads the record, as without the cache.
+   */
+  const updateCached = async (id: string, change: Transition): Promise<Versioned<AssignmentRecord> | null> => {
+    const kept = cache?.get(id);
+    if (!kept) return null;
+    let next: AssignmentRecord | undefined;
+    try {
+      next = change(kept.value);
+    } catch (err) {
+      if (err instanceof IllegalTransition) return null;
+      throw err;
+    }
+    if (!next) return null;
+    const stamped = { ...next, updatedAt: iso() };
+    const written = await casWrite(kv, recordKey(id), stamped, kept.revision);
+    return written === null ? null : seen({ value: stamped, revision: written });
   };
   return {
     async offer(assignment) {
@@ -139,6 +166,7 @@ export function createRecordStore(
         },
         { assumeAbsent: true, leader: leaderKv },
       );
+      seen({ value: result.record, revision: revision! });
       return { ...result, revision: revision! };
     },
     async tombstone(id, backend, reason, job) {
@@ -168,15 +196,16 @@ export function createRecordStore(
       return result;
     },
     async get(id) {
-      return (await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
+      return seen(await readJson<AssignmentRecord>(kv, recordKey(id)))?.value ?? null;
     },
-    getFromLeader: (id) => readJson<AssignmentRecord>(leaderKv, recordKey(id)),
-    async update(id, change) {
-      return (await updateVersioned(id, change))?.value ?? null;
+    getFromLeader: async (id) => seen(await readJson<AssignmentRecord>(leaderKv, recordKey(id))),
+    async update(id, unchecked) {
+      const change = checked(unchecked);
+      return ((await updateCached(id, change)) ?? (await updateVersioned(id, unchecked)))?.value ?? null;
     },
     async getMany(ids) {
       const byKey = await readMany(ids.map(recordKey));
-      return new Map([...byKey.values()].map((v) => [v.value.id, v]));
+      return new Map([...byKey.values()].map((v) => [seen(v).value.id, v]));
     },
     async updateFrom(known, unchecked) {
       const change = checked(unchecked);
@@ -184,7 +213,7 @@ export function createRecordStore(
       if (!next) return known;
       const stamped = { ...next, updatedAt: iso() };
       const written = await casWrite(kv, recordKey(known.value.id), stamped, known.revision);
-      return written !== null ? { value: stamped, revision: written } : updateVersioned(known.value.id, change);
+      return written !== null ? seen({ value: stamped, revision: written }) : updateVersioned(known.value.id, unchecked);
     },
   };
 }
