@@ -209,6 +209,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   return dispatcher;
 }
 
+/**
+ * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
+ * where every pool runs on that backend; none where a waiting job could spill to another.
+ */
+export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, backend: Backend): { capacity?: number } {
+  return config.pools.every((p) => p.backend === backend) ? { capacity: config.capacity[backend] } : {};
+}
+
 function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
   let warm: Promise<Map<string, number>> | undefined;
   const promised = new Map<string, number>();
@@ -243,6 +251,7 @@ function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps
             stream: d.config.stream,
             rules: shareRules(d.config.quotas),
             ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
+            ...waitingCapacity(d.config, backend),
           },
         }
       : {}),

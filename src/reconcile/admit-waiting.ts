@@ -35,9 +35,14 @@ export function waitEntryOf(p: Prepared): WaitEntry {
 export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   const w = deps.waiting;
   if (!w) return 0;
-  let heads = await w.set.heads(deps.backend, HEADS);
+  const [repositories, holders] = await Promise.all([w.set.repositories(deps.backend, HEADS), deps.admission.holders(deps.backend)]);
+  if (!repositories.length) return 0;
+  // A full backend has no turn to give: the release that frees a slot starts a pass of its own
+  // (admission.release says so whenever anybody waits), which reads the holders after its purge.
+  if (w.capacity !== undefined && holders.length >= w.capacity) return 0;
+  let [heads, shares] = await Promise.all([w.set.headsOf(deps.backend, repositories), heldNow(deps, [], holders)]);
   if (!heads.length) return 0;
-  let shares = await heldNow(deps, heads);
+  shares = { ...shares, heads };
   let given = 0;
   let full = 0;
   for (;;) {
@@ -110,9 +115,9 @@ export async function orderByTurn(deps: ProcessDeps, batch: Prepared[]): Promise
 /** A job that needs its turn: no slot asked for yet (unadmitted), and none given it (chosen). */
 export const needsTurn = (r: Pick<AssignmentRecord, "chosen" | "state">) => !r.chosen && UNADMITTED_STATES.has(r.state);
 
-/** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests). */
-export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[]): Promise<Shares> {
-  const holders = await deps.admission.holders(deps.backend);
+/** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests; one when the holders are known). */
+export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[], known?: string[]): Promise<Shares> {
+  const holders = known ?? (await deps.admission.holders(deps.backend));
   const records = await deps.records.getMany(holders);
   const heldByOwner = new Map<string, number>();
   const heldByRepository = new Map<string, number>();

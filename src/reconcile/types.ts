@@ -20,6 +20,11 @@ export interface WaitingDeps {
   rules: ShareRules;
   /** QUOTAS limits, when any is set. */
   ledger?: QuotaLedger;
+  /**
+   * The pass's backend's capacity, where no pool runs on another backend: a pass that finds every
+   * slot held gives no turn, without reading the heads (a job that spills could run elsewhere).
+   */
+  capacity?: number;
 }
 
 export type { PreparedRequest };

@@ -31,6 +31,10 @@ export interface WaitSet {
   any(backend: Backend): Promise<boolean>;
   /** The oldest waiting job of each repository that has one, up to `limit` repositories. */
   heads(backend: Backend, limit: number): Promise<WaitHead[]>;
+  /** The repositories that have a job waiting, up to `limit` (one request): heads is this, then headsOf. */
+  repositories(backend: Backend, limit: number): Promise<string[]>;
+  /** The oldest waiting job of each of `repositories` (one request each, sent together). */
+  headsOf(backend: Backend, repositories: readonly string[]): Promise<WaitHead[]>;
   /** The oldest waiting job of one repository after `afterSeq`, if any. */
   next(backend: Backend, repository: string, afterSeq: number): Promise<WaitHead | undefined>;
   /** Publishes a waiting job's assignment to `backend`'s consumer again; one message per `msgId` (false: one was there). */
@@ -79,9 +83,14 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       return last !== undefined && last !== null;
     },
     async heads(backend, limit) {
+      return this.headsOf(backend, await this.repositories(backend, limit));
+    },
+    async repositories(backend, limit) {
       const lasts = (await maybe(() => readBatch(handle, stream, { multi_last: [`${waitPrefix(names, backend)}.>`] }))) ?? [];
-      const repos = lasts.slice(0, limit).map((m) => repositoryOf(backend, m.subject));
-      const found = await Promise.all(repos.map((r) => this.next(backend, r, 0)));
+      return lasts.slice(0, limit).map((m) => repositoryOf(backend, m.subject));
+    },
+    async headsOf(backend, repositories) {
+      const found = await Promise.all(repositories.map((r) => this.next(backend, r, 0)));
       return found.filter((h): h is WaitHead => h !== undefined);
     },
     async next(backend, repository, afterSeq) {

@@ -9,6 +9,8 @@ import type { Backend } from "../../src/nats/names.ts";
 import type { WaitHead } from "../../src/state/wait-set.ts";
 import type { QuotaLedger } from "../../src/state/quota-ledger.ts";
 import { memoryLedger } from "../harness/memory.ts";
+import { waitingCapacity } from "../../src/app/dispatcher.ts";
+import type { Pool } from "../../src/pools/config.ts";
 
 const TRUST = "dispatch.test";
 type Refusal = "backend" | "pool" | undefined;
@@ -32,6 +34,8 @@ interface WorldOptions {
   limits?: (repository: string) => { owner?: number; repository?: number };
   /** Jobs whose records ended (cancelled) while they waited. */
   ended?: string[];
+  /** The backend's capacity, given where no pool runs elsewhere. */
+  capacity?: number;
 }
 
 function world(refusals: Refusal[], opts: WorldOptions = {}) {
@@ -46,6 +50,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   for (const id of opts.ended ?? []) records.set(id, { ...records.get(id)!, state: "terminated" });
   const tried: string[] = [];
   const turns: string[] = [];
+  let headsRead = 0;
   const removed: string[] = [];
   const deps = {
     backend: "pod" as Backend,
@@ -78,8 +83,11 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     waiting: {
       rules: { weight: () => 1, limits: opts.limits ?? (() => ({})) },
       ...(opts.ledger ? { ledger: opts.ledger } : {}),
+      ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}),
       set: {
         heads: async () => heads,
+        repositories: async () => heads.map((h) => h.repository),
+        headsOf: async () => (headsRead++, heads),
         next: async (_backend: Backend, repository: string, afterSeq: number) =>
           queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
         republish: async () => true,
@@ -87,10 +95,23 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       },
     },
   };
-  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records };
+  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records, headsRead: () => headsRead };
 }
 
 describe("admitWaiting", () => {
+  it("gives no turn while every slot of its backend is held, without reading the heads; near misses: one slot free, a capacity not given", async () => {
+    const full = world([], { held: 2, capacity: 2 });
+    expect(await admitWaiting(full.deps)).toBe(0);
+    expect([full.tried, full.headsRead()]).toEqual([[], 0]);
+    const room = world([], { held: 2, capacity: 3 });
+    expect(await admitWaiting(room.deps)).toBeGreaterThan(0);
+    expect(room.tried[0]).toBe("c-1");
+    // Without a capacity (a pool may spill to another backend) the turn is tried all the same.
+    const spills = world(["backend"], { held: 2 });
+    expect(await admitWaiting(spills.deps)).toBe(0);
+    expect(spills.tried).toEqual(["c-1"]);
+  });
+
   it("stops at a backend's refusal: the slot freed after it is not given to the next repository", async () => {
     // Refused for c/app; the next placeMany (a/mono's, were it asked) would get a freed slot.
     const { deps, tried, turns } = world(["backend"]);
@@ -158,5 +179,15 @@ describe("admitWaiting, counting and giving back", () => {
         ["c", 1],
       ]),
     );
+  });
+});
+
+describe("the capacity a turn-giving pass may trust (waitingCapacity)", () => {
+  const pool = (name: string, backend: Backend) => ({ name, backend }) as unknown as Pool;
+  it("is the backend's when every pool runs there, or there are none; none when a pool runs on another backend", () => {
+    const capacity = { pod: 4, vm: 2 } as Record<Backend, number>;
+    expect(waitingCapacity({ pools: [], capacity }, "pod")).toEqual({ capacity: 4 });
+    expect(waitingCapacity({ pools: [pool("a", "pod"), pool("b", "pod")], capacity }, "pod")).toEqual({ capacity: 4 });
+    expect(waitingCapacity({ pools: [pool("a", "pod"), pool("b", "vm")], capacity }, "pod")).toEqual({});
   });
 });
