@@ -35,8 +35,10 @@ export function waitEntryOf(p: Prepared): WaitEntry {
 export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   const w = deps.waiting;
   if (!w) return 0;
-  const [repositories, holders] = await Promise.all([w.set.repositories(deps.backend, HEADS), deps.admission.holders(deps.backend)]);
+  // Most passes find nobody waiting: one request, and nothing more.
+  const repositories = await w.set.repositories(deps.backend, HEADS);
   if (!repositories.length) return 0;
+  const holders = await deps.admission.holders(deps.backend);
   // A full backend has no turn to give: the release that frees a slot starts a pass of its own
   // (admission.release says so whenever anybody waits), which reads the holders after its purge.
   if (w.capacity !== undefined && holders.length >= w.capacity) return 0;

@@ -51,6 +51,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   const tried: string[] = [];
   const turns: string[] = [];
   let headsRead = 0;
+  let holdersRead = 0;
   const removed: string[] = [];
   const deps = {
     backend: "pod" as Backend,
@@ -71,7 +72,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       getMany: async (ids: string[]) => new Map(ids.map((id) => [id, { value: records.get(id) }])),
     },
     admission: {
-      holders: async () => holders,
+      holders: async () => (holdersRead++, holders),
       placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[]) => {
         const c = candidates[0]!;
         tried.push(c.id);
@@ -95,7 +96,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       },
     },
   };
-  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records, headsRead: () => headsRead };
+  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records, headsRead: () => headsRead, holdersRead: () => holdersRead };
 }
 
 describe("admitWaiting", () => {
@@ -107,6 +108,10 @@ describe("admitWaiting", () => {
     expect(await admitWaiting(room.deps)).toBeGreaterThan(0);
     expect(room.tried[0]).toBe("c-1");
     // Without a capacity (a pool may spill to another backend) the turn is tried all the same.
+    // Nobody waits: the holders are not read either (one request per pass, as without fair share's turns).
+    const nobody = world([], { queues: [], capacity: 2 });
+    expect(await admitWaiting(nobody.deps)).toBe(0);
+    expect(nobody.holdersRead()).toBe(0);
     const spills = world(["backend"], { held: 2 });
     expect(await admitWaiting(spills.deps)).toBe(0);
     expect(spills.tried).toEqual(["c-1"]);
