@@ -6,6 +6,7 @@
 // claim, in the same isolate (the gateway object) costs one write and no read.
 import type { AssignmentRecord } from "./record.ts";
 import type { Versioned } from "./kv.ts";
+import { TERMINAL } from "../model/states.ts";
 
 export interface RecordCache {
   /** The latest revision of `id` this isolate saw, if it still keeps it. */
@@ -15,8 +16,8 @@ export interface RecordCache {
 }
 
 /**
- * At most `limit` records, the least recently seen going first: a record is about 1.5 KB, and a
- * miss costs only the read the cache saves.
+ * At most `limit` records of jobs that have not ended, the least recently seen going first: a
+ * record is about 1.5 KB, and a miss costs only the read the cache saves.
  */
 export function createRecordCache(limit = 5_000): RecordCache {
   const kept = new Map<string, Versioned<AssignmentRecord>>();
@@ -27,6 +28,9 @@ export function createRecordCache(limit = 5_000): RecordCache {
       const before = kept.get(id);
       if (before && before.revision > seen.revision) return;
       kept.delete(id);
+      // An ended record is seldom changed again (a repeated completion reads it): the cache holds
+      // the jobs that live, not every job this isolate saw.
+      if (TERMINAL.has(seen.value.state)) return;
       kept.set(id, seen);
       if (kept.size > limit) kept.delete(kept.keys().next().value!);
     },

@@ -108,4 +108,16 @@ describe("the cache itself", () => {
     expect(cache.get("constructor")?.revision).toBe(9);
     expect(cache.get("__proto__")).toBeUndefined();
   });
+
+  it("lets an ended record go, so that it holds the jobs that live, not every job it saw", () => {
+    const cache = createRecordCache();
+    cache.note({ value: rec("d"), revision: 1 });
+    cache.note({ value: written({ id: "d", state: "completed" }), revision: 2 });
+    expect(cache.get("d")).toBeUndefined();
+    cache.note({ value: written({ id: "e", state: "terminated" }), revision: 3 });
+    expect(cache.get("e")).toBeUndefined();
+    // Near miss: a claimed record stays (its completion comes next).
+    cache.note({ value: written({ id: "f", state: "claimed" }), revision: 4 });
+    expect(cache.get("f")?.revision).toBe(4);
+  });
 });
