@@ -54,7 +54,7 @@ export async function ackDelivery(nc: NatsConnection, subject: string, timeoutMs
   await nc.request(subject, encoder.encode("+ACK"), { timeout: timeoutMs });
 }
 
-/** $JS.ACK with the 7 tokens of the v1 form, or the 9 or more of the v2 form (domain, account hash). */
+/** $JS.ACK with the 9 tokens of the v1 form, or the 11 or more of the v2 form (domain, account hash). */
 export const isAckSubject = (subject: string) => {
   const tokens = subject.split(".");
   return tokens[0] === "$JS" && tokens[1] === "ACK" && (tokens.length === 9 || tokens.length >= 11) && tokens.every((t) => t.length > 0 && !/[\s*>]/.test(t));
