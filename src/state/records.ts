@@ -121,6 +121,12 @@ export function createRecordStore(
     );
     return seen(result && revision !== undefined ? { value: result, revision } : null);
   };
+  /** One write of `next` at the revision of `known`: the record after, or null when another writer came first. */
+  const writeAt = async (known: Versioned<AssignmentRecord>, next: AssignmentRecord): Promise<Versioned<AssignmentRecord> | null> => {
+    const stamped = { ...next, updatedAt: iso() };
+    const written = await casWrite(kv, recordKey(known.value.id), stamped, known.revision);
+    return written === null ? null : seen({ value: stamped, revision: written });
+  };
   /**
    * One write at the revision the cache keeps, where the change applies to that record; null when
    * it does not (no change, another writer since, a change the machine refuses from there): the
@@ -136,10 +142,7 @@ export function createRecordStore(
       if (err instanceof IllegalTransition) return null;
       throw err;
     }
-    if (!next) return null;
-    const stamped = { ...next, updatedAt: iso() };
-    const written = await casWrite(kv, recordKey(id), stamped, kept.revision);
-    return written === null ? null : seen({ value: stamped, revision: written });
+    return next ? writeAt(kept, next) : null;
   };
   return {
     async offer(assignment) {
@@ -205,15 +208,14 @@ export function createRecordStore(
     },
     async getMany(ids) {
       const byKey = await readMany(ids.map(recordKey));
-      return new Map([...byKey.values()].map((v) => [seen(v).value.id, v]));
+      for (const v of byKey.values()) seen(v);
+      return new Map([...byKey.values()].map((v) => [v.value.id, v]));
     },
     async updateFrom(known, unchecked) {
       const change = checked(unchecked);
       const next = change(known.value);
       if (!next) return known;
-      const stamped = { ...next, updatedAt: iso() };
-      const written = await casWrite(kv, recordKey(known.value.id), stamped, known.revision);
-      return written !== null ? seen({ value: stamped, revision: written }) : updateVersioned(known.value.id, unchecked);
+      return (await writeAt(known, next)) ?? updateVersioned(known.value.id, unchecked);
     },
   };
 }
