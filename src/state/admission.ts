@@ -163,10 +163,8 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   };
 
   /** Where a place's slots are: its backend's, and its pool's when that pool has a cap (maxRunners). */
-  const slotsOf = (place: Backend | Placement): { backend: Backend; pool: string | undefined } => {
-    const { backend, pool } = typeof place === "string" ? { backend: place, pool: undefined } : place;
-    return { backend, pool: pool !== undefined && poolCaps.has(pool) ? pool : undefined };
-  };
+  const slotsOf = (place: Backend | Placement): { backend: Backend; pool: string | undefined } =>
+    typeof place === "string" ? { backend: place, pool: undefined } : { backend: place.backend, pool: cappedPool(place) };
   /** Purges the backend's (and the pool's) slot of each id: how many of each were held. */
   const freeSlots = (backend: Backend, pool: string | undefined, ids: readonly string[]) =>
     Promise.all(
