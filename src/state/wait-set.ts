@@ -29,9 +29,7 @@ export interface WaitSet {
   add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<void>;
   /** Whether any job waits for `backend` (one request). */
   any(backend: Backend): Promise<boolean>;
-  /** The oldest waiting job of each repository that has one, up to `limit` repositories. */
-  heads(backend: Backend, limit: number): Promise<WaitHead[]>;
-  /** The repositories that have a job waiting, up to `limit` (one request): heads is this, then headsOf. */
+  /** The repositories that have a job waiting, up to `limit` (one request). */
   repositories(backend: Backend, limit: number): Promise<string[]>;
   /** The oldest waiting job of each of `repositories` (one request each, sent together). */
   headsOf(backend: Backend, repositories: readonly string[]): Promise<WaitHead[]>;
@@ -81,9 +79,6 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       // The last entry of any of the backend's subjects: none, nobody waits.
       const last = await maybe(async () => (await jsm()).direct.getMessage(stream, { last_by_subj: `${waitPrefix(names, backend)}.>` }));
       return last !== undefined && last !== null;
-    },
-    async heads(backend, limit) {
-      return this.headsOf(backend, await this.repositories(backend, limit));
     },
     async repositories(backend, limit) {
       const lasts = (await maybe(() => readBatch(handle, stream, { multi_last: [`${waitPrefix(names, backend)}.>`] }))) ?? [];

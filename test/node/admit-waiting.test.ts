@@ -86,7 +86,6 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       ...(opts.ledger ? { ledger: opts.ledger } : {}),
       ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}),
       set: {
-        heads: async () => heads,
         repositories: async () => heads.map((h) => h.repository),
         headsOf: async () => (headsRead++, heads),
         next: async (_backend: Backend, repository: string, afterSeq: number) =>
