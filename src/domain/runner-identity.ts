@@ -2,7 +2,7 @@
 // their credentials sealed at rest (AES-256-GCM, bound to the assignment id), so that every retry
 // reuses one registration: a Gitea `.runner` file, or a Forgejo runner's `{uuid, token}`.
 import { assignmentIdSchema } from "../model/assignment.ts";
-import { base64 } from "../model/crypto.ts";
+import { base64, fromBase64 } from "../model/crypto.ts";
 
 /** act_runner's `.runner` file. */
 export interface RunnerFile {
@@ -45,8 +45,6 @@ export function assignmentOfRunner(prefix: string, name: string | undefined): st
   return id.success ? id.data : undefined;
 }
 
-const unb64 = (text: string) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
-
 async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
 }
@@ -65,7 +63,7 @@ export async function sealIdentity(key: Uint8Array, assignmentId: string, file: 
 }
 
 export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string): Promise<T> {
-  const bytes = unb64(sealed);
+  const bytes = fromBase64(sealed);
   const plain = await crypto.subtle.decrypt(
     { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
     await aesKey(key),

@@ -1,6 +1,6 @@
 // Bearer-token checks. Missing credentials are 401; present but wrong is 401 for the operator
 // token and 403 for a claim token (a runner that holds the token of another assignment).
-import { timingSafeEqual, verifyClaimToken } from "../model/crypto.ts";
+import { fromBase64, timingSafeEqual, verifyClaimToken } from "../model/crypto.ts";
 import { HttpError } from "./errors.ts";
 
 function bearer(req: Request): string | undefined {
@@ -32,7 +32,7 @@ export async function basicPasswordMatches(req: Request, expected: string): Prom
   if (!match) return false;
   let decoded: string;
   try {
-    decoded = new TextDecoder().decode(Uint8Array.from(atob(match[1]!), (c) => c.charCodeAt(0)));
+    decoded = new TextDecoder().decode(fromBase64(match[1]!));
   } catch {
     return false;
   }

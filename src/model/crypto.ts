@@ -14,6 +14,11 @@ export function base64(data: Uint8Array | string): string {
   return btoa(binary);
 }
 
+/** The bytes of standard base64 (throws on what is not base64, as atob does). */
+export function fromBase64(text: string): Uint8Array {
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+}
+
 export function base64url(bytes: ArrayBuffer | Uint8Array): string {
   const view = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
   let binary = "";
@@ -63,7 +68,7 @@ export async function sha256Key(text: string): Promise<string> {
 export function decodeKey(text: string | undefined): Uint8Array | undefined {
   if (!text) return undefined;
   try {
-    const key = Uint8Array.from(atob(text.trim()), (c) => c.charCodeAt(0));
+    const key = fromBase64(text.trim());
     return key.length === 32 ? key : undefined;
   } catch {
     return undefined;

@@ -4,7 +4,7 @@
 // steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
 // idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../model/assignment.ts";
-import { base64 } from "../model/crypto.ts";
+import { base64, fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
@@ -70,7 +70,7 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
 }
 
 async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "backend_full" | "limited"> {
-  const data = Uint8Array.from(atob(head.data), (c) => c.charCodeAt(0));
+  const data = fromBase64(head.data);
   const decoded = decodeAssignment(data, deps.trustDomain);
   const known = await deps.records.get(head.id);
   // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
