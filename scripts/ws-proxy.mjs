@@ -3,7 +3,8 @@
 // far from its NATS region). Clients connect to ws://127.0.0.1:<port>/<tag>; GET /_counts/<tag>.
 // Faults per tag: POST /_reset/<tag> drops its connections at once (TCP reset); POST /_hang/<tag>
 // silences them (open, but no frame passes either way; ?new=1 silences later ones too);
-// POST /_resume/<tag> lets later connections through again.
+// POST /_resume/<tag> lets later connections through again. GET /_log/<tag>: its last operations,
+// each with the time the client sent it and its subject (round trips in series, for tests).
 import { appendFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { WebSocketServer, WebSocket } from "ws";
@@ -61,6 +62,8 @@ export function createOpCounter(trace) {
   };
 }
 
+const LOG_LIMIT = 2_000;
+
 export async function startWsProxy({ upstream, delayMs = 0 }) {
   const tags = new Map();
   const tagOf = (name) => {
@@ -68,6 +71,9 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     if (!tags.has(name)) tags.set(name, { pub: 0, request: 0, sub: 0, connections: 0, byConnection: [] });
     return tags.get(name);
   };
+  /** The last LOG_LIMIT operations per tag: [time, subject]. */
+  const logs = new Map();
+  const logOf = (name) => logs.get(name) ?? logs.set(name, []).get(name);
   const later = (fn) => (delayMs > 0 ? setTimeout(fn, delayMs) : fn());
   /** Live connections per tag, and the tags whose new connections are silenced too. */
   const live = new Map();
@@ -83,12 +89,16 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
   };
   const http = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://x");
-    const m = /^\/_(counts|reset|hang|resume)\/(.*)$/.exec(url.pathname);
+    const m = /^\/_(counts|reset|hang|resume|log)\/(.*)$/.exec(url.pathname);
     if (!m) {
       res.writeHead(404).end();
       return;
     }
     const name = decodeURIComponent(m[2]);
+    if (m[1] === "log") {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(logOf(name)));
+      return;
+    }
     if (m[1] !== "counts") faults[m[1]](name, url.searchParams.get("new") === "1");
     res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(tagOf(name)));
   });
@@ -101,9 +111,12 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     liveOf(name).add(conn);
     const index = tag.byConnection.length;
     // PROXY_TRACE=FILE: every operation's subject, with the time and its connection (for a profile of operations).
-    const trace = process.env.PROXY_TRACE
-      ? (subject, size) => appendFileSync(process.env.PROXY_TRACE, `${Date.now()} ${name} ${index} ${subject} ${size}\n`)
-      : undefined;
+    const log = logOf(name);
+    const trace = (subject, size) => {
+      log.push([Date.now(), subject]);
+      if (log.length > LOG_LIMIT) log.shift();
+      if (process.env.PROXY_TRACE) appendFileSync(process.env.PROXY_TRACE, `${Date.now()} ${name} ${index} ${subject} ${size}\n`);
+    };
     const counter = createOpCounter(trace);
     const before = { ...counter.counts };
     // open: still connected (the gateway's kept connection, as against a tick's); kinds: by kindOf.
@@ -143,7 +156,7 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     url: (tag) => `ws://127.0.0.1:${port}/${encodeURIComponent(tag)}`,
     counts: (tag) => structuredClone(tagOf(tag)),
     ...faults,
-    reset: (tag) => tags.delete(tag),
+    reset: (tag) => (tags.delete(tag), logs.delete(tag)),
     close: () =>
       new Promise((r) => {
         for (const c of wss.clients) c.terminate();

@@ -79,6 +79,9 @@ const recordCacheOf = (servers: readonly string[], bucket: string) => {
   return cache;
 };
 
+/** What starts a pass for jobs just published (PassOptions.newJobs): the http layer's triggers. */
+const NEW_JOB_TRIGGERS = new Set(["publish", "webhook"]);
+
 /** Messages per pull of an eager pass, and how many pulls it may take to reach a new one. */
 export const EAGER_BATCH = 4;
 export const EAGER_MAX_PULLS = 8;
@@ -196,6 +199,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
               stream: config.stream,
               batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
               ...(eager ? { untilNew: { maxPulls: EAGER_MAX_PULLS } } : {}),
+              newJobs: NEW_JOB_TRIGGERS.has(trigger),
               deadline,
               trigger,
               ...(firstPullWaitMs ? { firstPullWaitMs } : {}),

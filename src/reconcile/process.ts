@@ -21,7 +21,7 @@ export { REF_WRITE_RETRY_MS } from "./effects.ts";
 const idOf = (p: Prepared) => p.assignment?.id ?? `seq-${p.msg.seq}`;
 
 /** Decodes, offers and admits a whole batch: one read of all records, the slot requests sent together. */
-export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number): Promise<Prepared[]> {
+export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], deadline: number, askedWaiting?: Promise<boolean>): Promise<Prepared[]> {
   const batch: Prepared[] = msgs.map((msg) => ({
     msg,
     facts: { now: deps.now(), budgetSpent: deps.now() >= deadline, jitter: Math.random() },
@@ -37,10 +37,16 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
   // Fair share: whether anybody waits is read alongside the records, not after them (one round
   // trip less between a webhook and its runner), when a first delivery may be a new job that asks.
-  const waitingNow = deps.waiting && offering.some((p) => p.msg.deliveryCount === 1) ? deps.waiting.set.any(deps.backend) : undefined;
+  // An eager pass asked already, alongside its pull (`askedWaiting`).
+  const first = offering.filter((p) => p.msg.deliveryCount === 1);
+  const waitingNow = deps.waiting && first.length ? (askedWaiting ?? deps.waiting.set.any(deps.backend)) : undefined;
   // Read later, or never: a failure is the reader's (awaiting it still throws), not an unhandled one.
   waitingNow?.catch(() => undefined);
-  const records = await deps.records.getMany(offering.map((p) => p.assignment!.id));
+  // A first delivery's record is the one its publish's offer just made here, where it was (record-cache.ts).
+  const records = await deps.records.getMany(
+    offering.map((p) => p.assignment!.id),
+    new Set(first.map((p) => p.assignment!.id)),
+  );
   await eachAlone(offering, async (p) => {
     const a = p.assignment!;
     const known = records.get(a.id);

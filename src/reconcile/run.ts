@@ -1,7 +1,7 @@
 // One reconciliation pass over every enabled backend, on one NATS connection, within a budget.
 import type { BatchSummary } from "../model/events.ts";
 import { consumerName } from "../nats/names.ts";
-import { pullNoWait } from "../nats/pull.ts";
+import { pullNoWait, type DeliveredMessage } from "../nats/pull.ts";
 import { flushNats, type NatsHandle } from "../nats/connection.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
@@ -35,6 +35,11 @@ export interface PassOptions {
    * so a single small pull would often see only those.
    */
   untilNew?: { maxPulls: number };
+  /**
+   * Started for jobs just published (a webhook's, a publish's): with fair share, whether anybody
+   * waits is asked alongside the first pull, which will bring a new job that asks it.
+   */
+  newJobs?: boolean;
 }
 
 export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, opts: PassOptions): Promise<BatchSummary> {
@@ -69,6 +74,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
       // at the first message, which may be a new assignment that must not wait for the rest of the
       // window (passes after a claim wait for its runner's message; new ones arrive meanwhile).
+      // Fair share: an eager pass pulls a new job, which asks whether anybody waits; asked alongside
+      // the pull, that is one round trip less between a webhook and its runner.
+      const askedWaiting = deps.waiting && opts.newJobs && round === 0 && pulls === 1 ? deps.waiting.set.any(deps.backend) : undefined;
+      askedWaiting?.catch(() => undefined);
       const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
       const fresh = batch.filter((m) => !seen.has(m.seq));
       // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
@@ -81,43 +90,11 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       summary.fetched += fresh.length;
       summary.revisited += batch.length - fresh.length;
       if (!fresh.length) break;
-      let prepared: Prepared[];
-      try {
-        prepared = await prepareBatch(deps, fresh, opts.deadline);
-      } catch (err) {
-        // The state store failed for the whole batch: hand it back at once rather than leave it to AckWait.
-        summary.errors += fresh.length;
-        deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
-        for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
-        continue;
-      }
-      let intoWaitSet = false;
-      await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
-        try {
-          if (p.failed) throw p.failed;
-          const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
-          const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
-          if (verdict.effects.includes("enter_wait_set")) intoWaitSet = true;
-          if (verdict.held) held.push(p);
-          else if (verdict.events.includes("deferred")) summary.deferred++;
-          else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
-        } catch (err) {
-          summary.errors++;
-          deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
-          p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
-        }
-      });
-      // Registrations of this batch that failed or never started (the budget ran out) end their
-      // reservation: holding it would make the next delivery wait out its lease. One that did
-      // register keeps it until the lease ends (see Prepared.registered).
-      const reserved = prepared.filter((p) => p.reserved && !p.registered);
-      // Held where each was admitted: a job spilled to another backend's pool reserved there.
-      for (const backend of new Set(reserved.map((p) => p.placement?.backend ?? deps.backend))) {
-        const ids = reserved.filter((p) => (p.placement?.backend ?? deps.backend) === backend).map((p) => p.assignment!.id);
-        await deps.admission.endRegistrations(backend, ids).catch((err) => {
-          deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
-        });
-      }
+      // Fair share: new jobs go on while the records of redeliveries (runners booting) are read.
+      // Jobs that wait for a slot wait in the wait set, not among redeliveries, so none is passed.
+      const groups = deps.waiting ? [fresh.filter((m) => m.deliveryCount === 1), fresh.filter((m) => m.deliveryCount !== 1)] : [fresh];
+      const outcomes = await Promise.all(groups.filter((g) => g.length).map((g) => reconcileBatch(deps, g, opts, summary, held, askedWaiting)));
+      const intoWaitSet = outcomes.some((o) => o.intoWaitSet);
       // A short batch means the consumer is drained, unless MaxAckPending (the capacity) cut it
       // short: jobs that went into the wait set were acked, and more may wait behind them, the
       // assignments of turns given among them.
@@ -145,4 +122,53 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   summary.durationMs = deps.now() - started;
   deps.sink.summary(summary);
   return summary;
+}
+
+/** Prepares and finishes one batch of deliveries; whether any went into the wait set. */
+async function reconcileBatch(
+  deps: ProcessDeps,
+  fresh: DeliveredMessage[],
+  opts: PassOptions,
+  summary: BatchSummary,
+  held: Prepared[],
+  askedWaiting: Promise<boolean> | undefined,
+): Promise<{ intoWaitSet: boolean }> {
+  let prepared: Prepared[];
+  try {
+    prepared = await prepareBatch(deps, fresh, opts.deadline, askedWaiting);
+  } catch (err) {
+    // The state store failed for the whole batch: hand it back at once rather than leave it to AckWait.
+    summary.errors += fresh.length;
+    deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
+    for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+    return { intoWaitSet: false };
+  }
+  let intoWaitSet = false;
+  await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
+    try {
+      if (p.failed) throw p.failed;
+      const holdUntil = opts.holdClaims ? Math.min(deps.now() + HOLD_MS, opts.deadline) : undefined;
+      const verdict = await finishMessage(deps, p, deps.now() >= opts.deadline, holdUntil);
+      if (verdict.effects.includes("enter_wait_set")) intoWaitSet = true;
+      if (verdict.held) held.push(p);
+      else if (verdict.events.includes("deferred")) summary.deferred++;
+      else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
+    } catch (err) {
+      summary.errors++;
+      deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
+      p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
+    }
+  });
+  // Registrations of this batch that failed or never started (the budget ran out) end their
+  // reservation: holding it would make the next delivery wait out its lease. One that did
+  // register keeps it until the lease ends (see Prepared.registered).
+  const reserved = prepared.filter((p) => p.reserved && !p.registered);
+  // Held where each was admitted: a job spilled to another backend's pool reserved there.
+  for (const backend of new Set(reserved.map((p) => p.placement?.backend ?? deps.backend))) {
+    const ids = reserved.filter((p) => (p.placement?.backend ?? deps.backend) === backend).map((p) => p.assignment!.id);
+    await deps.admission.endRegistrations(backend, ids).catch((err) => {
+      deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
+    });
+  }
+  return { intoWaitSet };
 }

@@ -4,6 +4,12 @@
 // (another writer, another isolate, an expiry), and the change is then made from a fresh read, as
 // without the cache. So a claim that follows the pass's write, or a completion that follows its
 // claim, in the same isolate (the gateway object) costs one write and no read.
+//
+// One read it does answer: a message's first delivery, from the offer this isolate made for it
+// moments ago (`offered`). The webhook's record is created here while the eager pass pulls its
+// message, so the pass need not read the record back (a round trip on the way to the runner).
+// What the pass decides from it is what it would decide from a read made a round trip later: its
+// first write is at the offer's revision, and fails (then reads) if anybody wrote since.
 import type { AssignmentRecord } from "./record.ts";
 import type { Versioned } from "./kv.ts";
 import { TERMINAL } from "../model/states.ts";
@@ -13,6 +19,23 @@ export interface RecordCache {
   get(id: string): Versioned<AssignmentRecord> | undefined;
   /** Keeps what a read or a write saw, unless a later revision is kept already. */
   note(seen: Versioned<AssignmentRecord>): void;
+  /** An offer of `id` in flight: what it will have seen (null if it failed), kept for OFFERED_MS. */
+  offering(id: string, seen: Promise<Versioned<AssignmentRecord> | null>, now: number): void;
+  /**
+   * Once: what this isolate's offer of `id` saw, if made within OFFERED_MS; undefined when there
+   * was none, it failed, or a later revision of the record was seen since (the caller reads it).
+   */
+  takeOffered(id: string, now: number): Promise<Versioned<AssignmentRecord> | undefined> | undefined;
+}
+
+/** How long an offer's record may answer its message's first delivery (an eager pass's, at once). */
+export const OFFERED_MS = 2_000;
+
+interface Offered {
+  at: number;
+  seen: Promise<Versioned<AssignmentRecord> | null>;
+  /** The highest revision of the record noted since the offer began. */
+  latest: number;
 }
 
 /**
@@ -21,10 +44,13 @@ export interface RecordCache {
  */
 export function createRecordCache(limit = 5_000): RecordCache {
   const kept = new Map<string, Versioned<AssignmentRecord>>();
+  const offered = new Map<string, Offered>();
   return {
     get: (id) => kept.get(id),
     note(seen) {
       const id = seen.value.id;
+      const offer = offered.get(id);
+      if (offer) offer.latest = Math.max(offer.latest, seen.revision);
       const before = kept.get(id);
       if (before && before.revision > seen.revision) return;
       kept.delete(id);
@@ -33,6 +59,21 @@ export function createRecordCache(limit = 5_000): RecordCache {
       if (TERMINAL.has(seen.value.state)) return;
       kept.set(id, seen);
       if (kept.size > limit) kept.delete(kept.keys().next().value!);
+    },
+    offering(id, seen, now) {
+      // Oldest first: those past OFFERED_MS (messages another isolate took) go as new ones come.
+      for (const [k, o] of offered) {
+        if (now - o.at <= OFFERED_MS && offered.size < limit) break;
+        offered.delete(k);
+      }
+      offered.delete(id);
+      offered.set(id, { at: now, seen, latest: 0 });
+    },
+    takeOffered(id, now) {
+      const offer = offered.get(id);
+      offered.delete(id);
+      if (!offer || now - offer.at > OFFERED_MS) return undefined;
+      return offer.seen.then((seen) => (seen && seen.revision >= offer.latest ? seen : undefined)).catch(() => undefined);
     },
   };
 }

@@ -53,8 +53,12 @@ export interface RecordStore {
    * the one to register a runner.
    */
   getFromLeader(id: string): Promise<Versioned<AssignmentRecord> | null>;
-  /** Records of many assignments in one request. */
-  getMany(ids: readonly string[]): Promise<Map<string, Versioned<AssignmentRecord>>>;
+  /**
+   * Records of many assignments in one request. Those in `firstDeliveries` (their messages'
+   * first deliveries) are answered by this isolate's own offer of them, made moments ago, where
+   * there is one (record-cache.ts); the rest, and any whose record was changed since, are read.
+   */
+  getMany(ids: readonly string[], firstDeliveries?: ReadonlySet<string>): Promise<Map<string, Versioned<AssignmentRecord>>>;
   /** Like update, but first tries one write at the revision the caller already read; tells the revision after. */
   updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<Versioned<AssignmentRecord> | null>;
 }
@@ -144,33 +148,46 @@ export function createRecordStore(
     }
     return next ? writeAt(kept, next) : null;
   };
+  const offer = async (assignment: Assignment): Promise<OfferResult> => {
+    const hash = await contentHash(assignment);
+    const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(
+      kv,
+      recordKey(assignment.id),
+      (current) => {
+        if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
+        const at = iso();
+        const record: AssignmentRecord = {
+          id: assignment.id,
+          backend: assignment.backend,
+          contentHash: hash,
+          state: "received",
+          createdAt: assignment.createdAt,
+          receivedAt: at,
+          updatedAt: at,
+          ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+          ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
+          ...(assignment.warm ? { warm: true as const } : {}),
+        };
+        return { value: record, result: { result: "new", record } };
+      },
+      { assumeAbsent: true, leader: leaderKv },
+    );
+    seen({ value: result.record, revision: revision! });
+    return { ...result, revision: revision! };
+  };
   return {
-    async offer(assignment) {
-      const hash = await contentHash(assignment);
-      const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(
-        kv,
-        recordKey(assignment.id),
-        (current) => {
-          if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
-          const at = iso();
-          const record: AssignmentRecord = {
-            id: assignment.id,
-            backend: assignment.backend,
-            contentHash: hash,
-            state: "received",
-            createdAt: assignment.createdAt,
-            receivedAt: at,
-            updatedAt: at,
-            ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
-            ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
-            ...(assignment.warm ? { warm: true as const } : {}),
-          };
-          return { value: record, result: { result: "new", record } };
-        },
-        { assumeAbsent: true, leader: leaderKv },
+    offer(assignment) {
+      const made = offer(assignment);
+      // Never rejects: a failed offer only answers no first delivery.
+      cache?.offering(
+        assignment.id,
+        made.then(
+          ({ record, revision }) => ({ value: record, revision }),
+          () => null,
+        ),
+        now(),
       );
-      seen({ value: result.record, revision: revision! });
-      return { ...result, revision: revision! };
+      return made;
     },
     async tombstone(id, backend, reason, job) {
       const { result } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(
@@ -206,10 +223,20 @@ export function createRecordStore(
       const change = checked(unchecked);
       return ((await updateCached(id, change)) ?? (await updateVersioned(id, unchecked)))?.value ?? null;
     },
-    async getMany(ids) {
-      const byKey = await readMany(ids.map(recordKey));
-      for (const v of byKey.values()) seen(v);
-      return new Map([...byKey.values()].map((v) => [v.value.id, v]));
+    async getMany(ids, firstDeliveries) {
+      const t = now();
+      const offered = ids.map((id) => (firstDeliveries?.has(id) ? cache?.takeOffered(id, t) : undefined));
+      const toRead = ids.filter((_, i) => !offered[i]);
+      const [read, answered] = await Promise.all([
+        toRead.length ? readMany(toRead.map(recordKey)) : new Map<string, Versioned<AssignmentRecord>>(),
+        Promise.all(offered.map((o) => o ?? Promise.resolve(undefined))),
+      ]);
+      // An offer that failed, or a record changed since: read after all (rare: one round trip more).
+      const stale = ids.filter((_, i) => offered[i] && !answered[i]);
+      const late = stale.length ? await readMany(stale.map(recordKey)) : new Map<string, Versioned<AssignmentRecord>>();
+      for (const v of [...read.values(), ...late.values()]) seen(v);
+      const all = [...read.values(), ...late.values(), ...answered.filter((v) => v !== undefined)];
+      return new Map(all.map((v) => [v.value.id, v]));
     },
     async updateFrom(known, unchecked) {
       const change = checked(unchecked);

@@ -12,6 +12,8 @@ import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
 import { cancelAssignment } from "../../src/domain/cancel.ts";
+import { createRecordCache } from "../../src/state/record-cache.ts";
+import { terminate } from "../../src/state/transitions.ts";
 
 const events: { event: string; assignment: string }[] = [];
 const sink = { event: (e: { event: string; assignment: string }) => void events.push(e), summary: () => undefined, error: () => undefined };
@@ -52,6 +54,30 @@ describe("a job that ends between a pass's read and its backend call", () => {
     }));
     expect(after.snapshot).toEqual({ holders: [], registering: [] });
     // The runner it registered is in the record, for the sweep to delete.
+    expect(after.record).toMatchObject({ state: "terminated", reason: "cancelled", runner: { id: 1 } });
+  });
+});
+
+describe("a first delivery whose record is the offer this isolate just made (no read)", () => {
+  it("ended meanwhile by another isolate: no workload either, the slot goes back, the runner is in the record", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { RETRY_DELAY_MS: 30, CAPACITY_POD: 1 });
+    const config = await provisionEnv(env);
+    const id = "gitea-4343-1";
+    const d = createDispatcher({ config: loadConfig(env), gitea: stubGitea(), sink });
+    await withNats(config, (h) => h.js.publish(assignmentSubject(config, "pod"), encodeAssignment(assignment(id)), { msgID: id }));
+    await d.withState(({ records }) => records.offer(assignment(id)));
+    // Another isolate (a cancel webhook served elsewhere), with a cache of its own.
+    const elsewhere = createDispatcher({ config, recordCache: createRecordCache() });
+    await elsewhere.withState(({ records }) => terminate(records, id, { at: new Date().toISOString(), reason: "cancelled" }));
+    events.length = 0;
+    const [summary] = await d.reconcile("webhook", 5_000, { eager: true });
+    expect(summary).toMatchObject({ fetched: 1, termed: 1, errors: 0 });
+    // It went on from the offer's record (a read would have found the end and termed at once).
+    expect(events.filter((e) => e.assignment === id).map((e) => e.event)).toEqual(["received", "capacity_acquired", "runner_registered", "already_done"]);
+    const backend = (await (await fetch(`${env.POD_BACKEND_URL}/_control/state`)).json()) as { requests: { method: string }[] };
+    expect(backend.requests.filter((r) => r.method === "PUT")).toEqual([]);
+    const after = await elsewhere.withState(async ({ admission, records }) => ({ snapshot: await admission.snapshot("pod"), record: await records.get(id) }));
+    expect(after.snapshot).toEqual({ holders: [], registering: [] });
     expect(after.record).toMatchObject({ state: "terminated", reason: "cancelled", runner: { id: 1 } });
   });
 });

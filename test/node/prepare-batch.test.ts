@@ -145,6 +145,24 @@ describe("prepareBatch", () => {
     expect(batch[0]!.facts).toMatchObject({ admitted: false, waitSet: true });
   });
 
+  it("asks the records of first deliveries as such (their offer may answer), and no redelivery's", async () => {
+    const { deps: d } = deps({ free: 2, known: { booting: { state: "backend_pending", askedAt: new Date(0).toISOString() } } });
+    const asked: { ids: string[]; first: string[] }[] = [];
+    const getMany = d.records.getMany.bind(d.records);
+    d.records.getMany = async (ids, first) => (asked.push({ ids: [...ids], first: [...(first ?? [])] }), getMany(ids));
+    await prepareBatch(d, [{ ...message("booting", "a/mono"), deliveryCount: 2 }, message("new-3", "b/fix")], Infinity);
+    expect(asked[0]).toEqual({ ids: ["booting", "new-3"], first: ["new-3"] });
+  });
+
+  it("takes whether anybody waits from the pass that asked alongside its pull, and does not ask again", async () => {
+    const { deps: d } = deps({ free: 1, waiting: false });
+    let asked = 0;
+    d.waiting!.set.any = async () => (asked++, false);
+    const batch = await prepareBatch(d, [message("new-4", "b/fix")], Infinity, Promise.resolve(true));
+    expect(asked).toBe(0);
+    expect(batch[0]!.facts).toMatchObject({ admitted: false, waitSet: true });
+  });
+
   it("near miss: a batch of redeliveries does not ask; one that must know and cannot fails as before", async () => {
     const { deps: d } = deps({ free: 1, known: { booting: { state: "backend_pending", askedAt: new Date(0).toISOString() } } });
     let asked = 0;

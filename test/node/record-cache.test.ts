@@ -9,7 +9,7 @@ import { recordsBucket } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { bindBucket, readManyJson } from "../../src/state/kv.ts";
 import { createRecordStore, type AssignmentRecord, type RecordStore } from "../../src/state/records.ts";
-import { createRecordCache } from "../../src/state/record-cache.ts";
+import { createRecordCache, OFFERED_MS } from "../../src/state/record-cache.ts";
 import { claim, complete, terminate } from "../../src/state/transitions.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 import { written } from "../harness/memory.ts";
@@ -18,24 +18,32 @@ const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
 const at = () => new Date().toISOString();
 
-/** Two stores on one bucket: `cached` with a cache and its reads counted, `other` another isolate's. */
-async function stores<T>(fn: (s: { cached: RecordStore; other: RecordStore; reads: () => number }) => Promise<T>) {
+/**
+ * Two stores on one bucket: `cached` with a cache and its reads counted, `other` another isolate's.
+ * `cached` sees the time `skew` ms ahead; `failCreates` makes its record creations fail.
+ */
+async function stores<T>(
+  fn: (s: { cached: RecordStore; other: RecordStore; reads: () => number; skew: (ms: number) => void; failCreates: (on: boolean) => void }) => Promise<T>,
+) {
   const config = await provisionEnv(testEnv(nats, backendUrl));
   const bucket = recordsBucket({ stream: config.stream, subjectBase: config.subjectBase });
   return withNats(config, async (h) => {
     const kv = await bindBucket(h, bucket);
     let reads = 0;
+    let skewMs = 0;
+    let failing = false;
     const counted = new Proxy(kv, {
       get(target, prop, receiver) {
         const value: unknown = Reflect.get(target, prop, receiver);
         if (prop === "get") return (...args: Parameters<KV["get"]>) => (reads++, target.get(...args));
+        if (prop === "create" && failing) return () => Promise.reject(new Error("the records bucket went away"));
         return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
       },
     });
     const readMany = (keys: string[]) => ((reads += 1), readManyJson<AssignmentRecord>(h, bucket, keys));
-    const cached = createRecordStore(counted, Date.now, readMany, counted, createRecordCache());
+    const cached = createRecordStore(counted, () => Date.now() + skewMs, readMany, counted, createRecordCache());
     const other = createRecordStore(kv, Date.now, (keys) => readManyJson(h, bucket, keys));
-    return fn({ cached, other, reads: () => reads });
+    return fn({ cached, other, reads: () => reads, skew: (ms) => (skewMs = ms), failCreates: (on) => (failing = on) });
   });
 }
 
@@ -88,6 +96,84 @@ describe("the records store with a cache", () => {
       );
       const after = await cached.update("k4", (r) => written({ ...r, state: "backend_pending", askedAt: at() }));
       expect(after).toMatchObject({ state: "backend_pending" });
+    });
+  });
+});
+
+describe("a first delivery's record, from this isolate's offer", () => {
+  it("is the offer's, at its revision, without a read", async () => {
+    await stores(async ({ cached, reads }) => {
+      const offered = await cached.offer(assignment("f1"));
+      const before = reads();
+      const got = await cached.getMany(["f1"], new Set(["f1"]));
+      expect(reads() - before).toBe(0);
+      expect(got.get("f1")).toEqual({ value: offered.record, revision: offered.revision });
+    });
+  });
+
+  it("answers while the offer is still in flight, once it is made", async () => {
+    await stores(async ({ cached, reads }) => {
+      const offering = cached.offer(assignment("f2"));
+      const got = cached.getMany(["f2"], new Set(["f2"]));
+      const offered = await offering;
+      expect((await got).get("f2")?.revision).toBe(offered.revision);
+      expect(reads()).toBe(0);
+    });
+  });
+
+  it("near misses: not a first delivery, asked a second time, another isolate's offer: each is read", async () => {
+    await stores(async ({ cached, other, reads }) => {
+      await cached.offer(assignment("f3"));
+      await other.offer(assignment("f4"));
+      let before = reads();
+      expect((await cached.getMany(["f3"])).get("f3")?.value.state).toBe("received");
+      expect(reads() - before).toBe(1);
+      await cached.offer(assignment("f5"));
+      await cached.getMany(["f5"], new Set(["f5"]));
+      before = reads();
+      expect((await cached.getMany(["f5"], new Set(["f5"]))).has("f5")).toBe(true);
+      expect(reads() - before).toBe(1);
+      before = reads();
+      expect((await cached.getMany(["f4"], new Set(["f4"]))).get("f4")?.value.state).toBe("received");
+      expect(reads() - before).toBe(1);
+    });
+  });
+
+  it(`near misses: an offer older than ${OFFERED_MS} ms, a record changed since, an offer that failed: each is read`, async () => {
+    await stores(async ({ cached, other, reads, skew, failCreates }) => {
+      await cached.offer(assignment("f6"));
+      skew(OFFERED_MS + 1);
+      let before = reads();
+      await cached.getMany(["f6"], new Set(["f6"]));
+      expect(reads() - before).toBe(1);
+      skew(0);
+      // Changed here since (a cancel this isolate handled): the latest is read, not the offer's.
+      await cached.offer(assignment("f7"));
+      await cached.update("f7", (r) => written({ ...r, state: "terminated", terminatedAt: at(), reason: "cancelled" }));
+      before = reads();
+      expect((await cached.getMany(["f7"], new Set(["f7"]))).get("f7")?.value).toMatchObject({ state: "terminated" });
+      expect(reads() - before).toBe(1);
+      failCreates(true);
+      await expect(cached.offer(assignment("f8"))).rejects.toThrow("went away");
+      failCreates(false);
+      await other.offer(assignment("f8"));
+      before = reads();
+      expect((await cached.getMany(["f8"], new Set(["f8"]))).get("f8")?.value.state).toBe("received");
+      expect(reads() - before).toBe(1);
+    });
+  });
+
+  it("a record another isolate changed since is answered as offered; the first write at its revision fails and reads", async () => {
+    await stores(async ({ cached, other, reads }) => {
+      await cached.offer(assignment("f9"));
+      await terminate(other, "f9", { at: at(), reason: "cancelled" });
+      const known = (await cached.getMany(["f9"], new Set(["f9"]))).get("f9")!;
+      expect(known.value.state).toBe("received");
+      const before = reads();
+      // As a pass's write: a record no longer waiting is left as it is.
+      const after = await cached.updateFrom(known, (r) => (r.state === "received" ? written({ ...r, state: "backend_pending", askedAt: at() }) : undefined));
+      expect(after?.value).toMatchObject({ state: "terminated", reason: "cancelled" });
+      expect(reads() - before).toBe(1);
     });
   });
 });
