@@ -95,6 +95,8 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
   await w.set.remove(head.seq);
   // Another pass gave this turn at the same time: one turn, told once.
   if (!first) return "gone";
+  // Its delivery, most often this pass's next round, starts from the chosen record, not a read.
+  deps.records.republished(head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
   return "admitted";
 }

@@ -59,6 +59,11 @@ export interface RecordStore {
    * there is one (record-cache.ts); the rest, and any whose record was changed since, are read.
    */
   getMany(ids: readonly string[], firstDeliveries?: ReadonlySet<string>): Promise<Map<string, Versioned<AssignmentRecord>>>;
+  /**
+   * `id`'s message was published again here (a turn given): the record this isolate last saw of
+   * it answers that message's first delivery, as an offer's does (getMany's `firstDeliveries`).
+   */
+  republished(id: string): void;
   /** Like update, but first tries one write at the revision the caller already read; tells the revision after. */
   updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<Versioned<AssignmentRecord> | null>;
 }
@@ -188,6 +193,10 @@ export function createRecordStore(
         now(),
       );
       return made;
+    },
+    republished(id) {
+      const kept = cache?.get(id);
+      if (kept) cache?.offering(id, Promise.resolve(kept), now());
     },
     async tombstone(id, backend, reason, job) {
       const { result } = await casUpdateRevision<AssignmentRecord, AssignmentRecord | null>(

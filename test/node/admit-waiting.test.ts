@@ -53,6 +53,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   let headsRead = 0;
   let holdersRead = 0;
   const removed: string[] = [];
+  const republished: string[] = [];
   const deps = {
     backend: "pod" as Backend,
     trustDomain: TRUST,
@@ -70,6 +71,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
         return records.get(id) ?? null;
       },
       getMany: async (ids: string[]) => new Map(ids.map((id) => [id, { value: records.get(id) }])),
+      republished: (id: string) => void republished.push(id),
     },
     admission: {
       holders: async () => (holdersRead++, holders),
@@ -95,7 +97,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       },
     },
   };
-  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, records, headsRead: () => headsRead, holdersRead: () => holdersRead };
+  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, republished, records, headsRead: () => headsRead, holdersRead: () => holdersRead };
 }
 
 describe("admitWaiting", () => {
@@ -125,8 +127,10 @@ describe("admitWaiting", () => {
   });
 
   it("passes over a repository whose pool is at its cap, and gives the turn to the next one", async () => {
-    const { deps, tried, turns } = world(["pool"]);
+    const { deps, tried, turns, republished } = world(["pool"]);
     expect(await admitWaiting(deps)).toBe(1);
+    // The turn given hands its chosen record on to its message's delivery; the one refused does not.
+    expect(republished).toEqual(turns);
     expect(tried).toEqual(["c-1", "a-1"]);
     expect(turns).toEqual(["a-1"]);
   });

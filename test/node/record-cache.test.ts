@@ -163,6 +163,23 @@ describe("a first delivery's record, from this isolate's offer", () => {
     });
   });
 
+  it("a turn's republished message: the chosen record this isolate wrote answers it; near miss: one it never saw is read", async () => {
+    await stores(async ({ cached, other, reads }) => {
+      await other.offer(assignment("f10"));
+      await other.offer(assignment("f11"));
+      const chosen = await cached.update("f10", (r) => written({ ...r, state: "capacity_wait", chosen: true }));
+      cached.republished("f10");
+      cached.republished("f11");
+      let before = reads();
+      const got = await cached.getMany(["f10"], new Set(["f10"]));
+      expect(got.get("f10")?.value).toEqual(chosen);
+      expect(reads() - before).toBe(0);
+      before = reads();
+      expect((await cached.getMany(["f11"], new Set(["f11"]))).has("f11")).toBe(true);
+      expect(reads() - before).toBe(1);
+    });
+  });
+
   it("a record another isolate changed since is answered as offered; the first write at its revision fails and reads", async () => {
     await stores(async ({ cached, other, reads }) => {
       await cached.offer(assignment("f9"));
