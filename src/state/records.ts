@@ -9,6 +9,8 @@ export type { AssignmentRecord, ForgeBindingPart, PlacementPart, RecordCore, Run
 import type { AssignmentRecord } from "./record.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 import type { RecordCache } from "./record-cache.ts";
+import { receivedRecord, tombstoneRecord } from "./record-new.ts";
+export { recordJob } from "./record-new.ts";
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
 export function placementOf(r: Pick<AssignmentRecord, "backend" | "placement" | "job" | "bound">): { backend: Backend; pool?: string; repository?: string } {
@@ -79,11 +81,6 @@ export async function contentHash(assignment: Assignment): Promise<string> {
  */
 export function incarnationOf(record: Pick<AssignmentRecord, "receivedAt">): string {
   return Date.parse(record.receivedAt).toString(36);
-}
-
-/** What a record keeps of an assignment's job: where it comes from, for people to read. */
-export function recordJob(job: { repository: string; name?: string | undefined }): NonNullable<AssignmentRecord["job"]> {
-  return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}) };
 }
 
 /** Whether content of hash `hash` is the assignment `record` stands for (a tombstone stands for any). */
@@ -160,19 +157,7 @@ export function createRecordStore(
       recordKey(assignment.id),
       (current) => {
         if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
-        const at = iso();
-        const record: AssignmentRecord = {
-          id: assignment.id,
-          backend: assignment.backend,
-          contentHash: hash,
-          state: "received",
-          createdAt: assignment.createdAt,
-          receivedAt: at,
-          updatedAt: at,
-          ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
-          ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
-          ...(assignment.warm ? { warm: true as const } : {}),
-        };
+        const record = receivedRecord(assignment, hash, iso());
         return { value: record, result: { result: "new", record } };
       },
       { assumeAbsent: true, leader: leaderKv },
@@ -204,20 +189,7 @@ export function createRecordStore(
         recordKey(id),
         (current) => {
           if (current) return { value: undefined, result: null };
-          const at = iso();
-          const record: AssignmentRecord = {
-            id,
-            backend,
-            contentHash: "",
-            state: "terminated",
-            createdAt: at,
-            receivedAt: at,
-            updatedAt: at,
-            terminatedAt: at,
-            reason,
-            tombstone: true,
-            ...(job ? { job } : {}),
-          };
+          const record = tombstoneRecord(id, backend, reason, iso(), job);
           return { value: record, result: record };
         },
         { assumeAbsent: true, leader: leaderKv },

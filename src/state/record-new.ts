@@ -1,0 +1,43 @@
+// The records a store creates: a job's when its message is first offered, and the tombstone a
+// job's end leaves when it came before its queued (records.ts writes them, create-only).
+import type { Assignment } from "../model/assignment.ts";
+import type { Backend } from "../nats/names.ts";
+import type { AssignmentRecord } from "./record.ts";
+
+/** What a record keeps of an assignment's job: where it comes from, for people to read. */
+export function recordJob(job: { repository: string; name?: string | undefined }): NonNullable<AssignmentRecord["job"]> {
+  return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}) };
+}
+
+/** An assignment's first record, received at `at`; `hash` is its content's (contentHash). */
+export function receivedRecord(assignment: Assignment, hash: string, at: string): AssignmentRecord {
+  return {
+    id: assignment.id,
+    backend: assignment.backend,
+    contentHash: hash,
+    state: "received",
+    createdAt: assignment.createdAt,
+    receivedAt: at,
+    updatedAt: at,
+    ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+    ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
+    ...(assignment.warm ? { warm: true as const } : {}),
+  };
+}
+
+/** A tombstone: terminated from the start, the same assignment as any content offered under its id. */
+export function tombstoneRecord(id: string, backend: Backend, reason: string, at: string, job?: AssignmentRecord["job"]): AssignmentRecord {
+  return {
+    id,
+    backend,
+    contentHash: "",
+    state: "terminated",
+    createdAt: at,
+    receivedAt: at,
+    updatedAt: at,
+    terminatedAt: at,
+    reason,
+    tombstone: true,
+    ...(job ? { job } : {}),
+  };
+}
