@@ -6,8 +6,9 @@
 // claim, in the same isolate (the gateway object) costs one write and no read.
 //
 // One read it does answer: a message's first delivery, from the offer this isolate made for it
-// moments ago (`offered`). The webhook's record is created here while the eager pass pulls its
-// message, so the pass need not read the record back (a round trip on the way to the runner).
+// moments ago, or from the turn it gave it (`offered`). The webhook's record is created here while
+// the eager pass pulls its message, so the pass need not read the record back (a round trip on the
+// way to the runner); a turn's republished message is most often pulled by the pass that gave it.
 // What the pass decides from it is what it would decide from a read made a round trip later: its
 // first write is at the offer's revision, and fails (then reads) if anybody wrote since.
 import type { AssignmentRecord } from "./record.ts";
