@@ -37,9 +37,10 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   const offering = batch.filter((p) => decide(p.facts, deps.policy).next === "offer");
   // Fair share: whether anybody waits is read alongside the records, not after them (one round
   // trip less between a webhook and its runner), when a first delivery may be a new job that asks.
-  // An eager pass asked already, alongside its pull (`askedWaiting`).
+  // An eager pass asked already, alongside its pull (`askedWaiting`): its batch of redeliveries,
+  // split from its new jobs, takes that answer too rather than asking again.
   const first = offering.filter((p) => p.msg.deliveryCount === 1);
-  const waitingNow = deps.waiting && first.length ? (askedWaiting ?? deps.waiting.set.any(deps.backend)) : undefined;
+  const waitingNow = deps.waiting && first.length ? (askedWaiting ?? deps.waiting.set.any(deps.backend)) : askedWaiting;
   // Read later, or never: a failure is the reader's (awaiting it still throws), not an unhandled one.
   waitingNow?.catch(() => undefined);
   // A first delivery's record is the one its publish's offer just made here, where it was (record-cache.ts).

@@ -161,6 +161,10 @@ describe("prepareBatch", () => {
     const batch = await prepareBatch(d, [message("new-4", "b/fix")], Infinity, Promise.resolve(true));
     expect(asked).toBe(0);
     expect(batch[0]!.facts).toMatchObject({ admitted: false, waitSet: true });
+    // The same pass's batch of redeliveries (split from its new jobs): one that needs its turn takes that answer too.
+    const again = await prepareBatch(d, [{ ...message("again-1", "b/fix"), deliveryCount: 2 }], Infinity, Promise.resolve(true));
+    expect(asked).toBe(0);
+    expect(again[0]!.facts).toMatchObject({ admitted: false, waitSet: true });
   });
 
   it("near miss: a batch of redeliveries does not ask; one that must know and cannot fails as before", async () => {
