@@ -22,6 +22,7 @@ import { createAdmission } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "../state/records.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
+import { createTurnSlots, type TurnSlots } from "../state/turn-slots.ts";
 import { createTeardownList } from "../state/teardowns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
@@ -79,6 +80,15 @@ const recordCacheOf = (servers: readonly string[], bucket: string) => {
   return cache;
 };
 
+/** The isolate's turn slots (turn-slots.ts), one per NATS deployment and assignment stream: a turn and its delivery are often two calls of the gateway. */
+const turnSlots = new Map<string, TurnSlots>();
+const turnSlotsOf = (servers: readonly string[], stream: string) => {
+  const key = `${servers.join(",")} ${stream}`;
+  let slots = turnSlots.get(key);
+  if (!slots) turnSlots.set(key, (slots = createTurnSlots()));
+  return slots;
+};
+
 /** What starts a pass for jobs just published (PassOptions.newJobs): the http layer's triggers. */
 const NEW_JOB_TRIGGERS = new Set(["publish", "webhook"]);
 
@@ -121,6 +131,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         leaseTtlMs: config.leaseTtlMs,
         registrationLeaseMs: registrationLeaseMs(config),
         anyWaiting,
+        turnSlots: turnSlotsOf(config.natsServers, config.stream),
       }),
       quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),

@@ -47,6 +47,7 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
   shares = { ...shares, heads };
   let given = 0;
   let full = 0;
+  let held = holders.length;
   for (;;) {
     const next = pickNext(shares, w.rules);
     if (!next) break;
@@ -61,6 +62,13 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
       shares = { ...shares, heads };
       continue;
     }
+    if (outcome === "admitted" && !holders.includes(head.id)) held++;
+    if (outcome === "admitted" && w.capacity !== undefined && held >= w.capacity) {
+      // Every slot the holders' read left is given: a slot freed since starts a round of its own
+      // (its release's pass asks this one for it), which reads the holders again.
+      given++;
+      break;
+    }
     const after = await w.set.next(deps.backend, head.repository, head.seq);
     heads = [...heads.filter((h) => h !== head), ...(after ? [after] : [])];
     shares = outcome === "admitted" ? taken({ ...shares, heads }, next) : { ...shares, heads };
@@ -72,21 +80,23 @@ export async function admitWaiting(deps: ProcessDeps): Promise<number> {
 async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "backend_full" | "limited"> {
   const data = fromBase64(head.data);
   const decoded = decodeAssignment(data, deps.trustDomain);
-  const known = await deps.records.get(head.id);
+  // Marked by compare-and-set, first at the revision this isolate knows (it marked the job waiting,
+  // most often): a write that lands proves the record had not ended. One that changes nothing
+  // (chosen already, ended, or a revision kept here that is behind) is checked against a read.
+  const marked = decoded.ok ? await choose(deps.records, head.id) : undefined;
+  const chosen = marked?.changed ? marked.record : decoded.ok ? await deps.records.get(head.id) : null;
   // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
-  if (!decoded.ok || !known || SETTLED_STATES.has(known.state)) {
-    await w.set.remove(head.seq);
-    return "gone";
-  }
-  const chosen = known.chosen ? known : (await choose(deps.records, head.id)).record;
-  if (!chosen?.chosen) {
+  if (!decoded.ok || !chosen?.chosen || SETTLED_STATES.has(chosen.state)) {
     await w.set.remove(head.seq);
     return "gone";
   }
   const repository = decoded.assignment.job?.repository;
   const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
   if (quota === "refused") return "limited";
-  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }]);
+  // The slot taken is handed to the turn's delivery here (turn-slots.ts): it reserves in one publish.
+  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }], undefined, {
+    handOn: true,
+  });
   if (!admitted.has(head.id)) {
     if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
     return fullBackends.has(deps.backend) ? "backend_full" : "full";

@@ -30,6 +30,7 @@ import {
 } from "../nats/names.ts";
 import { maybe } from "../nats/layout.ts";
 import { isWrongLastSequence, readBatch } from "./kv.ts";
+import { createTurnSlots, type TurnSlots } from "./turn-slots.ts";
 
 export interface AdmissionResult {
   admitted: Set<string>;
@@ -65,6 +66,7 @@ export interface Admission {
   placeMany(
     candidates: readonly Candidate[],
     reserve?: ReadonlySet<string>,
+    opts?: PlaceOptions,
   ): Promise<{ admitted: Map<string, Placement>; reserved: Set<string>; fullBackends: Set<Backend> }>;
   /**
    * Frees the slots (backend and pool) of `ids` at `place`; ids holding none are ignored. Their
@@ -103,6 +105,16 @@ export interface AdmissionOptions {
    * slot gone, and would each conclude nobody waits for theirs.
    */
   anyWaiting?: (backend: Backend) => Promise<boolean>;
+  /** Where a turn's slot is handed to its delivery: the isolate's, as the record cache is (a connection's own by default). */
+  turnSlots?: TurnSlots;
+}
+
+export interface PlaceOptions {
+  /**
+   * A turn given: the slots this call takes are handed to the turns' deliveries on this connection
+   * (turn-slots.ts), whose placeMany then takes no slot and reserves with one publish.
+   */
+  handOn?: boolean;
 }
 
 /** The slot message: when its taker's registration reservation ends (absent: it asked for none). */
@@ -130,17 +142,19 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   /** A message TTL as JetStream takes it: whole seconds, rounded up. */
   const ttl = (ms: number) => `${Math.ceil(ms / 1_000)}s`;
 
-  /** Publishes `value` if the subject's last message is `expected` (0: none): "taken", already "held", or the pool is "full". */
-  const put = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<"taken" | "held" | "full"> => {
+  const handed = opts.turnSlots ?? createTurnSlots();
+  /** Publishes `value` if the subject's last message is `expected` (0: none): "taken" (at `seq`), already "held", or the pool is "full". */
+  const publishIf = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<{ got: "taken" | "held" | "full"; seq?: number }> => {
     try {
-      await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: ttl(ttlMs) });
-      return "taken";
+      const ack = await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: ttl(ttlMs) });
+      return { got: "taken", seq: ack.seq };
     } catch (err) {
-      if (isWrongLastSequence(err)) return "held";
-      if ((err as { code?: unknown }).code === POOL_FULL) return "full";
+      if (isWrongLastSequence(err)) return { got: "held" };
+      if ((err as { code?: unknown }).code === POOL_FULL) return { got: "full" };
       throw err;
     }
   };
+  const put = async (subject: string, value: object, ttlMs: number, expected = 0) => (await publishIf(subject, value, ttlMs, expected)).got;
   const last = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).direct.getMessage(stream, { last_by_subj: subject }))) ?? null;
   const purge = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).streams.purge(stream, { filter: subject })))?.purged ?? 0;
   /** Last message of every subject under `prefix`, by id; none when the stream is missing. */
@@ -155,6 +169,11 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     return (slot.json<Slot>().registeringUntil ?? 0) > now();
   };
   /** A later caller's reservation: granted when none is live, against the registrations stream's last word. */
+  /** The reservation of a delivery handed its turn's slot: the first word on `id`, or reserveAgain's. */
+  const reserveHanded = async (backend: Backend, id: string, slot: number): Promise<boolean> => {
+    const mine: Registration = { slot, state: "mine", until: now() + opts.registrationLeaseMs };
+    return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, 0)) === "taken" || reserveAgain(backend, id);
+  };
   const reserveAgain = async (backend: Backend, id: string): Promise<boolean> => {
     const [slot, reg] = await Promise.all([last(slots(backend), slotSubject(backend, id)), last(registrations, regSubject(backend, id))]);
     if (!slot || registeringNow(slot, reg)) return false;
@@ -188,7 +207,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       );
       return { admitted: new Set(admitted.keys()), reserved };
     },
-    async placeMany(candidates, reserve = new Set()) {
+    async placeMany(candidates, reserve = new Set(), { handOn = false } = {}) {
       const placed = new Map<string, Placement>();
       const reserved = new Set<string>();
       const fullBackends = new Set<Backend>();
@@ -200,15 +219,31 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
         }
         const pool = cappedPool(place);
         if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
-        const slot = await put(slotSubject(place.backend, id), reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {}, opts.leaseTtlMs);
-        if (slot !== "full") return slot;
+        const slot = await publishIf(
+          slotSubject(place.backend, id),
+          reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {},
+          opts.leaseTtlMs,
+        );
+        if (handOn && slot.seq !== undefined) handed.hand(id, { seq: slot.seq, place }, now());
+        if (slot.got !== "full") return slot.got;
         fullBackends.add(place.backend);
         if (pool !== undefined) await purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id));
-        return slot;
+        return slot.got;
       };
+      // A turn's delivery: its slot was taken for it a moment ago, here.
+      const theirs = candidates.flatMap((c) => {
+        const slot = handOn ? undefined : handed.take(c.id, now());
+        return slot ? [{ c, slot }] : [];
+      });
+      await Promise.all(
+        theirs.map(async ({ c, slot }) => {
+          placed.set(c.id, slot.place);
+          if (reserve.has(c.id) && (await reserveHanded(slot.place.backend, c.id, slot.seq))) reserved.add(c.id);
+        }),
+      );
       // A round tries each candidate's next place, all sent together on one connection: the
       // stream leaders take them in order. A candidate refused everywhere stays out.
-      for (let round = candidates.map((c) => ({ c, k: 0 })); round.length;) {
+      for (let round = candidates.filter((c) => !placed.has(c.id)).map((c) => ({ c, k: 0 })); round.length;) {
         const outcomes = await Promise.all(round.map(({ c, k }) => take(c.id, c.places[k]!)));
         const next: typeof round = [];
         await Promise.all(

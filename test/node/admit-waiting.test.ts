@@ -36,22 +36,29 @@ interface WorldOptions {
   ended?: string[];
   /** The backend's capacity, given where no pool runs elsewhere. */
   capacity?: number;
+  /** Jobs whose record this isolate keeps at an older revision: chosen there, though it ended since. */
+  staleChosen?: string[];
+  /** Jobs that hold their slot already (a turn re-given after a pass died): among the holders. */
+  holding?: string[];
 }
 
 function world(refusals: Refusal[], opts: WorldOptions = {}) {
   // a/mono holds two runners, c/app none: c's head is picked first.
   const queues = (opts.queues ?? [[head("a-1", "a/mono", 1)], [head("c-1", "c/app", 2)]]).map((q) => [...q]);
   const heads = queues.map((q) => q[0]!);
-  const holders = Array.from({ length: opts.held ?? 2 }, (_, i) => `held-${i + 1}`);
+  const holders = [...Array.from({ length: opts.held ?? 2 }, (_, i) => `held-${i + 1}`), ...(opts.holding ?? [])];
   const records = new Map<string, { id: string; state: string; chosen?: boolean; job: { repository: string } }>([
     ...queues.flat().map((h) => [h.id, { id: h.id, state: "capacity_wait", job: { repository: h.repository } }] as const),
-    ...holders.map((id) => [id, { id, state: "claimed", job: { repository: "a/mono" } }] as const),
+    ...holders.filter((id) => !opts.holding?.includes(id)).map((id) => [id, { id, state: "claimed", job: { repository: "a/mono" } }] as const),
   ]);
   for (const id of opts.ended ?? []) records.set(id, { ...records.get(id)!, state: "terminated" });
   const tried: string[] = [];
   const turns: string[] = [];
   let headsRead = 0;
   let holdersRead = 0;
+  let nextRead = 0;
+  const recordsRead: string[] = [];
+  const handedOn: boolean[] = [];
   const removed: string[] = [];
   const republished: string[] = [];
   const deps = {
@@ -64,8 +71,11 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       error: () => undefined,
     },
     records: {
-      get: async (id: string) => records.get(id) ?? null,
+      get: async (id: string) => (recordsRead.push(id), records.get(id) ?? null),
       update: async (id: string, fn: (r: unknown) => unknown) => {
+        // What a cache behind by a revision answers: no write tried, the old record given back.
+        if (opts.staleChosen?.includes(id))
+          return fn({ ...records.get(id), state: "capacity_wait", chosen: true }) ?? { ...records.get(id), state: "capacity_wait", chosen: true };
         const next = fn(records.get(id));
         if (next) records.set(id, next as never);
         return records.get(id) ?? null;
@@ -75,8 +85,9 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     },
     admission: {
       holders: async () => (holdersRead++, holders),
-      placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[]) => {
+      placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[], _reserve: unknown, o?: { handOn?: boolean }) => {
         const c = candidates[0]!;
+        handedOn.push(o?.handOn === true);
         tried.push(c.id);
         const refusal = refusals.shift();
         if (refusal) return { admitted: new Map(), reserved: new Set(), fullBackends: new Set(refusal === "backend" ? ["pod"] : []) };
@@ -90,14 +101,28 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       set: {
         repositories: async () => heads.map((h) => h.repository),
         headsOf: async () => (headsRead++, heads),
-        next: async (_backend: Backend, repository: string, afterSeq: number) =>
-          queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq),
+        next: async (_backend: Backend, repository: string, afterSeq: number) => (
+          nextRead++,
+          queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq)
+        ),
         republish: async () => true,
         remove: async (seq: number) => void removed.push(heads.concat(queues.flat()).find((h) => h.seq === seq)!.id),
       },
     },
   };
-  return { deps: deps as unknown as ProcessDeps, tried, turns, removed, republished, records, headsRead: () => headsRead, holdersRead: () => holdersRead };
+  return {
+    deps: deps as unknown as ProcessDeps,
+    tried,
+    turns,
+    removed,
+    republished,
+    records,
+    recordsRead,
+    handedOn,
+    headsRead: () => headsRead,
+    holdersRead: () => holdersRead,
+    nextRead: () => nextRead,
+  };
 }
 
 describe("admitWaiting", () => {
@@ -135,6 +160,29 @@ describe("admitWaiting", () => {
     expect(turns).toEqual(["a-1"]);
   });
 
+  it("stops once the turns fill the slots its holders' read left, reading no next head; near misses: a slot left, a turn whose job held its slot already", async () => {
+    const queues = [
+      [head("a-1", "a/mono", 1), head("a-2", "a/mono", 3)],
+      [head("c-1", "c/app", 2), head("c-2", "c/app", 4)],
+    ];
+    const filled = world([], { queues, held: 2, capacity: 3 });
+    expect(await admitWaiting(filled.deps)).toBe(1);
+    expect([filled.tried, filled.nextRead()]).toEqual([["c-1"], 0]);
+    const room = world([], { queues, held: 2, capacity: 4 });
+    expect(await admitWaiting(room.deps)).toBe(2);
+    expect(room.tried).toEqual(["c-1", "c-2"]);
+    // c-1 holds its slot already (its first turn's pass died before taking it out): it fills none.
+    const again = world([], { queues, held: 2, holding: ["c-1"], capacity: 4 });
+    expect(await admitWaiting(again.deps)).toBe(2);
+    expect(again.tried).toEqual(["c-1", "a-1"]);
+  });
+
+  it("hands the slot of each turn it gives on to the turn's delivery (placeMany's handOn)", async () => {
+    const { deps, handedOn } = world(["pool"]);
+    await admitWaiting(deps);
+    expect(handedOn).toEqual([true, true]);
+  });
+
   it("gives turns while there is room: the fewest held first", async () => {
     const { deps, turns } = world([]);
     expect(await admitWaiting(deps)).toBe(2);
@@ -152,10 +200,23 @@ describe("admitWaiting, jobs that went away", () => {
   });
 
   it("chooses a job once: a job another pass chose already is not chosen again, and one chosen now is marked", async () => {
-    const { deps, records } = world([]);
+    const { deps, records, recordsRead } = world([]);
     await admitWaiting(deps);
     expect(records.get("c-1")?.chosen).toBe(true);
     expect(records.get("a-1")?.chosen).toBe(true);
+    // The marks were written by compare-and-set: a write that landed needs no read.
+    expect(recordsRead).toEqual([]);
+  });
+
+  it("reads a record its mark did not change: chosen already, it gets its turn; ended, though the isolate's copy says chosen, it gets none", async () => {
+    const chosen = world([]);
+    chosen.records.set("c-1", { ...chosen.records.get("c-1")!, chosen: true });
+    expect(await admitWaiting(chosen.deps)).toBe(2);
+    expect(chosen.recordsRead).toEqual(["c-1"]);
+    const stale = world([], { ended: ["c-1"], staleChosen: ["c-1"] });
+    expect(await admitWaiting(stale.deps)).toBe(1);
+    expect(stale.tried).toEqual(["a-1"]);
+    expect(stale.removed).toContain("c-1");
   });
 });
 
