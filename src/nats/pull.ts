@@ -11,6 +11,8 @@ export interface DeliveredMessage {
   readonly seq: number;
   /** 1 on the first delivery. */
   readonly deliveryCount: number;
+  /** The id its publisher gave it (Nats-Msg-Id), which JetStream keeps with the message. */
+  readonly msgId?: string;
   /** Where its ack goes ($JS.ACK…): the server acks by the stream sequence in it, from any connection (ackDelivery). */
   readonly ackSubject: string;
   ack(): void;
@@ -28,8 +30,10 @@ const encoder = new TextEncoder();
 export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
   const reply = m.reply ?? "";
   const info = parseAckSubject(reply);
+  const msgId = m.headers?.get("Nats-Msg-Id");
   return {
     data: m.data,
+    ...(msgId ? { msgId } : {}),
     seq: info.seq,
     deliveryCount: info.deliveryCount,
     ackSubject: reply,

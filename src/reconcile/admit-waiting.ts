@@ -8,7 +8,7 @@ import { base64, fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
-import type { WaitEntry, WaitHead } from "../state/wait-set.ts";
+import { turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
@@ -101,7 +101,7 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
     if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
     return fullBackends.has(deps.backend) ? "backend_full" : "full";
   }
-  const first = await w.set.republish(deps.backend, data, `${head.id}.turn-${head.seq}`);
+  const first = await w.set.republish(deps.backend, data, turnMessageId(head.id, head.seq));
   await w.set.remove(head.seq);
   // Another pass gave this turn at the same time: one turn, told once.
   if (!first) return "gone";

@@ -53,7 +53,10 @@ export async function applyEffects(
   const retried =
     (effects.includes("boot_retry") && after?.state === "backend_pending" && !after.askedAt) ||
     (effects.includes("end_unneeded") && after?.terminatedAt === at);
-  if (effects.includes("release_slot") || gaveUp || retried) await deps.admission.release(place, p.assignment.id);
+  if (effects.includes("release_slot") || gaveUp || retried) {
+    p.freedSlot = true;
+    await deps.admission.release(place, p.assignment.id);
+  }
   // Tear down only when the claim did not win the race: a claimed runner is left alone. The Gitea
   // runner of one given up on goes with the sweep's next look (its record is terminated).
   const forgot = effects.includes("forget_ready_and_teardown") && after?.state === "backend_pending" && !after.readyAt;

@@ -14,6 +14,7 @@ import { SETTLED_STATES } from "../nats/names.ts";
 import { TERMINAL } from "../model/states.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 import { needsTurn, orderByTurn } from "./admit-waiting.ts";
+import { isTurnMessage } from "../state/wait-set.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";
@@ -38,9 +39,11 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   // Fair share: whether anybody waits is read alongside the records, not after them (one round
   // trip less between a webhook and its runner), when a first delivery may be a new job that asks.
   // An eager pass asked already, alongside its pull (`askedWaiting`): its batch of redeliveries,
-  // split from its new jobs, takes that answer too rather than asking again.
+  // split from its new jobs, takes that answer too rather than asking again. A turn's message
+  // (published again when its turn came) asks nothing: its job's turn is given.
   const first = offering.filter((p) => p.msg.deliveryCount === 1);
-  const waitingNow = deps.waiting && first.length ? (askedWaiting ?? deps.waiting.set.any(deps.backend)) : askedWaiting;
+  const asking = first.filter((p) => !isTurnMessage(p.msg.msgId));
+  const waitingNow = deps.waiting && asking.length ? (askedWaiting ?? deps.waiting.set.any(deps.backend)) : askedWaiting;
   // Read later, or never: a failure is the reader's (awaiting it still throws), not an unhandled one.
   waitingNow?.catch(() => undefined);
   // A first delivery's record is the one its publish's offer just made here, where it was (record-cache.ts).

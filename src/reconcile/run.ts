@@ -65,10 +65,16 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   const minRevisitDelay = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim;
   let pulls = 0;
   const waitUntil = Math.min(started + (opts.firstPullWaitMs ?? 0), opts.deadline);
+  // An eager pass for new jobs gives turns only where its own work may have made one: a job it put
+  // in the wait set (a slot may have been freed meanwhile) or a slot it freed. A slot freed
+  // elsewhere starts a pass of its own (admission.release says so whenever anybody waits), and the
+  // gateway runs a release's pass asked for while this one runs as a round with no `untilNew`.
+  const turnsOnlyIfChanged = opts.newJobs === true && opts.untilNew !== undefined;
   // With fair share, a round of pulls ends by giving free slots to waiting jobs by turn; their
   // assignments, published again, are what the next round pulls.
   for (let round = 0; round <= MAX_TURN_ROUNDS; round++) {
     pulls = 0;
+    let changed = false;
     while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
       const wait = Math.max(0, waitUntil - deps.now());
       // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
@@ -95,6 +101,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       const groups = deps.waiting ? [fresh.filter((m) => m.deliveryCount === 1), fresh.filter((m) => m.deliveryCount !== 1)] : [fresh];
       const outcomes = await Promise.all(groups.filter((g) => g.length).map((g) => reconcileBatch(deps, g, opts, summary, held, askedWaiting)));
       const intoWaitSet = outcomes.some((o) => o.intoWaitSet);
+      changed ||= intoWaitSet || outcomes.some((o) => o.changed);
       // A short batch means the consumer is drained, unless MaxAckPending (the capacity) cut it
       // short: jobs that went into the wait set were acked, and more may wait behind them, the
       // assignments of turns given among them.
@@ -104,7 +111,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
-    if (!deps.waiting || deps.now() >= opts.deadline) break;
+    if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && !changed)) break;
     const given = await gateTurns(
       `${deps.waiting.stream}/${deps.backend}`,
       () => admitWaiting(deps),
@@ -124,7 +131,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   return summary;
 }
 
-/** Prepares and finishes one batch of deliveries; whether any went into the wait set. */
+/**
+ * Prepares and finishes one batch of deliveries; whether any went into the wait set, and whether
+ * anything may have changed what the wait set can be given (a slot freed, or a step that failed).
+ */
 async function reconcileBatch(
   deps: ProcessDeps,
   fresh: DeliveredMessage[],
@@ -132,7 +142,7 @@ async function reconcileBatch(
   summary: BatchSummary,
   held: Prepared[],
   askedWaiting: Promise<boolean> | undefined,
-): Promise<{ intoWaitSet: boolean }> {
+): Promise<{ intoWaitSet: boolean; changed: boolean }> {
   let prepared: Prepared[];
   try {
     prepared = await prepareBatch(deps, fresh, opts.deadline, askedWaiting);
@@ -141,9 +151,10 @@ async function reconcileBatch(
     summary.errors += fresh.length;
     deps.sink.error("reconcile batch failed", { backend: deps.backend, reason: (err as Error).message });
     for (const m of fresh) m.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
-    return { intoWaitSet: false };
+    return { intoWaitSet: false, changed: true };
   }
   let intoWaitSet = false;
+  let failed = false;
   await mapLimit(prepared, PROCESS_CONCURRENCY, async (p) => {
     try {
       if (p.failed) throw p.failed;
@@ -155,6 +166,7 @@ async function reconcileBatch(
       else summary[verdict.action.kind === "ack" ? "acked" : verdict.action.kind === "nak" ? "naked" : "termed"]++;
     } catch (err) {
       summary.errors++;
+      failed = true;
       deps.sink.error("reconcile step failed", { backend: deps.backend, seq: p.msg.seq, reason: (err as Error).message });
       p.msg.nak(deps.policy.retryDelayMs ?? DEFAULT_DELAYS.claim);
     }
@@ -170,5 +182,5 @@ async function reconcileBatch(
       deps.sink.error("ending registration reservations failed", { backend, reason: (err as Error).message });
     });
   }
-  return { intoWaitSet };
+  return { intoWaitSet, changed: failed || prepared.some((p) => p.freedSlot) };
 }

@@ -90,6 +90,8 @@ export interface Prepared {
    * reservation would register a second runner.
    */
   registered?: true;
+  /** Its slot was given back (or may have been: the release was sent): a waiting job may take it. */
+  freedSlot?: true;
   /** A step of its own failed while the batch was prepared: it is nak'd alone (see run.ts). */
   failed?: Error;
   /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */

@@ -12,6 +12,11 @@ import type { NatsHandle } from "../nats/connection.ts";
 import { assignmentSubject, waitPrefix, waitStream, type Backend, type NatsNames } from "../nats/names.ts";
 import { readBatch } from "./kv.ts";
 
+/** The message id of a waiting job's assignment published again at its turn: one message per wait entry. */
+export const turnMessageId = (id: string, seq: number) => `${id}.turn-${seq}`;
+/** Whether a delivery is of a turn's message (an id named like one is mistaken for it: it asks later, not otherwise). */
+export const isTurnMessage = (msgId: string | undefined) => msgId !== undefined && /\.turn-\d+$/.test(msgId);
+
 /** A waiting job, as kept: its assignment (as published), and whose it is (lower case). */
 export interface WaitEntry {
   id: string;

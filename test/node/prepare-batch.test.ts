@@ -9,6 +9,7 @@ import { prepareBatch } from "../../src/reconcile/process.ts";
 import type { ProcessDeps } from "../../src/reconcile/types.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { memoryLedger } from "../harness/memory.ts";
+import { turnMessageId } from "../../src/state/wait-set.ts";
 
 const TRUST = "dispatch.test";
 let seq = 0;
@@ -180,5 +181,21 @@ describe("prepareBatch", () => {
     expect(batch[0]!.facts.admitted).toBe(true);
     await expect(prepareBatch(d, [message("new-2", "b/fix")], Infinity)).rejects.toThrow("NATS went away");
     expect(asked).toBe(1);
+  });
+
+  it("a turn's message asks nobody whether anybody waits: its job was chosen; near misses: a new job's message, and a turn's whose record is not chosen", async () => {
+    const { deps: d } = deps({ free: 1, known: { turned: { state: "capacity_wait", chosen: true }, odd: { state: "capacity_wait" } } });
+    let asked = 0;
+    d.waiting!.set.any = async () => (asked++, false);
+    const turn = { ...message("turned", "a/mono"), msgId: turnMessageId("turned", 12) };
+    const batch = await prepareBatch(d, [turn], Infinity);
+    expect(asked).toBe(0);
+    expect(batch[0]!.facts.admitted).toBe(true);
+    await prepareBatch(d, [{ ...message("new-5", "b/fix"), msgId: "new-5" }], Infinity);
+    expect(asked).toBe(1);
+    // Not chosen after all (a message named like a turn's): asked where it is needed, not before.
+    const odd = await prepareBatch(d, [{ ...message("odd", "b/fix"), msgId: "odd.turn-3" }], Infinity);
+    expect(asked).toBe(2);
+    expect(odd[0]!.facts.admitted).toBe(false);
   });
 });

@@ -6,7 +6,8 @@ import { describe, expect, inject, it } from "vitest";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import type { WaitSet } from "../../src/state/wait-set.ts";
+import { isTurnMessage, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
+import { pullNoWait } from "../../src/nats/pull.ts";
 import type { Backend } from "../../src/nats/names.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 
@@ -63,11 +64,16 @@ describe("the wait set", () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     const data = new TextEncoder().encode('{"id":"x"}');
     await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
-      expect(await waiting.republish("pod", data, "x.turn-7")).toBe(true);
-      expect(await waiting.republish("pod", data, "x.turn-7")).toBe(false);
+      expect(await waiting.republish("pod", data, turnMessageId("x", 7))).toBe(true);
+      expect(await waiting.republish("pod", data, turnMessageId("x", 7))).toBe(false);
     });
     const pending = await withNats(config, async (h) => (await (await jetstreamManager(h.nc)).consumers.info(config.stream, consumerName("pod"))).num_pending);
     expect(pending).toBe(1);
+    // Its delivery knows it for a turn's by the message id the server kept (a pass asks nobody whether anybody waits for it).
+    const [delivered] = await withNats(config, (h) => pullNoWait(h.nc, config.stream, consumerName("pod"), 1));
+    expect([delivered?.msgId, isTurnMessage(delivered?.msgId)]).toEqual([turnMessageId("x", 7), true]);
+    // Near misses: a job's own message id, an id that ends like a turn's without its number.
+    expect([isTurnMessage("x"), isTurnMessage("x.turn-"), isTurnMessage(undefined)]).toEqual([false, false, false]);
   });
 
   it("an id reused under a new incarnation enters again within the duplicate window; the same incarnation does not", async () => {

@@ -1,0 +1,82 @@
+// Which passes read the wait set's repositories at their end (fair share), counted on the real
+// nats-server behind the counting proxy: an eager pass for a new job gives turns only where its
+// own work may have made one. Near misses, each reads them: a pass whose job went into the wait
+// set, a pass whose backend call failed (its slot given back), a round of a coalesced pass (no
+// `untilNew`: a release's pass asked for meanwhile), and a pass not started for new jobs.
+import { describe, expect, inject, it } from "vitest";
+import { loadConfig } from "../../src/app/config.ts";
+import { createDispatcher } from "../../src/app/dispatcher.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
+import type { ReconcileOptions } from "../../src/domain/context.ts";
+import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
+import { stubGitea } from "../harness/gitea-stub.ts";
+
+const proxy = inject("natsProxyUrl");
+const quiet = { event: () => undefined, summary: () => undefined, error: () => undefined };
+let job = 80_000;
+
+async function setUp(capacity: number, mode: Record<string, number> = {}) {
+  const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { CAPACITY_POD: capacity, RETRY_DELAY_MS: 30, FAIR_SHARE: "on" });
+  await provisionEnv(env);
+  await fetch(`${env.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify(mode) });
+  const tag = uniqueName("ws");
+  const d = createDispatcher({ config: loadConfig({ ...env, NATS_URL: `${proxy}/${tag}` }), gitea: stubGitea(), sink: quiet, shareConnection: true });
+  const waitSetReads = async (since: number) => {
+    const log = (await (await fetch(`${proxy.replace("ws://", "http://")}/_log/${encodeURIComponent(tag)}`)).json()) as [number, string][];
+    return log
+      .filter(([at, s]) => at >= since && s.startsWith("$JS.API.DIRECT.GET.") && s.includes("_waiting"))
+      .map(([, s]) => (s.endsWith(".>") ? "any" : "batch"));
+  };
+  /** A new job, and a pass for it: what the pass read of the wait set. */
+  const pass = async (trigger: string, opts: ReconcileOptions) => {
+    const id = `ws-${++job}`;
+    await publishAssignment(d, { version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: job, runId: 1, attempt: 1, repository: "acme/app" } });
+    const since = Date.now();
+    await d.reconcile(trigger, 5_000, { only: ["pod"], ...opts });
+    return waitSetReads(since);
+  };
+  return { d, pass };
+}
+
+describe("the wait set's repositories read at a pass's end (fair share)", () => {
+  it("an eager pass whose new job took a free slot reads only whether anybody waits, alongside its pull", async () => {
+    const { d, pass } = await setUp(5);
+    try {
+      expect(await pass("webhook", { eager: true })).toEqual(["any"]);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it("near miss: an eager pass whose new job went into the wait set reads them", async () => {
+    const { d, pass } = await setUp(1);
+    try {
+      await d.withState(({ admission }) => admission.acquire("pod", "holder"));
+      expect(await pass("webhook", { eager: true })).toEqual(["any", "batch"]);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it("near miss: an eager pass whose backend call failed (the slot given back) reads them", async () => {
+    const { d, pass } = await setUp(5, { failFirst: 1 });
+    try {
+      // Its release asks whether anybody waits too (the backend was not full).
+      expect(await pass("webhook", { eager: true })).toEqual(["any", "any", "batch"]);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it.each([
+    ["a coalesced round of a webhook's pass", "webhook", {}],
+    ["a pass not started for new jobs", "release", { eager: true }],
+  ] as const)("near miss: %s reads them", async (_name, trigger, opts) => {
+    const { d, pass } = await setUp(5);
+    try {
+      expect(await pass(trigger, opts)).toContain("batch");
+    } finally {
+      await d.close();
+    }
+  });
+});
