@@ -18,7 +18,7 @@ import { reconcileBackend } from "../reconcile/run.ts";
 import { releaseRunner, retryTeardowns } from "../domain/teardown.ts";
 import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
 import { tendPools } from "../pools/tend.ts";
-import { createAdmission } from "../state/admission.ts";
+import { createAdmission, type Placement } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf } from "../state/records.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
@@ -81,11 +81,11 @@ const recordCacheOf = (servers: readonly string[], bucket: string) => {
 };
 
 /** The isolate's turn slots (turn-slots.ts), one per NATS deployment and assignment stream: a turn and its delivery are often two calls of the gateway. */
-const turnSlots = new Map<string, TurnSlots>();
+const turnSlots = new Map<string, TurnSlots<Placement>>();
 const turnSlotsOf = (servers: readonly string[], stream: string) => {
   const key = `${servers.join(",")} ${stream}`;
   let slots = turnSlots.get(key);
-  if (!slots) turnSlots.set(key, (slots = createTurnSlots()));
+  if (!slots) turnSlots.set(key, (slots = createTurnSlots<Placement>()));
   return slots;
 };
 

@@ -106,7 +106,7 @@ export interface AdmissionOptions {
    */
   anyWaiting?: (backend: Backend) => Promise<boolean>;
   /** Where a turn's slot is handed to its delivery: the isolate's, as the record cache is (a connection's own by default). */
-  turnSlots?: TurnSlots;
+  turnSlots?: TurnSlots<Placement>;
 }
 
 export interface PlaceOptions {
@@ -142,7 +142,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   /** A message TTL as JetStream takes it: whole seconds, rounded up. */
   const ttl = (ms: number) => `${Math.ceil(ms / 1_000)}s`;
 
-  const handed = opts.turnSlots ?? createTurnSlots();
+  const handed = opts.turnSlots ?? createTurnSlots<Placement>();
   /** Publishes `value` if the subject's last message is `expected` (0: none): "taken" (at `seq`), already "held", or the pool is "full". */
   const publishIf = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<{ got: "taken" | "held" | "full"; seq?: number }> => {
     try {

@@ -7,25 +7,24 @@
 // a reserveAgain racing it still gets one reservation between them. A hand-on is taken once and
 // only within HANDED_MS: the slot's lease is far longer, and only the job's end frees it sooner
 // (its record says so, and the delivery's first write, at the revision it knew, then fails).
-import type { Placement } from "./admission.ts";
-
 /** How long a slot taken for a turn may be handed to its delivery (its pass's next round, at once). */
 export const HANDED_MS = 2_000;
 
-export interface HandedSlot {
+/** A slot taken for a turn: where (admission's Placement), and its message's sequence. */
+export interface HandedSlot<P> {
   /** The slot message's stream sequence: the registration word names it. */
   seq: number;
-  place: Placement;
+  place: P;
 }
 
-export interface TurnSlots {
-  hand(id: string, slot: HandedSlot, now: number): void;
+export interface TurnSlots<P> {
+  hand(id: string, slot: HandedSlot<P>, now: number): void;
   /** Once: the slot handed for `id` within HANDED_MS, if any. */
-  take(id: string, now: number): HandedSlot | undefined;
+  take(id: string, now: number): HandedSlot<P> | undefined;
 }
 
-export function createTurnSlots(limit = 1_000): TurnSlots {
-  const handed = new Map<string, HandedSlot & { at: number }>();
+export function createTurnSlots<P>(limit = 1_000): TurnSlots<P> {
+  const handed = new Map<string, HandedSlot<P> & { at: number }>();
   return {
     hand(id, slot, now) {
       // Oldest first: those never taken (their delivery went elsewhere) go as new ones come.

@@ -2,7 +2,7 @@
 // delivery takes no slot and reserves its registration in one publish, and that publish, made on
 // "no word yet", is what keeps one registration per job whoever else asks.
 import { describe, expect, inject, it } from "vitest";
-import { createAdmission, type Admission } from "../../src/state/admission.ts";
+import { createAdmission, type Admission, type Placement } from "../../src/state/admission.ts";
 import { createTurnSlots, HANDED_MS } from "../../src/state/turn-slots.ts";
 import { withNats, type NatsHandle } from "../../src/nats/connection.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
@@ -31,7 +31,7 @@ describe("turn slots", () => {
 });
 
 /** Admission on `h`, with the isolate's turn slots and clock given; the subjects of the requests it sends, in `sent`. */
-function admissionOn(h: NatsHandle, config: Config, turnSlots = createTurnSlots(), clock = { now: Date.now() }) {
+function admissionOn(h: NatsHandle, config: Config, turnSlots = createTurnSlots<Placement>(), clock = { now: Date.now() }) {
   const sent: string[] = [];
   const request = h.nc.request.bind(h.nc);
   h.nc.request = (subject, ...rest) => (sent.push(subject), request(subject, ...rest));
