@@ -81,10 +81,9 @@ async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Prom
   const data = fromBase64(head.data);
   const decoded = decodeAssignment(data, deps.trustDomain);
   // Marked by compare-and-set, first at the revision this isolate knows (it marked the job waiting,
-  // most often): a write that lands proves the record had not ended. One that changes nothing
-  // (chosen already, ended, or a revision kept here that is behind) is checked against a read.
-  const marked = decoded.ok ? await choose(deps.records, head.id) : undefined;
-  const chosen = marked?.changed ? marked.record : decoded.ok ? await deps.records.get(head.id) : null;
+  // most often): a write that lands proves the record had not ended, and one that changes nothing
+  // (chosen already, or ended) gives the record as the store has it (RecordStore.update).
+  const chosen = decoded.ok ? (await choose(deps.records, head.id)).record : null;
   // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
   if (!decoded.ok || !chosen?.chosen || SETTLED_STATES.has(chosen.state)) {
     await w.set.remove(head.seq);
@@ -129,13 +128,19 @@ export async function orderByTurn(deps: ProcessDeps, batch: Prepared[]): Promise
 /** A job that needs its turn: no slot asked for yet (unadmitted), and none given it (chosen). */
 export const needsTurn = (r: Pick<AssignmentRecord, "chosen" | "state">) => !r.chosen && UNADMITTED_STATES.has(r.state);
 
-/** Live runners per owner and repository on the pass's backend: its slot holders' records (two requests; one when the holders are known). */
+/**
+ * Live runners per owner and repository on the pass's backend: its slot holders' records (two
+ * requests; one when the holders are known). A record this isolate keeps is not read again: whose
+ * job a record is never changes.
+ */
 export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[], known?: string[]): Promise<Shares> {
   const holders = known ?? (await deps.admission.holders(deps.backend));
-  const records = await deps.records.getMany(holders);
+  const kept = deps.records.kept(holders);
+  const unknown = holders.filter((id) => !kept.has(id));
+  const read = unknown.length ? await deps.records.getMany(unknown) : new Map<string, { value: AssignmentRecord }>();
   const heldByOwner = new Map<string, number>();
   const heldByRepository = new Map<string, number>();
-  for (const { value } of records.values()) {
+  for (const value of [...kept.values(), ...[...read.values()].map((v) => v.value)]) {
     const at = whoseJob(jobRepository(value));
     heldByOwner.set(at.owner, (heldByOwner.get(at.owner) ?? 0) + 1);
     heldByRepository.set(at.repository, (heldByRepository.get(at.repository) ?? 0) + 1);

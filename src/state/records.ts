@@ -66,6 +66,11 @@ export interface RecordStore {
    * it answers that message's first delivery, as an offer's does (getMany's `firstDeliveries`).
    */
   republished(id: string): void;
+  /**
+   * The records of `ids` this isolate keeps, at whatever revision it last saw: only for what a
+   * record never changes (its job, its repository). The rest are not in the map: the caller reads them.
+   */
+  kept(ids: readonly string[]): Map<string, AssignmentRecord>;
   /** Like update, but first tries one write at the revision the caller already read; tells the revision after. */
   updateFrom(known: Versioned<AssignmentRecord>, change: Transition): Promise<Versioned<AssignmentRecord> | null>;
 }
@@ -178,6 +183,14 @@ export function createRecordStore(
         now(),
       );
       return made;
+    },
+    kept(ids) {
+      return new Map(
+        ids.flatMap((id) => {
+          const v = cache?.get(id);
+          return v ? [[id, v.value] as const] : [];
+        }),
+      );
     },
     republished(id) {
       const kept = cache?.get(id);

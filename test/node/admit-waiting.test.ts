@@ -36,8 +36,8 @@ interface WorldOptions {
   ended?: string[];
   /** The backend's capacity, given where no pool runs elsewhere. */
   capacity?: number;
-  /** Jobs whose record this isolate keeps at an older revision: chosen there, though it ended since. */
-  staleChosen?: string[];
+  /** Holders whose records this isolate keeps (RecordStore.kept). */
+  keptHolders?: string[];
   /** Jobs that hold their slot already (a turn re-given after a pass died): among the holders. */
   holding?: string[];
 }
@@ -58,6 +58,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   let holdersRead = 0;
   let nextRead = 0;
   const recordsRead: string[] = [];
+  const manyRead: string[] = [];
   const handedOn: boolean[] = [];
   const removed: string[] = [];
   const republished: string[] = [];
@@ -73,14 +74,13 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     records: {
       get: async (id: string) => (recordsRead.push(id), records.get(id) ?? null),
       update: async (id: string, fn: (r: unknown) => unknown) => {
-        // What a cache behind by a revision answers: no write tried, the old record given back.
-        if (opts.staleChosen?.includes(id))
-          return fn({ ...records.get(id), state: "capacity_wait", chosen: true }) ?? { ...records.get(id), state: "capacity_wait", chosen: true };
         const next = fn(records.get(id));
         if (next) records.set(id, next as never);
         return records.get(id) ?? null;
       },
-      getMany: async (ids: string[]) => new Map(ids.map((id) => [id, { value: records.get(id) }])),
+      getMany: async (ids: string[]) => (manyRead.push(...ids), new Map(ids.map((id) => [id, { value: records.get(id) }]))),
+      // The isolate keeps the holders it saw (`keptHolders`): whose job each is never changes.
+      kept: (ids: string[]) => new Map(ids.filter((id) => opts.keptHolders?.includes(id)).map((id) => [id, records.get(id)])),
       republished: (id: string) => void republished.push(id),
     },
     admission: {
@@ -118,6 +118,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     republished,
     records,
     recordsRead,
+    manyRead,
     handedOn,
     headsRead: () => headsRead,
     holdersRead: () => holdersRead,
@@ -208,15 +209,22 @@ describe("admitWaiting, jobs that went away", () => {
     expect(recordsRead).toEqual([]);
   });
 
-  it("reads a record its mark did not change: chosen already, it gets its turn; ended, though the isolate's copy says chosen, it gets none", async () => {
+  it("takes the record its mark did not change as the store gives it: chosen already, the job gets its turn, reading nothing more", async () => {
     const chosen = world([]);
     chosen.records.set("c-1", { ...chosen.records.get("c-1")!, chosen: true });
     expect(await admitWaiting(chosen.deps)).toBe(2);
-    expect(chosen.recordsRead).toEqual(["c-1"]);
-    const stale = world([], { ended: ["c-1"], staleChosen: ["c-1"] });
-    expect(await admitWaiting(stale.deps)).toBe(1);
-    expect(stale.tried).toEqual(["a-1"]);
-    expect(stale.removed).toContain("c-1");
+    expect(chosen.recordsRead).toEqual([]);
+  });
+
+  it("reads only the holders' records this isolate does not keep (whose job a record is never changes)", async () => {
+    const some = world([], { held: 3, keptHolders: ["held-1", "held-3"] });
+    await admitWaiting(some.deps);
+    expect(some.manyRead).toEqual(["held-2"]);
+    const all = world([], { held: 2, keptHolders: ["held-1", "held-2"] });
+    await admitWaiting(all.deps);
+    expect(all.manyRead).toEqual([]);
+    // The shares are the same either way: c/app, holding none, gets the first turn.
+    expect(all.turns[0]).toBe("c-1");
   });
 });
 

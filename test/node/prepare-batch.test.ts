@@ -64,6 +64,7 @@ function deps(opts: Options) {
     sink: { event: () => undefined, summary: () => undefined, error: () => undefined },
     records: {
       getMany: async (_ids: string[]) => new Map<string, { value: AssignmentRecord; revision: number }>(),
+      kept: () => new Map(),
       offer: async (a: { id: string }) => {
         records.set(a.id, record(a.id));
         return { result: "new", record: records.get(a.id)!, revision: 1 };

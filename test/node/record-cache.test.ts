@@ -100,6 +100,24 @@ describe("the records store with a cache", () => {
   });
 });
 
+describe("the records this isolate keeps (RecordStore.kept)", () => {
+  it("are those it offered or read, at any revision; near misses: one it never saw, one that ended, and a store with no cache", async () => {
+    await stores(async ({ cached, other }) => {
+      await cached.offer({ ...assignment("kp1"), job: { id: 1, runId: 1, attempt: 1, repository: "acme/app" } });
+      await other.offer(assignment("kp2"));
+      await other.offer(assignment("kp3"));
+      await cached.get("kp3");
+      await terminate(cached, "kp3", { at: at(), reason: "cancelled" });
+      // Changed by another isolate since: kept as seen (whose job it is has not changed).
+      await terminate(other, "kp1", { at: at(), reason: "cancelled" });
+      const kept = cached.kept(["kp1", "kp2", "kp3", "constructor"]);
+      expect([...kept.keys()]).toEqual(["kp1"]);
+      expect(kept.get("kp1")?.job?.repository).toBe("acme/app");
+      expect(other.kept(["kp1", "kp2"]).size).toBe(0);
+    });
+  });
+});
+
 describe("a first delivery's record, from this isolate's offer", () => {
   it("is the offer's, at its revision, without a read", async () => {
     await stores(async ({ cached, reads }) => {
