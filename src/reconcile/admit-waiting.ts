@@ -31,30 +31,37 @@ export function waitEntryOf(p: Prepared): WaitEntry {
   return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: base64(p.msg.data) };
 }
 
-/** Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
-export async function admitWaiting(deps: ProcessDeps): Promise<number> {
+/**
+ * Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. `joined`:
+ * the pass put a job in the wait set, so somebody waits, and the holders are read first.
+ */
+export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): Promise<number> {
   const w = deps.waiting;
   if (!w) return 0;
-  // Most passes find nobody waiting: one request, and nothing more.
-  const repositories = await w.set.repositories(deps.backend, HEADS);
-  if (!repositories.length) return 0;
-  const holders = await deps.admission.holders(deps.backend);
   // A full backend has no turn to give: the release that frees a slot starts a pass of its own
   // (admission.release says so whenever anybody waits), which reads the holders after its purge.
-  if (w.capacity !== undefined && holders.length >= w.capacity) return 0;
+  const full = (holders: string[]) => w.capacity !== undefined && holders.length >= w.capacity;
+  // Most passes find nobody waiting: one request, and nothing more. One that just put a job in
+  // the wait set most often finds the backend full: one request too.
+  const first = joined ? await deps.admission.holders(deps.backend) : undefined;
+  if (first && full(first)) return 0;
+  const repositories = await w.set.repositories(deps.backend, HEADS);
+  if (!repositories.length) return 0;
+  const holders = first ?? (await deps.admission.holders(deps.backend));
+  if (full(holders)) return 0;
   let [heads, shares] = await Promise.all([w.set.headsOf(deps.backend, repositories), heldNow(deps, [], holders)]);
   if (!heads.length) return 0;
   shares = { ...shares, heads };
   let given = 0;
-  let full = 0;
+  let refused = 0;
   let held = holders.length;
   for (;;) {
     const next = pickNext(shares, w.rules);
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome = await giveTurn(deps, w, head);
-    if (outcome === "backend_full" || (outcome === "full" && ++full >= FULL_IN_A_ROW)) break;
-    if (outcome !== "full") full = 0;
+    if (outcome === "backend_full" || (outcome === "full" && ++refused >= FULL_IN_A_ROW)) break;
+    if (outcome !== "full") refused = 0;
     // At a QUOTAS limit the pick thought it was under (another pass took the place), or its pool
     // is full: its repository waits for this pass.
     if (outcome === "limited" || outcome === "full") {

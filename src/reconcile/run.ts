@@ -75,6 +75,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   for (let round = 0; round <= MAX_TURN_ROUNDS; round++) {
     pulls = 0;
     let changed = false;
+    let joined = false;
     while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
       const wait = Math.max(0, waitUntil - deps.now());
       // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
@@ -102,6 +103,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       const outcomes = await Promise.all(groups.filter((g) => g.length).map((g) => reconcileBatch(deps, g, opts, summary, held, askedWaiting)));
       const intoWaitSet = outcomes.some((o) => o.intoWaitSet);
       changed ||= intoWaitSet || outcomes.some((o) => o.changed);
+      joined ||= intoWaitSet;
       // A short batch means the consumer is drained, unless MaxAckPending (the capacity) cut it
       // short: jobs that went into the wait set were acked, and more may wait behind them, the
       // assignments of turns given among them.
@@ -114,7 +116,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && !changed)) break;
     const given = await gateTurns(
       `${deps.waiting.stream}/${deps.backend}`,
-      () => admitWaiting(deps),
+      () => admitWaiting(deps, { joined }),
       () => deps.now() < opts.deadline,
     ).catch((err: unknown) => {
       deps.sink.error("giving turns failed", { backend: deps.backend, reason: (err as Error).message });

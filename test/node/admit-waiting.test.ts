@@ -57,6 +57,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   let headsRead = 0;
   let holdersRead = 0;
   let nextRead = 0;
+  let repositoriesRead = 0;
   const recordsRead: string[] = [];
   const manyRead: string[] = [];
   const handedOn: boolean[] = [];
@@ -99,7 +100,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       ...(opts.ledger ? { ledger: opts.ledger } : {}),
       ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}),
       set: {
-        repositories: async () => heads.map((h) => h.repository),
+        repositories: async () => (repositoriesRead++, heads.map((h) => h.repository)),
         headsOf: async () => (headsRead++, heads),
         next: async (_backend: Backend, repository: string, afterSeq: number) => (
           nextRead++,
@@ -123,6 +124,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     headsRead: () => headsRead,
     holdersRead: () => holdersRead,
     nextRead: () => nextRead,
+    repositoriesRead: () => repositoriesRead,
   };
 }
 
@@ -142,6 +144,18 @@ describe("admitWaiting", () => {
     const spills = world(["backend"], { held: 2 });
     expect(await admitWaiting(spills.deps)).toBe(0);
     expect(spills.tried).toEqual(["c-1"]);
+  });
+
+  it("after its pass put a job in the wait set, reads the holders first: every slot held, it reads nothing more; near misses: a slot free, a pass that put none in", async () => {
+    const joinedFull = world([], { held: 2, capacity: 2 });
+    expect(await admitWaiting(joinedFull.deps, { joined: true })).toBe(0);
+    expect([joinedFull.holdersRead(), joinedFull.repositoriesRead()]).toEqual([1, 0]);
+    const joinedRoom = world([], { held: 2, capacity: 3 });
+    expect(await admitWaiting(joinedRoom.deps, { joined: true })).toBe(1);
+    expect([joinedRoom.holdersRead(), joinedRoom.repositoriesRead()]).toEqual([1, 1]);
+    const full = world([], { held: 2, capacity: 2 });
+    expect(await admitWaiting(full.deps)).toBe(0);
+    expect([full.holdersRead(), full.repositoriesRead()]).toEqual([1, 1]);
   });
 
   it("stops at a backend's refusal: the slot freed after it is not given to the next repository", async () => {

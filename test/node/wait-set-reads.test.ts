@@ -1,4 +1,5 @@
-// Which passes read the wait set's repositories at their end (fair share), counted on the real
+// Which passes look for turns to give at their end (fair share: the wait set's repositories, or
+// the slot holders first where the pass put a job in the wait set), counted on the real
 // nats-server behind the counting proxy: an eager pass for a new job gives turns only where its
 // own work may have made one. Near misses, each reads them: a pass whose job went into the wait
 // set, a pass whose backend call failed (its slot given back), a round of a coalesced pass (no
@@ -23,9 +24,10 @@ async function setUp(capacity: number, mode: Record<string, number> = {}) {
   const d = createDispatcher({ config: loadConfig({ ...env, NATS_URL: `${proxy}/${tag}` }), gitea: stubGitea(), sink: quiet, shareConnection: true });
   const waitSetReads = async (since: number) => {
     const log = (await (await fetch(`${proxy.replace("ws://", "http://")}/_log/${encodeURIComponent(tag)}`)).json()) as [number, string][];
-    return log
-      .filter(([at, s]) => at >= since && s.startsWith("$JS.API.DIRECT.GET.") && s.includes("_waiting"))
-      .map(([, s]) => (s.endsWith(".>") ? "any" : "batch"));
+    const read = log.filter(
+      ([at, s]) => at >= since && ((s.startsWith("$JS.API.DIRECT.GET.") && s.includes("_waiting")) || s.startsWith("$JS.API.STREAM.INFO.")),
+    );
+    return read.map(([, s]) => (s.startsWith("$JS.API.STREAM.INFO.") ? "slots" : s.endsWith(".>") ? "any" : "batch"));
   };
   /** A new job, and a pass for it: what the pass read of the wait set. */
   const pass = async (trigger: string, opts: ReconcileOptions) => {
@@ -52,7 +54,8 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
     const { d, pass } = await setUp(1);
     try {
       await d.withState(({ admission }) => admission.acquire("pod", "holder"));
-      expect(await pass("webhook", { eager: true })).toEqual(["any", "batch"]);
+      // Somebody waits now (its own job): the slot holders first, and the backend is full.
+      expect(await pass("webhook", { eager: true })).toEqual(["any", "slots"]);
     } finally {
       await d.close();
     }
@@ -61,8 +64,8 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
   it("near miss: an eager pass whose backend call failed (the slot given back) reads them", async () => {
     const { d, pass } = await setUp(5, { failFirst: 1 });
     try {
-      // Its release asks whether anybody waits too (the backend was not full).
-      expect(await pass("webhook", { eager: true })).toEqual(["any", "any", "batch"]);
+      // Its release counts the slots alongside its purge, and asks whether anybody waits (the backend was not full).
+      expect(await pass("webhook", { eager: true })).toEqual(["any", "slots", "any", "batch"]);
     } finally {
       await d.close();
     }
