@@ -113,7 +113,9 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
-    if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && !changed)) break;
+    // A round after turns were given looks again, as any pass does: the last look may have stopped
+    // at the heads it read (64 repositories), with slots left.
+    if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && round === 0 && !changed)) break;
     const given = await gateTurns(
       `${deps.waiting.stream}/${deps.backend}`,
       () => admitWaiting(deps, { joined }),

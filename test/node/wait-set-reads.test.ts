@@ -71,6 +71,23 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
     }
   });
 
+  it("near miss: an eager pass that gave a turn looks again in its next round (its last look may have stopped at the heads it read)", async () => {
+    const { d, pass } = await setUp(2);
+    try {
+      await d.withState(({ admission }) => Promise.all([admission.acquire("pod", "holder-1"), admission.acquire("pod", "holder-2")]));
+      // The first job waits (the backend is full); then a slot is freed, with no pass of its own.
+      await pass("webhook", { eager: true });
+      await d.withState(({ admission }) => admission.release("pod", "holder-1"));
+      // The second job joins it (somebody waits); the turn goes to the first; the next round pulls
+      // that turn's message and looks again: the repositories, then the holders (full).
+      const reads = await pass("webhook", { eager: true });
+      expect(reads.slice(0, 4)).toEqual(["any", "slots", "batch", "batch"]);
+      expect(reads.slice(4)).toEqual(["batch", "slots"]);
+    } finally {
+      await d.close();
+    }
+  });
+
   it.each([
     ["a coalesced round of a webhook's pass", "webhook", {}],
     ["a pass not started for new jobs", "release", { eager: true }],
