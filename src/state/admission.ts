@@ -10,26 +10,12 @@
 // its cap, so both caps hold at every instant. A job that several pools can run tries them in turn
 // (spill-over), the next one only once the one before refused it.
 //
-// Registration reservations ride on the slot: whoever takes a slot asking to register holds the
-// reservation, written into the slot message, so the usual pass pays nothing for it. Only when
-// that reservation ends early, or a later caller asks again, does the registrations stream
-// (one message per id: "open", or "mine" until a time) say who may register.
-import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
+// Registration reservations ride on the slot (registrations.ts).
 import type { NatsHandle } from "../nats/connection.ts";
-import {
-  idOfToken,
-  poolSlotPrefix,
-  poolSlotsStream,
-  registrationPrefix,
-  registrationsStream,
-  slotPrefix,
-  slotsStream,
-  subjectToken,
-  type Backend,
-  type NatsNames,
-} from "../nats/names.ts";
+import { idOfToken, poolSlotPrefix, poolSlotsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../nats/names.ts";
 import { maybe } from "../nats/layout.ts";
-import { isWrongLastSequence, readBatch } from "./kv.ts";
+import { createStreamOps } from "./stream-ops.ts";
+import { createRegistrations } from "./registrations.ts";
 import { createTurnSlots, type TurnSlots } from "./turn-slots.ts";
 
 export interface AdmissionResult {
@@ -117,69 +103,24 @@ export interface PlaceOptions {
   handOn?: boolean;
 }
 
-/** The slot message: when its taker's registration reservation ends (absent: it asked for none). */
-interface Slot {
-  registeringUntil?: number;
-}
-/** The registrations stream's word on an id, for the slot message `slot` (older slots' words are void). */
-type Registration = { slot: number } & ({ state: "open" } | { state: "mine"; until: number });
-
-/** JetStream's "maximum messages exceeded": the slots stream is full. */
-const POOL_FULL = 10077;
-
 export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Admission {
   const now = opts.now ?? Date.now;
-  let manager: Promise<JetStreamManager> | undefined;
-  const jsm = () => (manager ??= jetstreamManager(handle.nc, { checkAPI: false }));
+  const ops = createStreamOps(handle);
+  const { publishIf, purge, lastOfAll, jsm } = ops;
+  const put = async (subject: string, value: object, ttlMs: number) => (await publishIf(subject, value, ttlMs)).got;
+  const registrations = createRegistrations(handle, ops, {
+    names: opts.names,
+    registrationLeaseMs: opts.registrationLeaseMs,
+    leaseTtlMs: opts.leaseTtlMs,
+    now,
+  });
   const slots = (backend: Backend) => slotsStream(opts.names, backend);
   const poolCaps = opts.poolCaps ?? new Map<string, number>();
   const poolSubject = (pool: string, id: string) => `${poolSlotPrefix(opts.names, pool)}.${subjectToken(id)}`;
   /** The capped pool of a place, if it has one. */
   const cappedPool = (place: Placement) => (place.pool !== undefined && poolCaps.has(place.pool) ? place.pool : undefined);
-  const registrations = registrationsStream(opts.names);
   const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
-  const regSubject = (backend: Backend, id: string) => `${registrationPrefix(opts.names, backend)}.${subjectToken(id)}`;
-  /** A message TTL as JetStream takes it: whole seconds, rounded up. */
-  const ttl = (ms: number) => `${Math.ceil(ms / 1_000)}s`;
-
   const handed = opts.turnSlots ?? createTurnSlots<Placement>();
-  /** Publishes `value` if the subject's last message is `expected` (0: none): "taken" (at `seq`), already "held", or the pool is "full". */
-  const publishIf = async (subject: string, value: object, ttlMs: number, expected = 0): Promise<{ got: "taken" | "held" | "full"; seq?: number }> => {
-    try {
-      const ack = await handle.js.publish(subject, JSON.stringify(value), { expect: { lastSubjectSequence: expected }, ttl: ttl(ttlMs) });
-      return { got: "taken", seq: ack.seq };
-    } catch (err) {
-      if (isWrongLastSequence(err)) return { got: "held" };
-      if ((err as { code?: unknown }).code === POOL_FULL) return { got: "full" };
-      throw err;
-    }
-  };
-  const put = async (subject: string, value: object, ttlMs: number, expected = 0) => (await publishIf(subject, value, ttlMs, expected)).got;
-  const last = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).direct.getMessage(stream, { last_by_subj: subject }))) ?? null;
-  const purge = async (stream: string, subject: string) => (await maybe(async () => (await jsm()).streams.purge(stream, { filter: subject })))?.purged ?? 0;
-  /** Last message of every subject under `prefix`, by id; none when the stream is missing. */
-  const lastOfAll = async (stream: string, prefix: string): Promise<Map<string, StoredMsg>> => {
-    const messages = (await maybe(async () => readBatch(handle, stream, { multi_last: [`${prefix}.>`] }))) ?? [];
-    return new Map(messages.map((m) => [idOfToken(m.subject.slice(prefix.length + 1)), m]));
-  };
-  /** Whether a reservation is live, from the slot message and the registrations stream's word on it. */
-  const registeringNow = (slot: StoredMsg, reg: StoredMsg | null | undefined) => {
-    const word = reg?.json<Registration>();
-    if (word && word.slot === slot.seq) return word.state === "mine" && word.until > now();
-    return (slot.json<Slot>().registeringUntil ?? 0) > now();
-  };
-  /** A later caller's reservation: granted when none is live, against the registrations stream's last word. */
-  /** The reservation of a delivery handed its turn's slot: the first word on `id`, or reserveAgain's. */
-  const reserveHanded = async (backend: Backend, id: string, slot: number): Promise<boolean> => {
-    const mine: Registration = { slot, state: "mine", until: now() + opts.registrationLeaseMs };
-    return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, 0)) === "taken" || reserveAgain(backend, id);
-  };
-  const reserveAgain = async (backend: Backend, id: string): Promise<boolean> => {
-    const [slot, reg] = await Promise.all([last(slots(backend), slotSubject(backend, id)), last(registrations, regSubject(backend, id))]);
-    if (!slot || registeringNow(slot, reg)) return false;
-    const mine: Registration = { slot: slot.seq, state: "mine", until: now() + opts.registrationLeaseMs };
-    return (await put(regSubject(backend, id), mine, opts.registrationLeaseMs, reg?.seq ?? 0)) === "taken";
-  };
 
   /** Where a place's slots are: its backend's, and its pool's when that pool has a cap (maxRunners). */
   const slotsOf = (place: Backend | Placement): { backend: Backend; pool: string | undefined } =>
@@ -219,11 +160,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
         }
         const pool = cappedPool(place);
         if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
-        const slot = await publishIf(
-          slotSubject(place.backend, id),
-          reserve.has(id) ? { registeringUntil: now() + opts.registrationLeaseMs } : {},
-          opts.leaseTtlMs,
-        );
+        const slot = await publishIf(slotSubject(place.backend, id), reserve.has(id) ? registrations.onSlot() : {}, opts.leaseTtlMs);
         if (handOn && slot.seq !== undefined) handed.hand(id, { seq: slot.seq, place }, now());
         if (slot.got !== "full") return slot.got;
         fullBackends.add(place.backend);
@@ -238,7 +175,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       await Promise.all(
         theirs.map(async ({ c, slot }) => {
           placed.set(c.id, slot.place);
-          if (reserve.has(c.id) && (await reserveHanded(slot.place.backend, c.id, slot.seq))) reserved.add(c.id);
+          if (reserve.has(c.id) && (await registrations.reserveHanded(slot.place.backend, c.id, slot.seq))) reserved.add(c.id);
         }),
       );
       // A round tries each candidate's next place, all sent together on one connection: the
@@ -254,7 +191,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
             }
             const place = c.places[k]!;
             placed.set(c.id, place);
-            if (reserve.has(c.id) && (outcomes[i] === "taken" || (await reserveAgain(place.backend, c.id)))) reserved.add(c.id);
+            if (reserve.has(c.id) && (outcomes[i] === "taken" || (await registrations.reserveAgain(place.backend, c.id)))) reserved.add(c.id);
           }),
         );
         round = next;
@@ -285,17 +222,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const { backend, pool } = slotsOf(place);
       await freeSlots(backend, pool, ids);
     },
-    async endRegistrations(backend, ids) {
-      await Promise.all(
-        ids.map(async (id) => {
-          const slot = await last(slots(backend), slotSubject(backend, id));
-          if (slot)
-            await handle.js.publish(regSubject(backend, id), JSON.stringify({ slot: slot.seq, state: "open" } satisfies Registration), {
-              ttl: ttl(opts.leaseTtlMs),
-            });
-        }),
-      );
-    },
+    endRegistrations: (backend, ids) => registrations.end(backend, ids),
     async holders(backend) {
       const info = await maybe(async () => (await jsm()).streams.info(slots(backend), { subjects_filter: `${slotPrefix(opts.names, backend)}.>` }));
       return Object.keys(info?.state.subjects ?? {}).map((s) => idOfToken(s.slice(slotPrefix(opts.names, backend).length + 1)));
@@ -304,11 +231,8 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       return (await admission.snapshot(backend)).registering;
     },
     async snapshot(backend) {
-      const [taken, words] = await Promise.all([
-        lastOfAll(slots(backend), slotPrefix(opts.names, backend)),
-        lastOfAll(registrations, registrationPrefix(opts.names, backend)),
-      ]);
-      return { holders: [...taken.keys()], registering: [...taken].filter(([id, slot]) => registeringNow(slot, words.get(id))).map(([id]) => id) };
+      const [taken, words] = await Promise.all([lastOfAll(slots(backend), slotPrefix(opts.names, backend)), registrations.words(backend)]);
+      return { holders: [...taken.keys()], registering: [...taken].filter(([id, slot]) => registrations.live(slot, words.get(id))).map(([id]) => id) };
     },
   };
   return admission;
