@@ -1,4 +1,4 @@
-// The reconciliation decision table, as a pure function. The executor (process.ts) gathers one
+// The reconciliation decision table, as a pure function. The executor (prepare.ts, process.ts) gathers one
 // fact at a time, in the order `decide` asks for them, and carries out the verdict.
 import type { EventName } from "../model/events.ts";
 import type { AssignmentState } from "../nats/names.ts";

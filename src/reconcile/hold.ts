@@ -7,7 +7,8 @@
 // delay. AckWait is longer than any window (see ACK_WAIT_MS in config.ts).
 import type { BatchSummary } from "../model/events.ts";
 import { decide, DEFAULT_DELAYS } from "./decide.ts";
-import { emit, type Prepared, type ProcessDeps } from "./process.ts";
+import { emit } from "./emit.ts";
+import type { Prepared, ProcessDeps } from "./types.ts";
 
 /** The first look comes after POLL_MS; while nobody claims, the looks grow apart up to MAX_POLL_MS. */
 const POLL_MS = 100;
