@@ -1,5 +1,6 @@
 // Wires configuration to domain modules. Entry points (HTTP, cron) build one Dispatcher per
-// invocation and call its verbs; nothing here outlives the invocation.
+// invocation and call its verbs; nothing here outlives the invocation but the isolate's record
+// caches and turn slots (below), which hold no I/O object.
 import { createRunnerBackend } from "./select-backend.ts";
 import type { RunnerBackend, RunnerRequest } from "../domain/backend.ts";
 import type { Config } from "./config.ts";
@@ -13,10 +14,9 @@ import { createForge } from "./select-forge.ts";
 import { createHandleIndex } from "../state/handles.ts";
 import { createForgeHealthStore } from "../state/forge-health.ts";
 import { createLimiter, withTimeout } from "../model/limit.ts";
-import { REF_WRITE_RETRY_MS, type ProcessDeps } from "../reconcile/process.ts";
+import { REF_WRITE_RETRY_MS } from "../reconcile/process.ts";
 import { reconcileBackend } from "../reconcile/run.ts";
-import { releaseRunner, retryTeardowns } from "../domain/teardown.ts";
-import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
+import { retryTeardowns } from "../domain/teardown.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission, type Placement } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
@@ -27,10 +27,13 @@ import { createTeardownList } from "../state/teardowns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
 import { createWaitSet } from "../state/wait-set.ts";
-import { hasLimits, shareRules } from "../quotas/config.ts";
+import { hasLimits } from "../quotas/config.ts";
 import { withQuotaRelease } from "../quotas/limits.ts";
 import { createQuotaLedger } from "../state/quota-ledger.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
+import { processDeps } from "./process-deps.ts";
+
+export { waitingCapacity } from "./process-deps.ts";
 
 /**
  * No live pass can still be registering after this: it stops starting work at its budget, and the
@@ -222,58 +225,4 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
   };
   return dispatcher;
-}
-
-/**
- * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
- * where every pool runs on that backend; none where a waiting job could spill to another.
- */
-export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, backend: Backend): { capacity?: number } {
-  return config.pools.every((p) => p.backend === backend) ? { capacity: config.capacity[backend] } : {};
-}
-
-function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
-  let warm: Promise<Map<string, number>> | undefined;
-  const promised = new Map<string, number>();
-  return {
-    // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
-    warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
-    countGiveUp: (pool) => state.startups.countGiveUp(pool),
-    ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
-    warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
-    // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
-    takeIdleWarm: async (pool) => {
-      const idle = (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0;
-      const taken = promised.get(pool) ?? 0;
-      if (taken >= idle) return false;
-      promised.set(pool, taken + 1);
-      return true;
-    },
-    backend,
-    trustDomain: d.config.trustDomain,
-    policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
-    records: state.records,
-    admission: state.admission,
-    runnersFor: d.runnersFor,
-    pools: new Map(d.config.pools.map((p) => [p.name, p])),
-    needsIdentity: d.forge !== undefined,
-    replicated: d.config.replicas > 1,
-    withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
-    ...(d.config.fairShare
-      ? {
-          waiting: {
-            set: state.waiting,
-            stream: d.config.stream,
-            rules: shareRules(d.config.quotas),
-            ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
-            ...waitingCapacity(d.config, backend),
-          },
-        }
-      : {}),
-    runnerRequest: d.runnerRequest,
-    callBackend: d.callBackend,
-    endWorkload: (id, backend) => releaseRunner(d, id, backend, undefined),
-    sink: d.sink,
-    now: d.now,
-  };
 }

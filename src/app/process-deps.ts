@@ -1,0 +1,65 @@
+// What a reconciliation pass over one backend is given (reconcile/types.ts ProcessDeps), built
+// from the dispatcher and the state of its connection: the policy from the configuration, the
+// stores, and fair share's wait set where it is on.
+import type { Config } from "./config.ts";
+import type { Backend } from "../nats/names.ts";
+import type { ProcessDeps } from "../reconcile/process.ts";
+import { releaseRunner } from "../domain/teardown.ts";
+import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
+import { hasLimits, shareRules } from "../quotas/config.ts";
+import type { Dispatcher, State } from "../domain/context.ts";
+
+/**
+ * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
+ * where every pool runs on that backend; none where a waiting job could spill to another.
+ */
+export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, backend: Backend): { capacity?: number } {
+  return config.pools.every((p) => p.backend === backend) ? { capacity: config.capacity[backend] } : {};
+}
+
+/** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */
+export function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
+  let warm: Promise<Map<string, number>> | undefined;
+  const promised = new Map<string, number>();
+  return {
+    // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
+    warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
+    countGiveUp: (pool) => state.startups.countGiveUp(pool),
+    ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
+    warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
+    // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
+    takeIdleWarm: async (pool) => {
+      const idle = (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0;
+      const taken = promised.get(pool) ?? 0;
+      if (taken >= idle) return false;
+      promised.set(pool, taken + 1);
+      return true;
+    },
+    backend,
+    trustDomain: d.config.trustDomain,
+    policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },
+    records: state.records,
+    admission: state.admission,
+    runnersFor: d.runnersFor,
+    pools: new Map(d.config.pools.map((p) => [p.name, p])),
+    needsIdentity: d.forge !== undefined,
+    replicated: d.config.replicas > 1,
+    withFreshRecords: (fn) => d.withFreshState((state) => fn(state.records)),
+    ...(d.config.fairShare
+      ? {
+          waiting: {
+            set: state.waiting,
+            stream: d.config.stream,
+            rules: shareRules(d.config.quotas),
+            ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
+            ...waitingCapacity(d.config, backend),
+          },
+        }
+      : {}),
+    runnerRequest: d.runnerRequest,
+    callBackend: d.callBackend,
+    endWorkload: (id, backend) => releaseRunner(d, id, backend, undefined),
+    sink: d.sink,
+    now: d.now,
+  };
+}
