@@ -42,6 +42,11 @@ export function slotPrefix(names: NatsNames, backend: Backend): string {
   return `${names.subjectBase}.slots.${backend}`;
 }
 
+/** The subject of `id`'s slot lease on a backend. */
+export function slotSubject(names: NatsNames, backend: Backend, id: string): string {
+  return `${slotPrefix(names, backend)}.${subjectToken(id)}`;
+}
+
 /** A runner pool with a cap (RUNNER_POOLS maxRunners) has a slots stream of its own, beside its backend's. */
 export function poolSlotsStream(names: NatsNames, pool: string): string {
   return `${names.stream}_pool_${pool}`;

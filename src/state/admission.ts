@@ -12,7 +12,7 @@
 //
 // Registration reservations ride on the slot (registrations.ts).
 import type { NatsHandle } from "../nats/connection.ts";
-import { idOfToken, poolSlotPrefix, poolSlotsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../nats/names.ts";
+import { idOfToken, poolSlotPrefix, poolSlotsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames, slotSubject } from "../nats/names.ts";
 import { maybe } from "../nats/layout.ts";
 import { createStreamOps } from "./stream-ops.ts";
 import { createRegistrations } from "./registrations.ts";
@@ -119,7 +119,6 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
   const poolSubject = (pool: string, id: string) => `${poolSlotPrefix(opts.names, pool)}.${subjectToken(id)}`;
   /** The capped pool of a place, if it has one. */
   const cappedPool = (place: Placement) => (place.pool !== undefined && poolCaps.has(place.pool) ? place.pool : undefined);
-  const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
   const handed = opts.turnSlots ?? createTurnSlots<Placement>();
 
   /** Where a place's slots are: its backend's, and its pool's when that pool has a cap (maxRunners). */
@@ -130,7 +129,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     Promise.all(
       ids.map(async (id) => {
         const [slot, poolSlot] = await Promise.all([
-          purge(slots(backend), slotSubject(backend, id)),
+          purge(slots(backend), slotSubject(opts.names, backend, id)),
           pool !== undefined ? purge(poolSlotsStream(opts.names, pool), poolSubject(pool, id)) : 0,
         ]);
         return { slot, poolSlot };
@@ -160,7 +159,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
         }
         const pool = cappedPool(place);
         if (pool !== undefined && (await put(poolSubject(pool, id), {}, opts.leaseTtlMs)) === "full") return "full";
-        const slot = await publishIf(slotSubject(place.backend, id), reserve.has(id) ? registrations.onSlot() : {}, opts.leaseTtlMs);
+        const slot = await publishIf(slotSubject(opts.names, place.backend, id), reserve.has(id) ? registrations.onSlot() : {}, opts.leaseTtlMs);
         if (handOn && slot.seq !== undefined) handed.hand(id, { seq: slot.seq, place }, now());
         if (slot.got !== "full") return slot.got;
         fullBackends.add(place.backend);

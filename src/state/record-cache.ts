@@ -14,6 +14,7 @@
 import type { AssignmentRecord } from "./record.ts";
 import type { Versioned } from "./kv.ts";
 import { TERMINAL } from "../model/states.ts";
+import { createHandOff } from "./hand-off.ts";
 
 export interface RecordCache {
   /** The latest revision of `id` this isolate saw, if it still keeps it. */
@@ -33,7 +34,6 @@ export interface RecordCache {
 export const OFFERED_MS = 2_000;
 
 interface Offered {
-  at: number;
   seen: Promise<Versioned<AssignmentRecord> | null>;
   /** The highest revision of the record noted since the offer began. */
   latest: number;
@@ -45,12 +45,12 @@ interface Offered {
  */
 export function createRecordCache(limit = 5_000): RecordCache {
   const kept = new Map<string, Versioned<AssignmentRecord>>();
-  const offered = new Map<string, Offered>();
+  const offered = createHandOff<Offered>(OFFERED_MS, limit);
   return {
     get: (id) => kept.get(id),
     note(seen) {
       const id = seen.value.id;
-      const offer = offered.get(id);
+      const offer = offered.peek(id);
       if (offer) offer.latest = Math.max(offer.latest, seen.revision);
       const before = kept.get(id);
       if (before && before.revision > seen.revision) return;
@@ -62,18 +62,11 @@ export function createRecordCache(limit = 5_000): RecordCache {
       if (kept.size > limit) kept.delete(kept.keys().next().value!);
     },
     offering(id, seen, now) {
-      // Oldest first: those past OFFERED_MS (messages another isolate took) go as new ones come.
-      for (const [k, o] of offered) {
-        if (now - o.at <= OFFERED_MS && offered.size < limit) break;
-        offered.delete(k);
-      }
-      offered.delete(id);
-      offered.set(id, { at: now, seen, latest: 0 });
+      offered.hand(id, { seen, latest: 0 }, now);
     },
     takeOffered(id, now) {
-      const offer = offered.get(id);
-      offered.delete(id);
-      if (!offer || now - offer.at > OFFERED_MS) return undefined;
+      const offer = offered.take(id, now);
+      if (!offer) return undefined;
       return offer.seen.then((seen) => (seen && seen.revision >= offer.latest ? seen : undefined)).catch(() => undefined);
     },
   };

@@ -6,7 +6,7 @@
 // about an older slot of the same id counts for nothing. Each word is written expecting the last
 // one read, so of two callers that read the same word one gets the reservation.
 import type { StoredMsg } from "@nats-io/jetstream";
-import { registrationPrefix, registrationsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames } from "../nats/names.ts";
+import { registrationPrefix, registrationsStream, slotsStream, subjectToken, type Backend, type NatsNames, slotSubject } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { ttl, type StreamOps } from "./stream-ops.ts";
 
@@ -46,7 +46,6 @@ export interface RegistrationOptions {
 export function createRegistrations(handle: NatsHandle, ops: StreamOps, opts: RegistrationOptions): Registrations {
   const { now } = opts;
   const stream = registrationsStream(opts.names);
-  const slotSubject = (backend: Backend, id: string) => `${slotPrefix(opts.names, backend)}.${subjectToken(id)}`;
   const subject = (backend: Backend, id: string) => `${registrationPrefix(opts.names, backend)}.${subjectToken(id)}`;
   const mine = (slot: number): Registration => ({ slot, state: "mine", until: now() + opts.registrationLeaseMs });
   const live: Registrations["live"] = (slot, word) => {
@@ -55,7 +54,10 @@ export function createRegistrations(handle: NatsHandle, ops: StreamOps, opts: Re
     return (slot.json<Slot>().registeringUntil ?? 0) > now();
   };
   const reserveAgain: Registrations["reserveAgain"] = async (backend, id) => {
-    const [slot, word] = await Promise.all([ops.last(slotsStream(opts.names, backend), slotSubject(backend, id)), ops.last(stream, subject(backend, id))]);
+    const [slot, word] = await Promise.all([
+      ops.last(slotsStream(opts.names, backend), slotSubject(opts.names, backend, id)),
+      ops.last(stream, subject(backend, id)),
+    ]);
     if (!slot || live(slot, word)) return false;
     return (await ops.publishIf(subject(backend, id), mine(slot.seq), opts.registrationLeaseMs, word?.seq ?? 0)).got === "taken";
   };
@@ -69,7 +71,7 @@ export function createRegistrations(handle: NatsHandle, ops: StreamOps, opts: Re
     async end(backend, ids) {
       await Promise.all(
         ids.map(async (id) => {
-          const slot = await ops.last(slotsStream(opts.names, backend), slotSubject(backend, id));
+          const slot = await ops.last(slotsStream(opts.names, backend), slotSubject(opts.names, backend, id));
           if (slot) {
             const open: Registration = { slot: slot.seq, state: "open" };
             await handle.js.publish(subject(backend, id), JSON.stringify(open), { ttl: ttl(opts.leaseTtlMs) });

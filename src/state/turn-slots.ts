@@ -1,5 +1,5 @@
-// The slots a turn-giving pass took for the turns it gave, handed to those turns' deliveries on the
-// same connection (most often the same pass's next round). A delivery that takes one skips what it
+// The slots a turn-giving pass took for the turns it gave, handed to those turns' deliveries in the
+// same isolate (most often the same pass's next round; hand-off.ts). A delivery that takes one skips what it
 // would otherwise spend to find its slot and reserve its registration: the slot's publish (refused,
 // the turn holds it), the slot's read and the registrations stream's read. Only the reservation's
 // own publish is left, made on "no word yet on this id" (expected last sequence 0): that is the
@@ -7,6 +7,8 @@
 // a reserveAgain racing it still gets one reservation between them. A hand-on is taken once and
 // only within HANDED_MS: the slot's lease is far longer, and only the job's end frees it sooner
 // (its record says so, and the delivery's first write, at the revision it knew, then fails).
+import { createHandOff, type HandOff } from "./hand-off.ts";
+
 /** How long a slot taken for a turn may be handed to its delivery (its pass's next round, at once). */
 export const HANDED_MS = 2_000;
 
@@ -17,28 +19,9 @@ export interface HandedSlot<P> {
   place: P;
 }
 
-export interface TurnSlots<P> {
-  hand(id: string, slot: HandedSlot<P>, now: number): void;
-  /** Once: the slot handed for `id` within HANDED_MS, if any. */
-  take(id: string, now: number): HandedSlot<P> | undefined;
-}
+/** Slots handed to turns' deliveries: hand, and take once within HANDED_MS. */
+export type TurnSlots<P> = Pick<HandOff<HandedSlot<P>>, "hand" | "take">;
 
 export function createTurnSlots<P>(limit = 1_000): TurnSlots<P> {
-  const handed = new Map<string, HandedSlot<P> & { at: number }>();
-  return {
-    hand(id, slot, now) {
-      // Oldest first: those never taken (their delivery went elsewhere) go as new ones come.
-      for (const [k, h] of handed) {
-        if (now - h.at <= HANDED_MS && handed.size < limit) break;
-        handed.delete(k);
-      }
-      handed.delete(id);
-      handed.set(id, { ...slot, at: now });
-    },
-    take(id, now) {
-      const h = handed.get(id);
-      handed.delete(id);
-      return h && now - h.at <= HANDED_MS ? { seq: h.seq, place: h.place } : undefined;
-    },
-  };
+  return createHandOff<HandedSlot<P>>(HANDED_MS, limit);
 }
