@@ -74,23 +74,17 @@ export interface DispatcherDeps {
   recordCache?: RecordCache;
 }
 
-/** The isolate's record caches, one per NATS deployment and bucket: they outlive invocations, as the gateway does. */
+/** One `make()` per NATS deployment and `name` for the isolate's life: what outlives invocations, as the gateway does. */
+function perDeployment<T>(kept: Map<string, T>, servers: readonly string[], name: string, make: () => T): T {
+  const key = `${servers.join(",")} ${name}`;
+  let value = kept.get(key);
+  if (!value) kept.set(key, (value = make()));
+  return value;
+}
+/** The isolate's record caches, one per records bucket. */
 const recordCaches = new Map<string, RecordCache>();
-const recordCacheOf = (servers: readonly string[], bucket: string) => {
-  const key = `${servers.join(",")} ${bucket}`;
-  let cache = recordCaches.get(key);
-  if (!cache) recordCaches.set(key, (cache = createRecordCache()));
-  return cache;
-};
-
-/** The isolate's turn slots (turn-slots.ts), one per NATS deployment and assignment stream: a turn and its delivery are often two calls of the gateway. */
+/** The isolate's turn slots (turn-slots.ts), one per assignment stream: a turn and its delivery are often two calls of the gateway. */
 const turnSlots = new Map<string, TurnSlots<Placement>>();
-const turnSlotsOf = (servers: readonly string[], stream: string) => {
-  const key = `${servers.join(",")} ${stream}`;
-  let slots = turnSlots.get(key);
-  if (!slots) turnSlots.set(key, (slots = createTurnSlots<Placement>()));
-  return slots;
-};
 
 /** What starts a pass for jobs just published (PassOptions.newJobs): the http layer's triggers. */
 const NEW_JOB_TRIGGERS = new Set(["publish", "webhook"]);
@@ -125,7 +119,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         now,
         (keys) => readManyJson(handle, recordsBucket(names), keys),
         leaderKv,
-        deps.recordCache ?? recordCacheOf(config.natsServers, recordsBucket(names)),
+        deps.recordCache ?? perDeployment(recordCaches, config.natsServers, recordsBucket(names), () => createRecordCache()),
       ),
       admission: createAdmission(handle, {
         names,
@@ -134,7 +128,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         leaseTtlMs: config.leaseTtlMs,
         registrationLeaseMs: registrationLeaseMs(config),
         anyWaiting,
-        turnSlots: turnSlotsOf(config.natsServers, config.stream),
+        turnSlots: perDeployment(turnSlots, config.natsServers, config.stream, () => createTurnSlots<Placement>()),
       }),
       quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
