@@ -85,7 +85,10 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
     // Fair share: in turn order, when there are fewer slots than jobs of several repositories.
     const ordered = deps.waiting ? await orderByTurn(deps, trying) : trying;
     const candidates = ordered.map((p) => ({ id: p.assignment!.id, places: placesOf(deps, p.known!.value, p.assignment!) }));
-    const { admitted, reserved } = await deps.admission.placeMany(candidates, reserve);
+    // A turn's slot is handed only to its message's first delivery: a redelivery may follow a
+    // delivery elsewhere that gave the slot back (a backend call that failed).
+    const turns = new Set(trying.filter((p) => p.msg.deliveryCount === 1 && isTurnMessage(p.msg.msgId)).map((p) => p.assignment!.id));
+    const { admitted, reserved } = await deps.admission.placeMany(candidates, reserve, { turns });
     for (const p of trying) {
       const placement = admitted.get(p.assignment!.id);
       p.facts.admitted = placement !== undefined;

@@ -97,10 +97,12 @@ export interface AdmissionOptions {
 
 export interface PlaceOptions {
   /**
-   * A turn given: the slots this call takes are handed to the turns' deliveries on this connection
+   * A turn given: the slots this call takes are handed to the turns' deliveries in this isolate
    * (turn-slots.ts), whose placeMany then takes no slot and reserves with one publish.
    */
   handOn?: boolean;
+  /** The ids whose turn's message this is the first delivery of: only these take a slot handed on. */
+  turns?: ReadonlySet<string>;
 }
 
 export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Admission {
@@ -147,7 +149,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       );
       return { admitted: new Set(admitted.keys()), reserved };
     },
-    async placeMany(candidates, reserve = new Set(), { handOn = false } = {}) {
+    async placeMany(candidates, reserve = new Set(), { handOn = false, turns = new Set() } = {}) {
       const placed = new Map<string, Placement>();
       const reserved = new Set<string>();
       const fullBackends = new Set<Backend>();
@@ -168,7 +170,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       };
       // A turn's delivery: its slot was taken for it a moment ago, here.
       const theirs = candidates.flatMap((c) => {
-        const slot = handOn ? undefined : handed.take(c.id, now());
+        const slot = turns.has(c.id) ? handed.take(c.id, now()) : undefined;
         return slot ? [{ c, slot }] : [];
       });
       await Promise.all(

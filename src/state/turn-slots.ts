@@ -4,9 +4,11 @@
 // the turn holds it), the slot's read and the registrations stream's read. Only the reservation's
 // own publish is left, made on "no word yet on this id" (expected last sequence 0): that is the
 // arbiter, as reserveAgain's publish is, so a second delivery, a redelivery in another isolate, or
-// a reserveAgain racing it still gets one reservation between them. A hand-on is taken once and
-// only within HANDED_MS: the slot's lease is far longer, and only the job's end frees it sooner
-// (its record says so, and the delivery's first write, at the revision it knew, then fails).
+// a reserveAgain racing it still gets one reservation between them. A hand-on is taken once, only
+// within HANDED_MS, and only by the turn's message's first delivery: before that delivery nothing
+// but the job's end frees the slot (its record says so, and the delivery's first write, at the
+// revision it knew, then fails), while a redelivery may follow one elsewhere whose backend call
+// failed and gave the slot back.
 import { createHandOff, type HandOff } from "./hand-off.ts";
 
 /** How long a slot taken for a turn may be handed to its delivery (its pass's next round, at once). */

@@ -45,6 +45,7 @@ interface Options {
 
 function deps(opts: Options) {
   const asked: string[] = [];
+  const turns: string[] = [];
   const records = new Map<string, AssignmentRecord>();
   const record = (id: string, extra: Partial<AssignmentRecord> = {}) =>
     ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
@@ -72,7 +73,8 @@ function deps(opts: Options) {
     },
     admission: {
       holders: async () => holders,
-      placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[]) => {
+      placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[], _reserve: unknown, o?: { turns?: ReadonlySet<string> }) => {
+        turns.push(...(o?.turns ?? []));
         const admitted = new Map<string, { backend: Backend }>();
         for (const c of candidates) {
           asked.push(c.id);
@@ -93,7 +95,7 @@ function deps(opts: Options) {
   };
   // The holders' records are read by heldNow in one batch read.
   d.records.getMany = async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }]));
-  return { deps: d as unknown as ProcessDeps, asked };
+  return { deps: d as unknown as ProcessDeps, asked, turns };
 }
 
 describe("prepareBatch", () => {
@@ -198,5 +200,19 @@ describe("prepareBatch", () => {
     const odd = await prepareBatch(d, [{ ...message("odd", "b/fix"), msgId: "odd.turn-3" }], Infinity);
     expect(asked).toBe(2);
     expect(odd[0]!.facts.admitted).toBe(false);
+  });
+
+  it("names to admission, as a turn's, only its message's first delivery (a slot handed on goes to no other); near misses: its redelivery, a new job", async () => {
+    const { deps: d, turns } = deps({ free: 3, known: { turned: { state: "capacity_wait", chosen: true }, again: { state: "capacity_wait", chosen: true } } });
+    await prepareBatch(
+      d,
+      [
+        { ...message("turned", "a/mono"), msgId: turnMessageId("turned", 4) },
+        { ...message("again", "b/fix"), msgId: turnMessageId("again", 5), deliveryCount: 2 },
+        { ...message("new-6", "c/app"), msgId: "new-6" },
+      ],
+      Infinity,
+    );
+    expect(turns).toEqual(["turned"]);
   });
 });

@@ -46,8 +46,9 @@ function admissionOn(h: NatsHandle, config: Config, turnSlots = createTurnSlots<
   return { admission, sent, clock };
 }
 
-const reserve = async (admission: Admission, id: string) => {
-  const { admitted, reserved } = await admission.placeMany([{ id, places: pod }], new Set([id]));
+/** A delivery of `id` asking to register: the first of its turn's message (`turn`), or another. */
+const reserve = async (admission: Admission, id: string, turn = true) => {
+  const { admitted, reserved } = await admission.placeMany([{ id, places: pod }], new Set([id]), { turns: new Set(turn ? [id] : []) });
   return { admitted: admitted.has(id), reserved: reserved.has(id) };
 };
 
@@ -105,6 +106,17 @@ describe("a turn's slot handed to its delivery, against nats-server", () => {
       clock.now += HANDED_MS + 1;
       expect(await reserve(admission, "t")).toEqual({ admitted: false, reserved: false });
       expect(await admission.holders("pod")).toEqual(["other"]);
+    });
+  });
+
+  it("hands the slot only to the turn's message's first delivery: a redelivery here asks for its slot as usual", async () => {
+    const config = await provisionEnv(testEnv(nats, backend, { CAPACITY_POD: 2 }));
+    await withNats(config, async (h) => {
+      const { admission, sent } = admissionOn(h, config);
+      await admission.placeMany([{ id: "t", places: pod }], undefined, { handOn: true });
+      sent.length = 0;
+      expect(await reserve(admission, "t", false)).toEqual({ admitted: true, reserved: true });
+      expect(sent.some((s) => s.includes(".slots.pod.t"))).toBe(true);
     });
   });
 
