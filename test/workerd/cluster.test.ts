@@ -425,7 +425,12 @@ describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
           async () => (await round().catch(() => undefined), await gitea.actions()),
           (a) => a.jobs.filter((j) => jobs.includes(j.id)).every((j) => j.status === "completed"),
           150_000,
-        );
+        ).catch(async (err: unknown) => {
+          // Kept for whoever chases a failure: what each unfinished job's chain and the ledger held.
+          logs.restore();
+          console.error(await stuckReport(env, jobs, await gitea.actions(), logs.events()));
+          throw err;
+        });
         await back;
         const { taken, jobs: done } = await gitea.actions();
         expect(done.filter((j) => jobs.includes(j.id)).map((j) => j.conclusion)).toEqual(jobs.map(() => "success"));
@@ -450,3 +455,35 @@ describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
     },
   );
 });
+
+/** Each unfinished job's assignment chain, the quota ledger, the wait set and their events: printed when the scenario times out. */
+async function stuckReport(
+  env: Record<string, string>,
+  jobs: readonly number[],
+  actions: { jobs: { id: number; status: string }[] },
+  events: Record<string, unknown>[],
+): Promise<string> {
+  const open = actions.jobs.filter((j) => jobs.includes(j.id) && j.status !== "completed");
+  return createDispatcher({ config: loadConfig(env) }).withState(async (state) => {
+    const lines: string[] = [];
+    const seen = new Set<string>();
+    for (const job of open) {
+      let id = `gitea-${job.id}-1`;
+      const chain: string[] = [];
+      for (let hop = 0; hop < 8 && !seen.has(id); hop++) {
+        seen.add(id);
+        const r = await state.records.get(id);
+        chain.push(`${id}:${r ? `${r.state}${r.took ? `→${r.took}` : ""}` : "none"}`);
+        if (!r?.took) break;
+        id = r.took;
+      }
+      lines.push(`job ${job.id} (${job.status}): ${chain.join(" ")}`);
+    }
+    lines.push(`quota held: ${JSON.stringify([...(await state.quotas.held(["alpha", "beta", "gamma"]))])}`);
+    lines.push(`slot holders: ${JSON.stringify(await state.admission.holders("pod"))}`);
+    lines.push(`waiting: ${JSON.stringify([...(await state.waiting.counts("pod"))])}`);
+    const ids = new Set(seen);
+    for (const e of events) if (ids.has(String(e.assignment)) || e.level === "error") lines.push(JSON.stringify(e));
+    return lines.join("\n");
+  });
+}
