@@ -26,6 +26,7 @@ import { createTurnSlots, type TurnSlots } from "../state/turn-slots.ts";
 import { createTeardownList } from "../state/teardowns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
+import { createWaitingSeen, rememberWaiting, type WaitingSeen } from "../state/waiting-seen.ts";
 import { createWaitSet } from "../state/wait-set.ts";
 import { hasLimits } from "../quotas/config.ts";
 import { withQuotaRelease } from "../quotas/limits.ts";
@@ -72,6 +73,8 @@ export interface DispatcherDeps {
   decorateState?: (state: State) => State;
   /** What the records store keeps of the records it saw (record-cache.ts); by default the isolate's, per bucket. */
   recordCache?: RecordCache;
+  /** What was seen of the wait set (waiting-seen.ts); by default the isolate's, per assignment stream. */
+  waitingSeen?: WaitingSeen;
 }
 
 /** One `make()` per NATS deployment and `name` for the isolate's life: what outlives invocations, as the gateway does. */
@@ -85,6 +88,8 @@ function perDeployment<T>(kept: Map<string, T>, servers: readonly string[], name
 const recordCaches = new Map<string, RecordCache>();
 /** The isolate's turn slots (turn-slots.ts), one per assignment stream: a turn and its delivery are often two calls of the gateway. */
 const turnSlots = new Map<string, TurnSlots<Placement>>();
+/** What the isolate saw of the wait set (waiting-seen.ts), one per assignment stream: the passes of a burst share it. */
+const waitingSeen = new Map<string, WaitingSeen>();
 
 /** What starts a pass for jobs just published (PassOptions.newJobs): the http layer's triggers. */
 const NEW_JOB_TRIGGERS = new Set(["publish", "webhook"]);
@@ -111,7 +116,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const openState = async (handle: NatsHandle): Promise<State> => {
     const names = { stream: config.stream, subjectBase: config.subjectBase };
     const [recordsKv, leaderKv] = await Promise.all([bindBucket(handle, recordsBucket(names)), bindBucket(handle, recordsBucket(names), false)]);
-    const waiting = createWaitSet(handle, names);
+    const waiting = rememberWaiting(
+      createWaitSet(handle, names),
+      deps.waitingSeen ?? perDeployment(waitingSeen, config.natsServers, config.stream, () => createWaitingSeen()),
+      now,
+    );
     const anyWaiting = config.fairShare ? (backend: Backend) => waiting.any(backend) : undefined;
     const state: State = {
       records: createRecordStore(

@@ -30,8 +30,8 @@ export interface WaitEntry {
 export type WaitHead = WaitEntry & { seq: number };
 
 export interface WaitSet {
-  /** Puts a job in; a second put of the same id within the stream's duplicate window is dropped. */
-  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<void>;
+  /** Puts a job in; a second put of the same id within the stream's duplicate window is dropped (false). */
+  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<boolean>;
   /** Whether any job waits for `backend` (one request). */
   any(backend: Backend): Promise<boolean>;
   /** The repositories that have a job waiting, up to `limit` (one request). */
@@ -78,7 +78,7 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
   const head = (seq: number, data: Uint8Array): WaitHead => ({ ...(JSON.parse(new TextDecoder().decode(data)) as WaitEntry), seq });
   return {
     async add(backend, entry, incarnation) {
-      await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` });
+      return !(await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` })).duplicate;
     },
     async any(backend) {
       // The last entry of any of the backend's subjects: none, nobody waits.

@@ -11,17 +11,24 @@ import { publishAssignment } from "../../src/domain/publish.ts";
 import type { ReconcileOptions } from "../../src/domain/context.ts";
 import { giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
+import { createWaitingSeen, type WaitingSeen } from "../../src/state/waiting-seen.ts";
 
 const proxy = inject("natsProxyUrl");
 const quiet = { event: () => undefined, summary: () => undefined, error: () => undefined };
 let job = 80_000;
 
-async function setUp(capacity: number, mode: Record<string, number> = {}) {
+async function setUp(capacity: number, mode: Record<string, number> = {}, waitingSeen: WaitingSeen = createWaitingSeen()) {
   const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9", { CAPACITY_POD: capacity, RETRY_DELAY_MS: 30, FAIR_SHARE: "on" });
   await provisionEnv(env);
   await fetch(`${env.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify(mode) });
   const tag = uniqueName("ws");
-  const d = createDispatcher({ config: loadConfig({ ...env, NATS_URL: `${proxy}/${tag}` }), gitea: stubGitea(), sink: quiet, shareConnection: true });
+  const d = createDispatcher({
+    config: loadConfig({ ...env, NATS_URL: `${proxy}/${tag}` }),
+    gitea: stubGitea(),
+    sink: quiet,
+    shareConnection: true,
+    waitingSeen,
+  });
   const waitSetReads = async (since: number) => {
     const log = (await (await fetch(`${proxy.replace("ws://", "http://")}/_log/${encodeURIComponent(tag)}`)).json()) as [number, string][];
     const read = log.filter(
@@ -35,9 +42,9 @@ async function setUp(capacity: number, mode: Record<string, number> = {}) {
     await publishAssignment(d, { version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: job, runId: 1, attempt: 1, repository: "acme/app" } });
     const since = Date.now();
     await d.reconcile(trigger, 5_000, { only: ["pod"], ...opts });
-    return waitSetReads(since);
+    return { id, reads: await waitSetReads(since) };
   };
-  return { d, pass };
+  return { d, pass: async (trigger: string, opts: ReconcileOptions) => (await pass(trigger, opts)).reads, passFor: pass };
 }
 
 describe("the wait set's repositories read at a pass's end (fair share)", () => {
@@ -78,11 +85,27 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
       // The first job waits (the backend is full); then a slot is freed, with no pass of its own.
       await pass("webhook", { eager: true });
       await d.withState(({ admission }) => admission.release("pod", "holder-1"));
-      // The second job joins it (somebody waits); the turn goes to the first; the next round pulls
-      // that turn's message and looks again: the repositories, then the holders (full).
+      // The second job joins it (somebody waits: this isolate put the first in, it asks nobody);
+      // the turn goes to the first; the next round pulls that turn's message and looks again: the
+      // repositories, then the holders (full).
       const reads = await pass("webhook", { eager: true });
-      expect(reads.slice(0, 4)).toEqual(["any", "slots", "batch", "batch"]);
-      expect(reads.slice(4)).toEqual(["batch", "slots"]);
+      expect(reads.slice(0, 3)).toEqual(["slots", "batch", "batch"]);
+      expect(reads.slice(3)).toEqual(["batch", "slots"]);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it("a yes this isolate saw answers an eager pass; a stale one (the wait set emptied elsewhere) sends its job in, and that pass gives it the free slot", async () => {
+    const seen = createWaitingSeen();
+    seen.saw("pod", Date.now());
+    const { d, passFor } = await setUp(1, {}, seen);
+    try {
+      const { id, reads } = await passFor("webhook", { eager: true });
+      // No "any": the holders first (its job went into the wait set), then its turn, given at once.
+      expect(reads.slice(0, 3)).toEqual(["slots", "batch", "batch"]);
+      expect(await d.withState(({ admission }) => admission.holders("pod"))).toEqual([id]);
+      expect(await d.withState(({ waiting }) => waiting.counts("pod"))).toEqual(new Map());
     } finally {
       await d.close();
     }

@@ -1,0 +1,146 @@
+// What the isolate remembers of the wait set (waiting-seen.ts), over an in-memory wait set that
+// counts its requests: a "yes" it saw answers "does anybody wait" for WAITING_SEEN_MS, a "no" is
+// never kept, and a removal forgets. Near misses: past the window, another backend, a put dropped
+// as a repeat, a read that found nobody, a read made while a removal was under way.
+import { describe, expect, it } from "vitest";
+import type { Backend } from "../../src/nats/names.ts";
+import type { WaitEntry, WaitHead, WaitSet } from "../../src/state/wait-set.ts";
+import { createWaitingSeen, rememberWaiting, WAITING_SEEN_MS } from "../../src/state/waiting-seen.ts";
+
+/** An in-memory wait set: entries by backend, every `any` counted. */
+function memoryWaitSet() {
+  let seq = 0;
+  const entries: { backend: Backend; head: WaitHead; msgId: string }[] = [];
+  const asked: Backend[] = [];
+  // As JetStream's duplicate window: a message id is known after its entry is gone.
+  const ids = new Set<string>();
+  let onRemove: () => Promise<void> = async () => undefined;
+  const set: WaitSet = {
+    async add(backend, entry, incarnation) {
+      const msgId = `wait-${entry.id}-${incarnation}`;
+      if (ids.has(msgId)) return false;
+      ids.add(msgId);
+      entries.push({ backend, head: { ...entry, seq: ++seq }, msgId });
+      return true;
+    },
+    async any(backend) {
+      asked.push(backend);
+      return entries.some((e) => e.backend === backend);
+    },
+    async repositories(backend, limit) {
+      return [...new Set(entries.filter((e) => e.backend === backend).map((e) => e.head.repository))].slice(0, limit);
+    },
+    async headsOf(backend, repositories) {
+      const heads = await Promise.all(repositories.map((r) => this.next(backend, r, 0)));
+      return heads.filter((h): h is WaitHead => h !== undefined);
+    },
+    async next(backend, repository, afterSeq) {
+      return entries.find((e) => e.backend === backend && e.head.repository === repository && e.head.seq > afterSeq)?.head;
+    },
+    async republish() {
+      return true;
+    },
+    async remove(s) {
+      await onRemove();
+      const i = entries.findIndex((e) => e.head.seq === s);
+      if (i >= 0) entries.splice(i, 1);
+    },
+    async counts() {
+      return new Map();
+    },
+  };
+  return { set, asked, entries, duringRemove: (fn: () => Promise<void>) => (onRemove = fn) };
+}
+
+const entry = (id: string, repository = "acme/app"): WaitEntry => ({ id, owner: repository.split("/")[0]!, repository, data: "" });
+
+function setUp() {
+  const mem = memoryWaitSet();
+  let clock = 1_000_000;
+  const seen = createWaitingSeen();
+  const waiting = rememberWaiting(mem.set, seen, () => clock);
+  return { ...mem, waiting, seen, advance: (ms: number) => (clock += ms) };
+}
+
+describe("what the isolate saw of the wait set", () => {
+  it("a job this isolate put in answers whether anybody waits, asking nobody, for WAITING_SEEN_MS", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    t.advance(WAITING_SEEN_MS);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual([]);
+  });
+
+  it("near miss: past WAITING_SEEN_MS it asks again, and the answer it gets is kept anew", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    t.advance(WAITING_SEEN_MS + 1);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual(["pod"]);
+  });
+
+  it("near miss: a yes about one backend answers nothing of another", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    expect(await t.waiting.any("vm")).toBe(false);
+    expect(t.asked).toEqual(["vm"]);
+  });
+
+  it("near miss: a put dropped as a repeat (its entry may have had its turn since) says nothing", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
+    await t.waiting.remove(head!.seq);
+    expect(await t.waiting.add("pod", entry("a"), "i1")).toBe(false);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
+  });
+
+  it("never keeps a no: a job put in by another isolate is seen by the next question", async () => {
+    const t = setUp();
+    expect(await t.waiting.any("pod")).toBe(false);
+    // Another isolate's put, straight into the store.
+    await t.set.add("pod", entry("b"), "i1");
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual(["pod", "pod"]);
+  });
+
+  it("a removal forgets every yes: the next question asks, and finds nobody", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    await t.waiting.add("vm", entry("v"), "i1");
+    const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
+    await t.waiting.remove(head!.seq);
+    expect(await t.waiting.any("pod")).toBe(false);
+    // Another backend's yes goes too: a removal does not say whose entry it was.
+    expect(await t.waiting.any("vm")).toBe(true);
+    expect(t.asked).toEqual(["pod", "vm"]);
+  });
+
+  it("near miss: a read that saw the entry while its removal was under way counts for nothing", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
+    t.advance(WAITING_SEEN_MS + 1);
+    t.duringRemove(async () => void expect(await t.waiting.any("pod")).toBe(true));
+    await t.waiting.remove(head!.seq);
+    expect(await t.waiting.any("pod")).toBe(false);
+  });
+
+  it("a head read after a removal (the pass's next in that repository) is a yes again; repositories found none is a no", async () => {
+    const t = setUp();
+    await t.waiting.add("pod", entry("a"), "i1");
+    await t.waiting.add("pod", entry("b"), "i1");
+    const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
+    await t.waiting.remove(head!.seq);
+    expect(await t.waiting.next("pod", "acme/app", head!.seq)).toMatchObject({ id: "b" });
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual([]);
+    // Another isolate gives b its turn; this one's look for turns finds nobody, and forgets.
+    t.entries.splice(0);
+    expect(await t.waiting.repositories("pod", 64)).toEqual([]);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
+  });
+});
