@@ -135,7 +135,8 @@ function snapshot(proxy, tag, worker) {
 const backend = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state`)).json();
 
 /** Starts the V8 profiler of the Worker's isolate; stop() writes the profile and sums self time by function. */
-async function startProfile(port) {
+/** A CPU profile of the isolate behind inspector `port`: stop() writes it to `file` and returns its top self times. */
+export async function startProfile(port) {
   const { call, close } = await connectInspector(port);
   await call("Profiler.enable");
   await call("Profiler.setSamplingInterval", { interval: 200 });

@@ -16,7 +16,7 @@ import { loadConfig } from "../src/app/config.ts";
 import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { busyBetween, cpuTimes, load, percentile, proxyOps, startWorker, treeCpu, until } from "./lib.mjs";
+import { busyBetween, cpuTimes, freePort, load, percentile, proxyOps, startWorker, treeCpu, until } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap, measureLeaderRate } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
@@ -26,7 +26,7 @@ import { measureSoak } from "./soak.mjs";
 import { measureFairness } from "./fairness.mjs";
 import { measurePools } from "./pools.mjs";
 import { measureForgejo } from "./forgejo.mjs";
-import { measureCost } from "./cost.mjs";
+import { measureCost, startProfile } from "./cost.mjs";
 
 // Where the Worker runs: "miniflare" (the deploy bundle in workerd, bench/host.mjs) unless
 // BENCH_HOST=wrangler (`wrangler dev`, whose proxy and log forwarding cost this machine more CPU
@@ -173,12 +173,16 @@ async function reconcile() {
       }),
     );
   });
-  const worker = await startWorker(vars);
+  // BENCH_PROFILE=1: a CPU profile of the isolate over the invocation (bench/results/reconcile.cpuprofile).
+  const inspectorPort = process.env.BENCH_PROFILE ? await freePort() : undefined;
+  const worker = inspectorPort ? await startWorker(vars, undefined, "miniflare", { inspectorPort }) : await startWorker(vars);
   try {
     log(`reconcile: ${K} queued assignments, one cron invocation, claims as fast as runners are ready`);
+    const profiler = inspectorPort ? await startProfile(inspectorPort) : undefined;
     const t = performance.now();
     await worker.tick();
     const done = await until(() => acked(worker) >= K, Number(process.env.BENCH_WAIT_MS ?? 120_000));
+    if (profiler) log(`reconcile: profile ${JSON.stringify(await profiler.stop("bench/results/reconcile.cpuprofile"))}`);
     if (process.env.BENCH_DEBUG) {
       const counts = {};
       for (const e of worker.events) counts[e.event] = (counts[e.event] ?? 0) + 1;

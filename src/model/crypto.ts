@@ -2,8 +2,21 @@
 
 const encoder = new TextEncoder();
 
-async function hmacKey(secret: string): Promise<CryptoKey> {
-  return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+/** Imported keys by secret, for the isolate's life: a pass signs a claim token per runner, and an import costs more than the signing. */
+const keys = new Map<string, Promise<CryptoKey>>();
+/** Secrets whose keys are kept: the signing key and the few others (webhook secrets) a deployment has. */
+const KEPT_KEYS = 8;
+
+function hmacKey(secret: string): Promise<CryptoKey> {
+  let key = keys.get(secret);
+  if (!key) {
+    if (keys.size >= KEPT_KEYS) keys.delete(keys.keys().next().value!);
+    key = crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    keys.set(secret, key);
+    // One that failed is imported again next time.
+    key.catch(() => keys.delete(secret));
+  }
+  return key;
 }
 
 /** Standard base64 of bytes, or of a string's UTF-8. */
@@ -48,9 +61,16 @@ export async function verifyClaimToken(signingKey: string, id: string, token: st
 
 const INCARNATION = /^[0-9a-z]{1,12}$/;
 
-/** Constant-time comparison of two strings, by comparing their HMACs under a per-call key. */
+/** The key timingSafeEqual compares under: random, made on first use (not at start-up, where workerd allows no randomness). */
+let compareKey: Promise<CryptoKey> | undefined;
+
+/** Constant-time comparison of two strings, by comparing their HMACs under a key nobody outside the isolate knows. */
 export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
-  const key = await hmacKey(crypto.randomUUID());
+  if (!compareKey) {
+    compareKey = crypto.subtle.importKey("raw", crypto.getRandomValues(new Uint8Array(32)), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    compareKey.catch(() => (compareKey = undefined));
+  }
+  const key = await compareKey;
   const [ma, mb] = await Promise.all([crypto.subtle.sign("HMAC", key, encoder.encode(a)), crypto.subtle.sign("HMAC", key, encoder.encode(b))]);
   const va = new Uint8Array(ma);
   const vb = new Uint8Array(mb);
