@@ -8,7 +8,7 @@ import { base64, fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
-import { turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
+import { lookAt, turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
@@ -49,9 +49,11 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
   if (!repositories.length) return 0;
   const holders = first ?? (await deps.admission.holders(deps.backend));
   if (full(holders)) return 0;
-  let [heads, shares] = await Promise.all([w.set.headsOf(deps.backend, repositories), heldNow(deps, [], holders)]);
+  // The heads from one read of the oldest jobs (lookAt), and each turn's next from it too.
+  const [view, counted] = await Promise.all([lookAt(w.set, deps.backend, repositories), heldNow(deps, [], holders)]);
+  let heads = view.heads;
   if (!heads.length) return 0;
-  shares = { ...shares, heads };
+  let shares: Shares = { ...counted, heads };
   let given = 0;
   let refused = 0;
   let held = holders.length;
@@ -76,7 +78,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
       given++;
       break;
     }
-    const after = await w.set.next(deps.backend, head.repository, head.seq);
+    const after = await view.next(head.repository, head.seq);
     heads = [...heads.filter((h) => h !== head), ...(after ? [after] : [])];
     shares = outcome === "admitted" ? taken({ ...shares, heads }, next) : { ...shares, heads };
     if (outcome === "admitted") given++;

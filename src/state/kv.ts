@@ -44,7 +44,8 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
  * A batch direct get: the last message of each subject (multi_last), or `batch` messages from
  * `seq` or from `start_time`, of the subjects `next_by_subj` matches when given.
  */
-export type DirectBatchRequest = { multi_last: string[] } | (({ seq: number } | { start_time: string }) & { batch: number; next_by_subj?: string });
+export type DirectBatchRequest =
+  { multi_last: string[] } | (({ seq: number } | { start_time: string }) & { batch: number; next_by_subj?: string; max_bytes?: number });
 
 /**
  * Every message of a batch direct get, read to the end of the batch, on a subscription of our
@@ -60,7 +61,8 @@ export async function readBatch(handle: NatsHandle, stream: string, request: Dir
     for await (const m of sub) {
       const status = JetStreamStatus.maybeParseStatus(m);
       if (status) {
-        if (status.isEndOfBatch() || status.isNoResults()) break;
+        // A batch that matched nothing ends with "404 message not found" (a next_by_subj batch).
+        if (status.isEndOfBatch() || status.isNoResults() || status.code === 404) break;
         throw status.toError();
       }
       all.push(new DirectMsgImpl(m));

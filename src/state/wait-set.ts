@@ -17,6 +17,9 @@ export const turnMessageId = (id: string, seq: number) => `${id}.turn-${seq}`;
 /** Whether a delivery is of a turn's message (an id named like one is mistaken for it: it asks later, not otherwise). */
 export const isTurnMessage = (msgId: string | undefined) => msgId !== undefined && /\.turn-\d+$/.test(msgId);
 
+/** A wait entry holds an assignment of at most 64 KiB (base64): the bytes asked for with `oldest`'s batch are bounded by it. */
+const OLDEST_MAX_BYTES = 8 << 20;
+
 /** A waiting job, as kept: its assignment (as published), and whose it is (lower case). */
 export interface WaitEntry {
   id: string;
@@ -38,6 +41,8 @@ export interface WaitSet {
   repositories(backend: Backend, limit: number): Promise<string[]>;
   /** The oldest waiting job of each of `repositories` (one request each, sent together). */
   headsOf(backend: Backend, repositories: readonly string[]): Promise<WaitHead[]>;
+  /** The `limit` oldest waiting jobs of `backend`, whatever their repository, oldest first (one request). */
+  oldest(backend: Backend, limit: number): Promise<WaitHead[]>;
   /** The oldest waiting job of one repository after `afterSeq`, if any. */
   next(backend: Backend, repository: string, afterSeq: number): Promise<WaitHead | undefined>;
   /** Publishes a waiting job's assignment to `backend`'s consumer again; one message per `msgId` (false: one was there). */
@@ -93,6 +98,11 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       const found = await Promise.all(repositories.map((r) => this.next(backend, r, 0)));
       return found.filter((h): h is WaitHead => h !== undefined);
     },
+    async oldest(backend, limit) {
+      // Bytes enough for every entry asked for: fewer than `limit` back then means none is left out.
+      const request = { seq: 1, batch: limit, next_by_subj: `${waitPrefix(names, backend)}.>`, max_bytes: OLDEST_MAX_BYTES };
+      return ((await maybe(() => readBatch(handle, stream, request))) ?? []).map((m) => head(m.seq, m.data));
+    },
     async next(backend, repository, afterSeq) {
       const m = await maybe(async () => (await jsm()).direct.getMessage(stream, { next_by_subj: subject(backend, repository), seq: afterSeq + 1 }));
       return m ? head(m.seq, m.data) : undefined;
@@ -109,6 +119,38 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
     async counts(backend) {
       const info = await maybe(async () => (await jsm()).streams.info(stream, { subjects_filter: `${waitPrefix(names, backend)}.>` }));
       return new Map(Object.entries(info?.state.subjects ?? {}).map(([s, n]) => [repositoryOf(backend, s), n]));
+    },
+  };
+}
+
+/** What one look at the wait set found: the heads of the repositories asked for, and each one's next after a turn. */
+export interface WaitView {
+  heads: WaitHead[];
+  /** The next waiting job of `repository` after `afterSeq`: from the look where it holds it, else read. */
+  next(repository: string, afterSeq: number): Promise<WaitHead | undefined>;
+}
+
+/** How many of the oldest waiting jobs one look reads (one request). */
+export const LOOK_OLDEST = 32;
+
+/**
+ * Looks at the wait set: the `limit` oldest jobs in one request, then, only where those are not
+ * all that wait, the head of each repository none of them is of (one request each). A batch
+ * holds every entry up to its last sequence, so a repository's next found in it is its next; one
+ * not found is read, unless the batch held every job waiting when it was read.
+ */
+export async function lookAt(set: WaitSet, backend: Backend, repositories: readonly string[], limit = LOOK_OLDEST): Promise<WaitView> {
+  const oldest = await set.oldest(backend, limit);
+  const whole = oldest.length < limit;
+  const firstOf = new Map<string, WaitHead>();
+  for (const h of oldest) if (!firstOf.has(h.repository)) firstOf.set(h.repository, h);
+  const unseen = whole ? [] : repositories.filter((r) => !firstOf.has(r));
+  const more = unseen.length ? await set.headsOf(backend, unseen) : [];
+  return {
+    heads: [...repositories.flatMap((r) => firstOf.get(r) ?? []), ...more],
+    async next(repository, afterSeq) {
+      const found = oldest.find((h) => h.repository === repository && h.seq > afterSeq);
+      return found || whole ? found : set.next(backend, repository, afterSeq);
     },
   };
 }

@@ -57,6 +57,11 @@ export function rememberWaiting(set: WaitSet, seen: WaitingSeen, now: () => numb
       note(backend, found.length > 0);
       return found;
     },
+    async oldest(backend, limit) {
+      const found = await set.oldest(backend, limit);
+      note(backend, found.length > 0);
+      return found;
+    },
     async next(backend, repository, afterSeq) {
       const head = await set.next(backend, repository, afterSeq);
       if (head) seen.saw(backend, now());

@@ -102,6 +102,14 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
       set: {
         repositories: async () => (repositoriesRead++, heads.map((h) => h.repository)),
         headsOf: async () => (headsRead++, heads),
+        // The look reads the oldest jobs: here every one waiting, so that each next is found in it.
+        oldest: async (_backend: Backend, limit: number) => (
+          headsRead++,
+          queues
+            .flat()
+            .sort((a, b) => a.seq - b.seq)
+            .slice(0, limit)
+        ),
         next: async (_backend: Backend, repository: string, afterSeq: number) => (
           nextRead++,
           queues.find((q) => q[0]!.repository === repository)!.find((h) => h.seq > afterSeq)
@@ -186,6 +194,8 @@ describe("admitWaiting", () => {
     const room = world([], { queues, held: 2, capacity: 4 });
     expect(await admitWaiting(room.deps)).toBe(2);
     expect(room.tried).toEqual(["c-1", "c-2"]);
+    // c-2, c-1's next, came from the look at the oldest jobs: no request of its own.
+    expect([room.headsRead(), room.nextRead()]).toEqual([1, 0]);
     // c-1 holds its slot already (its first turn's pass died before taking it out): it fills none.
     const again = world([], { queues, held: 2, holding: ["c-1"], capacity: 4 });
     expect(await admitWaiting(again.deps)).toBe(2);

@@ -6,7 +6,7 @@ import { describe, expect, inject, it } from "vitest";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { isTurnMessage, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
+import { isTurnMessage, lookAt, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
 import { pullNoWait } from "../../src/nats/pull.ts";
 import type { Backend } from "../../src/nats/names.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
@@ -57,6 +57,34 @@ describe("the wait set", () => {
       expect(await waiting.next("pod", "a/mono", (await waiting.next("pod", "a/mono", a2!.seq))!.seq)).toBeUndefined();
       // A limit on the repositories looked at.
       expect(await headsOf(waiting, "pod", 1)).toHaveLength(1);
+    });
+  });
+
+  it("reads the oldest jobs of a backend whatever their repository, in order, up to the number asked; fewer when fewer wait; another backend's are not among them", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      expect(await waiting.oldest("pod", 4)).toEqual([]);
+      for (const [id, repo] of [
+        ["a1", "a/mono"],
+        ["b1", "b/fix"],
+        ["a2", "a/mono"],
+        ["c1", "constructor/app.v2"],
+        ["a3", "a/mono"],
+      ] as const)
+        await waiting.add("pod", entry(id, repo), "i1");
+      await waiting.add("vm", entry("v1", "a/mono"), "i1");
+      expect((await waiting.oldest("pod", 4)).map((h) => [h.id, h.repository])).toEqual([
+        ["a1", "a/mono"],
+        ["b1", "b/fix"],
+        ["a2", "a/mono"],
+        ["c1", "constructor/app.v2"],
+      ]);
+      const all = await waiting.oldest("pod", 32);
+      expect(all.map((h) => h.id)).toEqual(["a1", "b1", "a2", "c1", "a3"]);
+      // One look: the heads from the batch; a3 is a2's next, found in it.
+      const view = await lookAt(waiting, "pod", await waiting.repositories("pod", 64), 4);
+      expect(view.heads.map((h) => h.id).sort()).toEqual(["a1", "b1", "c1"]);
+      expect((await view.next("a/mono", all[2]!.seq))?.id).toBe("a3");
     });
   });
 

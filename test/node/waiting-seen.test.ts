@@ -3,56 +3,10 @@
 // never kept, and a removal forgets. Near misses: past the window, another backend, a put dropped
 // as a repeat, a read that found nobody, a read made while a removal was under way.
 import { describe, expect, it } from "vitest";
-import type { Backend } from "../../src/nats/names.ts";
-import type { WaitEntry, WaitHead, WaitSet } from "../../src/state/wait-set.ts";
+import { memoryWaitSet, waitEntry } from "../harness/memory-wait-set.ts";
 import { createWaitingSeen, rememberWaiting, WAITING_SEEN_MS } from "../../src/state/waiting-seen.ts";
 
-/** An in-memory wait set: entries by backend, every `any` counted. */
-function memoryWaitSet() {
-  let seq = 0;
-  const entries: { backend: Backend; head: WaitHead; msgId: string }[] = [];
-  const asked: Backend[] = [];
-  // As JetStream's duplicate window: a message id is known after its entry is gone.
-  const ids = new Set<string>();
-  let onRemove: () => Promise<void> = async () => undefined;
-  const set: WaitSet = {
-    async add(backend, entry, incarnation) {
-      const msgId = `wait-${entry.id}-${incarnation}`;
-      if (ids.has(msgId)) return false;
-      ids.add(msgId);
-      entries.push({ backend, head: { ...entry, seq: ++seq }, msgId });
-      return true;
-    },
-    async any(backend) {
-      asked.push(backend);
-      return entries.some((e) => e.backend === backend);
-    },
-    async repositories(backend, limit) {
-      return [...new Set(entries.filter((e) => e.backend === backend).map((e) => e.head.repository))].slice(0, limit);
-    },
-    async headsOf(backend, repositories) {
-      const heads = await Promise.all(repositories.map((r) => this.next(backend, r, 0)));
-      return heads.filter((h): h is WaitHead => h !== undefined);
-    },
-    async next(backend, repository, afterSeq) {
-      return entries.find((e) => e.backend === backend && e.head.repository === repository && e.head.seq > afterSeq)?.head;
-    },
-    async republish() {
-      return true;
-    },
-    async remove(s) {
-      await onRemove();
-      const i = entries.findIndex((e) => e.head.seq === s);
-      if (i >= 0) entries.splice(i, 1);
-    },
-    async counts() {
-      return new Map();
-    },
-  };
-  return { set, asked, entries, duringRemove: (fn: () => Promise<void>) => (onRemove = fn) };
-}
-
-const entry = (id: string, repository = "acme/app"): WaitEntry => ({ id, owner: repository.split("/")[0]!, repository, data: "" });
+const entry = waitEntry;
 
 function setUp() {
   const mem = memoryWaitSet();
