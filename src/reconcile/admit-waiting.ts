@@ -8,15 +8,13 @@ import { base64, fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
-import { lookAt, turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
+import { glanceAt, lookAt, turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 
-/** Repositories looked at per pass: the oldest job of each. */
-const HEADS = 64;
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
  * may have room for the next job, of another pool. A refusal by the backend itself ends the pass
@@ -45,12 +43,13 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
   // the wait set most often finds the backend full: one request too.
   const first = joined ? await deps.admission.holders(deps.backend) : undefined;
   if (first && full(first)) return 0;
-  const repositories = await w.set.repositories(deps.backend, HEADS);
-  if (!repositories.length) return 0;
+  // The oldest jobs waiting, in one request: most often every one, and then the heads of every
+  // repository, and each turn's next, come from it (lookAt).
+  const glance = await glanceAt(w.set, deps.backend);
+  if (!glance.oldest.length) return 0;
   const holders = first ?? (await deps.admission.holders(deps.backend));
   if (full(holders)) return 0;
-  // The heads from one read of the oldest jobs (lookAt), and each turn's next from it too.
-  const [view, counted] = await Promise.all([lookAt(w.set, deps.backend, repositories), heldNow(deps, [], holders)]);
+  const [view, counted] = await Promise.all([lookAt(w.set, deps.backend, glance), heldNow(deps, [], holders)]);
   let heads = view.heads;
   if (!heads.length) return 0;
   let shares: Shares = { ...counted, heads };

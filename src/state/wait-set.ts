@@ -123,31 +123,43 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
   };
 }
 
-/** What one look at the wait set found: the heads of the repositories asked for, and each one's next after a turn. */
+/** What one look at the wait set found: the heads of its repositories, and each one's next after a turn. */
 export interface WaitView {
   heads: WaitHead[];
   /** The next waiting job of `repository` after `afterSeq`: from the look where it holds it, else read. */
   next(repository: string, afterSeq: number): Promise<WaitHead | undefined>;
 }
 
-/** How many of the oldest waiting jobs one look reads (one request). */
+/** A first look: the `limit` oldest waiting jobs; `whole` when they were every job waiting. */
+export interface Glance {
+  oldest: WaitHead[];
+  whole: boolean;
+}
+
+/** How many of the oldest waiting jobs a look reads (one request), and how many repositories it lists when those are not all. */
 export const LOOK_OLDEST = 32;
+export const LOOK_REPOSITORIES = 64;
+
+/** The oldest waiting jobs (one request): an empty glance, nobody waits. */
+export async function glanceAt(set: WaitSet, backend: Backend, limit = LOOK_OLDEST): Promise<Glance> {
+  const oldest = await set.oldest(backend, limit);
+  return { oldest, whole: oldest.length < limit };
+}
 
 /**
- * Looks at the wait set: the `limit` oldest jobs in one request, then, only where those are not
- * all that wait, the head of each repository none of them is of (one request each). A batch
- * holds every entry up to its last sequence, so a repository's next found in it is its next; one
- * not found is read, unless the batch held every job waiting when it was read.
+ * The heads of every repository from a glance: where it held every job waiting, its first job of
+ * each repository, and nothing more is read; otherwise the repositories are listed too (one
+ * request), and the head of each one none of the glance's jobs is of is read (one request each).
+ * A batch holds every entry up to its last sequence, so a repository's next found in it is its
+ * next; one not found is read, unless the glance held every job waiting when it was read.
  */
-export async function lookAt(set: WaitSet, backend: Backend, repositories: readonly string[], limit = LOOK_OLDEST): Promise<WaitView> {
-  const oldest = await set.oldest(backend, limit);
-  const whole = oldest.length < limit;
+export async function lookAt(set: WaitSet, backend: Backend, { oldest, whole }: Glance): Promise<WaitView> {
   const firstOf = new Map<string, WaitHead>();
   for (const h of oldest) if (!firstOf.has(h.repository)) firstOf.set(h.repository, h);
-  const unseen = whole ? [] : repositories.filter((r) => !firstOf.has(r));
+  const unseen = whole ? [] : (await set.repositories(backend, LOOK_REPOSITORIES)).filter((r) => !firstOf.has(r));
   const more = unseen.length ? await set.headsOf(backend, unseen) : [];
   return {
-    heads: [...repositories.flatMap((r) => firstOf.get(r) ?? []), ...more],
+    heads: [...firstOf.values(), ...more],
     async next(repository, afterSeq) {
       const found = oldest.find((h) => h.repository === repository && h.seq > afterSeq);
       return found || whole ? found : set.next(backend, repository, afterSeq);

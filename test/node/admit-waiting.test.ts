@@ -55,6 +55,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
   const tried: string[] = [];
   const turns: string[] = [];
   let headsRead = 0;
+  let oldestRead = 0;
   let holdersRead = 0;
   let nextRead = 0;
   let repositoriesRead = 0;
@@ -104,7 +105,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
         headsOf: async () => (headsRead++, heads),
         // The look reads the oldest jobs: here every one waiting, so that each next is found in it.
         oldest: async (_backend: Backend, limit: number) => (
-          headsRead++,
+          oldestRead++,
           queues
             .flat()
             .sort((a, b) => a.seq - b.seq)
@@ -130,6 +131,7 @@ function world(refusals: Refusal[], opts: WorldOptions = {}) {
     manyRead,
     handedOn,
     headsRead: () => headsRead,
+    oldestRead: () => oldestRead,
     holdersRead: () => holdersRead,
     nextRead: () => nextRead,
     repositoriesRead: () => repositoriesRead,
@@ -157,13 +159,13 @@ describe("admitWaiting", () => {
   it("after its pass put a job in the wait set, reads the holders first: every slot held, it reads nothing more; near misses: a slot free, a pass that put none in", async () => {
     const joinedFull = world([], { held: 2, capacity: 2 });
     expect(await admitWaiting(joinedFull.deps, { joined: true })).toBe(0);
-    expect([joinedFull.holdersRead(), joinedFull.repositoriesRead()]).toEqual([1, 0]);
+    expect([joinedFull.holdersRead(), joinedFull.oldestRead()]).toEqual([1, 0]);
     const joinedRoom = world([], { held: 2, capacity: 3 });
     expect(await admitWaiting(joinedRoom.deps, { joined: true })).toBe(1);
-    expect([joinedRoom.holdersRead(), joinedRoom.repositoriesRead()]).toEqual([1, 1]);
+    expect([joinedRoom.holdersRead(), joinedRoom.oldestRead()]).toEqual([1, 1]);
     const full = world([], { held: 2, capacity: 2 });
     expect(await admitWaiting(full.deps)).toBe(0);
-    expect([full.holdersRead(), full.repositoriesRead()]).toEqual([1, 1]);
+    expect([full.holdersRead(), full.oldestRead()]).toEqual([1, 1]);
   });
 
   it("stops at a backend's refusal: the slot freed after it is not given to the next repository", async () => {
@@ -194,8 +196,8 @@ describe("admitWaiting", () => {
     const room = world([], { queues, held: 2, capacity: 4 });
     expect(await admitWaiting(room.deps)).toBe(2);
     expect(room.tried).toEqual(["c-1", "c-2"]);
-    // c-2, c-1's next, came from the look at the oldest jobs: no request of its own.
-    expect([room.headsRead(), room.nextRead()]).toEqual([1, 0]);
+    // Every head, and c-2 (c-1's next), came from the glance at the oldest jobs: no request of their own.
+    expect([room.oldestRead(), room.repositoriesRead(), room.headsRead(), room.nextRead()]).toEqual([1, 0, 0, 0]);
     // c-1 holds its slot already (its first turn's pass died before taking it out): it fills none.
     const again = world([], { queues, held: 2, holding: ["c-1"], capacity: 4 });
     expect(await admitWaiting(again.deps)).toBe(2);

@@ -1,10 +1,10 @@
-// One look at the wait set (lookAt): the heads of every repository from one read of the oldest
-// jobs, and each turn's next from the same read where it holds it. Over an in-memory wait set
-// that names each request. Near misses: a repository whose oldest job is past the batch (read on
-// its own), a repository gone since it was listed (not read when the batch held everyone), a next
-// past a full batch (read), no next after a batch that held everyone (not read).
+// One look at the wait set (glanceAt, lookAt): the heads of every repository from one read of the
+// oldest jobs, and each turn's next from the same read where it holds it. Over an in-memory wait
+// set that names each request. Near misses: a glance that did not hold every job (the repositories
+// listed, and one whose oldest job is past it read on its own), a next past a full glance (read),
+// no next after a glance that held everyone (not read).
 import { describe, expect, it } from "vitest";
-import { lookAt } from "../../src/state/wait-set.ts";
+import { glanceAt, lookAt } from "../../src/state/wait-set.ts";
 import { memoryWaitSet, waitEntry } from "../harness/memory-wait-set.ts";
 
 async function filled(jobs: [string, string][]) {
@@ -21,28 +21,37 @@ describe("a look at the wait set", () => {
       ["a2", "a/one"],
       ["c1", "c/three"],
     ]);
-    const view = await lookAt(mem.set, "pod", ["a/one", "b/two", "c/three"], 8);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 8));
     expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1", "c1"]);
     expect(mem.calls).toEqual(["oldest 8"]);
   });
 
-  it("near miss: a repository whose oldest job is past a full batch is read on its own", async () => {
+  it("near miss: a glance that did not hold every job lists the repositories, and reads the head of one whose oldest is past it", async () => {
     const mem = await filled([
       ["a1", "a/mono"],
       ["a2", "a/mono"],
       ["a3", "a/mono"],
       ["b1", "b/fix"],
     ]);
-    const view = await lookAt(mem.set, "pod", ["a/mono", "b/fix"], 3);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
     expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1"]);
-    expect(mem.calls).toEqual(["oldest 3", "headsOf b/fix"]);
+    expect(mem.calls).toEqual(["oldest 3", "repositories", "headsOf b/fix"]);
   });
 
-  it("near miss: a repository listed but gone since is not read when the batch held every job", async () => {
-    const mem = await filled([["a1", "a/one"]]);
-    const view = await lookAt(mem.set, "pod", ["a/one", "b/gone"], 8);
-    expect(view.heads.map((h) => h.id)).toEqual(["a1"]);
-    expect(mem.calls).toEqual(["oldest 8"]);
+  it("near miss: a glance whose every repository's head it holds, though it did not hold every job, reads none on its own", async () => {
+    const mem = await filled([
+      ["a1", "a/one"],
+      ["b1", "b/two"],
+      ["a2", "a/one"],
+    ]);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 2));
+    expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1"]);
+    expect(mem.calls).toEqual(["oldest 2", "repositories"]);
+  });
+
+  it("a glance that found nobody is empty, and whole", async () => {
+    const mem = memoryWaitSet();
+    expect(await glanceAt(mem.set, "pod")).toEqual({ oldest: [], whole: true });
   });
 
   it("a turn's next comes from the batch where it holds it, with no request", async () => {
@@ -52,10 +61,10 @@ describe("a look at the wait set", () => {
       ["a2", "a/one"],
       ["a3", "a/one"],
     ]);
-    const view = await lookAt(mem.set, "pod", ["a/one", "b/two"], 3);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
     const [a1] = view.heads;
     expect((await view.next("a/one", a1!.seq))?.id).toBe("a2");
-    expect(mem.calls).toEqual(["oldest 3"]);
+    expect(mem.calls).toEqual(["oldest 3", "repositories"]);
   });
 
   it("near miss: a next past a full batch is read", async () => {
@@ -65,9 +74,9 @@ describe("a look at the wait set", () => {
       ["b2", "b/two"],
       ["a2", "a/one"],
     ]);
-    const view = await lookAt(mem.set, "pod", ["a/one", "b/two"], 3);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
     expect((await view.next("a/one", view.heads[0]!.seq))?.id).toBe("a2");
-    expect(mem.calls).toEqual(["oldest 3", "next a/one"]);
+    expect(mem.calls).toEqual(["oldest 3", "repositories", "next a/one"]);
   });
 
   it("near miss: after a batch that held every job, a repository with no more has no next, and nothing is read", async () => {
@@ -75,7 +84,7 @@ describe("a look at the wait set", () => {
       ["a1", "a/one"],
       ["b1", "b/two"],
     ]);
-    const view = await lookAt(mem.set, "pod", ["a/one", "b/two"], 8);
+    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 8));
     expect(await view.next("a/one", view.heads[0]!.seq)).toBeUndefined();
     expect(mem.calls).toEqual(["oldest 8"]);
   });

@@ -6,7 +6,7 @@ import { describe, expect, inject, it } from "vitest";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { isTurnMessage, lookAt, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
+import { glanceAt, isTurnMessage, lookAt, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
 import { pullNoWait } from "../../src/nats/pull.ts";
 import type { Backend } from "../../src/nats/names.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
@@ -82,7 +82,7 @@ describe("the wait set", () => {
       const all = await waiting.oldest("pod", 32);
       expect(all.map((h) => h.id)).toEqual(["a1", "b1", "a2", "c1", "a3"]);
       // One look: the heads from the batch; a3 is a2's next, found in it.
-      const view = await lookAt(waiting, "pod", await waiting.repositories("pod", 64), 4);
+      const view = await lookAt(waiting, "pod", await glanceAt(waiting, "pod", 4));
       expect(view.heads.map((h) => h.id).sort()).toEqual(["a1", "b1", "c1"]);
       expect((await view.next("a/mono", all[2]!.seq))?.id).toBe("a3");
     });
