@@ -17,7 +17,11 @@ export const turnMessageId = (id: string, seq: number) => `${id}.turn-${seq}`;
 /** Whether a delivery is of a turn's message (an id named like one is mistaken for it: it asks later, not otherwise). */
 export const isTurnMessage = (msgId: string | undefined) => msgId !== undefined && /\.turn-\d+$/.test(msgId);
 
-/** A wait entry holds an assignment of at most 64 KiB (base64): the bytes asked for with `oldest`'s batch are bounded by it. */
+/**
+ * The bytes `oldest` asks for: well above what its batch can hold (an entry carries one assignment
+ * of at most MAX_ASSIGNMENT_BYTES, in base64), so that a batch shorter than asked is never one the
+ * server cut short: it held every job waiting.
+ */
 const OLDEST_MAX_BYTES = 8 << 20;
 
 /** A waiting job, as kept: its assignment (as published), and whose it is (lower case). */

@@ -5,6 +5,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { consumerName } from "../../src/nats/names.ts";
+import { MAX_ASSIGNMENT_BYTES } from "../../src/model/assignment.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { glanceAt, isTurnMessage, lookAt, turnMessageId, type WaitSet } from "../../src/state/wait-set.ts";
 import { pullNoWait } from "../../src/nats/pull.ts";
@@ -85,6 +86,17 @@ describe("the wait set", () => {
       const view = await lookAt(waiting, "pod", await glanceAt(waiting, "pod", 4));
       expect(view.heads.map((h) => h.id).sort()).toEqual(["a1", "b1", "c1"]);
       expect((await view.next("a/mono", all[2]!.seq))?.id).toBe("a3");
+    });
+  });
+
+  it("a glance at the oldest jobs is never cut short by their size: entries of the largest assignment, one more than asked for", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      const data = btoa("x".repeat(MAX_ASSIGNMENT_BYTES));
+      for (let i = 0; i < 33; i++) await waiting.add("pod", { ...entry(`big-${i}`, `r/${i % 3}`), data }, "i1");
+      const glance = await glanceAt(waiting, "pod", 32);
+      expect([glance.oldest.length, glance.whole]).toEqual([32, false]);
+      expect((await waiting.oldest("pod", 40)).length).toBe(33);
     });
   });
 
