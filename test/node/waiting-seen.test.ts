@@ -97,4 +97,17 @@ describe("what the isolate saw of the wait set", () => {
     expect(await t.waiting.any("pod")).toBe(false);
     expect(t.asked).toEqual(["pod"]);
   });
+
+  it("a glance at the oldest jobs that found nobody is a no; one that found some is a yes", async () => {
+    const t = setUp();
+    await t.set.add("pod", entry("a"), "i1");
+    expect(await t.waiting.oldest("pod", 32)).toHaveLength(1);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual([]);
+    // Another isolate gives it its turn; this one's glance finds nobody, and forgets.
+    t.entries.splice(0);
+    expect(await t.waiting.oldest("pod", 32)).toEqual([]);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
+  });
 });
