@@ -7,6 +7,9 @@ import { describe, expect, it } from "vitest";
 import { glanceAt, lookAt } from "../../src/state/wait-set.ts";
 import { memoryWaitSet, waitEntry } from "../harness/memory-wait-set.ts";
 
+/** A glance at the `limit` oldest jobs of pod, and the look from it: as admitWaiting takes them. */
+const look = async (mem: ReturnType<typeof memoryWaitSet>, limit: number) => lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", limit));
+
 async function filled(jobs: [string, string][]) {
   const mem = memoryWaitSet();
   for (const [id, repository] of jobs) await mem.set.add("pod", waitEntry(id, repository), "i1");
@@ -21,7 +24,7 @@ describe("a look at the wait set", () => {
       ["a2", "a/one"],
       ["c1", "c/three"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 8));
+    const view = await look(mem, 8);
     expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1", "c1"]);
     expect(mem.calls).toEqual(["oldest 8"]);
   });
@@ -33,7 +36,7 @@ describe("a look at the wait set", () => {
       ["a3", "a/mono"],
       ["b1", "b/fix"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
+    const view = await look(mem, 3);
     expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1"]);
     expect(mem.calls).toEqual(["oldest 3", "repositories", "headsOf b/fix"]);
   });
@@ -44,7 +47,7 @@ describe("a look at the wait set", () => {
       ["b1", "b/two"],
       ["a2", "a/one"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 2));
+    const view = await look(mem, 2);
     expect(view.heads.map((h) => h.id)).toEqual(["a1", "b1"]);
     expect(mem.calls).toEqual(["oldest 2", "repositories"]);
   });
@@ -61,7 +64,7 @@ describe("a look at the wait set", () => {
       ["a2", "a/one"],
       ["a3", "a/one"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
+    const view = await look(mem, 3);
     const [a1] = view.heads;
     expect((await view.next("a/one", a1!.seq))?.id).toBe("a2");
     expect(mem.calls).toEqual(["oldest 3", "repositories"]);
@@ -74,7 +77,7 @@ describe("a look at the wait set", () => {
       ["b2", "b/two"],
       ["a2", "a/one"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 3));
+    const view = await look(mem, 3);
     expect((await view.next("a/one", view.heads[0]!.seq))?.id).toBe("a2");
     expect(mem.calls).toEqual(["oldest 3", "repositories", "next a/one"]);
   });
@@ -84,7 +87,7 @@ describe("a look at the wait set", () => {
       ["a1", "a/one"],
       ["b1", "b/two"],
     ]);
-    const view = await lookAt(mem.set, "pod", await glanceAt(mem.set, "pod", 8));
+    const view = await look(mem, 8);
     expect(await view.next("a/one", view.heads[0]!.seq)).toBeUndefined();
     expect(mem.calls).toEqual(["oldest 8"]);
   });
