@@ -33,6 +33,7 @@ import { withQuotaRelease } from "../quotas/limits.ts";
 import { createQuotaLedger } from "../state/quota-ledger.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
 import { processDeps } from "./process-deps.ts";
+import { messageAt } from "../nats/pull.ts";
 
 export { waitingCapacity } from "./process-deps.ts";
 
@@ -212,7 +213,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       return dispatcher.withState((state, handle) =>
         Promise.all(
           targets.map((b) =>
-            reconcileBackend(handle, processDeps(dispatcher, state, b.backend), {
+            reconcileBackend(handle, processDeps(dispatcher, state, b.backend, (subject, data) => messageAt(handle.nc, subject, data)), {
               stream: config.stream,
               batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
               ...(eager ? { untilNew: { maxPulls: EAGER_MAX_PULLS } } : {}),

@@ -8,6 +8,7 @@ import { releaseRunner } from "../domain/teardown.ts";
 import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
 import { hasLimits, shareRules } from "../quotas/config.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
+import type { DeliveredMessage } from "../nats/pull.ts";
 
 /**
  * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
@@ -18,7 +19,7 @@ export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, back
 }
 
 /** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */
-export function processDeps(d: Dispatcher, state: State, backend: Backend): ProcessDeps {
+export function processDeps(d: Dispatcher, state: State, backend: Backend, held: (ackSubject: string, data: Uint8Array) => DeliveredMessage): ProcessDeps {
   let warm: Promise<Map<string, number>> | undefined;
   const promised = new Map<string, number>();
   return {
@@ -53,6 +54,7 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend): Proc
             rules: shareRules(d.config.quotas),
             ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
             ...waitingCapacity(d.config, backend),
+            held,
           },
         }
       : {}),

@@ -56,10 +56,11 @@ export interface LayoutConfig {
  * it, and a job that spills from its backend's pools to another backend's waits in its first
  * backend's consumer: with pools on several backends, every backend's capacity together.
  *
- * With fair share, FAIR_SHARE_WINDOW more: admission is exact through the slots streams, and a job
- * that finds no slot is acked into the wait set, so the window bounds no runner. At the capacity
- * alone, the messages of runners still booting would fill it, and the jobs behind them would stay
- * in the stream, unseen: a slot freed then would go to the next in stream order, whoever waits.
+ * With fair share, FAIR_SHARE_WINDOW more: admission is exact through the slots streams, so the
+ * window bounds no runner. A job that finds no slot waits in the wait set with its message held
+ * (nak'd for a long while, reconcile/give-turn.ts), out but unacked: the window is how many jobs
+ * can wait their turn at once. Jobs past it stay in the stream, unseen, until some leave; they
+ * come in stream order then.
  */
 export function consumerLimit(cfg: LayoutConfig, backend: Backend): number {
   const own = cfg.backends.find((b) => b.backend === backend)?.capacity ?? 0;
@@ -68,8 +69,8 @@ export function consumerLimit(cfg: LayoutConfig, backend: Backend): number {
   return cfg.fairShare ? slots + FAIR_SHARE_WINDOW : slots;
 }
 
-/** Messages a fair-share consumer hands out beyond its slots: more than a pass pulls in its budget. */
-export const FAIR_SHARE_WINDOW = 1_000;
+/** Messages a fair-share consumer hands out beyond its slots: the jobs that may wait their turn at once. */
+export const FAIR_SHARE_WINDOW = 10_000;
 
 export function desiredConsumer(cfg: LayoutConfig, backend: Backend) {
   return {

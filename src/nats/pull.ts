@@ -28,12 +28,19 @@ export const PULL_EXPIRES_MS = 100;
 const encoder = new TextEncoder();
 
 export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
-  const reply = m.reply ?? "";
-  const info = parseAckSubject(reply);
   const msgId = m.headers?.get("Nats-Msg-Id");
+  return { ...messageAt(nc, m.reply ?? "", m.data), ...(msgId ? { msgId } : {}) };
+}
+
+/**
+ * A delivery known by its ack subject, from any connection: a waiting job's message that a pass
+ * gives its turn to (reconcile/give-turn.ts). Acks and terms reach it by the stream sequence in the
+ * subject, whichever delivery it names; a nak only while that delivery is the latest.
+ */
+export function messageAt(nc: NatsConnection, reply: string, data: Uint8Array): DeliveredMessage {
+  const info = parseAckSubject(reply);
   return {
-    data: m.data,
-    ...(msgId ? { msgId } : {}),
+    data,
     seq: info.seq,
     deliveryCount: info.deliveryCount,
     ackSubject: reply,

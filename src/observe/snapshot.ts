@@ -80,7 +80,8 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
             ackPending: consumer.num_ack_pending,
             redelivered: consumer.num_redelivered,
             // A slot holder not yet claimed still has its message out; every other one out is waiting.
-            waitingForCapacity: Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim),
+            // With fair share those are the wait set's, counted below: their messages are held.
+            waitingForCapacity: d.config.fairShare ? 0 : Math.max(0, consumer.num_ack_pending - pendingAtBackend - readyForClaim),
             pendingAtBackend,
             readyForClaim,
             running: inState("claimed"),

@@ -1,19 +1,23 @@
 // Giving free slots to waiting jobs, by turn (fair share): while the pass's backend has room, the
-// job whose turn it is (fair-share.ts) is marked chosen, admitted, and its assignment published to
-// the consumer again; only then is it taken out of the wait set. A pass that dies between two
-// steps leaves it in the wait set, and the next pass repeats them: the mark and the slot are
-// idempotent, and the publish carries one message id per entry, which JetStream keeps once.
+// job whose turn it is (fair-share.ts) takes a slot. A job whose message is held (its entry says
+// where) has its runner asked for by this pass (give-turn.ts). One whose message was acked (an
+// entry from before the hold) is marked chosen in its record, admitted, and its assignment
+// published to the consumer again; only then is it taken out of the wait set. A pass that dies
+// between two steps leaves it in the wait set, and the next pass repeats them: the mark and the
+// slot are idempotent, and the publish carries one message id per entry, which JetStream keeps once.
 import { decodeAssignment } from "../model/assignment.ts";
-import { base64, fromBase64 } from "../model/crypto.ts";
+import { fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { placesOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
-import { glanceAt, lookAt, turnMessageId, type WaitEntry, type WaitHead } from "../state/wait-set.ts";
+import { glanceAt, lookAt, turnMessageId, type WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
+import type { Versioned } from "../state/kv.ts";
 import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
+import { giveHeldTurn, isHeld, type Finish, type TurnOutcome } from "./give-turn.ts";
 
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
@@ -23,17 +27,22 @@ import { releaseQuota, takeQuota } from "../quotas/limits.ts";
  */
 const FULL_IN_A_ROW = 3;
 
-/** What the wait set keeps of a delivery that waits. */
-export function waitEntryOf(p: Prepared): WaitEntry {
-  const at = whoseJob(p.assignment?.job?.repository);
-  return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: base64(p.msg.data) };
+export interface TurnOptions {
+  /** The pass put a job in the wait set, so somebody waits: the holders are read first. */
+  joined?: boolean;
+  /** The pass's budget: a held job's runner is not asked for past it. */
+  deadline?: number;
+  /**
+   * Counts the turns whose assignment was published again (the pass's next round pulls them), and
+   * says whether the turns filled the backend (a slot freed since starts a pass of its own).
+   */
+  told?: { republished: number; filled?: boolean };
+  /** How a held job's runner is asked for (process.ts's finishMessage); without it, held jobs get no turn. */
+  finish?: Finish;
 }
 
-/**
- * Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. `joined`:
- * the pass put a job in the wait set, so somebody waits, and the holders are read first.
- */
-export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): Promise<number> {
+/** Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
+export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline = Infinity, told, finish }: TurnOptions = {}): Promise<number> {
   const w = deps.waiting;
   if (!w) return 0;
   // A full backend has no turn to give: the release that frees a slot starts a pass of its own
@@ -49,10 +58,34 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
   if (!glance.oldest.length) return 0;
   const holders = first ?? (await deps.admission.holders(deps.backend));
   if (full(holders)) return 0;
-  const [view, counted] = await Promise.all([lookAt(w.set, deps.backend, glance), heldNow(deps, [], holders)]);
-  let heads = view.heads;
+  // The records of the held jobs among them are read with the holders' (one request): a turn
+  // starts from its record as the store has it.
+  const [view, { read, ...counted }] = await Promise.all([
+    lookAt(w.set, deps.backend, glance),
+    heldNow(deps, [], holders, glance.oldest.filter(isHeld).map((h) => h.id)),
+  ]);
+  const heads = view.heads;
   if (!heads.length) return 0;
-  let shares: Shares = { ...counted, heads };
+  const started: Promise<void>[] = [];
+  try {
+    return await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, { deadline, started, told, read, finish });
+  } finally {
+    await Promise.all(started);
+  }
+}
+
+/** The turn loop: picks whose turn it is while the backend has room. */
+async function giveTurns(
+  deps: ProcessDeps,
+  w: WaitingDeps,
+  view: { next(repository: string, afterSeq: number): Promise<WaitHead | undefined> },
+  start: Shares,
+  firstHeads: WaitHead[],
+  holders: string[],
+  opts: { deadline: number; started: Promise<void>[]; told: TurnOptions["told"]; read: Map<string, Versioned<AssignmentRecord>>; finish: Finish | undefined },
+): Promise<number> {
+  let shares = start;
+  let heads = firstHeads;
   let given = 0;
   let refused = 0;
   let held = holders.length;
@@ -60,7 +93,13 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
     const next = pickNext(shares, w.rules);
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
-    const outcome = await giveTurn(deps, w, head);
+    const outcome: TurnOutcome = !isHeld(head)
+      ? await giveTurn(deps, w, head)
+      : opts.finish
+        ? await giveHeldTurn(deps, w, head, opts.read.get(head.id) ?? (await deps.records.getMany([head.id])).get(head.id) ?? null, { ...opts, finish: opts.finish })
+        : "full";
+    if (outcome === "admitted" && !isHeld(head) && opts.told) opts.told.republished++;
+    if (outcome === "backend_full" && opts.told) opts.told.filled = true;
     if (outcome === "backend_full" || (outcome === "full" && ++refused >= FULL_IN_A_ROW)) break;
     if (outcome !== "full") refused = 0;
     // At a QUOTAS limit the pick thought it was under (another pass took the place), or its pool
@@ -74,6 +113,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
     if (outcome === "admitted" && w.capacity !== undefined && held >= w.capacity) {
       // Every slot the holders' read left is given: a slot freed since starts a round of its own
       // (its release's pass asks this one for it), which reads the holders again.
+      if (opts.told) opts.told.filled = true;
       given++;
       break;
     }
@@ -85,7 +125,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false } = {}): 
   return given;
 }
 
-async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<"admitted" | "gone" | "full" | "backend_full" | "limited"> {
+async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<TurnOutcome> {
   const data = fromBase64(head.data);
   const decoded = decodeAssignment(data, deps.trustDomain);
   // Marked by compare-and-set, first at the revision this isolate knows (it marked the job waiting,
@@ -141,17 +181,24 @@ export const needsTurn = (r: Pick<AssignmentRecord, "chosen" | "state">) => !r.c
  * requests; one when the holders are known). A record this isolate keeps is not read again: whose
  * job a record is never changes.
  */
-export async function heldNow(deps: Pick<ProcessDeps, "admission" | "records" | "backend">, heads: WaitHead[], known?: string[]): Promise<Shares> {
+export async function heldNow(
+  deps: Pick<ProcessDeps, "admission" | "records" | "backend">,
+  heads: WaitHead[],
+  known?: string[],
+  /** Records read in the same request, returned as `read`. */
+  alsoRead: readonly string[] = [],
+): Promise<Shares & { read: Map<string, Versioned<AssignmentRecord>> }> {
   const holders = known ?? (await deps.admission.holders(deps.backend));
   const kept = deps.records.kept(holders);
   const unknown = holders.filter((id) => !kept.has(id));
-  const read = unknown.length ? await deps.records.getMany(unknown) : new Map<string, { value: AssignmentRecord }>();
+  const asked = [...new Set([...unknown, ...alsoRead])];
+  const read = asked.length ? await deps.records.getMany(asked) : new Map<string, Versioned<AssignmentRecord>>();
   const heldByOwner = new Map<string, number>();
   const heldByRepository = new Map<string, number>();
-  for (const value of [...kept.values(), ...[...read.values()].map((v) => v.value)]) {
+  for (const value of [...kept.values(), ...unknown.flatMap((id) => read.get(id)?.value ?? [])]) {
     const at = whoseJob(jobRepository(value));
     heldByOwner.set(at.owner, (heldByOwner.get(at.owner) ?? 0) + 1);
     heldByRepository.set(at.repository, (heldByRepository.get(at.repository) ?? 0) + 1);
   }
-  return { heads, heldByOwner, heldByRepository };
+  return { heads, heldByOwner, heldByRepository, read };
 }

@@ -31,6 +31,8 @@ export interface Facts {
   warmGraceMs?: number;
   /** Epoch ms its runner was first asked of the backend, this attempt (from the record). */
   askedAt?: number;
+  /** How long ago its record was made (its job queued here): how long its message is held while it waits. */
+  waitedMs?: number;
   /** Runners asked for it before that did not boot in time (from the record). */
   bootAttempts?: number;
 }
@@ -89,6 +91,22 @@ export function claimWaitDelay(waitedMs: number): number {
 const MAX_CLAIM_WAIT_DELAY_MS = 30_000;
 
 /**
+ * How long a job that waits in the wait set keeps its message out (a nak with this delay): its
+ * turn is given by a pass, which asks for its runner itself, and the claim acks the message; it
+ * comes back only when nobody did, to be looked at as any redelivery is. Half the time waited so
+ * far, from 30 s to 5 min, spread by a fifth either way: a long wait costs a delivery every 5
+ * minutes at most, and MaxDeliver (1000) is reached after days, not hours. RETRY_DELAY_MS does
+ * not shorten it: this is no retry.
+ */
+export function waitHoldDelay(waitedMs = 0, jitter = 0.5): number {
+  const base = Math.min(MAX_WAIT_HOLD_MS, Math.max(MIN_WAIT_HOLD_MS, Math.floor(waitedMs / 2)));
+  return Math.round(base * (0.8 + 0.4 * Math.min(Math.max(jitter, 0), 1)));
+}
+
+export const MIN_WAIT_HOLD_MS = 30_000;
+const MAX_WAIT_HOLD_MS = 5 * 60_000;
+
+/**
  * The nak delay of an assignment waiting for capacity: 1 to 3 s, 2 s on average. A burst of
  * assignments is refused together; with one delay for all, they would come back together, and
  * a slot freed just after they did would sit idle until the next round. Spread out, one of them
@@ -115,10 +133,11 @@ export function decide(f: Facts, p: Policy): Step {
   // Exact, not RETRY_DELAY_MS: the grace is measured against the warm runners' fetch interval.
   if (f.warmGraceMs !== undefined && f.warmGraceMs > 0 && f.admitted === undefined) return verdict({ kind: "nak", delayMs: f.warmGraceMs }, ["warm_grace"]);
   if (f.admitted === undefined) return { next: "admit" };
-  // Its assignment is kept in the wait set before the message is acked: a pass with a free slot
-  // publishes it again when its turn comes (quotas/admit-waiting.ts).
-  if (!f.admitted && f.waitSet && f.quota) return verdict({ kind: "ack" }, ["quota_wait"], ["enter_wait_set", "mark_quota_wait"]);
-  if (!f.admitted && f.waitSet) return verdict({ kind: "ack" }, ["capacity_wait"], ["enter_wait_set", "mark_waiting"]);
+  // Its assignment is kept in the wait set, with where its message is held: a pass with a free slot
+  // asks for its runner when its turn comes (reconcile/give-turn.ts), and the claim acks it.
+  const hold: Action = { kind: "nak", delayMs: waitHoldDelay(f.waitedMs, f.jitter) };
+  if (!f.admitted && f.waitSet && f.quota) return verdict(hold, ["quota_wait"], ["enter_wait_set", "mark_quota_wait"]);
+  if (!f.admitted && f.waitSet) return verdict(hold, ["capacity_wait"], ["enter_wait_set", "mark_waiting"]);
   if (!f.admitted) return verdict(nak(capacityWaitDelay(f.jitter)), ["capacity_wait"], ["mark_waiting"]);
   // A runner the backend reported ready is left alone until its claim timeout, as the reference's
   // WaitClaimed does: asking again would cost a backend call per delivery, and one failed call

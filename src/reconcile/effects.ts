@@ -4,7 +4,9 @@ import type { Effect } from "./decide.ts";
 import { isWaiting, type In, type Waiting } from "../state/transitions.ts";
 import { isRetryable } from "../state/kv.ts";
 import { incarnationOf, type AssignmentRecord, type RecordStore, type RunnerRef } from "../state/records.ts";
-import { waitEntryOf } from "./admit-waiting.ts";
+import { whoseJob } from "../quotas/config.ts";
+import { base64 } from "../model/crypto.ts";
+import type { WaitEntry } from "../state/wait-set.ts";
 import { placeOf } from "./pool-facts.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
@@ -69,6 +71,12 @@ export async function applyEffects(
       });
   }
   return after;
+}
+
+/** What the wait set keeps of a delivery that waits: its assignment, whose it is, and where its message is held. */
+export function waitEntryOf(p: Prepared): WaitEntry {
+  const at = whoseJob(p.assignment?.job?.repository);
+  return { id: p.assignment!.id, owner: at.owner, repository: at.repository, data: base64(p.msg.data), ack: p.msg.ackSubject };
 }
 
 /** How long a pass keeps trying to store a new runner registration (a JetStream leader election). */

@@ -62,6 +62,7 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
       readyAt: r.readyAt ? Date.parse(r.readyAt) : undefined,
       askedAt: r.askedAt ? Date.parse(r.askedAt) : undefined,
       bootAttempts: r.bootAttempts,
+      waitedMs: Math.max(0, p.facts.now - Date.parse(r.receivedAt)),
     });
   });
   await eachAlone(

@@ -70,13 +70,15 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
   // elsewhere starts a pass of its own (admission.release says so whenever anybody waits), and the
   // gateway runs a release's pass asked for while this one runs as a round with no `untilNew`.
   const turnsOnlyIfChanged = opts.newJobs === true && opts.untilNew !== undefined;
-  // With fair share, a round of pulls ends by giving free slots to waiting jobs by turn; their
-  // assignments, published again, are what the next round pulls.
+  // With fair share, a round of pulls ends by giving free slots to waiting jobs by turn. A held
+  // job's runner is asked for by the turn itself; the assignments of jobs from before the hold,
+  // published again, are what the next round pulls.
+  let pull = true;
   for (let round = 0; round <= MAX_TURN_ROUNDS; round++) {
     pulls = 0;
     let changed = false;
     let joined = false;
-    while (deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
+    while (pull && deps.now() < opts.deadline && pulls++ < (opts.untilNew?.maxPulls ?? Infinity)) {
       const wait = Math.max(0, waitUntil - deps.now());
       // A waiting pull returns once its batch is full or it expires: with a batch of one it returns
       // at the first message, which may be a new assignment that must not wait for the rest of the
@@ -116,15 +118,19 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     // A round after turns were given looks again, as any pass does: the last look may have stopped
     // at the heads it read (64 repositories), with slots left.
     if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && round === 0 && !changed)) break;
+    const told: { republished: number; filled?: boolean } = { republished: 0 };
     const given = await gateTurns(
       `${deps.waiting.stream}/${deps.backend}`,
-      () => admitWaiting(deps, { joined }),
+      () => admitWaiting(deps, { joined, deadline: opts.deadline, told, finish: finishMessage }),
       () => deps.now() < opts.deadline,
     ).catch((err: unknown) => {
       deps.sink.error("giving turns failed", { backend: deps.backend, reason: (err as Error).message });
       return 0;
     });
-    if (!given) break;
+    // Only a turn published again has a message to pull. Turns that filled the backend leave no
+    // turn for another look: a slot freed since starts a pass of its own.
+    if (!given || (told.filled && !told.republished)) break;
+    pull = told.republished > 0;
   }
   await holdForClaims(deps, held, summary).catch((err) => {
     deps.sink.error("holding for claims failed", { backend: deps.backend, reason: (err as Error).message });

@@ -25,6 +25,8 @@ export interface WaitingDeps {
    * slot held gives no turn, without reading the heads (a job that spills could run elsewhere).
    */
   capacity?: number;
+  /** The message a waiting job's delivery left held, by its ack subject: its turn acks or terms it from here. */
+  held(ackSubject: string, data: Uint8Array): DeliveredMessage;
 }
 
 export type { PreparedRequest };

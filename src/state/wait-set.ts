@@ -29,8 +29,14 @@ export interface WaitEntry {
   id: string;
   owner: string;
   repository: string;
-  /** The assignment message's data, base64: published again, unchanged, when its turn comes. */
+  /** The assignment message's data, base64: what its turn asks a runner for. */
   data: string;
+  /**
+   * Where its message is held (the delivery's ack subject): its turn asks for its runner and the
+   * claim acks this (reconcile/give-turn.ts). Absent from entries of jobs whose message was acked
+   * (before the hold): their assignment is published again at their turn.
+   */
+  ack?: string;
 }
 
 /** A waiting job at the head of its repository: `seq` orders the wait set. */

@@ -82,22 +82,24 @@ describe("a claim's ack", () => {
     expect(after).toMatchObject({ fetched: 0 });
   });
 
-  it("with fair share, names the turn's republished message, not the first one the wait set took", async () => {
+  it("with fair share, names the message its wait held: the turn asks for its runner from the pass, and nothing is published again", async () => {
     const { env, d } = await scene({ FAIR_SHARE: "on", CAPACITY_POD: 1 }, true);
     await publishAssignment(d, job("t1", 1));
     await publishAssignment(d, job("t2", 2, "b/fix"));
     await d.reconcile("test", PASS_BUDGET_MS);
     expect(await recordOf(d, "t2")).toMatchObject({ state: "capacity_wait" });
     expect((await recordOf(d, "t2"))!.askedBy).toBeUndefined();
+    // t2's message is held (out, not acked) while it waits.
+    expect(await streamState(env)).toMatchObject({ messages: 2, ackPending: 2 });
     await claimAssignment(d, "t1");
     await completeAssignmentRun(d, "t1");
-    // The completion's pass gives t2 its turn (its message published again), the next asks for its runner.
+    // The completion's pass gives t2 its turn and asks for its runner itself.
     await d.reconcile("release", PASS_BUDGET_MS);
-    await d.reconcile("test", PASS_BUDGET_MS);
     const t2 = (await recordOf(d, "t2"))!;
-    expect(t2).toMatchObject({ state: "backend_ready", chosen: true });
-    expect(parseAckSubject(t2.askedBy!).seq).toBeGreaterThan(2);
-    expect(await streamState(env)).toMatchObject({ ackPending: 1 });
+    expect(t2).toMatchObject({ state: "backend_ready" });
+    expect(t2.chosen).toBeUndefined();
+    expect(parseAckSubject(t2.askedBy!).seq).toBe(2);
+    expect(await streamState(env)).toEqual({ messages: 1, ackPending: 1, pending: 0 });
     expect(await claimAssignment(d, "t2")).toMatchObject({ held: true });
     expect(await streamState(env)).toEqual({ messages: 0, ackPending: 0, pending: 0 });
   });
