@@ -213,16 +213,20 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       return dispatcher.withState((state, handle) =>
         Promise.all(
           targets.map((b) =>
-            reconcileBackend(handle, processDeps(dispatcher, state, b.backend, (subject, data) => messageAt(handle.nc, subject, data)), {
-              stream: config.stream,
-              batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
-              ...(eager ? { untilNew: { maxPulls: EAGER_MAX_PULLS } } : {}),
-              newJobs: NEW_JOB_TRIGGERS.has(trigger),
-              deadline,
-              trigger,
-              ...(firstPullWaitMs ? { firstPullWaitMs } : {}),
-              holdClaims: holdClaims ?? false,
-            }),
+            reconcileBackend(
+              handle,
+              processDeps(dispatcher, state, b.backend, (subject, data) => messageAt(handle.nc, subject, data)),
+              {
+                stream: config.stream,
+                batchSize: eager ? Math.min(b.batchSize, EAGER_BATCH) : b.batchSize,
+                ...(eager ? { untilNew: { maxPulls: EAGER_MAX_PULLS } } : {}),
+                newJobs: NEW_JOB_TRIGGERS.has(trigger),
+                deadline,
+                trigger,
+                ...(firstPullWaitMs ? { firstPullWaitMs } : {}),
+                holdClaims: holdClaims ?? false,
+              },
+            ),
           ),
         ),
       );

@@ -62,7 +62,12 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   // starts from its record as the store has it.
   const [view, { read, ...counted }] = await Promise.all([
     lookAt(w.set, deps.backend, glance),
-    heldNow(deps, [], holders, glance.oldest.filter(isHeld).map((h) => h.id)),
+    heldNow(
+      deps,
+      [],
+      holders,
+      glance.oldest.filter(isHeld).map((h) => h.id),
+    ),
   ]);
   const heads = view.heads;
   if (!heads.length) return 0;
@@ -96,7 +101,10 @@ async function giveTurns(
     const outcome: TurnOutcome = !isHeld(head)
       ? await giveTurn(deps, w, head)
       : opts.finish
-        ? await giveHeldTurn(deps, w, head, opts.read.get(head.id) ?? (await deps.records.getMany([head.id])).get(head.id) ?? null, { ...opts, finish: opts.finish })
+        ? await giveHeldTurn(deps, w, head, opts.read.get(head.id) ?? (await deps.records.getMany([head.id])).get(head.id) ?? null, {
+            ...opts,
+            finish: opts.finish,
+          })
         : "full";
     if (outcome === "admitted" && !isHeld(head) && opts.told) opts.told.republished++;
     if (outcome === "backend_full" && opts.told) opts.told.filled = true;

@@ -86,7 +86,17 @@ export async function giveHeldTurn(
   };
   emit(deps, "capacity_acquired", head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  started.push(askForRunner(deps, w, head, p, { deadline, finish }, () => retryIn, held.nak));
+  started.push(
+    askForRunner(
+      deps,
+      w,
+      head,
+      p,
+      { deadline, finish },
+      () => retryIn,
+      (delayMs) => held.nak(delayMs),
+    ),
+  );
   return "admitted";
 }
 

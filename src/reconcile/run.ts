@@ -106,11 +106,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       const intoWaitSet = outcomes.some((o) => o.intoWaitSet);
       changed ||= intoWaitSet || outcomes.some((o) => o.changed);
       joined ||= intoWaitSet;
-      // A short batch means the consumer is drained, unless MaxAckPending (the capacity) cut it
-      // short: jobs that went into the wait set were acked, and more may wait behind them, the
-      // assignments of turns given among them.
+      // A short batch means the consumer is drained, unless MaxAckPending cut it short: more jobs
+      // may wait behind those that went into the wait set.
       if (batch.length < opts.batchSize && wait === 0 && !intoWaitSet) break;
-      // Their acks must reach the server before the next pull, or it still counts them pending.
+      // Their naks (holds) reach the server before the next pull, which must not hand them out again.
       if (intoWaitSet) await flushNats(handle.nc);
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;

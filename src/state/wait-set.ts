@@ -1,11 +1,12 @@
-// The wait set: jobs that wait for a slot of a full backend (fair share, FAIR_SHARE=on), out of the
-// consumer. JetStream delivers a consumer's messages in order and MaxAckPending bounds how many are
-// out at once, so one owner's backlog at the head would hold back everyone's, and a job nak'd
-// again and again would meet MaxDeliver. A waiting job's assignment is put here instead (before its
-// message is acked), one subject per backend and repository, first in first out within it; a pass
-// with a free slot picks whose turn it is (quotas/fair-share.ts), publishes that assignment to the
-// consumer again, and only then removes it from here. Each step is idempotent, so a pass that dies
-// between them leaves the job here to be picked again, never lost.
+// The wait set: jobs that wait for a slot of a full backend (fair share, FAIR_SHARE=on), by turn
+// rather than in the consumer's order. JetStream delivers a consumer's messages in order, so one
+// owner's backlog at the head would hold back everyone's, and a job nak'd again and again would
+// meet MaxDeliver. A waiting job's assignment is put here, with where its message is held (nak'd
+// for minutes, reconcile/give-turn.ts), one subject per backend and repository, first in first out
+// within it; a pass with a free slot picks whose turn it is (quotas/fair-share.ts), asks for that
+// job's runner, and only then removes it from here. Each step is idempotent, so a pass that dies
+// between them leaves the job here to be picked again, never lost. (Entries from before the hold
+// have no message: their assignment is published to the consumer again at their turn.)
 import { JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { maybe } from "../nats/layout.ts";
 import type { NatsHandle } from "../nats/connection.ts";

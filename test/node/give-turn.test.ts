@@ -1,0 +1,249 @@
+// A held job's turn (reconcile/give-turn.ts) over in-memory fakes of its narrow dependencies: the
+// pass takes its slot and asks for its runner itself, through the delivery's own steps (`finish`),
+// with the held message as the delivery; the entry goes only once the record left the waiting
+// states. Near misses: an entry whose `ack` is not an ack subject, a job that ended or was asked
+// for already, a refused slot, a pass out of budget, a backend that failed, a step that threw.
+import { describe, expect, it } from "vitest";
+import { completeAssignment, encodeAssignment } from "../../src/model/assignment.ts";
+import { admitWaiting } from "../../src/reconcile/admit-waiting.ts";
+import { giveHeldTurn, isHeld, type Finish } from "../../src/reconcile/give-turn.ts";
+import type { Prepared, ProcessDeps, WaitingDeps } from "../../src/reconcile/types.ts";
+import type { Verdict } from "../../src/reconcile/decide.ts";
+import type { Versioned } from "../../src/state/kv.ts";
+import type { AssignmentRecord } from "../../src/state/records.ts";
+import type { WaitHead } from "../../src/state/wait-set.ts";
+import type { DeliveredMessage } from "../../src/nats/pull.ts";
+
+const TRUST = "dispatch.test";
+const ackOf = (seq: number) => `$JS.ACK.S.pod.1.${seq}.${seq}.1733300000000000000.0`;
+
+function head(id: string, repository: string, seq: number, ack: string | null = ackOf(seq)): WaitHead {
+  const decoded = completeAssignment(
+    { version: 1, id, backend: "pod", labels: ["ubuntu-latest"], job: { id: seq, runId: seq, attempt: 1, repository } },
+    TRUST,
+    new Date(0),
+  );
+  if (!decoded.ok) throw new Error("bad fixture");
+  const data = btoa(String.fromCharCode(...encodeAssignment(decoded.assignment)));
+  return { id, owner: repository.split("/")[0]!, repository, seq, data, ...(ack !== null ? { ack } : {}) };
+}
+
+const record = (id: string, state: AssignmentRecord["state"], extra: Partial<AssignmentRecord> = {}): Versioned<AssignmentRecord> => ({
+  value: { id, backend: "pod", state, job: { repository: "a/mono" }, receivedAt: "2026-12-04T00:00:00Z", ...extra } as AssignmentRecord,
+  revision: 7,
+});
+
+const verdictOf = (kind: "ack" | "nak" | "term", events: string[] = [], delayMs = 2_000): Verdict =>
+  ({
+    next: "done",
+    action: kind === "nak" ? { kind, delayMs } : kind === "term" ? { kind, reason: "x" } : { kind },
+    events,
+    effects: [],
+  }) as Verdict;
+
+function world(opts: { refuse?: "backend" | "pool"; needsIdentity?: boolean; holders?: string[]; capacity?: number; queues?: WaitHead[] } = {}) {
+  const removed: number[] = [];
+  const placed: { id: string; reserve: string[] }[] = [];
+  const sent: string[] = [];
+  const ended: string[] = [];
+  const events: string[] = [];
+  const errors: string[] = [];
+  const manyRead: string[][] = [];
+  const records = new Map<string, Versioned<AssignmentRecord>>();
+  const held = (subject: string, data: Uint8Array): DeliveredMessage => ({
+    data,
+    seq: Number(subject.split(".")[5]),
+    deliveryCount: 1,
+    ackSubject: subject,
+    ack: () => void sent.push(`ack ${subject}`),
+    ackAck: async () => void sent.push(`ack ${subject}`),
+    nak: (d) => void sent.push(`nak ${d} ${subject}`),
+    term: () => void sent.push(`term ${subject}`),
+  });
+  const waiting = {
+    rules: { weight: () => 1, limits: () => ({}) },
+    ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}),
+    held,
+    set: {
+      oldest: async (_b: string, limit: number) => (opts.queues ?? []).slice(0, limit),
+      next: async () => undefined,
+      repositories: async () => [],
+      headsOf: async () => [],
+      remove: async (seq: number) => void removed.push(seq),
+    },
+  } as unknown as WaitingDeps;
+  const deps = {
+    backend: "pod",
+    trustDomain: TRUST,
+    pools: new Map(),
+    needsIdentity: opts.needsIdentity ?? true,
+    now: Date.now,
+    sink: { event: (e: { event: string }) => void events.push(e.event), summary: () => undefined, error: (m: string) => void errors.push(m) },
+    records: {
+      getMany: async (ids: string[]) => (manyRead.push([...ids]), new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!]] : [])))),
+      kept: () => new Map(),
+    },
+    admission: {
+      holders: async () => opts.holders ?? [],
+      placeMany: async (candidates: { id: string; places: unknown[] }[], reserve: Set<string>) => {
+        const c = candidates[0]!;
+        placed.push({ id: c.id, reserve: [...reserve] });
+        if (opts.refuse) return { admitted: new Map(), reserved: new Set(), fullBackends: new Set(opts.refuse === "backend" ? ["pod"] : []) };
+        return { admitted: new Map([[c.id, c.places[0]]]), reserved: new Set(reserve), fullBackends: new Set() };
+      },
+      endRegistrations: async (_b: string, ids: string[]) => void ended.push(...ids),
+    },
+    waiting,
+  } as unknown as ProcessDeps;
+  return { deps, waiting, removed, placed, sent, ended, events, errors, records, manyRead };
+}
+
+/** A finish that moves the record to `state` and answers `verdict`, remembering what it was given. */
+function finishing(state: AssignmentRecord["state"], verdict: Verdict, given: Prepared[] = []): Finish {
+  return async (_deps, p) => {
+    given.push(p);
+    // As finishMessage does: the delivery's nak, ack or term goes to its message.
+    if (verdict.action.kind === "nak") p.msg.nak(verdict.action.delayMs);
+    p.known = { value: { ...p.known!.value, state } as AssignmentRecord, revision: p.known!.revision + 1 };
+    p.registered = true;
+    return verdict;
+  };
+}
+
+async function give(w: ReturnType<typeof world>, h: WaitHead, known: Versioned<AssignmentRecord> | null, finish: Finish, deadline = Infinity) {
+  const started: Promise<void>[] = [];
+  if (!isHeld(h)) throw new Error("fixture is not held");
+  const outcome = await giveHeldTurn(w.deps, w.waiting, h, known, { deadline, started, finish });
+  await Promise.all(started);
+  return outcome;
+}
+
+describe("a held job's turn", () => {
+  it("takes its slot, reserves its registration, and asks for its runner through the delivery's steps, with its held message as the delivery; the entry goes once it was asked for", async () => {
+    const w = world();
+    const given: Prepared[] = [];
+    const h = head("a-1", "a/mono", 3);
+    expect(await give(w, h, record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak", ["backend_pending"]), given))).toBe("admitted");
+    expect(w.placed).toEqual([{ id: "a-1", reserve: ["a-1"] }]);
+    expect(given).toHaveLength(1);
+    expect(given[0]!.msg.ackSubject).toBe(ackOf(3));
+    expect(given[0]!.facts).toMatchObject({ decoded: true, offer: "same", state: "capacity_wait", admitted: true });
+    expect(given[0]!.reserved).toBe(true);
+    expect(w.removed).toEqual([3]);
+    // The hold is the job's timer: the pending verdict's nak is not sent, and nothing is acked.
+    expect(w.sent).toEqual([]);
+    expect(w.events).toEqual(["capacity_acquired", "turn_given"]);
+  });
+
+  it("near miss: a job whose record holds a runner already reserves nothing; one without the forge reserves nothing", async () => {
+    const kept = world();
+    await give(kept, head("a-1", "a/mono", 3), record("a-1", "capacity_wait", { runner: { id: 1 } as never }), finishing("backend_pending", verdictOf("nak")));
+    expect(kept.placed).toEqual([{ id: "a-1", reserve: [] }]);
+    const bare = world({ needsIdentity: false });
+    await give(bare, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak")));
+    expect(bare.placed).toEqual([{ id: "a-1", reserve: [] }]);
+  });
+
+  it.each([
+    ["ended while it waited", record("x-1", "terminated")],
+    ["asked for already (another pass gave the turn, or its message came back and took a slot)", record("x-1", "backend_pending")],
+    ["with no record", null],
+  ] as const)("a job %s gets no turn: no slot, its entry goes", async (_name, known) => {
+    const w = world();
+    const given: Prepared[] = [];
+    expect(await give(w, head("x-1", "a/mono", 5), known, finishing("backend_pending", verdictOf("nak"), given))).toBe("gone");
+    expect([w.placed, given, w.removed, w.events]).toEqual([[], [], [5], []]);
+  });
+
+  it("near miss: a job waiting at a quota limit (quota_wait) gets its turn", async () => {
+    const w = world();
+    expect(await give(w, head("q-1", "a/mono", 5), record("q-1", "quota_wait"), finishing("backend_pending", verdictOf("nak")))).toBe("admitted");
+  });
+
+  it.each([
+    ["backend", "backend_full"],
+    ["pool", "full"],
+  ] as const)("a slot refused by the %s: no runner asked for, the entry stays", async (refuse, outcome) => {
+    const w = world({ refuse });
+    const given: Prepared[] = [];
+    expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak"), given))).toBe(outcome);
+    expect([given, w.removed, w.events]).toEqual([[], [], []]);
+  });
+
+  it("a pass out of budget leaves the job waiting: its entry (and its slot) stay for the next pass", async () => {
+    const w = world();
+    const spent: boolean[] = [];
+    // finishMessage defers (nak 0) and changes nothing: the record is still capacity_wait.
+    const deferred: Finish = async (_d, p, budgetSpent) => (spent.push(budgetSpent), p.msg.nak(0), verdictOf("nak", ["deferred"], 0));
+    expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), deferred, Date.now() - 1)).toBe("admitted");
+    expect(spent).toEqual([true]);
+    expect([w.removed, w.sent]).toEqual([[], []]);
+    // Its reservation goes: it registered nothing.
+    expect(w.ended).toEqual(["a-1"]);
+  });
+
+  it("a backend that failed: its retry delay goes to the held message (a nak), and the entry goes (its record asked)", async () => {
+    const w = world();
+    await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak", ["backend_retry"], 15_000)));
+    expect(w.sent).toEqual([`nak 15000 ${ackOf(3)}`]);
+    expect(w.removed).toEqual([3]);
+  });
+
+  it("a job claimed or ended meanwhile: the verdict's ack or term goes to the held message, and the entry goes", async () => {
+    const acked = world();
+    const ack: Finish = async (_d, p) => (await p.msg.ackAck(), verdictOf("ack", ["runner_claimed"]));
+    await give(acked, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), ack);
+    expect([acked.sent, acked.removed]).toEqual([[`ack ${ackOf(3)}`], [3]]);
+    const termed = world();
+    const term: Finish = async (_d, p) => (p.msg.term("x"), verdictOf("term", ["already_done"]));
+    await give(termed, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), term);
+    expect([termed.sent, termed.removed]).toEqual([[`term ${ackOf(3)}`], [3]]);
+  });
+
+  it("a step that throws leaves the entry (the next pass gives the turn again), says so, and ends the reservation", async () => {
+    const w = world();
+    const boom: Finish = async () => {
+      throw new Error("records unavailable");
+    };
+    expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), boom)).toBe("admitted");
+    expect([w.removed, w.errors, w.ended]).toEqual([[], ["giving a turn failed"], ["a-1"]]);
+  });
+
+  it("only an entry whose `ack` is a JetStream ack subject is held; near misses: another subject, none, an ack subject with a wildcard", () => {
+    expect(isHeld(head("a-1", "a/mono", 3))).toBe(true);
+    expect(isHeld(head("a-1", "a/mono", 3, "$JS.API.STREAM.PURGE.S.x.y.z.a.b.c"))).toBe(false);
+    expect(isHeld(head("a-1", "a/mono", 3, "gitea.assignments.pod"))).toBe(false);
+    expect(isHeld(head("a-1", "a/mono", 3, null))).toBe(false);
+    expect(isHeld(head("a-1", "a/mono", 3, "$JS.ACK.S.pod.1.*.3.0.0"))).toBe(false);
+  });
+});
+
+describe("admitWaiting with held jobs", () => {
+  it("reads the held jobs' records with the holders' in one request, and has each turn's runner asked for before it returns; it says when the turns filled the backend", async () => {
+    const queues = [head("a-1", "a/mono", 1), head("c-1", "c/app", 2)];
+    const w = world({ queues, holders: ["h-1"], capacity: 3 });
+    for (const h of queues) w.records.set(h.id, record(h.id, "capacity_wait"));
+    w.records.set("h-1", record("h-1", "claimed"));
+    let asked = 0;
+    const finish: Finish = async (d, p) => (await new Promise((r) => setTimeout(r, 20)), asked++, finishing("backend_pending", verdictOf("nak"))(d, p, false));
+    const told: { republished: number; filled?: boolean } = { republished: 0 };
+    expect(await admitWaiting(w.deps, { finish, told })).toBe(2);
+    expect(asked).toBe(2);
+    expect(w.manyRead).toEqual([["h-1", "a-1", "c-1"]]);
+    expect(told).toEqual({ republished: 0, filled: true });
+    expect(w.removed.sort()).toEqual([1, 2]);
+  });
+
+  it("near misses: a slot left after the turns is not `filled`; without `finish` a held job gets no turn", async () => {
+    const queues = [head("a-1", "a/mono", 1)];
+    const w = world({ queues, capacity: 3 });
+    w.records.set("a-1", record("a-1", "capacity_wait"));
+    const told: { republished: number; filled?: boolean } = { republished: 0 };
+    expect(await admitWaiting(w.deps, { finish: finishing("backend_pending", verdictOf("nak")), told })).toBe(1);
+    expect(told.filled).toBeUndefined();
+    const without = world({ queues, capacity: 3 });
+    without.records.set("a-1", record("a-1", "capacity_wait"));
+    expect(await admitWaiting(without.deps)).toBe(0);
+    expect(without.placed).toEqual([]);
+  });
+});
