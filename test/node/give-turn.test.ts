@@ -13,6 +13,8 @@ import type { Versioned } from "../../src/state/kv.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import type { WaitHead } from "../../src/state/wait-set.ts";
 import type { DeliveredMessage } from "../../src/nats/pull.ts";
+import type { QuotaLedger } from "../../src/state/quota-ledger.ts";
+import { memoryLedger } from "../harness/memory.ts";
 
 const TRUST = "dispatch.test";
 const ackOf = (seq: number) => `$JS.ACK.S.pod.1.${seq}.${seq}.1733300000000000000.0`;
@@ -41,7 +43,9 @@ const verdictOf = (kind: "ack" | "nak" | "term", events: string[] = [], delayMs 
     effects: [],
   }) as Verdict;
 
-function world(opts: { refuse?: "backend" | "pool"; needsIdentity?: boolean; holders?: string[]; capacity?: number; queues?: WaitHead[] } = {}) {
+function world(
+  opts: { refuse?: "backend" | "pool"; needsIdentity?: boolean; holders?: string[]; capacity?: number; queues?: WaitHead[]; ledger?: QuotaLedger } = {},
+) {
   const removed: number[] = [];
   const placed: { id: string; reserve: string[] }[] = [];
   const sent: string[] = [];
@@ -61,7 +65,8 @@ function world(opts: { refuse?: "backend" | "pool"; needsIdentity?: boolean; hol
     term: () => void sent.push(`term ${subject}`),
   });
   const waiting = {
-    rules: { weight: () => 1, limits: () => ({}) },
+    rules: { weight: () => 1, limits: () => (opts.ledger ? { owner: 1 } : {}) },
+    ...(opts.ledger ? { ledger: opts.ledger } : {}),
     ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}),
     held,
     set: {
@@ -168,6 +173,19 @@ describe("a held job's turn", () => {
     const given: Prepared[] = [];
     expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak"), given))).toBe(outcome);
     expect([given, w.removed, w.events]).toEqual([[], [], []]);
+  });
+
+  it("QUOTAS: a slot refused gives back the owner's place the turn took; near misses: a place refused takes no slot, an admitted turn keeps its place", async () => {
+    const ledger = memoryLedger();
+    const refused = world({ refuse: "backend", ledger });
+    expect(await give(refused, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak")))).toBe("backend_full");
+    expect(ledger.places.get("o:a")).toEqual(new Set());
+    const admitted = world({ ledger });
+    expect(await give(admitted, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak")))).toBe("admitted");
+    expect(ledger.places.get("o:a")).toEqual(new Set(["a-1"]));
+    const limited = world({ ledger });
+    expect(await give(limited, head("a-2", "a/mono", 4), record("a-2", "quota_wait"), finishing("backend_pending", verdictOf("nak")))).toBe("limited");
+    expect([limited.placed, limited.removed]).toEqual([[], []]);
   });
 
   it("a pass out of budget leaves the job waiting: its entry (and its slot) stay for the next pass", async () => {

@@ -119,6 +119,15 @@ describe("prepareBatch", () => {
     expect(asked).toEqual(["booting"]);
   });
 
+  it("a waiting job's wait counts from its record's making (its hold grows with it); near miss: a new job's is its own moment", async () => {
+    const { deps: d } = deps({ free: 0, waiting: true, known: { long: { state: "capacity_wait", receivedAt: new Date(1_000 - 8 * 60_000).toISOString() } } });
+    const batch = await prepareBatch(d, [message("long", "a/mono"), message("new", "b/fix")], Infinity);
+    expect(batch.map((p) => [p.assignment!.id, p.facts.waitedMs])).toEqual([
+      ["long", 8 * 60_000],
+      ["new", 1_000],
+    ]);
+  });
+
   it("a batch of several repositories tries for the slots in turn order: the one free slot goes to b/fix", async () => {
     const { deps: d, asked } = deps({ free: 1, held: { "a/mono": 1 } });
     const batch = await prepareBatch(d, [message("a-2", "a/mono"), message("a-3", "a/mono"), message("b-1", "b/fix")], Infinity);

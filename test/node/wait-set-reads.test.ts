@@ -36,6 +36,10 @@ async function setUp(capacity: number, mode: Record<string, number> = {}, waitin
     );
     return read.map(([, s]) => (s.startsWith("$JS.API.STREAM.INFO.") ? "slots" : s.endsWith(".>") ? "any" : "batch"));
   };
+  const pulls = async (since: number) => {
+    const log = (await (await fetch(`${proxy.replace("ws://", "http://")}/_log/${encodeURIComponent(tag)}`)).json()) as [number, string][];
+    return log.filter(([at, s]) => at >= since && s.startsWith("$JS.API.CONSUMER.MSG.NEXT.")).length;
+  };
   /** A new job, and a pass for it: what the pass read of the wait set. */
   const pass = async (trigger: string, opts: ReconcileOptions) => {
     const id = `ws-${++job}`;
@@ -44,7 +48,7 @@ async function setUp(capacity: number, mode: Record<string, number> = {}, waitin
     await d.reconcile(trigger, 5_000, { only: ["pod"], ...opts });
     return { id, reads: await waitSetReads(since) };
   };
-  return { d, pass: async (trigger: string, opts: ReconcileOptions) => (await pass(trigger, opts)).reads, passFor: pass, waitSetReads };
+  return { d, pass: async (trigger: string, opts: ReconcileOptions) => (await pass(trigger, opts)).reads, passFor: pass, waitSetReads, pulls };
 }
 
 describe("the wait set's repositories read at a pass's end (fair share)", () => {
@@ -79,7 +83,7 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
   });
 
   it("a pass whose turns left slots free looks again in its next round (its last look may have stopped at the heads it read); near miss: one whose turns filled the backend does not", async () => {
-    const { d, pass, waitSetReads } = await setUp(3);
+    const { d, pass, waitSetReads, pulls } = await setUp(3);
     try {
       const hold = (...ids: string[]) => d.withState(({ admission }) => Promise.all(ids.map((id) => admission.acquire("pod", id))));
       const free = (...ids: string[]) => d.withState(({ admission }) => admission.release("pod", ...ids));
@@ -93,6 +97,8 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
       let at = since();
       await d.reconcile("release", 5_000, { only: ["pod"] });
       expect(await waitSetReads(at)).toEqual(["batch", "slots", "batch"]);
+      // One pull, the first round's: the turn's runner was asked for by the pass, nothing to pull.
+      expect(await pulls(at)).toBe(1);
       // Near miss: the turn takes the last slot. A job waits again, one slot is freed: no second look.
       await hold("holder-1");
       await pass("webhook", { eager: true });
