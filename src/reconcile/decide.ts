@@ -93,17 +93,19 @@ const MAX_CLAIM_WAIT_DELAY_MS = 30_000;
 /**
  * How long a job that waits in the wait set keeps its message out (a nak with this delay): its
  * turn is given by a pass, which asks for its runner itself, and the claim acks the message; it
- * comes back only when nobody did, to be looked at as any redelivery is. Half the time waited so
- * far, from 30 s to 5 min, spread by a fifth either way: a long wait costs a delivery every 5
- * minutes at most, and MaxDeliver (1000) is reached after days, not hours. RETRY_DELAY_MS does
- * not shorten it: this is no retry.
+ * comes back only when nobody did, to be looked at as any redelivery is (a turn's runner that
+ * never boots is found out then). Half the time waited so far, from 2 to 5 min, spread by a fifth
+ * either way: a backlog that drains within two minutes is delivered once per job (each return of a
+ * job still waiting costs its pass a read, a publish and a nak), a long wait costs a delivery every
+ * 5 minutes at most, and MaxDeliver (1000) is days away. RETRY_DELAY_MS does not shorten it: this
+ * is no retry.
  */
 export function waitHoldDelay(waitedMs = 0, jitter = 0.5): number {
   const base = Math.min(MAX_WAIT_HOLD_MS, Math.max(MIN_WAIT_HOLD_MS, Math.floor(waitedMs / 2)));
   return Math.round(base * (0.8 + 0.4 * Math.min(Math.max(jitter, 0), 1)));
 }
 
-export const MIN_WAIT_HOLD_MS = 30_000;
+export const MIN_WAIT_HOLD_MS = 120_000;
 const MAX_WAIT_HOLD_MS = 5 * 60_000;
 
 /**

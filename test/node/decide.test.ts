@@ -63,14 +63,14 @@ describe("decide: the reconciliation table, row by row", () => {
       { action: { kind: "nak", delayMs: 2_000 }, events: ["capacity_wait"], effects: ["mark_waiting"] },
     ],
     [
-      "no slot, fair share → the wait set keeps it, its message held 30 s (jitter 0.5)",
+      "no slot, fair share → the wait set keeps it, its message held 2 min (jitter 0.5)",
       { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true },
-      { action: { kind: "nak", delayMs: 30_000 }, events: ["capacity_wait"], effects: ["enter_wait_set", "mark_waiting"] },
+      { action: { kind: "nak", delayMs: 120_000 }, events: ["capacity_wait"], effects: ["enter_wait_set", "mark_waiting"] },
     ],
     [
       "owner or repository at its QUOTAS limit → the wait set keeps it, quota_wait, its message held",
       { ...base, decoded: true, offer: "new", state: "received", admitted: false, waitSet: true, quota: true },
-      { action: { kind: "nak", delayMs: 30_000 }, events: ["quota_wait"], effects: ["enter_wait_set", "mark_quota_wait"] },
+      { action: { kind: "nak", delayMs: 120_000 }, events: ["quota_wait"], effects: ["enter_wait_set", "mark_quota_wait"] },
     ],
     [
       "admitted, fair share → as usual",
@@ -188,16 +188,16 @@ describe("decide: the reconciliation table, row by row", () => {
     expect(decide({ ...base, budgetSpent: true }, p)).toMatchObject({ action: { kind: "nak", delayMs: 0 } });
   });
 
-  it("a waiting job's message is held half the time it waited, from 30 s to 5 min, spread by a fifth; RETRY_DELAY_MS does not shorten it", () => {
-    expect(waitHoldDelay(0, 0.5)).toBe(30_000);
-    // Near misses at the floor: a job that waited 60 s is held 30 s, one that waited 60.002 s a millisecond more.
-    expect(waitHoldDelay(60_000, 0.5)).toBe(30_000);
-    expect(waitHoldDelay(60_002, 0.5)).toBe(30_001);
+  it("a waiting job's message is held half the time it waited, from 2 to 5 min, spread by a fifth; RETRY_DELAY_MS does not shorten it", () => {
+    expect(waitHoldDelay(0, 0.5)).toBe(120_000);
+    // Near misses at the floor: a job that waited 4 min is held 2 min, one that waited 4 min and 2 ms a millisecond more.
+    expect(waitHoldDelay(240_000, 0.5)).toBe(120_000);
+    expect(waitHoldDelay(240_002, 0.5)).toBe(120_001);
     expect(waitHoldDelay(8 * 60_000, 0.5)).toBe(4 * 60_000);
     // The ceiling: a long wait costs a delivery every 5 minutes (and MaxDeliver, 1000, is days away).
     expect(waitHoldDelay(10 * 60_000, 0.5)).toBe(5 * 60_000);
     expect(waitHoldDelay(24 * 3_600_000, 0.5)).toBe(5 * 60_000);
-    expect([waitHoldDelay(0, 0), waitHoldDelay(0, 1), waitHoldDelay(0, 7)]).toEqual([24_000, 36_000, 36_000]);
+    expect([waitHoldDelay(0, 0), waitHoldDelay(0, 1), waitHoldDelay(0, 7)]).toEqual([96_000, 144_000, 144_000]);
     const waits = { ...base, decoded: true, offer: "same", state: "received", admitted: false, waitSet: true, waitedMs: 8 * 60_000, jitter: 0.5 } as Facts;
     expect(decide(waits, { ...policy, retryDelayMs: 777 })).toMatchObject({ action: { kind: "nak", delayMs: 4 * 60_000 } });
     expect(decide({ ...waits, quota: true }, policy)).toMatchObject({ action: { kind: "nak", delayMs: 4 * 60_000 } });

@@ -1,7 +1,7 @@
 // A waiting job's message is held, not acked (fair share, reconcile/give-turn.ts): out on a long
 // nak, so that the pass that gives its turn asks for its runner itself and the claim acks it.
 // Against the real nats-server, with the hold's end brought forward by a nak at the message's
-// subject (as if its 30 s had passed): its delivery finds it still waiting and holds it again,
+// subject (as if its 2 minutes had passed): its delivery finds it still waiting and holds it again,
 // with no second entry; a job cancelled while it waits is termed; a delivery that comes back
 // after its turn keeps the turn's slot and asks for no second runner.
 import { describe, expect, inject, it } from "vitest";
@@ -54,7 +54,7 @@ describe("a waiting job's held message", () => {
     expect(entry).toMatchObject({ id: "t2", repository: "b/fix" });
     expect(entry.ack).toMatch(/^\$JS\.ACK\..*\.1\.2\.2\./);
     expect(await streamState(env)).toEqual({ messages: 2, ackPending: 2, pending: 0 });
-    // Held for 30 s, not RETRY_DELAY_MS: a pass now pulls nothing.
+    // Held for 2 minutes, not RETRY_DELAY_MS: a pass now pulls nothing.
     expect((await d.reconcile("test", BUDGET_MS))[0]).toMatchObject({ fetched: 0 });
   });
 
