@@ -1,23 +1,16 @@
 // Giving free slots to waiting jobs, by turn (fair share): while the pass's backend has room, the
-// job whose turn it is (fair-share.ts) takes a slot. A job whose message is held (its entry says
-// where) has its runner asked for by this pass (give-turn.ts). One whose message was acked (an
-// entry from before the hold) is marked chosen in its record, admitted, and its assignment
-// published to the consumer again; only then is it taken out of the wait set. A pass that dies
-// between two steps leaves it in the wait set, and the next pass repeats them: the mark and the
-// slot are idempotent, and the publish carries one message id per entry, which JetStream keeps once.
-import { decodeAssignment } from "../model/assignment.ts";
-import { fromBase64 } from "../model/crypto.ts";
-import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
-import { placesOf } from "./pool-facts.ts";
+// job whose turn it is (fair-share.ts) gets it (give-turn.ts): a job whose message is held has its
+// runner asked for by this pass; one of an entry from before the hold is published again. A pass
+// that dies between two steps leaves the job in the wait set, and the next pass repeats them,
+// each idempotent. Also here: the turn order of a batch of new jobs, and the shares it is read from.
+import { UNADMITTED_STATES } from "../nats/names.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "./types.ts";
-import { glanceAt, lookAt, turnMessageId, type WaitHead } from "../state/wait-set.ts";
+import { glanceAt, lookAt, type WaitHead } from "../state/wait-set.ts";
 import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import type { Versioned } from "../state/kv.ts";
-import { choose } from "../state/transitions.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
-import { releaseQuota, takeQuota } from "../quotas/limits.ts";
-import { giveHeldTurn, isHeld, type Finish, type TurnOutcome } from "./give-turn.ts";
+import { giveHeldTurn, isHeld, republishTurn, type Finish, type TurnOutcome } from "./give-turn.ts";
 
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
@@ -99,7 +92,7 @@ async function giveTurns(
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome: TurnOutcome = !isHeld(head)
-      ? await giveTurn(deps, w, head)
+      ? await republishTurn(deps, w, head)
       : opts.finish
         ? await giveHeldTurn(deps, w, head, opts.read.get(head.id) ?? (await deps.records.getMany([head.id])).get(head.id) ?? null, {
             ...opts,
@@ -131,39 +124,6 @@ async function giveTurns(
     if (outcome === "admitted") given++;
   }
   return given;
-}
-
-async function giveTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<TurnOutcome> {
-  const data = fromBase64(head.data);
-  const decoded = decodeAssignment(data, deps.trustDomain);
-  // Marked by compare-and-set, first at the revision this isolate knows (it marked the job waiting,
-  // most often): a write that lands proves the record had not ended, and one that changes nothing
-  // (chosen already, or ended) gives the record as the store has it (RecordStore.update).
-  const chosen = decoded.ok ? (await choose(deps.records, head.id)).record : null;
-  // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
-  if (!decoded.ok || !chosen?.chosen || SETTLED_STATES.has(chosen.state)) {
-    await w.set.remove(head.seq);
-    return "gone";
-  }
-  const repository = decoded.assignment.job?.repository;
-  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
-  if (quota === "refused") return "limited";
-  // The slot taken is handed to the turn's delivery here (turn-slots.ts): it reserves in one publish.
-  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }], undefined, {
-    handOn: true,
-  });
-  if (!admitted.has(head.id)) {
-    if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
-    return fullBackends.has(deps.backend) ? "backend_full" : "full";
-  }
-  const first = await w.set.republish(deps.backend, data, turnMessageId(head.id, head.seq));
-  await w.set.remove(head.seq);
-  // Another pass gave this turn at the same time: one turn, told once.
-  if (!first) return "gone";
-  // Its delivery, most often this pass's next round, starts from the chosen record, not a read.
-  deps.records.republished(head.id);
-  deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  return "admitted";
 }
 
 /**

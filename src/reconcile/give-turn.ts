@@ -1,20 +1,22 @@
-// A turn given to a job whose message is held (fair share): its first delivery put it in the wait
-// set with where its message went (its ack subject) and nak'd it for a long while (waitHoldDelay)
-// rather than acking it. The pass that gives the turn takes its slot and asks for its runner
-// itself, as the delivery would have: the registration stored first, at the revision read, so a
-// job that ended meanwhile gets no workload. The held message stays the job's timer and its
-// claim's ack: the claim acks it by the subject the registration names (askedBy), and a runner
+// Giving one job its turn (fair share). A job whose message is held: its first delivery put it in
+// the wait set with where its message went (its ack subject) and nak'd it for a long while
+// (waitHoldDelay) rather than acking it. The pass that gives the turn takes its slot and asks for
+// its runner itself, as the delivery would have: the registration stored first, at the revision
+// read, so a job that ended meanwhile gets no workload. The held message stays the job's timer and
+// its claim's ack: the claim acks it by the subject the registration names (askedBy), and a runner
 // that never claims is looked at when the hold ends, as any redelivery is. Nothing is published
 // again and nothing is delivered a second time. Only once its record has left the waiting states
 // (its runner asked for, or it ended) is the job taken out of the wait set: a pass that dies
 // before leaves it there, and the next pass gives the turn again (the slot is the same id's).
+// A job of an entry from before the hold is published again instead (republishTurn).
 import { decodeAssignment } from "../model/assignment.ts";
 import { fromBase64 } from "../model/crypto.ts";
-import { UNADMITTED_STATES } from "../nats/names.ts";
+import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { isAckSubject } from "../nats/pull.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
-import type { WaitHead } from "../state/wait-set.ts";
+import { turnMessageId, type WaitHead } from "../state/wait-set.ts";
+import { choose } from "../state/transitions.ts";
 import { releaseQuota, takeQuota } from "../quotas/limits.ts";
 import { emit } from "./emit.ts";
 import { placesOf } from "./pool-facts.ts";
@@ -63,12 +65,13 @@ export async function giveHeldTurn(
     return fullBackends.has(deps.backend) ? "backend_full" : "full";
   }
   const r = known.value;
-  // A nak of the verdict is left undone: the hold is the job's timer. A backend that failed is the
-  // exception: its retry comes after the usual delay where the subject still names the delivery.
+  // The turn's verdict goes to the held message as a delivery's would: a runner booting is looked
+  // at again after the usual delay (its readiness, its claim timeout, a pool's accounting). One
+  // left waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
   const held = w.held(head.ack, data);
-  let retryIn: number | undefined;
+  let deferred = false;
   const p: Prepared = {
-    msg: { ...held, nak: (delayMs) => void (retryIn = delayMs) },
+    msg: { ...held, nak: (delayMs) => (deferred ? undefined : held.nak(delayMs)) },
     facts: {
       now: deps.now(),
       budgetSpent: false,
@@ -86,17 +89,7 @@ export async function giveHeldTurn(
   };
   emit(deps, "capacity_acquired", head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  started.push(
-    askForRunner(
-      deps,
-      w,
-      head,
-      p,
-      { deadline, finish },
-      () => retryIn,
-      (delayMs) => held.nak(delayMs),
-    ),
-  );
+  started.push(askForRunner(deps, w, head, p, { deadline, finish }, () => (deferred = true)));
   return "admitted";
 }
 
@@ -107,12 +100,12 @@ async function askForRunner(
   head: HeldHead,
   p: Prepared,
   { deadline, finish }: { deadline: number; finish: Finish },
-  retryIn: () => number | undefined,
-  nak: (delayMs: number) => void,
+  defer: () => void,
 ): Promise<void> {
   try {
-    const verdict = await finish(deps, p, deps.now() >= deadline);
-    if (verdict.events.includes("backend_retry") && retryIn() !== undefined) nak(retryIn()!);
+    const budgetSpent = deps.now() >= deadline;
+    if (budgetSpent) defer();
+    const verdict = await finish(deps, p, budgetSpent);
     // Still waiting (the budget ran out first): it keeps its entry and its slot, and the next pass
     // gives the turn again.
     if (!UNADMITTED_STATES.has(p.known!.value.state) || verdict.action.kind !== "nak") await w.set.remove(head.seq);
@@ -126,4 +119,43 @@ async function askForRunner(
       });
     }
   }
+}
+
+/**
+ * A turn given to a job of an entry from before the hold (its message acked when it went in): it
+ * is marked chosen, admitted, and its assignment published to the consumer again under one message
+ * id per entry, which JetStream keeps once; only then is it taken out of the wait set. Its delivery
+ * takes the slot handed on and the chosen record (turn-slots.ts, record-cache.ts).
+ */
+export async function republishTurn(deps: ProcessDeps, w: WaitingDeps, head: WaitHead): Promise<TurnOutcome> {
+  const data = fromBase64(head.data);
+  const decoded = decodeAssignment(data, deps.trustDomain);
+  // Marked by compare-and-set, first at the revision this isolate knows (it marked the job waiting,
+  // most often): a write that lands proves the record had not ended, and one that changes nothing
+  // (chosen already, or ended) gives the record as the store has it (RecordStore.update).
+  const chosen = decoded.ok ? (await choose(deps.records, head.id)).record : null;
+  // Ended while it waited (cancelled, say), or undecodable: nothing to give a turn to.
+  if (!decoded.ok || !chosen?.chosen || SETTLED_STATES.has(chosen.state)) {
+    await w.set.remove(head.seq);
+    return "gone";
+  }
+  const repository = decoded.assignment.job?.repository;
+  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
+  if (quota === "refused") return "limited";
+  // The slot taken is handed to the turn's delivery here (turn-slots.ts): it reserves in one publish.
+  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }], undefined, {
+    handOn: true,
+  });
+  if (!admitted.has(head.id)) {
+    if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
+    return fullBackends.has(deps.backend) ? "backend_full" : "full";
+  }
+  const first = await w.set.republish(deps.backend, data, turnMessageId(head.id, head.seq));
+  await w.set.remove(head.seq);
+  // Another pass gave this turn at the same time: one turn, told once.
+  if (!first) return "gone";
+  // Its delivery, most often this pass's next round, starts from the chosen record, not a read.
+  deps.records.republished(head.id);
+  deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
+  return "admitted";
 }

@@ -135,8 +135,8 @@ describe("a held job's turn", () => {
     expect(given[0]!.facts).toMatchObject({ decoded: true, offer: "same", state: "capacity_wait", admitted: true });
     expect(given[0]!.reserved).toBe(true);
     expect(w.removed).toEqual([3]);
-    // The hold is the job's timer: the pending verdict's nak is not sent, and nothing is acked.
-    expect(w.sent).toEqual([]);
+    // The pending verdict's nak goes to the held message, as a delivery's would: its runner is looked at again.
+    expect(w.sent).toEqual([`nak 2000 ${ackOf(3)}`]);
     expect(w.events).toEqual(["capacity_acquired", "turn_given"]);
   });
 
@@ -195,12 +195,13 @@ describe("a held job's turn", () => {
     const deferred: Finish = async (_d, p, budgetSpent) => (spent.push(budgetSpent), p.msg.nak(0), verdictOf("nak", ["deferred"], 0));
     expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), deferred, Date.now() - 1)).toBe("admitted");
     expect(spent).toEqual([true]);
+    // Near miss of the nak above: the deferral's nak 0 is not sent, the message keeps its hold.
     expect([w.removed, w.sent]).toEqual([[], []]);
     // Its reservation goes: it registered nothing.
     expect(w.ended).toEqual(["a-1"]);
   });
 
-  it("a backend that failed: its retry delay goes to the held message (a nak), and the entry goes (its record asked)", async () => {
+  it("a backend that failed: its retry delay goes to the held message, and the entry goes (its record asked)", async () => {
     const w = world();
     await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak", ["backend_retry"], 15_000)));
     expect(w.sent).toEqual([`nak 15000 ${ackOf(3)}`]);
