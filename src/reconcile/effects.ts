@@ -8,6 +8,7 @@ import { whoseJob } from "../quotas/config.ts";
 import { base64 } from "../model/crypto.ts";
 import type { WaitEntry } from "../state/wait-set.ts";
 import { placeOf } from "./pool-facts.ts";
+import { UNADMITTED_STATES } from "../nats/names.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
 /** All of a verdict's record changes, and a new runner identity, in one write. */
@@ -28,6 +29,11 @@ export async function applyEffects(
     for (const effect of effects) {
       if (!isWaiting(next)) break;
       next = stateAfter(next, effect, { at, holdUntil, askedBy: p.msg.ackSubject });
+    }
+    // A job that waits in the wait set: the record names its message's latest delivery, which its
+    // turn naks (a nak naming an earlier delivery is ignored once the message came back).
+    if (effects.includes("enter_wait_set") && isWaiting(next) && UNADMITTED_STATES.has(next.state) && next.heldBy !== p.msg.ackSubject) {
+      next = { ...next, heldBy: p.msg.ackSubject };
     }
     return next === r ? undefined : next;
   };

@@ -68,7 +68,8 @@ export async function giveHeldTurn(
   // The turn's verdict goes to the held message as a delivery's would: a runner booting is looked
   // at again after the usual delay (its readiness, its claim timeout, a pool's accounting). One
   // left waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
-  const held = w.held(head.ack, data);
+  // Its latest delivery, which the record names once the message came back from a hold.
+  const held = w.held(r.heldBy && isAckSubject(r.heldBy) ? r.heldBy : head.ack, data);
   let deferred = false;
   const p: Prepared = {
     msg: { ...held, nak: (delayMs) => (deferred ? undefined : held.nak(delayMs)) },

@@ -52,6 +52,11 @@ export interface PlacementPart {
   placement?: { pool: string; backend: Backend };
   /** Its turn in the wait set came (fair share): admitted as it comes, ahead of those still waiting. */
   chosen?: true;
+  /**
+   * Waiting in the wait set (fair share): the ack subject of its message's latest delivery, which
+   * holds it; its turn's verdict goes there (reconcile/give-turn.ts). Not a secret.
+   */
+  heldBy?: string;
 }
 
 /** Its runner stands in a pool's warm position. */

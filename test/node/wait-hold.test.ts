@@ -11,6 +11,7 @@ import { publishAssignment } from "../../src/domain/publish.ts";
 import { claimAssignment, completeAssignmentRun } from "../../src/domain/operations.ts";
 import { cancelAssignment } from "../../src/domain/cancel.ts";
 import { flushNats } from "../../src/nats/connection.ts";
+import { parseAckSubject } from "../../src/nats/pull.ts";
 import { streamState } from "../harness/nats.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
@@ -20,7 +21,7 @@ const quiet = { event: () => undefined, summary: () => undefined, error: () => u
 const BUDGET_MS = 15_000;
 
 async function scene() {
-  const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 60_000, FAIR_SHARE: "on", CAPACITY_POD: 1 });
+  const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 1_000, FAIR_SHARE: "on", CAPACITY_POD: 1 });
   await provisionEnv(env);
   await fetch(`${env.POD_BACKEND_URL}/_control/mode`, { method: "POST", body: JSON.stringify({ readyAfter: 1_000 }) });
   const d = createDispatcher({ config: loadConfig(env), sink: quiet });
@@ -68,6 +69,24 @@ describe("a waiting job's held message", () => {
     expect(await streamState(env)).toEqual({ messages: 2, ackPending: 2, pending: 0 });
     // Held again: the next pass pulls nothing.
     expect((await d.reconcile("test", BUDGET_MS))[0]).toMatchObject({ fetched: 0 });
+  });
+
+  it("that came back from its hold is named in the record (its latest delivery), where its turn's verdict goes: the runner booting is looked at again after the usual delay", async () => {
+    const { d, entry } = await oneWaits();
+    expect((await recordOf(d, "t2"))!.heldBy).toBe(entry.ack);
+    await endHold(d, entry.ack!);
+    await d.reconcile("test", BUDGET_MS);
+    const latest = (await recordOf(d, "t2"))!.heldBy!;
+    // Near miss: the entry still names the first delivery, whose nak the server now ignores.
+    expect(parseAckSubject(latest)).toEqual({ seq: 2, deliveryCount: 2 });
+    expect(latest).not.toBe(entry.ack);
+    await claimAssignment(d, "t1");
+    await completeAssignmentRun(d, "t1");
+    await d.reconcile("release", BUDGET_MS);
+    expect(await recordOf(d, "t2")).toMatchObject({ state: "backend_pending", askedBy: latest });
+    // The turn's "pending" nak (RETRY_DELAY_MS, shortened here) brings the message back.
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect((await d.reconcile("test", BUDGET_MS))[0]).toMatchObject({ fetched: 1 });
   });
 
   it("of a job cancelled while it waits is termed when it comes back; its entry goes at its turn, which asks for nothing", async () => {
