@@ -65,10 +65,10 @@ export async function giveHeldTurn(
     return fullBackends.has(deps.backend) ? "backend_full" : "full";
   }
   const r = known.value;
-  // The turn's verdict goes to the held message as a delivery's would: a runner booting is looked
-  // at again after the usual delay (its readiness, its claim timeout, a pool's accounting). One
-  // left waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
-  // Its latest delivery, which the record names once the message came back from a hold.
+  // The turn's verdict goes to the held message as a delivery's would, at its latest delivery (the
+  // record names it once the message came back from a hold): a runner booting is looked at again
+  // after the usual delay (its readiness, its claim timeout, a pool's accounting). One left
+  // waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
   const held = w.held(r.heldBy && isAckSubject(r.heldBy) ? r.heldBy : head.ack, data);
   let deferred = false;
   const p: Prepared = {
