@@ -32,7 +32,7 @@ export async function applyEffects(
     }
     // A job that waits in the wait set: the record names its message's latest delivery, which its
     // turn naks (a nak naming an earlier delivery is ignored once the message came back).
-    if (effects.includes("enter_wait_set") && isWaiting(next) && UNADMITTED_STATES.has(next.state) && next.heldBy !== p.msg.ackSubject) {
+    if (effects.includes("enter_wait_set") && UNADMITTED_STATES.has(next.state) && next.heldBy !== p.msg.ackSubject) {
       next = { ...next, heldBy: p.msg.ackSubject };
     }
     return next === r ? undefined : next;

@@ -9,7 +9,8 @@
 // (its runner asked for, or it ended) is the job taken out of the wait set: a pass that dies
 // before leaves it there, and the next pass gives the turn again (the slot is the same id's).
 // A job of an entry from before the hold is published again instead (republishTurn).
-import { decodeAssignment } from "../model/assignment.ts";
+import { decodeAssignment, type Assignment } from "../model/assignment.ts";
+import type { PlaceOptions, Placement } from "../state/admission.ts";
 import { fromBase64 } from "../model/crypto.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { isAckSubject } from "../nats/pull.ts";
@@ -54,16 +55,10 @@ export async function giveHeldTurn(
     return "gone";
   }
   const assignment = decoded.assignment;
-  const repository = assignment.job?.repository;
-  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
-  if (quota === "refused") return "limited";
   const reserve = new Set(deps.needsIdentity && !known.value.runner ? [head.id] : []);
-  const { admitted, reserved, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, known.value, assignment) }], reserve);
-  const placement = admitted.get(head.id);
-  if (!placement) {
-    if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
-    return fullBackends.has(deps.backend) ? "backend_full" : "full";
-  }
+  const placed = await placeTurn(deps, w, head.id, assignment, known.value, reserve);
+  if (typeof placed === "string") return placed;
+  const { placement, reserved } = placed;
   const r = known.value;
   // The turn's verdict goes to the held message as a delivery's would, at its latest delivery (the
   // record names it once the message came back from a hold): a runner booting is looked at again
@@ -85,7 +80,7 @@ export async function giveHeldTurn(
     },
     assignment,
     known,
-    reserved: reserved.has(head.id),
+    reserved,
     placement,
   };
   emit(deps, "capacity_acquired", head.id);
@@ -140,17 +135,9 @@ export async function republishTurn(deps: ProcessDeps, w: WaitingDeps, head: Wai
     await w.set.remove(head.seq);
     return "gone";
   }
-  const repository = decoded.assignment.job?.repository;
-  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, head.id, repository) : "none";
-  if (quota === "refused") return "limited";
   // The slot taken is handed to the turn's delivery here (turn-slots.ts): it reserves in one publish.
-  const { admitted, fullBackends } = await deps.admission.placeMany([{ id: head.id, places: placesOf(deps, chosen, decoded.assignment) }], undefined, {
-    handOn: true,
-  });
-  if (!admitted.has(head.id)) {
-    if (quota === "taken") await releaseQuota(w.ledger!, head.id, repository);
-    return fullBackends.has(deps.backend) ? "backend_full" : "full";
-  }
+  const placed = await placeTurn(deps, w, head.id, decoded.assignment, chosen, new Set(), { handOn: true });
+  if (typeof placed === "string") return placed;
   const first = await w.set.republish(deps.backend, data, turnMessageId(head.id, head.seq));
   await w.set.remove(head.seq);
   // Another pass gave this turn at the same time: one turn, told once.
@@ -159,4 +146,27 @@ export async function republishTurn(deps: ProcessDeps, w: WaitingDeps, head: Wai
   deps.records.republished(head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
   return "admitted";
+}
+
+/**
+ * A turn's places: its QUOTAS place, then its slot (reserving its registration where `reserve`
+ * names it); the place goes back when the slot is refused. The refusal's outcome, or where it runs.
+ */
+async function placeTurn(
+  deps: ProcessDeps,
+  w: WaitingDeps,
+  id: string,
+  assignment: Assignment,
+  record: AssignmentRecord,
+  reserve: ReadonlySet<string>,
+  opts?: PlaceOptions,
+): Promise<"limited" | "full" | "backend_full" | { placement: Placement; reserved: boolean }> {
+  const repository = assignment.job?.repository;
+  const quota = w.ledger ? await takeQuota(w.ledger, w.rules, id, repository) : "none";
+  if (quota === "refused") return "limited";
+  const { admitted, reserved, fullBackends } = await deps.admission.placeMany([{ id, places: placesOf(deps, record, assignment) }], reserve, opts);
+  const placement = admitted.get(id);
+  if (placement) return { placement, reserved: reserved.has(id) };
+  if (quota === "taken") await releaseQuota(w.ledger!, id, repository);
+  return fullBackends.has(deps.backend) ? "backend_full" : "full";
 }

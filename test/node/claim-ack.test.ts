@@ -139,6 +139,35 @@ describe("a claim's ack", () => {
     });
   });
 
+  it("a job that goes into the wait set names its delivery in the record (heldBy); near miss: a wait without the wait set (FAIR_SHARE=off) writes nothing", async () => {
+    const now = "$JS.ACK.S.pod.1.9.9.0.0";
+    const known = written({ ...assignment("w2"), state: "capacity_wait", receivedAt: "2026-12-04T00:00:00Z" });
+    const writes: AssignmentRecord[] = [];
+    const p = {
+      msg: { ackSubject: now, data: new Uint8Array() } as unknown as DeliveredMessage,
+      assignment: assignment("w2"),
+      known: { value: known, revision: 1 },
+      facts: { now: 0, budgetSpent: false, jitter: 0 },
+      reserved: false,
+    } satisfies Prepared;
+    const deps = {
+      now: Date.now,
+      backend: "pod",
+      waiting: { set: { add: async () => true } },
+      records: {
+        updateFrom: async (k: Versioned<AssignmentRecord>, change: Transition) => {
+          const next = change(k.value);
+          if (next) writes.push(next);
+          return { value: next ?? k.value, revision: k.revision + 1 };
+        },
+      },
+    } as unknown as ProcessDeps;
+    await applyEffects(deps, { ...p }, ["mark_waiting"], undefined);
+    expect(writes).toEqual([]);
+    expect(await applyEffects(deps, { ...p }, ["enter_wait_set", "mark_waiting"], undefined)).toMatchObject({ state: "capacity_wait", heldBy: now });
+    expect(writes).toHaveLength(1);
+  });
+
   it("near misses: a subject that is not an ack subject is not published to, and an ack that fails leaves the message to a pass", async () => {
     const { env, d } = await scene({});
     await publishAssignment(d, job("n1", 1));
