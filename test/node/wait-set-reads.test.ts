@@ -87,14 +87,19 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
     try {
       const hold = (...ids: string[]) => d.withState(({ admission }) => Promise.all(ids.map((id) => admission.acquire("pod", id))));
       const free = (...ids: string[]) => d.withState(({ admission }) => admission.release("pod", ...ids));
-      const since = () => Date.now();
+      // The proxy stamps each operation to the millisecond: a step's last request can share the
+      // millisecond a look starts in, so the look starts on the next one.
+      const since = async () => {
+        await new Promise((r) => setTimeout(r, 5));
+        return Date.now();
+      };
       await hold("holder-1", "holder-2", "holder-3");
       // A job waits (the backend is full); two slots are freed, with no pass of their own.
       await pass("webhook", { eager: true });
       await free("holder-1", "holder-2");
       // A pass with no new job: one glance, the holders, the turn (its runner asked for by the
       // pass), and a slot is left: the next round glances again, and finds nobody.
-      let at = since();
+      let at = await since();
       await d.reconcile("release", 5_000, { only: ["pod"] });
       expect(await waitSetReads(at)).toEqual(["batch", "slots", "batch"]);
       // One pull, the first round's: the turn's runner was asked for by the pass, nothing to pull.
@@ -103,7 +108,7 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
       await hold("holder-1");
       await pass("webhook", { eager: true });
       await free("holder-1");
-      at = since();
+      at = await since();
       await d.reconcile("release", 5_000, { only: ["pod"] });
       expect(await waitSetReads(at)).toEqual(["batch", "slots"]);
     } finally {
