@@ -8,7 +8,7 @@ import type { Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import type { Admission, Placement } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
-import type { WaitSet } from "../state/wait-set.ts";
+import type { RememberedWaitSet } from "../state/waiting-seen.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { TeardownList } from "../state/teardowns.ts";
 import type { WarmSlots } from "../state/warm-slots.ts";
@@ -36,7 +36,7 @@ export interface State {
   teardowns: TeardownList;
   warm: WarmSlots;
   startups: StartupTimes;
-  waiting: WaitSet;
+  waiting: RememberedWaitSet;
   quotas: QuotaLedger;
   /** Forgejo job handles and the assignment each is bound to. */
   handles: HandleIndex;

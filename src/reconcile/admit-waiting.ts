@@ -27,11 +27,19 @@ export interface TurnOptions {
   deadline?: number;
   /**
    * Counts the turns whose assignment was published again (the pass's next round pulls them), and
-   * says whether the turns filled the backend (a slot freed since starts a pass of its own).
+   * says whether the backend was found full or the turns filled it (a slot freed since starts a
+   * pass of its own), and whether the last look left nobody it could give a turn to (`exhausted`:
+   * it saw every repository waiting; a job put in since looks for itself, as its pass put it in).
    */
-  told?: { republished: number; filled?: boolean };
+  told?: Told;
   /** How a held job's runner is asked for (process.ts's finishMessage); without it, held jobs get no turn. */
   finish?: Finish;
+}
+
+export interface Told {
+  republished: number;
+  filled?: boolean;
+  exhausted?: boolean;
 }
 
 /** Gives the free slots of the pass's backend to waiting jobs, by turn; how many it gave. */
@@ -43,14 +51,21 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   const full = (holders: string[]) => w.capacity !== undefined && holders.length >= w.capacity;
   // Most passes find nobody waiting: one request, and nothing more. One that just put a job in
   // the wait set most often finds the backend full: one request too.
+  // What the last look found: the turn gate may run this twice for one pass.
+  if (told) Object.assign(told, { filled: false, exhausted: false });
+  const filled = () => {
+    if (told) told.filled = true;
+    return 0;
+  };
   const first = joined ? await deps.admission.holders(deps.backend) : undefined;
-  if (first && full(first)) return 0;
+  if (first && full(first)) return filled();
   // The oldest jobs waiting, in one request: most often every one, and then the heads of every
   // repository, and each turn's next, come from it (lookAt).
   const glance = await glanceAt(w.set, deps.backend);
+  if (told && !glance.oldest.length) told.exhausted = true;
   if (!glance.oldest.length) return 0;
   const holders = first ?? (await deps.admission.holders(deps.backend));
-  if (full(holders)) return 0;
+  if (full(holders)) return filled();
   // The records of the held jobs among them are read with the holders' (one request): a turn
   // starts from its record as the store has it.
   const [view, { read, ...counted }] = await Promise.all([
@@ -63,6 +78,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
     ),
   ]);
   const heads = view.heads;
+  if (told && !heads.length) told.exhausted = view.complete;
   if (!heads.length) return 0;
   const started: Promise<void>[] = [];
   try {
@@ -76,7 +92,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
 async function giveTurns(
   deps: ProcessDeps,
   w: WaitingDeps,
-  view: { next(repository: string, afterSeq: number): Promise<WaitHead | undefined> },
+  view: { complete: boolean; next(repository: string, afterSeq: number): Promise<WaitHead | undefined> },
   start: Shares,
   firstHeads: WaitHead[],
   holders: string[],
@@ -89,6 +105,9 @@ async function giveTurns(
   let held = holders.length;
   for (;;) {
     const next = pickNext(shares, w.rules);
+    // Nobody left that this look saw who may have a turn now (each repository's head given, or
+    // held back by a limit or a full pool, which a release ends): a further look finds the same.
+    if (!next && opts.told) opts.told.exhausted = view.complete;
     if (!next) break;
     const head = heads.find((h) => h.seq === next.seq)!;
     const outcome: TurnOutcome = !isHeld(head)

@@ -7,7 +7,7 @@ import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "../model/limit.ts";
 import { finishMessage, prepareBatch, type Prepared, type ProcessDeps } from "./process.ts";
-import { admitWaiting } from "./admit-waiting.ts";
+import { admitWaiting, type Told } from "./admit-waiting.ts";
 import { createTurnGate } from "./turn-gate.ts";
 
 /** This isolate's turn-giving, one at a time per wait set (see turn-gate.ts). */
@@ -85,7 +85,10 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // window (passes after a claim wait for its runner's message; new ones arrive meanwhile).
       // Fair share: an eager pass pulls a new job, which asks whether anybody waits; asked alongside
       // the pull, that is one round trip less between a webhook and its runner.
-      const askedWaiting = deps.waiting && opts.newJobs && round === 0 && pulls === 1 ? deps.waiting.set.any(deps.backend) : undefined;
+      // Not where another pass here is asking already: it most often takes the new jobs, and one
+      // this pass does bring asks then (or takes that pass's "yes").
+      const alongside = deps.waiting && opts.newJobs && round === 0 && pulls === 1 && !deps.waiting.asking?.(deps.backend);
+      const askedWaiting = alongside ? deps.waiting!.set.any(deps.backend) : undefined;
       askedWaiting?.catch(() => undefined);
       const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
       const fresh = batch.filter((m) => !seen.has(m.seq));
@@ -114,10 +117,12 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // Within a waiting window (after a claim) the pass stays for the message it waits for.
       if (opts.untilNew && wait === 0 && !intoWaitSet && fresh.some((m) => m.deliveryCount === 1)) break;
     }
-    // A round after turns were given looks again, as any pass does: the last look may have stopped
-    // at the heads it read (64 repositories), with slots left.
+    // A round after turns were given looks again only where the last look may have stopped at the
+    // heads it read (64 repositories), with slots left: where it saw everyone waiting and gave
+    // every turn it could, a second look finds the same (a job put in since, or a slot freed
+    // since, starts a pass that looks).
     if (!deps.waiting || deps.now() >= opts.deadline || (turnsOnlyIfChanged && round === 0 && !changed)) break;
-    const told: { republished: number; filled?: boolean } = { republished: 0 };
+    const told: Told = { republished: 0 };
     const given = await gateTurns(
       `${deps.waiting.stream}/${deps.backend}`,
       () => admitWaiting(deps, { joined, deadline: opts.deadline, told, finish: finishMessage }),
@@ -128,7 +133,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
     });
     // Only a turn published again has a message to pull. Turns that filled the backend leave no
     // turn for another look: a slot freed since starts a pass of its own.
-    if (!given || (told.filled && !told.republished)) break;
+    if (!given || ((told.filled || told.exhausted) && !told.republished)) break;
     pull = told.republished > 0;
   }
   await holdForClaims(deps, held, summary).catch((err) => {

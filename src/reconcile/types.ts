@@ -27,6 +27,8 @@ export interface WaitingDeps {
   capacity?: number;
   /** The message a waiting job's delivery left held, by its ack subject: its turn acks or terms it from here. */
   held(ackSubject: string, data: Uint8Array): DeliveredMessage;
+  /** Whether this isolate has a "does anybody wait" about `backend` under way (waiting-seen.ts). */
+  asking?(backend: Backend): boolean;
 }
 
 export type { PreparedRequest };

@@ -44,8 +44,8 @@ export interface WaitEntry {
 export type WaitHead = WaitEntry & { seq: number };
 
 export interface WaitSet {
-  /** Puts a job in; a second put of the same id within the stream's duplicate window is dropped (false). */
-  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<boolean>;
+  /** Puts a job in: its entry's sequence; a second put of the same id within the stream's duplicate window is dropped (undefined). */
+  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<number | undefined>;
   /** Whether any job waits for `backend` (one request). */
   any(backend: Backend): Promise<boolean>;
   /** The repositories that have a job waiting, up to `limit` (one request). */
@@ -94,7 +94,8 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
   const head = (seq: number, data: Uint8Array): WaitHead => ({ ...(JSON.parse(new TextDecoder().decode(data)) as WaitEntry), seq });
   return {
     async add(backend, entry, incarnation) {
-      return !(await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` })).duplicate;
+      const ack = await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` });
+      return ack.duplicate ? undefined : ack.seq;
     },
     async any(backend) {
       // The last entry of any of the backend's subjects: none, nobody waits.
@@ -137,6 +138,11 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
 /** What one look at the wait set found: the heads of its repositories, and each one's next after a turn. */
 export interface WaitView {
   heads: WaitHead[];
+  /**
+   * Whether the heads are every repository's that had a job waiting when the look began: the
+   * glance held every job, or the repositories were listed and fewer than LOOK_REPOSITORIES.
+   */
+  complete: boolean;
   /** The next waiting job of `repository` after `afterSeq`: from the look where it holds it, else read. */
   next(repository: string, afterSeq: number): Promise<WaitHead | undefined>;
 }
@@ -167,10 +173,12 @@ export async function glanceAt(set: WaitSet, backend: Backend, limit = LOOK_OLDE
 export async function lookAt(set: WaitSet, backend: Backend, { oldest, whole }: Glance): Promise<WaitView> {
   const firstOf = new Map<string, WaitHead>();
   for (const h of oldest) if (!firstOf.has(h.repository)) firstOf.set(h.repository, h);
-  const unseen = whole ? [] : (await set.repositories(backend, LOOK_REPOSITORIES)).filter((r) => !firstOf.has(r));
+  const listed = whole ? [] : await set.repositories(backend, LOOK_REPOSITORIES);
+  const unseen = listed.filter((r) => !firstOf.has(r));
   const more = unseen.length ? await set.headsOf(backend, unseen) : [];
   return {
     heads: [...firstOf.values(), ...more],
+    complete: whole || listed.length < LOOK_REPOSITORIES,
     async next(repository, afterSeq) {
       const found = oldest.find((h) => h.repository === repository && h.seq > afterSeq);
       return found || whole ? found : set.next(backend, repository, afterSeq);

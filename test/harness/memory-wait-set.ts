@@ -14,10 +14,10 @@ export function memoryWaitSet() {
   const set: WaitSet = {
     async add(backend, entry, incarnation) {
       const msgId = `wait-${entry.id}-${incarnation}`;
-      if (ids.has(msgId)) return false;
+      if (ids.has(msgId)) return undefined;
       ids.add(msgId);
       entries.push({ backend, head: { ...entry, seq: ++seq } });
-      return true;
+      return seq;
     },
     async any(backend) {
       asked.push(backend);

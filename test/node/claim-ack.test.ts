@@ -153,7 +153,7 @@ describe("a claim's ack", () => {
     const deps = {
       now: Date.now,
       backend: "pod",
-      waiting: { set: { add: async () => true } },
+      waiting: { set: { add: async () => 1 } },
       records: {
         updateFrom: async (k: Versioned<AssignmentRecord>, change: Transition) => {
           const next = change(k.value);

@@ -5,7 +5,7 @@
 // for already, a refused slot, a pass out of budget, a backend that failed, a step that threw.
 import { describe, expect, it } from "vitest";
 import { completeAssignment, encodeAssignment } from "../../src/model/assignment.ts";
-import { admitWaiting } from "../../src/reconcile/admit-waiting.ts";
+import { admitWaiting, type Told } from "../../src/reconcile/admit-waiting.ts";
 import { giveHeldTurn, isHeld, type Finish } from "../../src/reconcile/give-turn.ts";
 import type { Prepared, ProcessDeps, WaitingDeps } from "../../src/reconcile/types.ts";
 import type { Verdict } from "../../src/reconcile/decide.ts";
@@ -44,7 +44,16 @@ const verdictOf = (kind: "ack" | "nak" | "term", events: string[] = [], delayMs 
   }) as Verdict;
 
 function world(
-  opts: { refuse?: "backend" | "pool"; needsIdentity?: boolean; holders?: string[]; capacity?: number; queues?: WaitHead[]; ledger?: QuotaLedger } = {},
+  opts: {
+    refuse?: "backend" | "pool";
+    needsIdentity?: boolean;
+    holders?: string[];
+    capacity?: number;
+    queues?: WaitHead[];
+    ledger?: QuotaLedger;
+    /** How many repositories the wait set lists (a look that did not hold every job lists them). */
+    listed?: number;
+  } = {},
 ) {
   const removed: number[] = [];
   const placed: { id: string; reserve: string[] }[] = [];
@@ -72,7 +81,7 @@ function world(
     set: {
       oldest: async (_b: string, limit: number) => (opts.queues ?? []).slice(0, limit),
       next: async () => undefined,
-      repositories: async () => [],
+      repositories: async (_b: string, limit: number) => Array.from({ length: Math.min(opts.listed ?? 0, limit) }, (_, i) => `r${i}/x`),
       headsOf: async () => [],
       remove: async (seq: number) => void removed.push(seq),
     },
@@ -245,24 +254,64 @@ describe("admitWaiting with held jobs", () => {
     w.records.set("h-1", record("h-1", "claimed"));
     let asked = 0;
     const finish: Finish = async (d, p) => (await new Promise((r) => setTimeout(r, 20)), asked++, finishing("backend_pending", verdictOf("nak"))(d, p, false));
-    const told: { republished: number; filled?: boolean } = { republished: 0 };
+    const told: Told = { republished: 0 };
     expect(await admitWaiting(w.deps, { finish, told })).toBe(2);
     expect(asked).toBe(2);
     expect(w.manyRead).toEqual([["h-1", "a-1", "c-1"]]);
-    expect(told).toEqual({ republished: 0, filled: true });
+    expect(told).toEqual({ republished: 0, filled: true, exhausted: false });
     expect(w.removed.sort()).toEqual([1, 2]);
   });
 
-  it("near misses: a slot left after the turns is not `filled`; without `finish` a held job gets no turn", async () => {
+  it("near misses: a slot left after the turns is not `filled`, and the look that saw everybody is `exhausted`; without `finish` a held job gets no turn", async () => {
     const queues = [head("a-1", "a/mono", 1)];
     const w = world({ queues, capacity: 3 });
     w.records.set("a-1", record("a-1", "capacity_wait"));
-    const told: { republished: number; filled?: boolean } = { republished: 0 };
+    const told: Told = { republished: 0, filled: true };
     expect(await admitWaiting(w.deps, { finish: finishing("backend_pending", verdictOf("nak")), told })).toBe(1);
-    expect(told.filled).toBeUndefined();
+    expect(told).toEqual({ republished: 0, filled: false, exhausted: true });
     const without = world({ queues, capacity: 3 });
     without.records.set("a-1", record("a-1", "capacity_wait"));
     expect(await admitWaiting(without.deps)).toBe(0);
     expect(without.placed).toEqual([]);
+  });
+});
+
+describe("whether a pass's next round looks again (admitWaiting's `told`)", () => {
+  const many = (n: number) => Array.from({ length: n }, (_, i) => head(`a-${i + 1}`, "a/mono", i + 1));
+  const turns = async (w: ReturnType<typeof world>, told: Told) => {
+    return admitWaiting(w.deps, { finish: finishing("backend_pending", verdictOf("nak")), told });
+  };
+
+  it("a look that held every job, each given its turn, leaves nobody for another look: exhausted", async () => {
+    const w = world({ queues: many(3), capacity: 10 });
+    for (const h of many(3)) w.records.set(h.id, record(h.id, "capacity_wait"));
+    const told: Told = { republished: 0 };
+    expect(await turns(w, told)).toBe(3);
+    expect(told.exhausted).toBe(true);
+  });
+
+  it("near miss: a look that listed LOOK_REPOSITORIES repositories may have missed some: not exhausted; one fewer listed is", async () => {
+    // 32 waiting (a glance's worth), so the repositories are listed: 64 of them, the most a look reads.
+    for (const [listed, exhausted] of [
+      [64, false],
+      [63, true],
+    ] as const) {
+      const w = world({ queues: many(32), capacity: 100, listed });
+      for (const h of many(32)) w.records.set(h.id, record(h.id, "capacity_wait"));
+      const told: Told = { republished: 0 };
+      expect(await turns(w, told)).toBe(32);
+      expect(told.exhausted).toBe(exhausted);
+    }
+  });
+
+  it("near misses: a look that found the backend full is `filled`, not exhausted; nobody waiting is exhausted", async () => {
+    const full = world({ queues: many(1), capacity: 1, holders: ["h-1"] });
+    const told: Told = { republished: 0 };
+    expect(await turns(full, told)).toBe(0);
+    expect(told).toEqual({ republished: 0, filled: true, exhausted: false });
+    const nobody = world({ queues: [], capacity: 1 });
+    const none: Told = { republished: 0 };
+    expect(await turns(nobody, none)).toBe(0);
+    expect(none.exhausted).toBe(true);
   });
 });

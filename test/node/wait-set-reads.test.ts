@@ -82,7 +82,7 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
     }
   });
 
-  it("a pass whose turns left slots free looks again in its next round (its last look may have stopped at the heads it read); near miss: one whose turns filled the backend does not", async () => {
+  it("a pass whose look saw everybody waiting and gave each a turn looks no more, though slots are left (its look was whole: a look that may have missed repositories is `give-turn`'s near miss); nor does one whose turns filled the backend", async () => {
     const { d, pass, waitSetReads, pulls } = await setUp(3);
     try {
       const hold = (...ids: string[]) => d.withState(({ admission }) => Promise.all(ids.map((id) => admission.acquire("pod", id))));
@@ -97,11 +97,13 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
       // A job waits (the backend is full); two slots are freed, with no pass of their own.
       await pass("webhook", { eager: true });
       await free("holder-1", "holder-2");
-      // A pass with no new job: one glance, the holders, the turn (its runner asked for by the
-      // pass), and a slot is left: the next round glances again, and finds nobody.
+      // A pass with no new job: one glance, which held every job waiting, the holders, the turn
+      // (its runner asked for by the pass), and a slot is left: nobody else was waiting, so no
+      // second look (it glanced again here before: a request that found nobody).
       let at = await since();
       await d.reconcile("release", 5_000, { only: ["pod"] });
-      expect(await waitSetReads(at)).toEqual(["batch", "slots", "batch"]);
+      expect(await waitSetReads(at)).toEqual(["batch", "slots"]);
+      expect(await d.withState(({ admission }) => admission.holders("pod"))).toHaveLength(2);
       // One pull, the first round's: the turn's runner was asked for by the pass, nothing to pull.
       expect(await pulls(at)).toBe(1);
       // Near miss: the turn takes the last slot. A job waits again, one slot is freed: no second look.
@@ -127,6 +129,27 @@ describe("the wait set's repositories read at a pass's end (fair share)", () => 
       expect(reads).toEqual(["slots", "batch"]);
       expect(await d.withState(({ admission }) => admission.holders("pod"))).toEqual([id]);
       expect(await d.withState(({ waiting }) => waiting.counts("pod"))).toEqual(new Map());
+    } finally {
+      await d.close();
+    }
+  });
+
+  it("an eager pass that starts while another here asks whether anybody waits does not ask alongside its pull: with no new job it asks nothing; near misses: one that brings a new job asks, and one alone asks alongside", async () => {
+    const seen = createWaitingSeen();
+    const { d, passFor, waitSetReads } = await setUp(5, {}, seen);
+    try {
+      // Another pass's question, under way in this isolate.
+      seen.asked("pod", 1);
+      let at = Date.now();
+      await d.reconcile("webhook", 5_000, { only: ["pod"], eager: true });
+      expect(await waitSetReads(at)).toEqual([]);
+      // Near miss: its pull brings a new job, which asks (that other pass's "no" would not answer it).
+      expect((await passFor("webhook", { eager: true })).reads).toEqual(["any"]);
+      // Near miss: the question answered, a pass asks alongside its pull again, even with nothing to pull.
+      seen.asked("pod", -1);
+      at = Date.now();
+      await d.reconcile("webhook", 5_000, { only: ["pod"], eager: true });
+      expect(await waitSetReads(at)).toEqual(["any"]);
     } finally {
       await d.close();
     }

@@ -1,7 +1,8 @@
 // What the isolate remembers of the wait set (waiting-seen.ts), over an in-memory wait set that
-// counts its requests: a "yes" it saw answers "does anybody wait" for WAITING_SEEN_MS, a "no" is
-// never kept, and a removal forgets. Near misses: past the window, another backend, a put dropped
-// as a repeat, a read that found nobody, a read made while a removal was under way.
+// counts its requests: a "yes" it saw answers "does anybody wait" for WAITING_SEEN_MS while an
+// entry it saw was not taken out here, a "no" is never kept. Near misses: past the window, another
+// backend, a put dropped as a repeat, a read that found nobody, a read made while a removal was
+// under way, the last entry seen taken out, a "yes" that named no entry and a removal.
 import { describe, expect, it } from "vitest";
 import { memoryWaitSet, waitEntry } from "../harness/memory-wait-set.ts";
 import { createWaitingSeen, rememberWaiting, WAITING_SEEN_MS } from "../../src/state/waiting-seen.ts";
@@ -46,7 +47,7 @@ describe("what the isolate saw of the wait set", () => {
     await t.waiting.add("pod", entry("a"), "i1");
     const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
     await t.waiting.remove(head!.seq);
-    expect(await t.waiting.add("pod", entry("a"), "i1")).toBe(false);
+    expect(await t.waiting.add("pod", entry("a"), "i1")).toBeUndefined();
     expect(await t.waiting.any("pod")).toBe(false);
     expect(t.asked).toEqual(["pod"]);
   });
@@ -60,16 +61,44 @@ describe("what the isolate saw of the wait set", () => {
     expect(t.asked).toEqual(["pod", "pod"]);
   });
 
-  it("a removal forgets every yes: the next question asks, and finds nobody", async () => {
+  it("taking out the last entry seen ends the yes: the next question asks, and finds nobody; another backend's entry still answers", async () => {
     const t = setUp();
     await t.waiting.add("pod", entry("a"), "i1");
     await t.waiting.add("vm", entry("v"), "i1");
     const [head] = await t.waiting.headsOf("pod", ["acme/app"]);
     await t.waiting.remove(head!.seq);
     expect(await t.waiting.any("pod")).toBe(false);
-    // Another backend's yes goes too: a removal does not say whose entry it was.
+    // The removal named its entry: the other backend's, seen by its sequence, still answers.
     expect(await t.waiting.any("vm")).toBe(true);
-    expect(t.asked).toEqual(["pod", "vm"]);
+    expect(t.asked).toEqual(["pod"]);
+  });
+
+  it("a turn given here leaves the yes of the entries it saw and did not take out: a glance at three, two turns, and the third still answers", async () => {
+    const t = setUp();
+    for (const id of ["a", "b", "c"]) await t.set.add("pod", entry(id), "i1");
+    const seen = await t.waiting.oldest("pod", 32);
+    await t.waiting.remove(seen[0]!.seq);
+    await t.waiting.remove(seen[1]!.seq);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual([]);
+    // Near miss: the third taken out too, and nobody answers from memory.
+    await t.waiting.remove(seen[2]!.seq);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
+  });
+
+  it("near miss: a yes that named no entry (a question answered) goes with any removal here, which may have emptied it", async () => {
+    const t = setUp();
+    await t.set.add("pod", entry("a"), "i1");
+    await t.set.add("pod", entry("b"), "i1");
+    t.advance(WAITING_SEEN_MS + 1);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual(["pod"]);
+    // Another entry's removal: which backend, or whether it was the last, is not known here.
+    await t.waiting.remove(999);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual(["pod", "pod"]);
   });
 
   it("near miss: a read that saw the entry while its removal was under way counts for nothing", async () => {
@@ -80,6 +109,17 @@ describe("what the isolate saw of the wait set", () => {
     t.duringRemove(async () => void expect(await t.waiting.any("pod")).toBe(true));
     await t.waiting.remove(head!.seq);
     expect(await t.waiting.any("pod")).toBe(false);
+  });
+
+  it("near miss: a read that named the entry and answered after its removal here counts for nothing", async () => {
+    const t = setUp();
+    await t.set.add("pod", entry("a"), "i1");
+    // The glance was sent before the removal and answers after it: it still names the entry.
+    const late = await t.set.oldest("pod", 32);
+    await t.waiting.remove(late[0]!.seq);
+    t.seen.saw("pod", 1_000_000, [late[0]!.seq]);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
   });
 
   it("a head read after a removal (the pass's next in that repository) is a yes again; repositories found none is a no", async () => {
@@ -109,5 +149,28 @@ describe("what the isolate saw of the wait set", () => {
     expect(await t.waiting.oldest("pod", 32)).toEqual([]);
     expect(await t.waiting.any("pod")).toBe(false);
     expect(t.asked).toEqual(["pod"]);
+  });
+
+  it("says a question is under way while it is, and not once it is answered or failed; a yes from memory asks nothing", async () => {
+    const t = setUp();
+    let answer!: (v: boolean) => void;
+    const slow = { ...t.set, any: () => new Promise<boolean>((r) => (answer = r)) };
+    const waiting = rememberWaiting(slow, t.seen, () => 1_000_000);
+    expect(waiting.asking("pod")).toBe(false);
+    const asked = waiting.any("pod");
+    expect(waiting.asking("pod")).toBe(true);
+    // Near miss: another backend's question is not this one's.
+    expect(waiting.asking("vm")).toBe(false);
+    answer(true);
+    expect(await asked).toBe(true);
+    expect(waiting.asking("pod")).toBe(false);
+    // Answered from memory (that yes): nothing under way.
+    const cached = waiting.any("pod");
+    expect(waiting.asking("pod")).toBe(false);
+    expect(await cached).toBe(true);
+    // A question that fails is not under way any more.
+    const failing = rememberWaiting({ ...t.set, any: () => Promise.reject(new Error("down")) }, createWaitingSeen(), () => 1);
+    await expect(failing.any("pod")).rejects.toThrow("down");
+    expect(failing.asking("pod")).toBe(false);
   });
 });
