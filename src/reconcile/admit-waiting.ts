@@ -10,7 +10,7 @@ import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import type { Versioned } from "../state/kv.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
-import { giveHeldTurn, isHeld, republishTurn, type Finish, type TurnOutcome } from "./give-turn.ts";
+import { giveHeldTurn, isHeld, republishTurn, takeOut, type Finish, type HeldTurnOptions, type TurnOutcome } from "./give-turn.ts";
 
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
@@ -25,20 +25,19 @@ export interface TurnOptions {
   joined?: boolean;
   /** The pass's budget: a held job's runner is not asked for past it. */
   deadline?: number;
-  /**
-   * Counts the turns whose assignment was published again (the pass's next round pulls them), and
-   * says whether the backend was found full or the turns filled it (a slot freed since starts a
-   * pass of its own), and whether the last look left nobody it could give a turn to (`exhausted`:
-   * it saw every repository waiting; a job put in since looks for itself, as its pass put it in).
-   */
+  /** What the pass's next round needs to know of this one's (run.ts). */
   told?: Told;
   /** How a held job's runner is asked for (process.ts's finishMessage); without it, held jobs get no turn. */
   finish?: Finish;
 }
 
+/** What a turn-giving told its pass; the last look's (the turn gate may give turns twice for one pass). */
 export interface Told {
+  /** Turns whose assignment was published again: the pass's next round pulls them. */
   republished: number;
+  /** The backend was found full, or the turns filled it: a slot freed since starts a pass of its own. */
   filled?: boolean;
+  /** The look saw every repository waiting and left nobody it could give a turn to: a job put in since looks for itself. */
   exhausted?: boolean;
 }
 
@@ -49,14 +48,13 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   // A full backend has no turn to give: the release that frees a slot starts a pass of its own
   // (admission.release says so whenever anybody waits), which reads the holders after its purge.
   const full = (holders: string[]) => w.capacity !== undefined && holders.length >= w.capacity;
-  // Most passes find nobody waiting: one request, and nothing more. One that just put a job in
-  // the wait set most often finds the backend full: one request too.
-  // What the last look found: the turn gate may run this twice for one pass.
   if (told) Object.assign(told, { filled: false, exhausted: false });
   const filled = () => {
     if (told) told.filled = true;
     return 0;
   };
+  // Most passes find nobody waiting: one request, and nothing more. One that just put a job in
+  // the wait set most often finds the backend full: one request too.
   const first = joined ? await deps.admission.holders(deps.backend) : undefined;
   if (first && full(first)) return filled();
   // The oldest jobs waiting, in one request: most often every one, and then the heads of every
@@ -81,10 +79,12 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   if (told && !heads.length) told.exhausted = view.complete;
   if (!heads.length) return 0;
   const started: Promise<void>[] = [];
+  const done = new Set<number>();
   try {
-    return await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, { deadline, started, told, read, finish });
+    return await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, { deadline, started, told, read, finish, done: (seq) => void done.add(seq) });
   } finally {
     await Promise.all(started);
+    await takeOut(w, deps.backend, glance.oldest, done);
   }
 }
 
@@ -96,7 +96,7 @@ async function giveTurns(
   start: Shares,
   firstHeads: WaitHead[],
   holders: string[],
-  opts: { deadline: number; started: Promise<void>[]; told: TurnOptions["told"]; read: Map<string, Versioned<AssignmentRecord>>; finish: Finish | undefined },
+  opts: Omit<HeldTurnOptions, "finish"> & { told: TurnOptions["told"]; read: Map<string, Versioned<AssignmentRecord>>; finish: Finish | undefined },
 ): Promise<number> {
   let shares = start;
   let heads = firstHeads;

@@ -6,8 +6,9 @@
 // its claim's ack: the claim acks it by the subject the registration names (askedBy), and a runner
 // that never claims is looked at when the hold ends, as any redelivery is. Nothing is published
 // again and nothing is delivered a second time. Only once its record has left the waiting states
-// (its runner asked for, or it ended) is the job taken out of the wait set: a pass that dies
-// before leaves it there, and the next pass gives the turn again (the slot is the same id's).
+// (its runner asked for, or it ended) is the job taken out of the wait set, by the pass once its
+// turns are given (takeOut: the oldest together): a pass that dies before leaves it there, and the
+// next pass gives the turn again (the slot is the same id's).
 // A job of an entry from before the hold is published again instead (republishTurn).
 import { decodeAssignment, type Assignment } from "../model/assignment.ts";
 import type { PlaceOptions, Placement } from "../state/admission.ts";
@@ -29,6 +30,16 @@ export type TurnOutcome = "admitted" | "gone" | "full" | "backend_full" | "limit
 /** Finishes a prepared delivery (process.ts's finishMessage, passed in: process.ts leads here through prepare.ts). */
 export type Finish = (deps: ProcessDeps, p: Prepared, budgetSpent: boolean) => Promise<Verdict>;
 
+export interface HeldTurnOptions {
+  /** The pass's budget: the runner is not asked for past it. */
+  deadline: number;
+  /** Where the asking is pushed: the pass awaits it. */
+  started: Promise<void>[];
+  finish: Finish;
+  /** Says the entry at `seq` is done with (its job asked for, or ended): the pass takes it out (admit-waiting.ts). */
+  done: (seq: number) => void;
+}
+
 /** A waiting job whose message is held: its entry says where (WaitEntry.ack). */
 export type HeldHead = WaitHead & { ack: string };
 /** Only a JetStream ack subject: an entry is data, and the pass publishes to what it names. */
@@ -43,7 +54,7 @@ export async function giveHeldTurn(
   w: WaitingDeps,
   head: HeldHead,
   known: Versioned<AssignmentRecord> | null,
-  { deadline, started, finish }: { deadline: number; started: Promise<void>[]; finish: Finish },
+  { deadline, started, finish, done }: HeldTurnOptions,
 ): Promise<TurnOutcome> {
   const data = fromBase64(head.data);
   const decoded = decodeAssignment(data, deps.trustDomain);
@@ -51,7 +62,7 @@ export async function giveHeldTurn(
   // message came back and took a slot), or undecodable: no turn to give. Its message, when its hold
   // ends, is acked or termed by its own delivery.
   if (!decoded.ok || !known || !UNADMITTED_STATES.has(known.value.state)) {
-    await w.set.remove(head.seq);
+    done(head.seq);
     return "gone";
   }
   const assignment = decoded.assignment;
@@ -85,17 +96,16 @@ export async function giveHeldTurn(
   };
   emit(deps, "capacity_acquired", head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  started.push(askForRunner(deps, w, head, p, { deadline, finish }, () => (deferred = true)));
+  started.push(askForRunner(deps, head, p, { deadline, finish, done }, () => (deferred = true)));
   return "admitted";
 }
 
-/** The rest of the turn, alongside the pass's next turns: the runner asked for, then the entry removed. */
+/** The rest of the turn, alongside the pass's next turns: the runner asked for, then the entry done with. */
 async function askForRunner(
   deps: ProcessDeps,
-  w: WaitingDeps,
   head: HeldHead,
   p: Prepared,
-  { deadline, finish }: { deadline: number; finish: Finish },
+  { deadline, finish, done }: Omit<HeldTurnOptions, "started">,
   defer: () => void,
 ): Promise<void> {
   try {
@@ -104,7 +114,7 @@ async function askForRunner(
     const verdict = await finish(deps, p, budgetSpent);
     // Still waiting (the budget ran out first): it keeps its entry and its slot, and the next pass
     // gives the turn again.
-    if (!UNADMITTED_STATES.has(p.known!.value.state) || verdict.action.kind !== "nak") await w.set.remove(head.seq);
+    if (!UNADMITTED_STATES.has(p.known!.value.state) || verdict.action.kind !== "nak") done(head.seq);
   } catch (err) {
     deps.sink.error("giving a turn failed", { assignment: head.id, backend: deps.backend, reason: (err as Error).message });
   } finally {
@@ -169,4 +179,17 @@ async function placeTurn(
   if (placement) return { placement, reserved: reserved.has(id) };
   if (quota === "taken") await releaseQuota(w.ledger!, id, repository);
   return fullBackends.has(deps.backend) ? "backend_full" : "full";
+}
+
+/**
+ * Takes out the entries this pass is done with (each job asked for, or ended): those that are the
+ * glance's first entries in one request, any other one on its own. The glance held every entry up
+ * to its last: a first entry not done with (a turn not given, or left for the next pass) ends them.
+ */
+export async function takeOut(w: WaitingDeps, backend: ProcessDeps["backend"], oldest: readonly WaitHead[], done: ReadonlySet<number>): Promise<void> {
+  let first = 0;
+  while (first < oldest.length && done.has(oldest[first]!.seq)) first++;
+  const through = first > 1 ? oldest[first - 1]!.seq : undefined;
+  const alone = [...done].filter((seq) => through === undefined || seq > through);
+  await Promise.all([through !== undefined ? w.set.removeThrough(backend, through) : undefined, ...alone.map((seq) => w.set.remove(seq))]);
 }

@@ -60,6 +60,12 @@ export interface WaitSet {
   republish(backend: Backend, data: Uint8Array, msgId: string): Promise<boolean>;
   /** Takes a job out (its turn came, or it ended meanwhile). */
   remove(seq: number): Promise<void>;
+  /**
+   * Takes out every job of `backend` up to and including `seq`, in one request: only for a pass
+   * that knows each of them is done (its look held every entry up to `seq`, and each had its turn
+   * or had ended). An entry is never put in below the last one: none can be there unseen.
+   */
+  removeThrough(backend: Backend, seq: number): Promise<void>;
   /** Jobs waiting per repository, for the status page and metrics (one request). */
   counts(backend: Backend): Promise<Map<string, number>>;
 }
@@ -127,6 +133,9 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       await maybe(async () => (await jsm()).streams.deleteMessage(stream, seq, false)).catch((err: unknown) => {
         if (!isGoneAlready(err)) throw err;
       });
+    },
+    async removeThrough(backend, seq) {
+      await maybe(async () => (await jsm()).streams.purge(stream, { filter: `${waitPrefix(names, backend)}.>`, seq: seq + 1 }));
     },
     async counts(backend) {
       const info = await maybe(async () => (await jsm()).streams.info(stream, { subjects_filter: `${waitPrefix(names, backend)}.>` }));

@@ -25,6 +25,8 @@ export interface WaitingSeen {
   saw(backend: Backend, at: number, seqs?: readonly number[]): void;
   /** An entry was taken out here: it answers no more, nor does a "yes" that named no entry. */
   gone(seq: number): void;
+  /** Every entry of `backend` up to `seq` was taken out here. */
+  goneThrough(backend: Backend, seq: number): void;
   /** Forgets what was seen of `backend` (a read found nobody), or of every backend. */
   forget(backend?: Backend): void;
   /** Whether a "yes" seen within WAITING_SEEN_MS of `now` answers for `backend`. */
@@ -50,12 +52,13 @@ interface Seen {
 export function createWaitingSeen(): WaitingSeen {
   const byBackend = new Map<Backend, Seen>();
   const gone = new Set<number>();
+  const goneThrough = new Map<Backend, number>();
   const questions = new Map<Backend, number>();
   return {
     asked: (backend, delta) => void questions.set(backend, Math.max(0, (questions.get(backend) ?? 0) + delta)),
     asking: (backend) => (questions.get(backend) ?? 0) > 0,
     saw(backend, at, seqs) {
-      const live = seqs?.filter((s) => !gone.has(s));
+      const live = seqs?.filter((s) => !gone.has(s) && s > (goneThrough.get(backend) ?? 0));
       // Every entry it named was taken out here meanwhile (a read under way during the removal).
       if (live && !live.length) return;
       const s = byBackend.get(backend) ?? { at, seqs: new Set<number>(), unnamed: false };
@@ -71,6 +74,13 @@ export function createWaitingSeen(): WaitingSeen {
         s.seqs.delete(seq);
         s.unnamed = false;
       }
+    },
+    goneThrough(backend, seq) {
+      goneThrough.set(backend, Math.max(seq, goneThrough.get(backend) ?? 0));
+      const s = byBackend.get(backend);
+      if (!s) return;
+      for (const known of s.seqs) if (known <= seq) s.seqs.delete(known);
+      s.unnamed = false;
     },
     forget: (backend) => (backend === undefined ? byBackend.clear() : void byBackend.delete(backend)),
     seen(backend, now) {
@@ -131,6 +141,13 @@ export function rememberWaiting(set: WaitSet, seen: WaitingSeen, now: () => numb
       } finally {
         // Counted after it, so that a read that saw the entry while it went counts for nothing.
         seen.gone(seq);
+      }
+    },
+    async removeThrough(backend, seq) {
+      try {
+        await set.removeThrough(backend, seq);
+      } finally {
+        seen.goneThrough(backend, seq);
       }
     },
   };

@@ -48,6 +48,11 @@ export function memoryWaitSet() {
       const i = entries.findIndex((e) => e.head.seq === s);
       if (i >= 0) entries.splice(i, 1);
     },
+    async removeThrough(backend, s) {
+      calls.push(`removeThrough ${s}`);
+      await onRemove();
+      for (let i = entries.length - 1; i >= 0; i--) if (entries[i]!.backend === backend && entries[i]!.head.seq <= s) entries.splice(i, 1);
+    },
     async counts() {
       return new Map();
     },

@@ -56,6 +56,7 @@ function world(
   } = {},
 ) {
   const removed: number[] = [];
+  const through: number[] = [];
   const placed: { id: string; reserve: string[] }[] = [];
   const sent: string[] = [];
   const ended: string[] = [];
@@ -84,6 +85,7 @@ function world(
       repositories: async (_b: string, limit: number) => Array.from({ length: Math.min(opts.listed ?? 0, limit) }, (_, i) => `r${i}/x`),
       headsOf: async () => [],
       remove: async (seq: number) => void removed.push(seq),
+      removeThrough: async (_b: string, seq: number) => void through.push(seq),
     },
   } as unknown as WaitingDeps;
   const deps = {
@@ -109,7 +111,7 @@ function world(
     },
     waiting,
   } as unknown as ProcessDeps;
-  return { deps, waiting, removed, placed, sent, ended, events, errors, records, manyRead };
+  return { deps, waiting, removed, through, placed, sent, ended, events, errors, records, manyRead };
 }
 
 /** A finish that moves the record to `state` and answers `verdict`, remembering what it was given. */
@@ -127,7 +129,7 @@ function finishing(state: AssignmentRecord["state"], verdict: Verdict, given: Pr
 async function give(w: ReturnType<typeof world>, h: WaitHead, known: Versioned<AssignmentRecord> | null, finish: Finish, deadline = Infinity) {
   const started: Promise<void>[] = [];
   if (!isHeld(h)) throw new Error("fixture is not held");
-  const outcome = await giveHeldTurn(w.deps, w.waiting, h, known, { deadline, started, finish });
+  const outcome = await giveHeldTurn(w.deps, w.waiting, h, known, { deadline, started, finish, done: (seq) => void w.waiting.set.remove(seq) });
   await Promise.all(started);
   return outcome;
 }
@@ -259,7 +261,9 @@ describe("admitWaiting with held jobs", () => {
     expect(asked).toBe(2);
     expect(w.manyRead).toEqual([["h-1", "a-1", "c-1"]]);
     expect(told).toEqual({ republished: 0, filled: true, exhausted: false });
-    expect(w.removed.sort()).toEqual([1, 2]);
+    // Both entries were the glance's first: taken out in one request.
+    expect(w.through).toEqual([2]);
+    expect(w.removed).toEqual([]);
   });
 
   it("near misses: a slot left after the turns is not `filled`, and the look that saw everybody is `exhausted`; without `finish` a held job gets no turn", async () => {
@@ -313,5 +317,47 @@ describe("whether a pass's next round looks again (admitWaiting's `told`)", () =
     const none: Told = { republished: 0 };
     expect(await turns(nobody, none)).toBe(0);
     expect(none.exhausted).toBe(true);
+  });
+});
+
+describe("the entries a pass is done with, taken out (admitWaiting)", () => {
+  const four = () => [head("a-1", "a/one", 1), head("b-1", "b/two", 2), head("c-1", "c/three", 3), head("d-1", "d/four", 4)];
+  const pass = async (failing: string[], oldest = four()) => {
+    const w = world({ queues: oldest, capacity: 10 });
+    for (const h of oldest) w.records.set(h.id, record(h.id, "capacity_wait"));
+    const ok = finishing("backend_pending", verdictOf("nak"));
+    const finish: Finish = async (d, p, spent) => {
+      if (failing.includes(p.assignment!.id)) throw new Error("backend down");
+      return ok(d, p, spent);
+    };
+    await admitWaiting(w.deps, { finish });
+    return w;
+  };
+
+  it("the glance's first entries, each asked for, go in one request up to the last of them; one done with after a gap goes on its own", async () => {
+    const w = await pass(["c-1"]);
+    expect(w.through).toEqual([2]);
+    expect(w.removed).toEqual([4]);
+  });
+
+  it("near miss: the glance's first entry not done with (its turn failed): no entry goes with it, each other one on its own", async () => {
+    const w = await pass(["a-1"]);
+    expect(w.through).toEqual([]);
+    expect(w.removed.sort()).toEqual([2, 3, 4]);
+  });
+
+  it("near miss: only the first done with goes on its own, not through it (one request either way)", async () => {
+    const w = await pass(["b-1", "c-1", "d-1"]);
+    expect(w.through).toEqual([]);
+    expect(w.removed).toEqual([1]);
+  });
+
+  it("a job that ended while it waited counts as done with: its entry goes with the others", async () => {
+    const oldest = four();
+    const w = world({ queues: oldest, capacity: 10 });
+    for (const h of oldest) w.records.set(h.id, record(h.id, h.id === "a-1" ? "terminated" : "capacity_wait"));
+    await admitWaiting(w.deps, { finish: finishing("backend_pending", verdictOf("nak")) });
+    expect(w.through).toEqual([4]);
+    expect(w.removed).toEqual([]);
   });
 });

@@ -89,6 +89,32 @@ describe("the wait set", () => {
     });
   });
 
+  it("takes out a backend's oldest jobs in one request, up to and including a sequence; near misses: the next one, another backend's older one, and a repeat of it are no harm", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {
+      await waiting.add("vm", entry("v1", "a/mono"), "i1");
+      for (const [id, repo] of [
+        ["a1", "a/mono"],
+        ["b1", "b/fix"],
+        ["a2", "a/mono"],
+        ["c1", "constructor/app.v2"],
+      ] as const)
+        await waiting.add("pod", entry(id, repo), "i1");
+      const [, b1] = await waiting.oldest("pod", 32);
+      await waiting.removeThrough("pod", b1!.seq);
+      expect((await waiting.oldest("pod", 32)).map((h) => h.id)).toEqual(["a2", "c1"]);
+      expect((await waiting.oldest("vm", 32)).map((h) => h.id)).toEqual(["v1"]);
+      // Twice (another pass took them out meanwhile): nothing more goes.
+      await waiting.removeThrough("pod", b1!.seq);
+      expect((await waiting.oldest("pod", 32)).map((h) => h.id)).toEqual(["a2", "c1"]);
+      // A job put in afterwards lies above: none can be put in below the last.
+      await waiting.add("pod", entry("b2", "b/fix"), "i1");
+      await waiting.removeThrough("pod", (await waiting.oldest("pod", 1))[0]!.seq);
+      expect((await waiting.oldest("pod", 32)).map((h) => h.id)).toEqual(["c1", "b2"]);
+      expect(await waiting.any("pod")).toBe(true);
+    });
+  });
+
   it("a glance at the oldest jobs is never cut short by their size: entries of the largest assignment, one more than asked for", async () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     await createDispatcher({ config, sink: silent }).withState(async ({ waiting }) => {

@@ -173,4 +173,17 @@ describe("what the isolate saw of the wait set", () => {
     await expect(failing.any("pod")).rejects.toThrow("down");
     expect(failing.asking("pod")).toBe(false);
   });
+
+  it("a backend's oldest entries taken out together end the yes they gave; near misses: an entry above them still answers, and a read naming one of them afterwards counts for nothing", async () => {
+    const t = setUp();
+    for (const id of ["a", "b", "c"]) await t.set.add("pod", entry(id), "i1");
+    const [a, b, c] = await t.waiting.oldest("pod", 32);
+    await t.waiting.removeThrough("pod", b!.seq);
+    expect(await t.waiting.any("pod")).toBe(true);
+    expect(t.asked).toEqual([]);
+    t.seen.saw("pod", 1_000_000, [a!.seq]);
+    await t.waiting.remove(c!.seq);
+    expect(await t.waiting.any("pod")).toBe(false);
+    expect(t.asked).toEqual(["pod"]);
+  });
 });
