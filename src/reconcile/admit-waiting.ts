@@ -84,7 +84,7 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
     return await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, { deadline, started, told, read, finish, done: (seq) => void done.add(seq) });
   } finally {
     await Promise.all(started);
-    await takeOut(w, deps.backend, glance.oldest, done);
+    await takeOut(deps, w, glance.oldest, done);
   }
 }
 

@@ -185,11 +185,16 @@ async function placeTurn(
  * Takes out the entries this pass is done with (each job asked for, or ended): those that are the
  * glance's first entries in one request, any other one on its own. The glance held every entry up
  * to its last: a first entry not done with (a turn not given, or left for the next pass) ends them.
+ * One that stays (a request failed) is taken out by the next pass that looks: its job is no longer waiting.
  */
-export async function takeOut(w: WaitingDeps, backend: ProcessDeps["backend"], oldest: readonly WaitHead[], done: ReadonlySet<number>): Promise<void> {
+export async function takeOut(deps: ProcessDeps, w: WaitingDeps, oldest: readonly WaitHead[], done: ReadonlySet<number>): Promise<void> {
   let first = 0;
   while (first < oldest.length && done.has(oldest[first]!.seq)) first++;
   const through = first > 1 ? oldest[first - 1]!.seq : undefined;
   const alone = [...done].filter((seq) => through === undefined || seq > through);
-  await Promise.all([through !== undefined ? w.set.removeThrough(backend, through) : undefined, ...alone.map((seq) => w.set.remove(seq))]);
+  const failed = (err: unknown) => deps.sink.error("taking waiting jobs out failed", { backend: deps.backend, reason: (err as Error).message });
+  await Promise.all([
+    through !== undefined ? w.set.removeThrough(deps.backend, through).catch(failed) : undefined,
+    ...alone.map((seq) => w.set.remove(seq).catch(failed)),
+  ]);
 }

@@ -352,6 +352,23 @@ describe("the entries a pass is done with, taken out (admitWaiting)", () => {
     expect(w.removed).toEqual([1]);
   });
 
+  it("a removal that fails is said, and neither fails the pass nor keeps the others' from going", async () => {
+    const oldest = four();
+    const w = world({ queues: oldest, capacity: 10 });
+    for (const h of oldest) w.records.set(h.id, record(h.id, "capacity_wait"));
+    const failing = finishing("backend_pending", verdictOf("nak"));
+    (w.waiting.set as { removeThrough: unknown }).removeThrough = async () => {
+      throw new Error("purge refused");
+    };
+    const finish: Finish = async (d, p, spent) => {
+      if (p.assignment!.id === "c-1") throw new Error("backend down");
+      return failing(d, p, spent);
+    };
+    expect(await admitWaiting(w.deps, { finish })).toBe(4);
+    expect(w.removed).toEqual([4]);
+    expect(w.errors).toContain("taking waiting jobs out failed");
+  });
+
   it("a job that ended while it waited counts as done with: its entry goes with the others", async () => {
     const oldest = four();
     const w = world({ queues: oldest, capacity: 10 });
