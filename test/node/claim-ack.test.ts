@@ -116,36 +116,13 @@ describe("a claim's ack", () => {
     expect(events.filter((e) => e.assignment === "r1" && e.event === "acked")).toEqual([]);
   });
 
-  it("is written by the write that asks for the runner, naming this delivery over one an earlier write named", async () => {
-    const old = "$JS.ACK.S.pod.1.3.3.0.0";
-    const now = "$JS.ACK.S.pod.1.9.9.0.0";
-    const known = written({ ...assignment("w1"), state: "capacity_wait", askedBy: old, receivedAt: "2026-12-04T00:00:00Z" });
-    const p = {
-      msg: { ackSubject: now } as DeliveredMessage,
-      assignment: assignment("w1"),
-      known: { value: known, revision: 1 },
-      facts: { now: 0, budgetSpent: false, jitter: 0 },
-      reserved: false,
-    } satisfies Prepared;
-    const deps = {
-      now: Date.now,
-      backend: "pod",
-      records: { updateFrom: async (k: Versioned<AssignmentRecord>, change: Transition) => ({ value: change(k.value) ?? k.value, revision: k.revision + 1 }) },
-    } as unknown as ProcessDeps;
-    expect(await applyEffects(deps, p, ["mark_waiting"], undefined)).toMatchObject({ askedBy: old });
-    expect(await applyEffects(deps, { ...p, known: { value: known, revision: 1 } }, ["mark_pending"], undefined)).toMatchObject({
-      state: "backend_pending",
-      askedBy: now,
-    });
-  });
-
-  it("a job that goes into the wait set names its delivery in the record (heldBy); near miss: a wait without the wait set (FAIR_SHARE=off) writes nothing", async () => {
-    const now = "$JS.ACK.S.pod.1.9.9.0.0";
-    const known = written({ ...assignment("w2"), state: "capacity_wait", receivedAt: "2026-12-04T00:00:00Z" });
+  /** A delivery of a waiting job at `ackSubject`, and the effects' dependencies, which keep each record written. */
+  function delivery(id: string, ackSubject: string, record: Partial<AssignmentRecord> = {}) {
+    const known = written({ ...assignment(id), state: "capacity_wait", receivedAt: "2026-12-04T00:00:00Z", ...record });
     const writes: AssignmentRecord[] = [];
     const p = {
-      msg: { ackSubject: now, data: new Uint8Array() } as unknown as DeliveredMessage,
-      assignment: assignment("w2"),
+      msg: { ackSubject, data: new Uint8Array() } as unknown as DeliveredMessage,
+      assignment: assignment(id),
       known: { value: known, revision: 1 },
       facts: { now: 0, budgetSpent: false, jitter: 0 },
       reserved: false,
@@ -162,6 +139,23 @@ describe("a claim's ack", () => {
         },
       },
     } as unknown as ProcessDeps;
+    return { known, p, deps, writes };
+  }
+
+  it("is written by the write that asks for the runner, naming this delivery over one an earlier write named", async () => {
+    const old = "$JS.ACK.S.pod.1.3.3.0.0";
+    const now = "$JS.ACK.S.pod.1.9.9.0.0";
+    const { known, p, deps } = delivery("w1", now, { askedBy: old });
+    expect(await applyEffects(deps, p, ["mark_waiting"], undefined)).toMatchObject({ askedBy: old });
+    expect(await applyEffects(deps, { ...p, known: { value: known, revision: 1 } }, ["mark_pending"], undefined)).toMatchObject({
+      state: "backend_pending",
+      askedBy: now,
+    });
+  });
+
+  it("a job that goes into the wait set names its delivery in the record (heldBy); near miss: a wait without the wait set (FAIR_SHARE=off) writes nothing", async () => {
+    const now = "$JS.ACK.S.pod.1.9.9.0.0";
+    const { p, deps, writes } = delivery("w2", now);
     await applyEffects(deps, { ...p }, ["mark_waiting"], undefined);
     expect(writes).toEqual([]);
     expect(await applyEffects(deps, { ...p }, ["enter_wait_set", "mark_waiting"], undefined)).toMatchObject({ state: "capacity_wait", heldBy: now });
