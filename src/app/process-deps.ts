@@ -50,7 +50,6 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
       ? {
           waiting: {
             set: state.waiting,
-            asking: state.waiting.asking,
             stream: d.config.stream,
             rules: shareRules(d.config.quotas),
             ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),

@@ -60,8 +60,10 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   // The oldest jobs waiting, in one request: most often every one, and then the heads of every
   // repository, and each turn's next, come from it (lookAt).
   const glance = await glanceAt(w.set, deps.backend);
-  if (told && !glance.oldest.length) told.exhausted = true;
-  if (!glance.oldest.length) return 0;
+  if (!glance.oldest.length) {
+    if (told) told.exhausted = true;
+    return 0;
+  }
   const holders = first ?? (await deps.admission.holders(deps.backend));
   if (full(holders)) return filled();
   // The records of the held jobs among them are read with the holders' (one request): a turn
@@ -75,9 +77,8 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
       glance.oldest.filter(isHeld).map((h) => h.id),
     ),
   ]);
+  // A glance that found some holds a head of each of their repositories: never none.
   const heads = view.heads;
-  if (told && !heads.length) told.exhausted = view.complete;
-  if (!heads.length) return 0;
   const started: Promise<void>[] = [];
   const done = new Set<number>();
   try {

@@ -94,11 +94,11 @@ const MAX_CLAIM_WAIT_DELAY_MS = 30_000;
  * How long a job that waits in the wait set keeps its message out (a nak with this delay): its
  * turn is given by a pass, which asks for its runner itself and sends the turn's verdict to the
  * message (reconcile/give-turn.ts); it comes back on its own only while the job still waits, to be
- * held again. Half the time waited so far, from 2 to 5 min, spread by a fifth
- * either way: a backlog that drains within two minutes is delivered once per job (each return of a
- * job still waiting costs its pass a read, a publish, a record write and a nak), a long wait costs a delivery every
- * 5 minutes at most, and MaxDeliver (1000) is days away. RETRY_DELAY_MS does not shorten it: this
- * is no retry.
+ * held again. Half the time waited so far, from 2 to 5 min, spread by a fifth either way: a
+ * backlog that drains within two minutes is delivered once per job (each return of a job still
+ * waiting costs its pass a read, a publish, a record write and a nak), a long wait costs a
+ * delivery every 5 minutes at most, and MaxDeliver (1000) is days away. RETRY_DELAY_MS does not
+ * shorten it: this is no retry.
  */
 export function waitHoldDelay(waitedMs = 0, jitter = 0.5): number {
   const base = Math.min(MAX_WAIT_HOLD_MS, Math.max(MIN_WAIT_HOLD_MS, Math.floor(waitedMs / 2)));

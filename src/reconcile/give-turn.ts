@@ -76,9 +76,8 @@ export async function giveHeldTurn(
   // after the usual delay (its readiness, its claim timeout, a pool's accounting). One left
   // waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
   const held = w.held(r.heldBy && isAckSubject(r.heldBy) ? r.heldBy : head.ack, data);
-  let deferred = false;
   const p: Prepared = {
-    msg: { ...held, nak: (delayMs) => (deferred ? undefined : held.nak(delayMs)) },
+    msg: held,
     facts: {
       now: deps.now(),
       budgetSpent: false,
@@ -96,21 +95,16 @@ export async function giveHeldTurn(
   };
   emit(deps, "capacity_acquired", head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  started.push(askForRunner(deps, head, p, { deadline, finish, done }, () => (deferred = true)));
+  started.push(askForRunner(deps, head, p, { deadline, finish, done }));
   return "admitted";
 }
 
 /** The rest of the turn, alongside the pass's next turns: the runner asked for, then the entry done with. */
-async function askForRunner(
-  deps: ProcessDeps,
-  head: HeldHead,
-  p: Prepared,
-  { deadline, finish, done }: Omit<HeldTurnOptions, "started">,
-  defer: () => void,
-): Promise<void> {
+async function askForRunner(deps: ProcessDeps, head: HeldHead, p: Prepared, { deadline, finish, done }: Omit<HeldTurnOptions, "started">): Promise<void> {
   try {
     const budgetSpent = deps.now() >= deadline;
-    if (budgetSpent) defer();
+    // Left waiting: its message keeps its hold (the deferral's nak is not sent).
+    if (budgetSpent) p.msg = { ...p.msg, nak: () => undefined };
     const verdict = await finish(deps, p, budgetSpent);
     // Still waiting (the budget ran out first): it keeps its entry and its slot, and the next pass
     // gives the turn again.

@@ -87,7 +87,7 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       // the pull, that is one round trip less between a webhook and its runner.
       // Not where another pass here is asking already: it most often takes the new jobs, and one
       // this pass does bring asks then (or takes that pass's "yes").
-      const alongside = deps.waiting && opts.newJobs && round === 0 && pulls === 1 && !deps.waiting.asking?.(deps.backend);
+      const alongside = deps.waiting && opts.newJobs && round === 0 && pulls === 1 && !deps.waiting.set.asking?.(deps.backend);
       const askedWaiting = alongside ? deps.waiting!.set.any(deps.backend) : undefined;
       askedWaiting?.catch(() => undefined);
       const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);

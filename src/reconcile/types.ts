@@ -10,11 +10,13 @@ import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { Facts, Policy } from "./decide.ts";
 import type { WaitSet } from "../state/wait-set.ts";
+import type { RememberedWaitSet } from "../state/waiting-seen.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { ShareRules } from "../quotas/fair-share.ts";
 
 export interface WaitingDeps {
-  set: WaitSet;
+  /** With whether this isolate has a "does anybody wait" under way (waiting-seen.ts), where it knows. */
+  set: WaitSet & Partial<Pick<RememberedWaitSet, "asking">>;
   /** The assignment stream the wait set serves (ASSIGNMENT_STREAM): passes of one deployment share its turns. */
   stream: string;
   rules: ShareRules;
@@ -27,8 +29,6 @@ export interface WaitingDeps {
   capacity?: number;
   /** The message a waiting job's delivery left held, by its ack subject: its turn acks or terms it from here. */
   held(ackSubject: string, data: Uint8Array): DeliveredMessage;
-  /** Whether this isolate has a "does anybody wait" about `backend` under way (waiting-seen.ts). */
-  asking?(backend: Backend): boolean;
 }
 
 export type { PreparedRequest };

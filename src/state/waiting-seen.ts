@@ -58,7 +58,7 @@ export function createWaitingSeen(): WaitingSeen {
     asked: (backend, delta) => void questions.set(backend, Math.max(0, (questions.get(backend) ?? 0) + delta)),
     asking: (backend) => (questions.get(backend) ?? 0) > 0,
     saw(backend, at, seqs) {
-      const live = seqs?.filter((s) => !gone.has(s) && s > (goneThrough.get(backend) ?? 0));
+      const live = seqs?.filter((seq) => !gone.has(seq) && seq > (goneThrough.get(backend) ?? 0));
       // Every entry it named was taken out here meanwhile (a read under way during the removal).
       if (live && !live.length) return;
       const s = byBackend.get(backend) ?? { at, seqs: new Set<number>(), unnamed: false };
