@@ -322,15 +322,18 @@ describe("whether a pass's next round looks again (admitWaiting's `told`)", () =
 
 describe("the entries a pass is done with, taken out (admitWaiting)", () => {
   const four = () => [head("a-1", "a/one", 1), head("b-1", "b/two", 2), head("c-1", "c/three", 3), head("d-1", "d/four", 4)];
-  const pass = async (failing: string[], oldest = four()) => {
-    const w = world({ queues: oldest, capacity: 10 });
-    for (const h of oldest) w.records.set(h.id, record(h.id, "capacity_wait"));
+  /** Asks for each runner, but throws for the jobs named. */
+  const finishingBut = (failing: string[]): Finish => {
     const ok = finishing("backend_pending", verdictOf("nak"));
-    const finish: Finish = async (d, p, spent) => {
+    return async (d, p, spent) => {
       if (failing.includes(p.assignment!.id)) throw new Error("backend down");
       return ok(d, p, spent);
     };
-    await admitWaiting(w.deps, { finish });
+  };
+  const pass = async (failing: string[], oldest = four()) => {
+    const w = world({ queues: oldest, capacity: 10 });
+    for (const h of oldest) w.records.set(h.id, record(h.id, "capacity_wait"));
+    await admitWaiting(w.deps, { finish: finishingBut(failing) });
     return w;
   };
 
@@ -356,15 +359,10 @@ describe("the entries a pass is done with, taken out (admitWaiting)", () => {
     const oldest = four();
     const w = world({ queues: oldest, capacity: 10 });
     for (const h of oldest) w.records.set(h.id, record(h.id, "capacity_wait"));
-    const failing = finishing("backend_pending", verdictOf("nak"));
     (w.waiting.set as { removeThrough: unknown }).removeThrough = async () => {
       throw new Error("purge refused");
     };
-    const finish: Finish = async (d, p, spent) => {
-      if (p.assignment!.id === "c-1") throw new Error("backend down");
-      return failing(d, p, spent);
-    };
-    expect(await admitWaiting(w.deps, { finish })).toBe(4);
+    expect(await admitWaiting(w.deps, { finish: finishingBut(["c-1"]) })).toBe(4);
     expect(w.removed).toEqual([4]);
     expect(w.errors).toContain("taking waiting jobs out failed");
   });
