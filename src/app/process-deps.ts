@@ -54,6 +54,7 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
             rules: shareRules(d.config.quotas),
             ...(hasLimits(d.config.quotas) ? { ledger: state.quotas } : {}),
             ...waitingCapacity(d.config, backend),
+            stallAfterMs: d.config.ackWaitMs,
             held,
           },
         }

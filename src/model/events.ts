@@ -45,6 +45,8 @@ export const EVENT_NAMES = [
   "warm_converted",
   "taken_by_other",
   "turn_given",
+  "turn_resumed",
+  "slot_reclaimed",
   "warm_grace",
   "boot_timeout",
   "boot_gave_up",

@@ -10,7 +10,8 @@ import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import type { Versioned } from "../state/kv.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
-import { giveHeldTurn, isHeld, republishTurn, takeOut, type Finish, type HeldTurnOptions, type TurnOutcome } from "./give-turn.ts";
+import { stalledHolders, releaseStalled } from "./stalled.ts";
+import { giveHeldTurn, isHeld, type HeldHead, republishTurn, takeOut, type Finish, type HeldTurnOptions, type TurnOutcome } from "./give-turn.ts";
 
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
@@ -54,9 +55,11 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
     return 0;
   };
   // Most passes find nobody waiting: one request, and nothing more. One that just put a job in
-  // the wait set most often finds the backend full: one request too.
+  // the wait set most often finds the backend full: one request too, or two while a holder's
+  // record is not known here as settled (stalled.ts).
   const first = joined ? await deps.admission.holders(deps.backend) : undefined;
-  if (first && full(first)) return filled();
+  const stalledFirst = first && full(first) ? await stalledHolders(deps, w, first) : undefined;
+  if (stalledFirst && !stalledFirst.size) return filled();
   // The oldest jobs waiting, in one request: most often every one, and then the heads of every
   // repository, and each turn's next, come from it (lookAt).
   const glance = await glanceAt(w.set, deps.backend);
@@ -64,8 +67,18 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
     if (told) told.exhausted = true;
     return 0;
   }
-  const holders = first ?? (await deps.admission.holders(deps.backend));
-  if (full(holders)) return filled();
+  let holders = first ?? (await deps.admission.holders(deps.backend));
+  // A full backend whose slots include some nobody asks a runner for is not full: such a job
+  // whose entry the look holds gets its turn again first (its slot is its own); any other's slot
+  // goes back (its message comes back and asks).
+  const stalled = stalledFirst ?? (full(holders) ? await stalledHolders(deps, w, holders) : new Map<string, Versioned<AssignmentRecord>>());
+  const resume = [...new Map(glance.oldest.filter((h): h is HeldHead => stalled.has(h.id) && isHeld(h)).map((h) => [h.id, h])).values()];
+  const orphans = [...stalled.values()].filter((r) => !resume.some((h) => h.id === r.value.id)).map((r) => r.value);
+  if (orphans.length) {
+    await releaseStalled(deps, orphans);
+    holders = holders.filter((id) => !orphans.some((r) => r.id === id));
+  }
+  if (!resume.length && full(holders)) return filled();
   // The records of the held jobs among them are read with the holders' (one request): a turn
   // starts from its record as the store has it.
   const [view, { read, ...counted }] = await Promise.all([
@@ -74,15 +87,27 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
       deps,
       [],
       holders,
-      glance.oldest.filter(isHeld).map((h) => h.id),
+      glance.oldest.filter((h) => isHeld(h) && !stalled.has(h.id)).map((h) => h.id),
     ),
   ]);
-  // A glance that found some holds a head of each of their repositories: never none.
-  const heads = view.heads;
   const started: Promise<void>[] = [];
   const done = new Set<number>();
+  const opts = { deadline, started, told, read, finish, done: (seq: number) => void done.add(seq) };
   try {
-    return await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, { deadline, started, told, read, finish, done: (seq) => void done.add(seq) });
+    let heads = view.heads;
+    for (const h of resume) {
+      if (!finish) break;
+      const outcome = await giveHeldTurn(deps, w, h, stalled.get(h.id)!, { ...opts, finish });
+      deps.sink.event({ event: "turn_resumed", assignment: h.id, backend: deps.backend });
+      const after = outcome === "admitted" ? await view.next(h.repository, h.seq) : undefined;
+      heads = [...heads.filter((x) => x.seq !== h.seq), ...(after ? [after] : [])];
+    }
+    if (full(holders)) {
+      filled();
+      return resume.length;
+    }
+    // A glance that found some holds a head of each of their repositories: never none.
+    return resume.length + (await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, opts));
   } finally {
     await Promise.all(started);
     await takeOut(deps, w, glance.oldest, done);

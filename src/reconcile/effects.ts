@@ -9,6 +9,7 @@ import { base64 } from "../model/crypto.ts";
 import type { WaitEntry } from "../state/wait-set.ts";
 import { placeOf } from "./pool-facts.ts";
 import { UNADMITTED_STATES } from "../nats/names.ts";
+import { ASKED_FOR } from "../model/states.ts";
 import type { Prepared, ProcessDeps } from "./types.ts";
 
 /** All of a verdict's record changes, and a new runner identity, in one write. */
@@ -21,6 +22,8 @@ export async function applyEffects(
 ): Promise<AssignmentRecord | null> {
   if (!p.assignment || !p.known) return null;
   const at = new Date(deps.now()).toISOString();
+  /** The state this delivery decided from: a wait decided on a record its turn has moved on since is stale. */
+  const decidedFrom = p.known.value.state;
   const change = (r: AssignmentRecord): AssignmentRecord | undefined => {
     let next: AssignmentRecord = ref && !r.runner ? { ...r, runner: ref } : r;
     const { pool, backend } = p.placement ?? {};
@@ -28,19 +31,29 @@ export async function applyEffects(
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
     for (const effect of effects) {
       if (!isWaiting(next)) break;
+      // A delivery back from its hold that read its job waiting must not undo the turn given
+      // meanwhile (the compare-and-set failed, and the change is made again on the turn's record).
+      if (WAITS.has(effect) && ASKED_FOR.has(next.state) && next.state !== decidedFrom) continue;
       next = stateAfter(next, effect, { at, holdUntil, askedBy: p.msg.ackSubject });
     }
     // A job that waits in the wait set: the record names its message's latest delivery, which its
-    // turn naks (a nak naming an earlier delivery is ignored once the message came back).
-    if (effects.includes("enter_wait_set") && UNADMITTED_STATES.has(next.state) && next.heldBy !== p.msg.ackSubject) {
-      next = { ...next, heldBy: p.msg.ackSubject };
+    // turn naks (a nak naming an earlier delivery is ignored once the message came back), and the
+    // wait its entry was put in for. A turn chosen before is over: the next one is chosen anew.
+    if (entering && UNADMITTED_STATES.has(next.state) && (next.heldBy !== p.msg.ackSubject || next.waits !== entering.wait || next.chosen)) {
+      const { chosen: _over, ...rest } = next;
+      next = { ...rest, heldBy: p.msg.ackSubject, waits: entering.wait };
     }
     return next === r ? undefined : next;
   };
   // A new registration must reach the record: while the records bucket elects a leader, reads
   // still answer but writes fail for seconds, and the pass's connection may have died with its
   // server. Keep trying, on a new connection, rather than register twice.
-  if (effects.includes("enter_wait_set") && deps.waiting) await deps.waiting.set.add(deps.backend, waitEntryOf(p), incarnationOf(p.known.value));
+  // Put in before the record says it waits, so that a record that waits always has its entry: a
+  // pass that dies in between is repeated with the same wait's id, which JetStream keeps once. A
+  // return from its hold finds the record in this wait already, and its entry there (an entry goes
+  // only once its record left the waiting states): nothing to put in, after an hour neither.
+  const entering = effects.includes("enter_wait_set") && deps.waiting ? { wait: waitNumber(p.known.value) } : undefined;
+  if (entering && entering.wait !== p.known.value.waits) await deps.waiting!.set.add(deps.backend, waitEntryOf(p), waitKey(p.known.value, entering.wait));
   const write = (records: RecordStore) => records.updateFrom(p.known!, change);
   const written = ref
     ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {
@@ -78,6 +91,23 @@ export async function applyEffects(
   }
   return after;
 }
+
+const WAITS: ReadonlySet<Effect> = new Set(["mark_waiting", "mark_quota_wait"]);
+
+/**
+ * The number of the wait a delivery that enters the wait set is in: its record's own while the
+ * record waits there already (a return from its hold: it names the message held for that wait),
+ * the next one otherwise (its entry was taken out at its turn, it was revived, or it never had
+ * one; a pass repeated after it died before its write reads the same record, so the same number).
+ */
+export function waitNumber(r: AssignmentRecord): number {
+  const n = r.waits ?? 0;
+  const inIt = n > 0 && (r.state === "capacity_wait" || r.state === "quota_wait") && r.heldBy !== undefined && !r.chosen;
+  return inIt ? n : n + 1;
+}
+
+/** The wait's part of its entry's message id: the record's life, and the wait within it. */
+export const waitKey = (r: AssignmentRecord, wait: number) => `${incarnationOf(r)}-${wait}`;
 
 /** What the wait set keeps of a delivery that waits: its assignment, whose it is, and where its message is held. */
 export function waitEntryOf(p: Prepared): WaitEntry {

@@ -73,8 +73,7 @@ export async function giveHeldTurn(
   const r = known.value;
   // The turn's verdict goes to the held message as a delivery's would, at its latest delivery (the
   // record names it once the message came back from a hold): a runner booting is looked at again
-  // after the usual delay (its readiness, its claim timeout, a pool's accounting). One left
-  // waiting (the budget ran out) keeps its hold: the next pass gives the turn again.
+  // after the usual delay (its readiness, its claim timeout, a pool's accounting).
   const held = w.held(r.heldBy && isAckSubject(r.heldBy) ? r.heldBy : head.ack, data);
   const p: Prepared = {
     msg: held,
@@ -95,21 +94,32 @@ export async function giveHeldTurn(
   };
   emit(deps, "capacity_acquired", head.id);
   deps.sink.event({ event: "turn_given", assignment: head.id, backend: deps.backend });
-  started.push(askForRunner(deps, head, p, { deadline, finish, done }));
+  started.push(askForRunner(deps, w, head, p, { deadline, finish, done }));
   return "admitted";
 }
 
 /** The rest of the turn, alongside the pass's next turns: the runner asked for, then the entry done with. */
-async function askForRunner(deps: ProcessDeps, head: HeldHead, p: Prepared, { deadline, finish, done }: Omit<HeldTurnOptions, "started">): Promise<void> {
+async function askForRunner(
+  deps: ProcessDeps,
+  w: WaitingDeps,
+  head: HeldHead,
+  p: Prepared,
+  { deadline, finish, done }: Omit<HeldTurnOptions, "started">,
+): Promise<void> {
   try {
-    const budgetSpent = deps.now() >= deadline;
-    // Left waiting: its message keeps its hold (the deferral's nak is not sent).
-    if (budgetSpent) p.msg = { ...p.msg, nak: () => undefined };
-    const verdict = await finish(deps, p, budgetSpent);
-    // Still waiting (the budget ran out first): it keeps its entry and its slot, and the next pass
-    // gives the turn again.
+    if (deps.now() >= deadline) {
+      // Out of budget before its runner was asked for: its slot and QUOTAS place go back now, or
+      // every pass would count the slot as held and give no turn. It keeps its entry and its hold:
+      // a later pass gives the turn again.
+      await deps.admission.release(p.placement!, head.id);
+      if (w.ledger) await releaseQuota(w.ledger, head.id, p.assignment!.job?.repository);
+      return;
+    }
+    const verdict = await finish(deps, p, false);
+    // Still waiting (a step found it so): it keeps its entry, and the next pass gives the turn again.
     if (!UNADMITTED_STATES.has(p.known!.value.state) || verdict.action.kind !== "nak") done(head.seq);
   } catch (err) {
+    // A step that threw leaves the job waiting with its slot: stalled.ts finds it once ACK_WAIT_MS passed.
     deps.sink.error("giving a turn failed", { assignment: head.id, backend: deps.backend, reason: (err as Error).message });
   } finally {
     // A reservation whose registration failed or never started goes now (see run.ts).

@@ -74,7 +74,11 @@ export async function prepareBatch(deps: ProcessDeps, msgs: DeliveredMessage[], 
   // One admitted before (its runner asked for: a redelivery while it boots) keeps its slot.
   const waits = (p: Prepared) => needsTurn(p.known!.value);
   if (deps.waiting && admitting.some(waits) && (await (waitingNow ?? deps.waiting.set.any(deps.backend)))) {
-    for (const p of admitting) if (waits(p)) Object.assign(p.facts, { admitted: false, waitSet: true });
+    // A job delivered again that holds a slot already took it for its turn, and its pass died or
+    // failed before asking (a deploy, a step that threw, the budget): it asks now, with that slot.
+    const again = admitting.some((p) => waits(p) && p.msg.deliveryCount > 1);
+    const holding = again ? new Set(await deps.admission.holders(deps.backend)) : new Set<string>();
+    for (const p of admitting) if (waits(p) && !holding.has(p.assignment!.id)) Object.assign(p.facts, { admitted: false, waitSet: true });
   }
   const quotaTaken = await takeQuotas(
     deps,

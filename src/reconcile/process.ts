@@ -3,11 +3,11 @@
 // record write, and the verdict's ack/nak/term.
 import { BackendError } from "../domain/backend.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
-import { decide, type Verdict } from "./decide.ts";
+import { DEFAULT_DELAYS, decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
 import { placeOf, policyOf } from "./pool-facts.ts";
 import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
-import { SETTLED_STATES } from "../nats/names.ts";
+import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { TERMINAL } from "../model/states.ts";
 import { emit, idOf } from "./emit.ts";
 
@@ -82,6 +82,17 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     if (asked) {
       await endIfEnded(deps, p, asked === "answered" ? after : undefined);
       asked = undefined;
+    }
+    if (step.effects.includes("enter_wait_set") && after && !UNADMITTED_STATES.has(after.state)) {
+      // Read waiting, its turn given (or its job ended) before the write: the wait is stale. A
+      // settled record decides the verdict again; one whose runner was asked for is looked at soon.
+      Object.assign(p.facts, { state: after.state, reason: after.reason });
+      if (SETTLED_STATES.has(after.state)) continue;
+      const delayMs = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.pending;
+      const asked: Verdict = { next: "done", action: { kind: "nak", delayMs }, events: ["stale_delivery"], effects: [] };
+      emit(deps, "stale_delivery", idOf(p), asked);
+      p.msg.nak(delayMs);
+      return asked;
     }
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
       // The claim won the race with our write: the runner is there, acknowledge now.

@@ -27,6 +27,11 @@ export interface WaitingDeps {
    * slot held gives no turn, without reading the heads (a job that spills could run elsewhere).
    */
   capacity?: number;
+  /**
+   * How old a slot whose record still says no runner was asked for may be before it is presumed
+   * stalled (ACK_WAIT_MS): its pass died or failed before asking (stalled.ts). Without it, never.
+   */
+  stallAfterMs?: number;
   /** The message a waiting job's delivery left held, by its ack subject: its turn acks or terms it from here. */
   held(ackSubject: string, data: Uint8Array): DeliveredMessage;
 }

@@ -70,6 +70,8 @@ export interface Admission {
   endRegistrations(backend: Backend, ids: readonly string[]): Promise<void>;
   /** Ids holding an unexpired slot. */
   holders(backend: Backend): Promise<string[]>;
+  /** When each holder took its slot (epoch ms), in one request (up to 1024 slots). */
+  heldSince(backend: Backend): Promise<Map<string, number>>;
   /** Ids whose runner registration is under way (an unexpired reservation). */
   registering(backend: Backend): Promise<string[]>;
   /** Holders and registrations together, in two requests whatever the pool's size (up to 1024 slots each). */
@@ -227,6 +229,10 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
     async holders(backend) {
       const info = await maybe(async () => (await jsm()).streams.info(slots(backend), { subjects_filter: `${slotPrefix(opts.names, backend)}.>` }));
       return Object.keys(info?.state.subjects ?? {}).map((s) => idOfToken(s.slice(slotPrefix(opts.names, backend).length + 1)));
+    },
+    async heldSince(backend) {
+      const taken = await lastOfAll(slots(backend), slotPrefix(opts.names, backend));
+      return new Map([...taken].map(([id, m]) => [id, m.time.getTime()]));
     },
     async registering(backend) {
       return (await admission.snapshot(backend)).registering;

@@ -57,6 +57,12 @@ export interface PlacementPart {
    * holds it; its turn's verdict goes there (reconcile/give-turn.ts). Not a secret.
    */
   heldBy?: string;
+  /**
+   * The number of its latest wait in the wait set (fair share): its entry's message id names it,
+   * so a job that waits again after its entry was taken out gets a new entry, while a delivery
+   * that repeats the same wait (a return from its hold, a pass repeated after it died) adds none.
+   */
+  waits?: number;
 }
 
 /** Its runner stands in a pool's warm position. */

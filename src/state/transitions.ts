@@ -74,10 +74,14 @@ export function complete(records: Records, id: string, { at, when = always }: { 
   return step(records, id, "complete", when, (r) => ({ ...r, state: "completed", completedAt: at }));
 }
 
-/** revive: a moved job's end undone (its warm runner did not take it); a registration stored while it was ended is not kept. */
+/**
+ * revive: a moved job's end undone (its warm runner did not take it); a registration stored while
+ * it was ended is not kept. It waits anew: a turn chosen before is over, and its next wait is a new
+ * one (its entry, if it had one, went at the move), so its delivery puts it in the wait set again.
+ */
 export function revive(records: Records, id: string, when: When): Promise<Stepped> {
   return step(records, id, "revive", when, (r) => {
-    const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, claimedAt: _c, ...waiting } = r;
+    const { terminatedAt: _t, reason: _r, movedTo: _m, runner: _dropped, claimedAt: _c, chosen: _over, heldBy: _before, ...waiting } = r;
     return { ...waiting, state: "capacity_wait" };
   });
 }

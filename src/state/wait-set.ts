@@ -44,8 +44,12 @@ export interface WaitEntry {
 export type WaitHead = WaitEntry & { seq: number };
 
 export interface WaitSet {
-  /** Puts a job in: its entry's sequence; a second put of the same id within the stream's duplicate window is dropped (undefined). */
-  add(backend: Backend, entry: WaitEntry, incarnation: string): Promise<number | undefined>;
+  /**
+   * Puts a job in for one wait (`wait`: its record's life and the wait's number, effects.ts's
+   * waitKey): its entry's sequence; a second put of the same job and wait within the stream's
+   * duplicate window is dropped (undefined). A new wait after the entry was taken out is a new key.
+   */
+  add(backend: Backend, entry: WaitEntry, wait: string): Promise<number | undefined>;
   /** Whether any job waits for `backend` (one request). */
   any(backend: Backend): Promise<boolean>;
   /** The repositories that have a job waiting, up to `limit` (one request). */
@@ -99,8 +103,8 @@ export function createWaitSet(handle: NatsHandle, names: NatsNames): WaitSet {
       .join("/");
   const head = (seq: number, data: Uint8Array): WaitHead => ({ ...(JSON.parse(new TextDecoder().decode(data)) as WaitEntry), seq });
   return {
-    async add(backend, entry, incarnation) {
-      const ack = await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${incarnation}` });
+    async add(backend, entry, wait) {
+      const ack = await handle.js.publish(subject(backend, entry.repository), JSON.stringify(entry), { msgID: `wait-${entry.id}-${wait}` });
       return ack.duplicate ? undefined : ack.seq;
     },
     async any(backend) {

@@ -99,9 +99,9 @@ export function rememberWaiting(set: WaitSet, seen: WaitingSeen, now: () => numb
   return {
     ...set,
     asking: (backend) => seen.asking(backend),
-    async add(backend, entry, incarnation) {
+    async add(backend, entry, wait) {
       // A put dropped as a repeat says nothing: the entry it repeats may have had its turn since.
-      const stored = await set.add(backend, entry, incarnation);
+      const stored = await set.add(backend, entry, wait);
       if (stored !== undefined) seen.saw(backend, now(), [stored]);
       return stored;
     },

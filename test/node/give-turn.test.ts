@@ -60,6 +60,7 @@ function world(
   const placed: { id: string; reserve: string[] }[] = [];
   const sent: string[] = [];
   const ended: string[] = [];
+  const released: string[] = [];
   const events: string[] = [];
   const errors: string[] = [];
   const manyRead: string[][] = [];
@@ -108,10 +109,11 @@ function world(
         return { admitted: new Map([[c.id, c.places[0]]]), reserved: new Set(reserve), fullBackends: new Set() };
       },
       endRegistrations: async (_b: string, ids: string[]) => void ended.push(...ids),
+      release: async (_place: unknown, ...ids: string[]) => (released.push(...ids), false),
     },
     waiting,
   } as unknown as ProcessDeps;
-  return { deps, waiting, removed, through, placed, sent, ended, events, errors, records, manyRead };
+  return { deps, waiting, removed, through, placed, sent, ended, released, events, errors, records, manyRead };
 }
 
 /** A finish that moves the record to `state` and answers `verdict`, remembering what it was given. */
@@ -199,14 +201,15 @@ describe("a held job's turn", () => {
     expect([limited.placed, limited.removed]).toEqual([[], []]);
   });
 
-  it("a pass out of budget leaves the job waiting: its entry (and its slot) stay for the next pass", async () => {
+  it("a pass out of budget asks for nothing and gives its slot back; the job keeps its entry and its hold", async () => {
     const w = world();
-    const spent: boolean[] = [];
-    // finishMessage defers (nak 0) and changes nothing: the record is still capacity_wait.
-    const deferred: Finish = async (_d, p, budgetSpent) => (spent.push(budgetSpent), p.msg.nak(0), verdictOf("nak", ["deferred"], 0));
-    expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), deferred, Date.now() - 1)).toBe("admitted");
-    expect(spent).toEqual([true]);
-    // Near miss of the nak above: the deferral's nak 0 is not sent, the message keeps its hold.
+    const given: Prepared[] = [];
+    expect(await give(w, head("a-1", "a/mono", 3), record("a-1", "capacity_wait"), finishing("backend_pending", verdictOf("nak"), given), Date.now() - 1)).toBe(
+      "admitted",
+    );
+    expect(given).toEqual([]);
+    expect(w.released).toEqual(["a-1"]);
+    // Near miss of a deferral's nak 0: nothing is sent, the message keeps its hold.
     expect([w.removed, w.sent]).toEqual([[], []]);
     // Its reservation goes: it registered nothing.
     expect(w.ended).toEqual(["a-1"]);

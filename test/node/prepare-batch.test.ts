@@ -41,6 +41,8 @@ interface Options {
   ledger?: ReturnType<typeof memoryLedger>;
   /** Runners held now per repository (all on this backend). */
   held?: Record<string, number>;
+  /** Ids that hold a slot already with no runner asked for (their pass died after taking it). */
+  holding?: string[];
 }
 
 function deps(opts: Options) {
@@ -51,6 +53,7 @@ function deps(opts: Options) {
     ({ id, state: "received", receivedAt: new Date(0).toISOString(), ...extra }) as AssignmentRecord;
   for (const [id, r] of Object.entries(opts.known ?? {})) records.set(id, record(id, { tombstone: true, ...r }));
   const holders = Object.entries(opts.held ?? {}).flatMap(([repo, n]) => Array.from({ length: n }, (_, i) => `${repo}#${i}`));
+  let holdersRead = 0;
   for (const h of holders) records.set(h, record(h, { state: "claimed", job: { repository: h.split("#")[0]! } }));
   let free = opts.free;
   const d = {
@@ -72,13 +75,13 @@ function deps(opts: Options) {
       },
     },
     admission: {
-      holders: async () => holders,
+      holders: async () => (holdersRead++, [...holders, ...(opts.holding ?? [])]),
       placeMany: async (candidates: { id: string; places: { backend: Backend }[] }[], _reserve: unknown, o?: { turns?: ReadonlySet<string> }) => {
         turns.push(...(o?.turns ?? []));
         const admitted = new Map<string, { backend: Backend }>();
         for (const c of candidates) {
           asked.push(c.id);
-          const holds = records.get(c.id)?.askedAt !== undefined;
+          const holds = records.get(c.id)?.askedAt !== undefined || (opts.holding ?? []).includes(c.id);
           if (holds || free > 0) {
             if (!holds) free--;
             admitted.set(c.id, c.places[0]!);
@@ -95,7 +98,7 @@ function deps(opts: Options) {
   };
   // The holders' records are read by heldNow in one batch read.
   d.records.getMany = async (ids: string[]) => new Map(ids.filter((id) => records.has(id)).map((id) => [id, { value: records.get(id)!, revision: 1 }]));
-  return { deps: d as unknown as ProcessDeps, asked, turns };
+  return { deps: d as unknown as ProcessDeps, asked, turns, holdersRead: () => holdersRead };
 }
 
 describe("prepareBatch", () => {
@@ -117,6 +120,21 @@ describe("prepareBatch", () => {
       ["new", false, true],
     ]);
     expect(asked).toEqual(["booting"]);
+  });
+
+  it("while others wait, a job delivered again that holds a slot no runner was asked for (its pass died) asks now, with that slot; near misses: one delivered again holding none waits, a first delivery reads no holders", async () => {
+    const again = (m: DeliveredMessage) => ({ ...m, deliveryCount: 2 });
+    for (const state of ["received", "capacity_wait"] as const) {
+      const { deps: d } = deps({ free: 0, waiting: true, holding: ["stalled"], known: { stalled: { state }, other: { state } } });
+      const batch = await prepareBatch(d, [again(message("stalled", "a/mono")), again(message("other", "b/fix"))], Infinity);
+      expect(batch.map((p) => [p.assignment!.id, p.facts.admitted, p.facts.waitSet])).toEqual([
+        ["stalled", true, undefined],
+        ["other", false, true],
+      ]);
+    }
+    const { deps: d, holdersRead } = deps({ free: 0, waiting: true, holding: ["new"] });
+    const batch = await prepareBatch(d, [message("new", "a/mono")], Infinity);
+    expect([batch[0]!.facts.waitSet, holdersRead()]).toEqual([true, 0]);
   });
 
   it("a waiting job's wait counts from its record's making (its hold grows with it); near miss: a new job's is its own moment", async () => {
