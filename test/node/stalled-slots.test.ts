@@ -87,7 +87,7 @@ function world({ capacity = 1, ledger }: { capacity?: number; ledger?: ReturnTyp
   /** finishMessage as far as these passes need it: the runner asked for, the record moved on. */
   const asking: Finish = async (_d, p) => {
     asked.push(p.assignment!.id);
-    records.set(p.assignment!.id, { ...records.get(p.assignment!.id)!, state: "backend_pending" });
+    records.set(p.assignment!.id, { ...records.get(p.assignment!.id)!, state: "backend_pending" } as AssignmentRecord);
     p.known = { value: records.get(p.assignment!.id)!, revision: 2 };
     p.msg.nak(2_000);
     return { next: "done", action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] } as Verdict;
@@ -166,7 +166,7 @@ describe("a slot held by a turn whose pass died before asking", () => {
 
   it("near miss: a holder whose runner was asked for (backend_pending) is not stalled, however old its slot", async () => {
     const w = await died();
-    w.records.set("a-1", { ...w.records.get("a-1")!, state: "backend_pending" });
+    w.records.set("a-1", { ...w.records.get("a-1")!, state: "backend_pending" } as AssignmentRecord);
     w.later(10 * STALL_MS);
     expect(await admitWaiting(w.deps, { finish: w.asking })).toBe(0);
     expect(w.asked).toEqual([]);
