@@ -185,6 +185,16 @@ describe("admitWaiting", () => {
     expect(turns).toEqual(["a-1"]);
   });
 
+  it("gives up after exactly 3 turns in a row refused by their pools' caps, while the backend has room: the 4th repository is not tried; near miss: a turn given between refusals starts the count again", async () => {
+    const queues = ["b/x", "c/x", "d/x", "e/x", "f/x", "g/x"].map((r, i) => [head(`${r[0]}-1`, r, i + 1)]);
+    const capped = world(["pool", "pool", "pool", undefined], { queues, held: 0 });
+    expect(await admitWaiting(capped.deps)).toBe(0);
+    expect(capped.tried).toEqual(["b-1", "c-1", "d-1"]);
+    const between = world(["pool", "pool", undefined, "pool", "pool", undefined], { queues, held: 0 });
+    expect(await admitWaiting(between.deps)).toBe(2);
+    expect(between.tried).toEqual(["b-1", "c-1", "d-1", "e-1", "f-1", "g-1"]);
+  });
+
   it("stops once the turns fill the slots its holders' read left, reading no next head; near misses: a slot left, a turn whose job held its slot already", async () => {
     const queues = [
       [head("a-1", "a/mono", 1), head("a-2", "a/mono", 3)],

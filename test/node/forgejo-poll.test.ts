@@ -197,6 +197,30 @@ describe("Forgejo jobs given to warm runners count like any other", () => {
     expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 2, published: 1 });
   });
 
+  it("a job whose every idle warm runner tried fails to take it (recycled, or claimed by another poll) gets its handle back for its own assignment, and is published", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const jobs = [waiting(41, 2, 7)];
+    const client = stubForgejo(() => jobs, new Set());
+    // Each warm runner is taken by another poll between this poll's listing and its claim.
+    const takenFirst = (s: State): State => ({
+      ...s,
+      records: {
+        ...s.records,
+        update: async (id, change) => {
+          if (id.startsWith("warm-small-"))
+            await s.records.update(id, (r) => written({ ...r, state: "terminated", terminatedAt: new Date().toISOString(), reason: "recycled" }));
+          return s.records.update(id, change);
+        },
+      },
+    });
+    const d = createDispatcher({ config, sink: silent, forgejo: client, decorateState: takenFirst });
+    const plain = createDispatcher({ config, sink: silent, forgejo: client });
+    await idleWarm(plain, config, 2);
+    expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 0, published: 1 });
+    // The handle is the job's own assignment's: a second binding to another runner is refused.
+    expect(await plain.withState(({ handles }) => handles.bind("h-41", "x"))).toBe("forgejo-41-1");
+  });
+
   it("a poll that gives every job to a warm runner asks for a pass all the same: the positions are being refilled", async () => {
     const config = await provisionEnv(warmPoolEnv());
     const client = stubForgejo(() => [waiting(41, 2, 7), waiting(42, 2, 7)], new Set());

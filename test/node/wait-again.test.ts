@@ -175,3 +175,22 @@ describe("a delivery back from its hold while its turn is given", () => {
     expect(await w.mem.records.get("j-1")).toMatchObject({ state: "capacity_wait", waits: 2 });
   });
 });
+
+describe("a delivery's registration write", () => {
+  const ref = (id: number) => ({ id, uuid: `u-${id}`, name: `r-${id}`, sealed: "x" }) as unknown as NonNullable<AssignmentRecord["runner"]>;
+
+  it("never replaces a runner identity another pass stored between this pass's read and its compare-and-set retry: the first registration stays", async () => {
+    const w = world("received");
+    const p = await w.deliver();
+    w.mem.between("j-1", (r) => ({ ...r, runner: ref(1), state: "backend_pending", askedAt: "2026-12-05T00:00:00Z" }) as AssignmentRecord);
+    const after = await applyEffects(w.deps, p, ["mark_pending"], ref(2));
+    expect(after!.runner).toEqual(ref(1));
+    expect((await w.mem.records.get("j-1"))!.runner).toEqual(ref(1));
+  });
+
+  it("near miss: with no runner stored meanwhile, its own is written", async () => {
+    const w = world("received");
+    const after = await applyEffects(w.deps, await w.deliver(), ["mark_pending"], ref(2));
+    expect(after!.runner).toEqual(ref(2));
+  });
+});
