@@ -23,7 +23,7 @@ const longAgo = () => new Date(Date.now() - 10 * 60_000).toISOString();
 const others = (from: number, n: number) => Array.from({ length: n }, (_, i) => ({ id: from + i, name: `someone-${from + i}` }));
 
 describe("Gitea: a warm runner the list does not show", () => {
-  async function warmRunner(pages: { id: number; name: string }[][], seen: () => boolean, jobPages = 5) {
+  async function warmRunner(pages: { id: number; name: string }[][], seen: () => boolean | "error", jobPages = 5) {
     const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 1 }], {
       CAPACITY_VM: 0,
       GITEA_JOB_PAGES: jobPages,
@@ -34,7 +34,9 @@ describe("Gitea: a warm runner the list does not show", () => {
     gitea.listRunners = async (page) => ({ total: 0, runners: pages[page - 1] ?? [] });
     gitea.getRunner = async ({ id }) => {
       asked.push(id);
-      return seen() ? ({ id, busy: false } as Awaited<ReturnType<typeof gitea.getRunner>>) : null;
+      const answer = seen();
+      if (answer === "error") throw new Error("gitea: 502 bad gateway");
+      return answer ? ({ id, busy: false } as Awaited<ReturnType<typeof gitea.getRunner>>) : null;
     };
     const d = createDispatcher({ config: loadConfig(env), sink, gitea });
     const w = await d.withState(async (state) => {
@@ -63,18 +65,22 @@ describe("Gitea: a warm runner the list does not show", () => {
     expect(await warmRunner([others(1000, 50), others(1050, 10)], () => false)).toEqual({ ended: 1, asked: [77], state: "terminated" });
   });
 
+  it("a lookup of that runner that fails (an error, a timeout) leaves it alone: only a definite 'not found' ends it", async () => {
+    expect(await warmRunner([others(1000, 50), others(1050, 10)], () => "error")).toEqual({ ended: 0, asked: [77], state: "backend_ready" });
+  });
+
   it("a list longer than the pages read ends nothing, and asks nothing", async () => {
     expect(await warmRunner([others(1000, 50), others(1050, 50), others(1100, 5)], () => false, 2)).toEqual({ ended: 0, asked: [], state: "backend_ready" });
   });
 });
 
 describe("Forgejo: a runner an assignment waits on that the list does not show", () => {
-  async function waitingOnRunner(pages: ListedRunner[][], seen: () => boolean) {
+  async function waitingOnRunner(pages: ListedRunner[][], seen: () => boolean, read: number[] = []) {
     const env = forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9", { CLEANUP_GRACE_MS: 0 });
     const config = await provisionEnv(env);
     const asked: number[] = [];
     const client = {
-      listRunners: async (_scope: unknown, page: number) => pages[page - 1] ?? [],
+      listRunners: async (_scope: unknown, page: number) => (read.push(page), pages[page - 1] ?? []),
       getRunner: async (_scope: unknown, id: number) => (asked.push(id), seen() ? { id } : null),
       deleteRunner: async () => undefined,
     } as unknown as ForgejoClient;
@@ -101,5 +107,24 @@ describe("Forgejo: a runner an assignment waits on that the list does not show",
 
   it("near miss: Forgejo answers it has none: its identity is forgotten and its workload torn down", async () => {
     expect(await waitingOnRunner([others(100, 50), others(150, 3)], () => false)).toEqual({ forgotten: 1, asked: [5], runner: null });
+  });
+
+  it("a first page of exactly 50 is not the whole list: the next page is read, and a runner found there is present", async () => {
+    const read: number[] = [];
+    expect(await waitingOnRunner([others(100, 50), [{ id: 5, name: "listed-5" }]], () => false, read)).toEqual({ forgotten: 0, asked: [], runner: 5 });
+    expect(read).toEqual([1, 2]);
+  });
+
+  it("near miss: exactly 50 then none: the list is whole after the empty page, and absence is asked about", async () => {
+    const read: number[] = [];
+    expect(await waitingOnRunner([others(100, 50), []], () => true, read)).toEqual({ forgotten: 0, asked: [5], runner: 5 });
+    expect(read).toEqual([1, 2]);
+  });
+
+  it("a list that fills every page a tick reads is not whole: absence is not judged, nothing is asked", async () => {
+    const read: number[] = [];
+    const full = Array.from({ length: 20 }, (_, i) => others(1000 + 50 * i, 50));
+    expect(await waitingOnRunner(full, () => false, read)).toEqual({ forgotten: 0, asked: [], runner: 5 });
+    expect(read).toHaveLength(20);
   });
 });
