@@ -12,6 +12,7 @@ import { withNats } from "../../src/nats/connection.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
 import { cancelAssignment } from "../../src/domain/cancel.ts";
+import { publishAssignment } from "../../src/domain/publish.ts";
 import { createRecordCache } from "../../src/state/record-cache.ts";
 import { terminate } from "../../src/state/transitions.ts";
 
@@ -189,5 +190,25 @@ describe("a job that ends while its backend call is in flight", () => {
     const { live, record } = await run("gitea-4345-1", "kept");
     expect(record?.state).toBe("backend_ready");
     expect([...live]).toEqual(["gitea-4345-1"]);
+  });
+});
+
+describe("a job cancelled before its queued arrives", () => {
+  it("is tombstoned; its later publish and its delivery count as the same content, not a conflict: termed as ended, nothing asked", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const config = await provisionEnv(env);
+    const d = createDispatcher({ config, gitea: stubGitea(), sink });
+    const id = "gitea-81-1";
+    const cancelled = await cancelAssignment(d, id, "cancelled", { backend: "pod", reason: "cancelled before it was queued" });
+    expect(cancelled?.tombstoned).toBe(true);
+    // The queued, with content the tombstone never saw.
+    const published = await publishAssignment(d, { ...assignment(id), job: { id: 81, runId: 1, attempt: 1, repository: "acme/app" } });
+    expect(published).toMatchObject({ duplicate: true, ended: true });
+    const [pass] = await d.reconcile("test", 10_000);
+    expect(pass).toMatchObject({ fetched: 1, termed: 1 });
+    const mine = events.filter((e) => e.assignment === id).map((e) => e.event);
+    expect(mine).toContain("already_done");
+    expect(mine).not.toContain("conflict");
+    expect(await d.withState(({ records }) => records.get(id))).toMatchObject({ state: "terminated", tombstone: true });
   });
 });
