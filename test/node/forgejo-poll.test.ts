@@ -547,3 +547,43 @@ describe("reviveMoved", () => {
     expect(await reviveMoved(d, "forgejo-3-1", "warm-a")).toBe(false);
   });
 });
+
+describe("a published Forgejo job that Forgejo lists running (the poll plan's claim)", () => {
+  async function running(runner: boolean) {
+    const config = await provisionEnv(warmPoolEnv());
+    const id = "forgejo-51-1";
+    const jobs = [{ ...waiting(51, 2, 7), status: "running", task_id: 9 }];
+    const client = stubForgejo(() => jobs, new Set());
+    const d = createDispatcher({ config, sink: silent, forgejo: client });
+    await d.withState(async ({ records }) => {
+      await records.offer(assignment(id));
+      const now = new Date().toISOString();
+      if (runner)
+        await records.update(id, (r) =>
+          written({
+            ...r,
+            state: "backend_ready",
+            askedAt: now,
+            readyAt: now,
+            runner: { id: 5, name: `gdr-${id}`, registeredAt: now, sealed: "x", place: forgejoPlace(config.forgejo!) },
+          }),
+        );
+    });
+    const store = memoryStore([{ id, job: 51, attempt: 1, handle: "h-51" }]);
+    const outcome = await pollForgejo(d, client, config.forgejo!, store);
+    return { outcome, record: await recordOf(d, id), known: store.known.get("51-1") };
+  }
+
+  it("with no runner of ours registered for it, another runner took it: its assignment is cancelled, never claimed", async () => {
+    const { outcome, record, known } = await running(false);
+    expect(outcome).toMatchObject({ claimed: 0, ended: 1 });
+    expect(record).toMatchObject({ state: "terminated", reason: "a runner not registered by the dispatcher took the job" });
+    expect(known?.claimed).toBe(true);
+  });
+
+  it("near miss: with its runner registered, the job running is its claim", async () => {
+    const { outcome, record } = await running(true);
+    expect(outcome).toMatchObject({ claimed: 1, ended: 0 });
+    expect(record).toMatchObject({ state: "claimed" });
+  });
+});
