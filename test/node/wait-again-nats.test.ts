@@ -9,6 +9,7 @@ import { createDispatcher, type Dispatcher } from "../../src/app/dispatcher.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";
 import { claimAssignment, completeAssignmentRun } from "../../src/domain/operations.ts";
 import { takeSnapshot } from "../../src/observe/snapshot.ts";
+import { encodeAssignment } from "../../src/model/assignment.ts";
 import { assignment, provisionEnv, testEnv } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
@@ -96,5 +97,27 @@ describe("a job that waits a second time", () => {
     await d.reconcile("test", BUDGET_MS);
     expect(await recordOf(d, "t2")).toMatchObject({ state: "backend_pending" });
     expect(await holders(d)).toEqual(["t2"]);
+  });
+});
+
+describe("a turn given to an entry from before the hold (published again)", () => {
+  it("that filled the backend is pulled and started in the same pass, not left for the next one", async () => {
+    const { d } = await scene();
+    await publishAssignment(d, job("t1", 1, "a/one"));
+    await d.reconcile("test", BUDGET_MS);
+    // t2 waits as it did before the hold: its message acked, its entry naming none.
+    const t2 = job("t2", 2, "b/two");
+    await d.withState(async ({ records, waiting }) => {
+      await records.offer(t2);
+      await records.update("t2", (r) => ({ ...r, state: "capacity_wait" }) as typeof r);
+      const data = btoa(String.fromCharCode(...encodeAssignment(t2)));
+      await waiting.add("pod", { id: "t2", owner: "b", repository: "b/two", data }, "legacy");
+    });
+    await done(d, "t1");
+    const [pass] = await d.reconcile("release", BUDGET_MS);
+    expect(pass).toMatchObject({ fetched: 1 });
+    expect(await recordOf(d, "t2")).toMatchObject({ state: "backend_pending" });
+    expect(await holders(d)).toEqual(["t2"]);
+    expect(await waiting(d)).toEqual([]);
   });
 });
