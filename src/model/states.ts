@@ -22,7 +22,9 @@ export const UNADMITTED_STATES: ReadonlySet<AssignmentState> = new Set(["receive
 export const TRANSITIONS = [
   { name: "offer", from: [], to: "received" },
   { name: "tombstone", from: [], to: "terminated" },
-  // No slot (or it was lost: a lease that ran out, a backend error that gave it back).
+  // No slot (or it was lost: a lease that ran out, a backend error that gave it back). From an
+  // asked-for state only by a delivery that read that state, never one that read the job waiting
+  // and lost the race to its turn's write (reconcile/effects.ts).
   { name: "wait", from: ["received", "quota_wait", "backend_pending", "backend_ready"], to: "capacity_wait" },
   { name: "wait_quota", from: ["received", "capacity_wait", "backend_pending", "backend_ready"], to: "quota_wait" },
   { name: "ask", from: ["received", "capacity_wait", "quota_wait"], to: "backend_pending" },

@@ -10,8 +10,8 @@ import { jobRepository, type AssignmentRecord } from "../state/records.ts";
 import type { Versioned } from "../state/kv.ts";
 import { whoseJob } from "../quotas/config.ts";
 import { inTurnOrder, pickNext, taken, type Shares } from "../quotas/fair-share.ts";
-import { stalledHolders, releaseStalled } from "./stalled.ts";
-import { giveHeldTurn, isHeld, type HeldHead, republishTurn, takeOut, type Finish, type HeldTurnOptions, type TurnOutcome } from "./give-turn.ts";
+import { resumeTurns, sortStalled, stalledHolders } from "./stalled.ts";
+import { giveHeldTurn, isHeld, republishTurn, takeOut, type Finish, type HeldTurnOptions, type TurnOutcome } from "./give-turn.ts";
 
 /**
  * Turns refused by their pools' caps (maxRunners) in a row before the pass gives up: the backend
@@ -72,12 +72,8 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   // whose entry the look holds gets its turn again first (its slot is its own); any other's slot
   // goes back (its message comes back and asks).
   const stalled = stalledFirst ?? (full(holders) ? await stalledHolders(deps, w, holders) : new Map<string, Versioned<AssignmentRecord>>());
-  const resume = [...new Map(glance.oldest.filter((h): h is HeldHead => stalled.has(h.id) && isHeld(h)).map((h) => [h.id, h])).values()];
-  const orphans = [...stalled.values()].filter((r) => !resume.some((h) => h.id === r.value.id)).map((r) => r.value);
-  if (orphans.length) {
-    await releaseStalled(deps, orphans);
-    holders = holders.filter((id) => !orphans.some((r) => r.id === id));
-  }
+  const { resume, counted: holding } = await sortStalled(deps, holders, glance.oldest, stalled);
+  holders = holding;
   if (!resume.length && full(holders)) return filled();
   // The records of the held jobs among them are read with the holders' (one request): a turn
   // starts from its record as the store has it.
@@ -94,20 +90,14 @@ export async function admitWaiting(deps: ProcessDeps, { joined = false, deadline
   const done = new Set<number>();
   const opts = { deadline, started, told, read, finish, done: (seq: number) => void done.add(seq) };
   try {
-    let heads = view.heads;
-    for (const h of resume) {
-      if (!finish) break;
-      const outcome = await giveHeldTurn(deps, w, h, stalled.get(h.id)!, { ...opts, finish });
-      deps.sink.event({ event: "turn_resumed", assignment: h.id, backend: deps.backend });
-      const after = outcome === "admitted" ? await view.next(h.repository, h.seq) : undefined;
-      heads = [...heads.filter((x) => x.seq !== h.seq), ...(after ? [after] : [])];
-    }
+    const resumed = finish ? await resumeTurns(deps, w, resume, stalled, view, { ...opts, finish }) : { given: 0, heads: view.heads };
+    const heads = resumed.heads;
     if (full(holders)) {
       filled();
-      return resume.length;
+      return resumed.given;
     }
     // A glance that found some holds a head of each of their repositories: never none.
-    return resume.length + (await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, opts));
+    return resumed.given + (await giveTurns(deps, w, view, { ...counted, heads }, heads, holders, opts));
   } finally {
     await Promise.all(started);
     await takeOut(deps, w, glance.oldest, done);

@@ -9,6 +9,8 @@
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import type { Versioned } from "../state/kv.ts";
 import { placementOf, type AssignmentRecord } from "../state/records.ts";
+import type { WaitHead, WaitView } from "../state/wait-set.ts";
+import { giveHeldTurn, isHeld, type HeldHead, type HeldTurnOptions } from "./give-turn.ts";
 import type { ProcessDeps, WaitingDeps } from "./types.ts";
 
 /**
@@ -48,4 +50,45 @@ export async function releaseStalled(deps: Pick<ProcessDeps, "admission" | "back
       deps.sink.event({ event: "slot_reclaimed", assignment: r.id, backend: deps.backend });
     }),
   );
+}
+
+/**
+ * A full backend's stalled holders, sorted: those whose entry the look holds (`oldest`) get their
+ * turn again first (`resume`: the slot is theirs); the others' slots go back now, and `counted`
+ * is the holders without them.
+ */
+export async function sortStalled(
+  deps: Pick<ProcessDeps, "admission" | "backend" | "sink">,
+  holders: readonly string[],
+  oldest: readonly WaitHead[],
+  stalled: ReadonlyMap<string, Versioned<AssignmentRecord>>,
+): Promise<{ resume: HeldHead[]; counted: string[] }> {
+  const resume = [...new Map(oldest.filter((h): h is HeldHead => stalled.has(h.id) && isHeld(h)).map((h) => [h.id, h])).values()];
+  const orphans = [...stalled.values()].map((r) => r.value).filter((r) => !resume.some((h) => h.id === r.id));
+  if (orphans.length) await releaseStalled(deps, orphans);
+  return { resume, counted: holders.filter((id) => !orphans.some((r) => r.id === id)) };
+}
+
+/** Gives the stalled jobs' turns again, before any other: how many, and the heads with each one's repository's next in its place. */
+export async function resumeTurns(
+  deps: ProcessDeps,
+  w: WaitingDeps,
+  resume: readonly HeldHead[],
+  stalled: ReadonlyMap<string, Versioned<AssignmentRecord>>,
+  view: Pick<WaitView, "heads" | "next">,
+  opts: HeldTurnOptions,
+): Promise<{ given: number; heads: WaitHead[] }> {
+  let heads = view.heads;
+  let given = 0;
+  for (const h of resume) {
+    const outcome = await giveHeldTurn(deps, w, h, stalled.get(h.id)!, opts);
+    if (outcome !== "admitted" && outcome !== "gone") continue;
+    if (outcome === "admitted") {
+      given++;
+      deps.sink.event({ event: "turn_resumed", assignment: h.id, backend: deps.backend });
+    }
+    const after = await view.next(h.repository, h.seq);
+    heads = [...heads.filter((x) => x.seq !== h.seq), ...(after ? [after] : [])];
+  }
+  return { given, heads };
 }
