@@ -53,7 +53,7 @@ export async function applyEffects(
   // return from its hold finds the record in this wait already, and its entry there (an entry goes
   // only once its record left the waiting states): nothing to put in, after an hour neither.
   const entering = effects.includes("enter_wait_set") && deps.waiting ? { wait: waitNumber(p.known.value) } : undefined;
-  if (entering && entering.wait !== p.known.value.waits) await deps.waiting!.set.add(deps.backend, waitEntryOf(p), waitKey(p.known.value, entering.wait));
+  if (entering && entering.wait !== (p.known.value.waits ?? 0)) await deps.waiting!.set.add(deps.backend, waitEntryOf(p), waitKey(p.known.value, entering.wait));
   const write = (records: RecordStore) => records.updateFrom(p.known!, change);
   const written = ref
     ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {
@@ -99,15 +99,16 @@ const WAITS: ReadonlySet<Effect> = new Set(["mark_waiting", "mark_quota_wait"]);
  * record waits there already (a return from its hold: it names the message held for that wait),
  * the next one otherwise (its entry was taken out at its turn, it was revived, or it never had
  * one; a pass repeated after it died before its write reads the same record, so the same number).
+ * A record from before the count that waits there is in wait 0, whose entry has the old id.
  */
 export function waitNumber(r: AssignmentRecord): number {
   const n = r.waits ?? 0;
-  const inIt = n > 0 && (r.state === "capacity_wait" || r.state === "quota_wait") && r.heldBy !== undefined && !r.chosen;
+  const inIt = (r.state === "capacity_wait" || r.state === "quota_wait") && r.heldBy !== undefined && !r.chosen;
   return inIt ? n : n + 1;
 }
 
-/** The wait's part of its entry's message id: the record's life, and the wait within it. */
-export const waitKey = (r: AssignmentRecord, wait: number) => `${incarnationOf(r)}-${wait}`;
+/** The wait's part of its entry's message id: the record's life, and the wait within it (none for wait 0, as before the count). */
+export const waitKey = (r: AssignmentRecord, wait: number) => (wait === 0 ? incarnationOf(r) : `${incarnationOf(r)}-${wait}`);
 
 /** What the wait set keeps of a delivery that waits: its assignment, whose it is, and where its message is held. */
 export function waitEntryOf(p: Prepared): WaitEntry {

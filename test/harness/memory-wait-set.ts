@@ -57,7 +57,15 @@ export function memoryWaitSet() {
       return new Map();
     },
   };
-  return { set, asked, calls, entries, duringRemove: (fn: () => Promise<void>) => (onRemove = fn) };
+  return {
+    set,
+    asked,
+    calls,
+    entries,
+    duringRemove: (fn: () => Promise<void>) => (onRemove = fn),
+    /** JetStream's duplicate window passed: every message id put so far is forgotten. */
+    windowPassed: () => ids.clear(),
+  };
 }
 
 export const waitEntry = (id: string, repository = "acme/app"): WaitEntry => ({ id, owner: repository.split("/")[0]!, repository, data: "" });

@@ -11,7 +11,7 @@ import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { GONE_GRACE_MS, pollForgejo, STALE_BINDING_MS, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import { completeAssignmentRun } from "../../src/domain/operations.ts";
 import { assignment, forgejoTestEnv, provisionEnv, TEST_ROUTES } from "../harness/env.ts";
-import { forgejoPlace } from "../../src/forge/forgejo/warm.ts";
+import { createWarmBinder, forgejoPlace } from "../../src/forge/forgejo/warm.ts";
 import type { Config } from "../../src/app/config.ts";
 import type { Dispatcher, State } from "../../src/app/dispatcher.ts";
 import { reviveMoved } from "../../src/forge/forgejo/move.ts";
@@ -219,6 +219,20 @@ describe("Forgejo jobs given to warm runners count like any other", () => {
     expect(await pollForgejo(d, client, config.forgejo!, memoryStore())).toMatchObject({ bound: 0, published: 1 });
     // The handle is the job's own assignment's: a second binding to another runner is refused.
     expect(await plain.withState(({ handles }) => handles.bind("h-41", "x"))).toBe("forgejo-41-1");
+  });
+
+  it("a poll that loses a job's handle to another poll keeps the idle warm runner it tried for its next job", async () => {
+    const config = await provisionEnv(warmPoolEnv());
+    const d = createDispatcher({ config, sink: silent, forgejo: stubForgejo(() => [], new Set()) });
+    const [w] = await idleWarm(d, config, 1);
+    await d.withState(({ handles }) => handles.bind("h-41", "bound-elsewhere"));
+    const binder = createWarmBinder(d);
+    const request = { ...assignment("forgejo-41-1"), pools: ["small"], job: { id: 41, runId: 1, attempt: 1, repository: "id-2/id-7" } };
+    expect(await binder.bind(waiting(41, 2, 7), request)).toBeUndefined();
+    expect(await binder.idle("small")).toEqual([w]);
+    // Near miss: the next job of the poll gets it.
+    const next = { ...request, id: "forgejo-42-1", job: { ...request.job, id: 42 } };
+    expect(await binder.bind(waiting(42, 2, 7), next)).toBe(w);
   });
 
   it("a poll that gives every job to a warm runner asks for a pass all the same: the positions are being refilled", async () => {

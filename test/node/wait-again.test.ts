@@ -86,6 +86,23 @@ describe("a job's waits in the wait set", () => {
     expect((await w.mem.records.get("j-1"))!.heldBy).toBe("$JS.ACK.S.pod.1.2.2.0.0");
   });
 
+  it("a return from its hold after JetStream's duplicate window passed adds nothing either", async () => {
+    const w = world("received");
+    await w.enter();
+    w.waits.windowPassed();
+    await w.enter();
+    expect(w.ids()).toEqual(["j-1"]);
+  });
+
+  it("a job that waited across the upgrade to counted waits (its record names its held message, no count) adds no second entry; its next wait is counted", async () => {
+    const w = world("capacity_wait", { heldBy: "$JS.ACK.S.pod.1.2.1.0.0" });
+    // Its entry, put in before the upgrade under the id of the job's life alone.
+    await w.deps.waiting!.set.add("pod", { id: "j-1", owner: "a", repository: "a/mono", data: "" }, Date.parse(base.receivedAt).toString(36));
+    await w.enter();
+    expect(w.ids()).toEqual(["j-1"]);
+    expect(await w.mem.records.get("j-1")).toMatchObject({ state: "capacity_wait", waits: 0 });
+  });
+
   it("a job that waits again after its turn took its entry out (its backend call failed, the backend full again) gets a new entry", async () => {
     const w = world("received");
     await w.enter();
@@ -128,8 +145,9 @@ describe("a job's waits in the wait set", () => {
     expect(waitNumber(r("backend_ready", held))).toBe(4);
     // Waiting, but not in the wait set for it (revived, or a wait without fair share).
     expect(waitNumber(r("capacity_wait", { waits: 3 }))).toBe(4);
-    // Older records (from before the count) that wait: a first counted wait.
-    expect(waitNumber(r("capacity_wait", { heldBy: held.heldBy }))).toBe(1);
+    // A record from before the count that waits in the wait set: wait 0 (its entry has the old id).
+    expect(waitNumber(r("capacity_wait", { heldBy: held.heldBy }))).toBe(0);
+    expect(waitNumber(r("received"))).toBe(1);
   });
 
   it("a revived job (a Forgejo move undone) waits anew: a new entry, and a turn chosen before is over", async () => {

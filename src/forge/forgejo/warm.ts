@@ -91,6 +91,8 @@ export function createWarmBinder(d: Deps): WarmBinder {
           }
           const giveBack = () => (ledger ? releaseQuota(ledger, id, repository) : Promise.resolve());
           if ((await state.handles.bind(job.handle!, id, tried)) !== id) {
+            // Another poll bound the job first: this runner took nothing, and stays for the next job.
+            candidates.unshift(id);
             await giveBack();
             return undefined;
           }
