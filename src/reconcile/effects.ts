@@ -53,7 +53,8 @@ export async function applyEffects(
   // return from its hold finds the record in this wait already, and its entry there (an entry goes
   // only once its record left the waiting states): nothing to put in, after an hour neither.
   const entering = effects.includes("enter_wait_set") && deps.waiting ? { wait: waitNumber(p.known.value) } : undefined;
-  if (entering && entering.wait !== (p.known.value.waits ?? 0)) await deps.waiting!.set.add(deps.backend, waitEntryOf(p), waitKey(p.known.value, entering.wait));
+  if (entering && entering.wait !== (p.known.value.waits ?? 0))
+    await deps.waiting!.set.add(deps.backend, waitEntryOf(p), waitKey(p.known.value, entering.wait));
   const write = (records: RecordStore) => records.updateFrom(p.known!, change);
   const written = ref
     ? await retryUnavailable((attempt) => (attempt === 0 ? write(deps.records) : deps.withFreshRecords(write)), deps.now, REF_WRITE_RETRY_MS).catch((err) => {
