@@ -100,7 +100,7 @@ const WAITS: ReadonlySet<Effect> = new Set(["mark_waiting", "mark_quota_wait"]);
  * record waits there already (a return from its hold: it names the message held for that wait),
  * the next one otherwise (its entry was taken out at its turn, it was revived, or it never had
  * one; a pass repeated after it died before its write reads the same record, so the same number).
- * A record from before the count that waits there is in wait 0, whose entry has the old id.
+ * A record from before the count that waits there is in wait 0: its entry (of the old id) is there.
  */
 export function waitNumber(r: AssignmentRecord): number {
   const n = r.waits ?? 0;
@@ -108,8 +108,8 @@ export function waitNumber(r: AssignmentRecord): number {
   return inIt ? n : n + 1;
 }
 
-/** The wait's part of its entry's message id: the record's life, and the wait within it (none for wait 0, as before the count). */
-export const waitKey = (r: AssignmentRecord, wait: number) => (wait === 0 ? incarnationOf(r) : `${incarnationOf(r)}-${wait}`);
+/** The wait's part of its entry's message id: the record's life, and the wait within it. */
+export const waitKey = (r: AssignmentRecord, wait: number) => `${incarnationOf(r)}-${wait}`;
 
 /** What the wait set keeps of a delivery that waits: its assignment, whose it is, and where its message is held. */
 export function waitEntryOf(p: Prepared): WaitEntry {

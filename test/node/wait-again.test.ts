@@ -94,7 +94,7 @@ describe("a job's waits in the wait set", () => {
     expect(w.ids()).toEqual(["j-1"]);
   });
 
-  it("a job that waited across the upgrade to counted waits (its record names its held message, no count) adds no second entry; its next wait is counted", async () => {
+  it("a job that waited across the upgrade to counted waits (its record names its held message, no count) adds no second entry", async () => {
     const w = world("capacity_wait", { heldBy: "$JS.ACK.S.pod.1.2.1.0.0" });
     // Its entry, put in before the upgrade under the id of the job's life alone.
     await w.deps.waiting!.set.add("pod", { id: "j-1", owner: "a", repository: "a/mono", data: "" }, Date.parse(base.receivedAt).toString(36));
