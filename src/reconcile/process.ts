@@ -89,10 +89,10 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       Object.assign(p.facts, { state: after.state, reason: after.reason });
       if (SETTLED_STATES.has(after.state)) continue;
       const delayMs = deps.policy.retryDelayMs ?? DEFAULT_DELAYS.pending;
-      const asked: Verdict = { next: "done", action: { kind: "nak", delayMs }, events: ["stale_delivery"], effects: [] };
-      emit(deps, "stale_delivery", idOf(p), asked);
+      const stale: Verdict = { next: "done", action: { kind: "nak", delayMs }, events: ["stale_delivery"], effects: [] };
+      emit(deps, "stale_delivery", idOf(p), stale);
       p.msg.nak(delayMs);
-      return asked;
+      return stale;
     }
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
       // The claim won the race with our write: the runner is there, acknowledge now.

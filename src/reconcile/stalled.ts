@@ -43,7 +43,7 @@ export async function stalledHolders(
  * Gives back the slots and QUOTAS places of stalled holders whose turn cannot be given here (no
  * entry of theirs in the look): their message comes back within ACK_WAIT_MS and asks again.
  */
-export async function releaseStalled(deps: Pick<ProcessDeps, "admission" | "backend" | "sink">, records: readonly AssignmentRecord[]): Promise<void> {
+async function releaseStalled(deps: Pick<ProcessDeps, "admission" | "backend" | "sink">, records: readonly AssignmentRecord[]): Promise<void> {
   await Promise.all(
     records.map(async (r) => {
       await deps.admission.release(placementOf(r), r.id);
