@@ -8,6 +8,12 @@ import { FORGES } from "../domain/forge.ts";
 export { FORGES, type ForgeKind } from "../domain/forge.ts";
 export { parseJsonVariable } from "../model/json-variable.ts";
 
+/**
+ * The variables that hold JSON. In wrangler.jsonc each may be written as a JSON value or as a
+ * string holding it; config.ts reads both alike.
+ */
+export const JSON_VARIABLES: readonly string[] = ["RUNNER_POOLS", "QUOTAS", "RUNS_ON_ROUTES", "POD_TEMPLATE", "VM_TEMPLATE"];
+
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
 export type LocationHint = (typeof LOCATION_HINTS)[number];
@@ -25,7 +31,7 @@ const intFrom = (min: number, max: number) =>
       .min(min, { message: min === 0 ? "must be non-negative (0 or more)" : `must be at least ${min}` })
       .max(max, { message: `must be at most ${max}` }),
   );
-const optionalString = z.string().trim().min(1).optional().catch(undefined);
+const optionalString = z.string().trim().min(1).optional();
 const secret = (minLength: number) =>
   z.string({ message: "is required (a secret: wrangler secret put)" }).min(minLength, { message: `must be at least ${minLength} characters` });
 const wsUrls = z.string({ message: "is required" }).transform((value, ctx) => {

@@ -1,7 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
 import { parseBackends, type BackendConfig, type KubernetesConfig } from "../backends/config.ts";
-import { envSchema, type ForgeKind, type LocationHint } from "./config-schema.ts";
+import { checkTemplates } from "../backends/template-check.ts";
+import { envSchema, JSON_VARIABLES, type ForgeKind, type LocationHint } from "./config-schema.ts";
 import { parseForgejoConfig, type ForgejoConfig } from "../forge/forgejo/config.ts";
 import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "../forge/gitea/config.ts";
 import { parseScope } from "../forge/gitea/scope.ts";
@@ -117,10 +118,11 @@ export interface ProvisionConfig {
 }
 
 export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConfig {
-  const parsed = layoutSchema.safeParse(blankToUndefined(env));
-  const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
-  const auth = parseAuth(env, problems);
-  const raw = blankToUndefined(env);
+  const problems: string[] = [];
+  const raw = normalizeEnv(env, problems);
+  const parsed = layoutSchema.safeParse(raw);
+  if (!parsed.success) problems.push(...parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`));
+  const auth = parseAuth(raw, problems);
   const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
   const pools = parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) ?? [];
   if (!parsed.success || problems.length) throw new ConfigError(problems);
@@ -140,10 +142,11 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
 
 /** Parses the environment; throws ConfigError listing every problem. */
 export function loadConfig(env: Record<string, unknown>): Config {
-  const raw = blankToUndefined(env);
+  const problems: string[] = [];
+  const raw = normalizeEnv(env, problems);
   const parsed = envSchema.safeParse(raw);
-  const problems = parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`);
-  const auth = parseAuth(env, problems);
+  if (!parsed.success) problems.push(...parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`));
+  const auth = parseAuth(raw, problems);
   const forgejo = raw.FORGE === "forgejo";
   const giteaParts = raw.GITEA_URL && !forgejo ? parseGiteaSecrets(raw, problems) : undefined;
   const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
@@ -188,6 +191,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     if (e.GITEA_SCOPE === "user") problems.push("GITEA_SCOPE=user is Forgejo's (FORGE=forgejo); with Gitea use admin, org:<name> or repo:<owner>/<name>");
   }
   if (e.RUNNER_POOLS && !e.GITEA_URL) problems.push("RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea");
+  if (kubernetes) checkTemplates(backends, kubernetes, problems);
   checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, kubernetes, problems);
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
     // A pass keeps deliveries (held for a claim, or in work) until its budget ends, plus one last
@@ -233,8 +237,26 @@ export function loadConfig(env: Record<string, unknown>): Config {
 
 const ACK_WAIT_HEADROOM_MS = 10_000;
 
-function blankToUndefined(env: Record<string, unknown>): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(env).map(([k, v]) => [k, typeof v === "string" && v.trim() === "" ? undefined : v]));
+/**
+ * The environment as the schema reads it. wrangler.jsonc's `vars` reach the Worker as JSON values:
+ * a JSON variable written as an object or array is read as its text, a number or boolean as its
+ * text; an object where no JSON belongs is a problem, never dropped. Bindings are left alone.
+ */
+export function normalizeEnv(env: Record<string, unknown>, problems: string[] = []): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...env };
+  for (const k of Object.keys(envSchema.shape)) {
+    if (!Object.hasOwn(env, k)) continue;
+    const v = env[k];
+    if (typeof v === "string") out[k] = v.trim() === "" ? undefined : v;
+    else if (v === undefined || v === null) out[k] = undefined;
+    else if (JSON_VARIABLES.includes(k)) out[k] = JSON.stringify(v);
+    else if (typeof v === "number" || typeof v === "boolean") out[k] = String(v);
+    else {
+      problems.push(`${k} must be a string, number or boolean, not JSON (only ${JSON_VARIABLES.join(", ")} hold JSON)`);
+      out[k] = undefined;
+    }
+  }
+  return out;
 }
 
 function parseAuth(env: Record<string, unknown>, problems: string[]): NatsAuth {

@@ -67,11 +67,12 @@ export function parseBackends(
     if (b.driver === "kubevirt" && !k8s.RUNNER_VM_IMAGE) problems.push(`RUNNER_VM_IMAGE is required with ${prefix}_DRIVER=kubevirt`);
     backends.push({ ...common, driver: b.driver });
   }
+  // A template is refused when invalid, and when no backend would read it: never silently dropped.
+  const podTemplate = parseTemplate("POD_TEMPLATE", k8s.POD_TEMPLATE, "kubernetes", backends, problems);
+  const vmTemplate = parseTemplate("VM_TEMPLATE", k8s.VM_TEMPLATE, "kubevirt", backends, problems);
   if (!backends.some((b) => b.driver !== "http")) return { backends, kubernetes: undefined };
   if (!k8s.K8S_API_URL) problems.push("K8S_API_URL is required with the kubernetes or kubevirt driver");
   if (!k8s.K8S_TOKEN) problems.push("K8S_TOKEN is required with the kubernetes or kubevirt driver (a secret: wrangler secret put)");
-  const podTemplate = parseTemplate("POD_TEMPLATE", k8s.POD_TEMPLATE, problems);
-  const vmTemplate = parseTemplate("VM_TEMPLATE", k8s.VM_TEMPLATE, problems);
   if (!k8s.K8S_API_URL || !k8s.K8S_TOKEN) return { backends, kubernetes: undefined };
   return {
     backends,
@@ -87,14 +88,19 @@ export function parseBackends(
   };
 }
 
-function parseTemplate(name: string, text: string | undefined, problems: string[]): unknown {
+function parseTemplate(name: string, text: string | undefined, driver: DriverName, backends: BackendConfig[], problems: string[]): unknown {
   if (!text) return undefined;
+  let value: unknown;
   try {
-    const value: unknown = JSON.parse(text);
-    if (typeof value === "object" && value !== null && !Array.isArray(value)) return value;
+    value = JSON.parse(text);
   } catch {
-    // reported below
+    value = undefined;
   }
-  problems.push(`${name} must be a JSON object (a partial Pod or VirtualMachineInstance)`);
-  return undefined;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    problems.push(`${name} must be a JSON object (a partial ${driver === "kubernetes" ? "Pod" : "VirtualMachineInstance"})`);
+    return undefined;
+  }
+  if (!backends.some((b) => b.driver === driver))
+    problems.push(`${name} is set, but no enabled backend uses the ${driver} driver (POD_DRIVER or VM_DRIVER), so it would be ignored: unset it`);
+  return value;
 }

@@ -261,9 +261,12 @@ describe("RUNNER_POOLS in the configuration", () => {
     expect(problems(env([{ ...small, template: { spec: { constructor: 1 } } }, large]))).toEqual([
       'RUNNER_POOLS[0]["template"] would make an invalid Pod: spec.constructor is not a field of this object (pool "small")',
     ]);
-    // The merged result is checked: POD_TEMPLATE's own mistakes show in every pool on the backend.
-    expect(problems(env([small, large], { POD_TEMPLATE: JSON.stringify({ spec: { hostNetwork: "yes" } }) }))).toEqual([]);
+    // POD_TEMPLATE's own mistakes are refused at load, pools or not; a pool's template merged over it is checked too.
+    expect(problems(env([small, large], { POD_TEMPLATE: JSON.stringify({ spec: { hostNetwork: "yes" } }) }))).toEqual([
+      "POD_TEMPLATE would make an invalid Pod (pod backend): spec.hostNetwork must be boolean",
+    ]);
     expect(problems(env([{ ...small, template: podTemplate }, large], { POD_TEMPLATE: JSON.stringify({ spec: { hostNetwork: "yes" } }) }))).toEqual([
+      "POD_TEMPLATE would make an invalid Pod (pod backend): spec.hostNetwork must be boolean",
       'RUNNER_POOLS[0]["template"] would make an invalid Pod: spec.hostNetwork must be boolean (pool "small")',
     ]);
   });
