@@ -174,10 +174,11 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
   }
   for (const b of cfg.backends) {
     const want = desiredConsumer(cfg, b.backend);
-    if (await exists(() => jsm.consumers.info(cfg.stream, want.name))) {
+    const had = await maybe(() => jsm.consumers.info(cfg.stream, want.name));
+    if (had) {
       const { name: _n, durable_name: _d, ack_policy: _a, deliver_policy: _p, ...updatable } = want;
       await jsm.consumers.update(cfg.stream, want.name, updatable);
-      done.push(`consumer ${want.name}: updated`);
+      done.push(`consumer ${want.name}: ${changes(had.config, want, ["filter_subject", "max_ack_pending", "ack_wait", "max_deliver"])}`);
     } else {
       await jsm.consumers.add(cfg.stream, want);
       done.push(`consumer ${want.name}: created`);
@@ -187,7 +188,7 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
     const info = await maybe(() => jsm.streams.info(want.name));
     if (info) {
       await jsm.streams.update(want.name, { ...info.config, ...want });
-      done.push(`stream ${want.name}: updated${replicaChange(info.config.num_replicas, cfg.replicas)}`);
+      done.push(`stream ${want.name}: ${changes(info.config, want, ["max_msgs"])}${replicaChange(info.config.num_replicas, cfg.replicas)}`);
     } else {
       await jsm.streams.add(want);
       done.push(`stream ${want.name}: created (R${cfg.replicas})`);
@@ -213,6 +214,12 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
 }
 
 const PROVISION_TIMEOUT_MS = 30_000;
+
+/** What an update changed, named at once: a capacity or window that differs from the last provision shows here. */
+function changes<T extends object>(was: T, want: Partial<T>, keys: (keyof T)[]): string {
+  const changed = keys.filter((k) => k in want && was[k] !== want[k]).map((k) => `${String(k)} ${String(was[k])} → ${String(want[k])}`);
+  return changed.length ? `updated (${changed.join(", ")})` : "updated";
+}
 
 const replicaChange = (from: number, to: number) => (from === to ? "" : ` (R${from} → R${to})`);
 

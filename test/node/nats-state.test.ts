@@ -9,7 +9,7 @@ import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { createAdmission } from "../../src/state/admission.ts";
 import { Conflict } from "../../src/model/errors.ts";
 import { FAIR_SHARE_WINDOW, provision, ReplicasUnavailable } from "../../src/nats/layout.ts";
-import { inspect } from "../../src/nats/layout-inspect.ts";
+import { inspect, PROVISION } from "../../src/nats/layout-inspect.ts";
 import { TEARDOWNS_PER_TICK } from "../../src/domain/teardown.ts";
 import { assignmentSubject, consumerName } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
@@ -345,10 +345,13 @@ describe("JetStream handoff against nats-server", () => {
 
       const changed = loadConfig({ ...env, CAPACITY_POD: "7" });
       expect((await inspect(h, changed)).problems).toEqual([
-        expect.stringContaining("max_ack_pending is 3, configuration wants 7"),
-        expect.stringContaining(`stream ${config.stream}_slots_pod admits 3 runners, configuration wants 7`),
+        `consumer pod: max_ack_pending is 3, configuration wants 7 (set by CAPACITY_POD and FAIR_SHARE: ${PROVISION})`,
+        `stream ${config.stream}_slots_pod admits 3 runners, configuration wants 7 (set by CAPACITY_POD: ${PROVISION})`,
       ]);
-      await provision(h, changed);
+      // Provisioning names what it changes.
+      expect(await provision(h, changed)).toEqual(
+        expect.arrayContaining(["consumer pod: updated (max_ack_pending 3 → 7)", `stream ${config.stream}_slots_pod: updated (max_msgs 3 → 7)`]),
+      );
       expect((await jsm.consumers.info(config.stream, "pod")).config.max_ack_pending).toBe(7);
 
       // Fair share: the window is wider, so that the jobs behind booting runners reach the wait set.

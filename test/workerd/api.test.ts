@@ -11,6 +11,7 @@ import { publishAssignment } from "../../src/domain/publish.ts";
 import { provisionEnv, testEnv, TEST_SECRETS, testClaimToken, uniqueName } from "../harness/env.ts";
 import { inParallel } from "../harness/jobs.ts";
 import { HEALTH_TTL_MS } from "../../src/http/health.ts";
+import { PROVISION } from "../../src/nats/layout-inspect.ts";
 import { streamState } from "../harness/nats.ts";
 import { claimTokenOf, answerMs, backendControl, bearer, captureLogs, request, sleep, withBindings } from "../harness/worker.ts";
 
@@ -242,7 +243,7 @@ describe("GET /healthz", () => {
     const broken = await app.request("/healthz", {}, env);
     expect(broken.status).toBe(503);
     expect(((await broken.json()) as { problems: string[] }).problems).toEqual([
-      `consumer pod on stream ${config.stream} is missing (run \`npm run provision\`)`,
+      `consumer pod on stream ${config.stream} is missing (CAPACITY_POD > 0: ${PROVISION})`,
     ]);
   });
 
@@ -275,9 +276,9 @@ describe("GET /healthz", () => {
     const res = await app.request("/healthz", {}, env);
     expect(res.status).toBe(503);
     expect(((await res.json()) as { problems: string[] }).problems).toEqual([
-      `consumer pod on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
-      `consumer vm on stream ${env.ASSIGNMENT_STREAM} is missing (run \`npm run provision\`)`,
-      `stream ${env.ASSIGNMENT_STREAM}_slots_vm is missing (run \`npm run provision\`)`,
+      `consumer pod on stream ${env.ASSIGNMENT_STREAM} is missing (CAPACITY_POD > 0: ${PROVISION})`,
+      `consumer vm on stream ${env.ASSIGNMENT_STREAM} is missing (CAPACITY_VM > 0: ${PROVISION})`,
+      `stream ${env.ASSIGNMENT_STREAM}_slots_vm is missing (CAPACITY_VM: ${PROVISION})`,
     ]);
   });
 
