@@ -38,9 +38,10 @@ function bundle() {
  * (BENCH_HOST): "wrangler" runs `wrangler dev` (the tests' default), "miniflare" the deploy bundle
  * in workerd without wrangler dev's proxy and inspector (bench/host.mjs; the bench's default).
  */
-export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler", { inspectorPort } = {}) {
+export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler", { inspectorPort, wranglerArgs } = {}) {
   port ??= await freePort();
-  const all = { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
+  // With wranglerArgs (`--config FILE --env NAME`), the file's own vars and .dev.vars are the Worker's: none are added.
+  const all = wranglerArgs ? vars : { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
   let child;
   if (host === "miniflare") {
     const env = {
@@ -64,6 +65,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
       String(process.env.BENCH_INSPECTOR_PORT ?? (await freePort())),
       "--test-scheduled",
       "--show-interactive-dev-session=false",
+      ...(wranglerArgs ?? []),
     ];
     for (const [k, v] of Object.entries(all)) args.push("--var", `${k}:${v}`);
     child = spawn("npx", args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, detached: true });
