@@ -28,7 +28,7 @@ try {
   } else if (config && isNatsUnavailable(err)) {
     // Scheme, host and port only: a URL may carry credentials.
     console.error(`provision failed: cannot reach NATS at ${natsHosts(config.natsServers)} (NATS_URL): ${err.message}`);
-  } else if (err?.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+  } else if (String(err?.code).startsWith("ERR_PARSE_ARGS_")) {
     console.error(`provision: ${err.message}\n${USAGE}`);
   } else {
     console.error(`provision failed: ${err?.message ?? err}`);

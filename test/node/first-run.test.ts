@@ -1,17 +1,17 @@
 // What a new user runs into first: an old Node, a wrong NATS_SERVER_BIN, a NATS_URL nobody
 // answers at, a negative capacity. Each must say plainly what is wrong.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { createRequire } from "node:module";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { freePort } from "../../bench/lib.mjs";
 import { findNatsServer } from "../../scripts/nats-server.mjs";
 import { startNatsCluster } from "../../scripts/nats-cluster.mjs";
 import { createServer } from "node:net";
 import { loadConfig } from "../../src/app/config.ts";
 import { testEnv } from "../harness/env.ts";
+import { fakeMachine, fakeNatsBinary, fakeRepo, type Machine } from "../harness/fake-apt.ts";
 
 const { tooOld } = createRequire(import.meta.url)("../../scripts/check-node.cjs") as { tooOld: (v: string) => boolean };
 
@@ -31,25 +31,6 @@ describe("first run", () => {
       const ours = run.stderr.split("\n").filter((l) => l.includes("gitea-edge-dispatcher needs"));
       expect(ours, script).toEqual([expect.stringMatching(/needs Node\.js >= 22\.12, and this is v\d+\.\d+\.\d+: use `\.\/run start` or `\.\/run test`/)]);
       expect(run.stderr + run.stdout).not.toContain("ERR_UNKNOWN_FILE_EXTENSION");
-    }
-  });
-
-  it(".ci/env.sh takes the Debian mirror only from the machine's apt sources, and says so clearly when there is none", () => {
-    const cache = mkdtempSync(join(tmpdir(), "gdr-env-"));
-    const emptyEtc = mkdtempSync(join(tmpdir(), "gdr-apt-"));
-    try {
-      // Node is there already; nats-server is not, and apt names no mirror.
-      symlinkSync(join(process.env.GDR_CACHE ?? join(homedir(), ".cache", "gdr"), "node22"), join(cache, "node22"));
-      const run = spawnSync("bash", ["-c", ". .ci/env.sh"], {
-        encoding: "utf8",
-        env: { ...process.env, GDR_CACHE: cache, GDR_APT_ETC: emptyEtc, NATS_SERVER_BIN: "", GDR_CHROMIUM: "/bin/true" },
-      });
-      expect(run.status).not.toBe(0);
-      expect(run.stderr).toContain("cannot provision nats-server: this machine's apt sources name no Debian mirror");
-      expect(existsSync(join(cache, "nats"))).toBe(false);
-    } finally {
-      rmSync(cache, { recursive: true, force: true });
-      rmSync(emptyEtc, { recursive: true, force: true });
     }
   });
 
@@ -105,4 +86,121 @@ describe("first run", () => {
     expect(problems({ CAPACITY_POD: "10001" })).toContain("CAPACITY_POD must be at most 10000");
     expect(problems({ CAPACITY_POD: "0" }).filter((p) => p.startsWith("CAPACITY_POD"))).toEqual([]);
   });
+});
+
+// .ci/env.sh on the machines a new user brings: each finds a nats-server >= 2.11 the way the
+// README says, or stops with one message naming the version, how to install it and
+// NATS_SERVER_BIN, never a bare apt error.
+describe(".ci/env.sh on a fresh machine", () => {
+  const machines: Machine[] = [];
+  afterAll(() => machines.forEach((m) => m.cleanup()));
+  const machine = (opts: Parameters<typeof fakeMachine>[0]) => {
+    const m = fakeMachine(opts);
+    machines.push(m);
+    return m;
+  };
+  const ubuntu = (version: string) =>
+    machine({
+      id: "ubuntu",
+      idLike: "debian",
+      apt: true,
+      sources: (dir) => {
+        fakeRepo(join(dir, "mirror"), "noble", version);
+        return `deb [trusted=yes] file:${join(dir, "mirror")} noble main\n`;
+      },
+    });
+  const refusal = (stderr: string) => {
+    expect(stderr).toContain("cannot find nats-server 2.11 or later (per-message TTL needs it)");
+    expect(stderr).toContain("brew install nats-server");
+    expect(stderr).toContain("NATS_SERVER_BIN=/path/to/nats-server ./run test");
+    expect(stderr).not.toMatch(/^E: /m);
+  };
+
+  it("recent Ubuntu: its own apt offers 2.11 or later, which is taken from its own suites", () => {
+    const run = ubuntu("2.11.4").source();
+    expect(run.stderr).toContain("provisioning nats-server 2.11.4 from this machine's apt sources");
+    expect(run.stdout).toContain(`NATS_SERVER_BIN=${run.cache}/nats/usr/sbin/nats-server`);
+    expect(run.stdout).toContain("nats-server: v2.11.4");
+    expect(run.status).toBe(0);
+  }, 60_000);
+
+  it("older Ubuntu: its own apt offers 2.10, Debian's sid is not tried there, and one message says what to do", () => {
+    const run = ubuntu("2.10.22").source();
+    expect(run.status).not.toBe(0);
+    refusal(run.stderr);
+    expect(run.stderr).toContain("this machine's apt offers nats-server 2.10.22");
+    expect(run.stderr).not.toContain("sid");
+    expect(existsSync(join(run.cache, "nats"))).toBe(false);
+  }, 60_000);
+
+  it("Debian: its own suites offer an old one, so Debian's sid from the same mirror gives a recent one", () => {
+    const m = machine({
+      id: "debian",
+      apt: true,
+      deb822: true,
+      sources: (dir) => {
+        fakeRepo(join(dir, "mirror"), "bookworm", "2.9.10");
+        fakeRepo(join(dir, "mirror"), "sid", "2.12.1");
+        return `Types: deb\nURIs: file:${join(dir, "mirror")}\nSuites: bookworm\nComponents: main\nTrusted: yes\n`;
+      },
+    });
+    const run = m.source({ GDR_DEBIAN_APT_OPTS: "trusted=yes" });
+    expect(run.stderr).toContain("provisioning nats-server from Debian sid");
+    expect(run.stdout).toContain("nats-server: v2.12.1");
+    expect(run.status).toBe(0);
+  }, 60_000);
+
+  it("no apt (macOS, Alpine, …): one message, naming Homebrew and NATS_SERVER_BIN", () => {
+    const run = machine({ id: "alpine", apt: false }).source();
+    expect(run.status).not.toBe(0);
+    refusal(run.stderr);
+    expect(run.stderr).toContain("this machine has no apt");
+  }, 60_000);
+
+  it("a nats-server on PATH is taken when recent enough (Homebrew's), passed over when older", () => {
+    const m = machine({ id: "alpine", apt: false });
+    const onPath = fakeNatsBinary(join(m.dir, "extra-bin"), "2.12.0");
+    const run = m.source();
+    expect(run.stdout).toContain(`NATS_SERVER_BIN=${onPath}`);
+    expect(run.status).toBe(0);
+    fakeNatsBinary(join(m.dir, "extra-bin"), "2.10.9");
+    const old = m.source();
+    expect(old.status).not.toBe(0);
+    expect(old.stderr).toContain(`the nats-server on PATH (${onPath}) is 2.10.9`);
+    // NATS_SERVER_BIN wins over everything.
+    const named = m.source({ NATS_SERVER_BIN: "/opt/nats/nats-server" }, 'echo "NATS_SERVER_BIN=$NATS_SERVER_BIN"');
+    expect(named.stdout).toContain("NATS_SERVER_BIN=/opt/nats/nats-server");
+  }, 60_000);
+
+  it("Chromium: found on PATH, or one message naming GDR_CHROMIUM; never an apt error", () => {
+    const m = machine({ id: "ubuntu", idLike: "debian", apt: true });
+    const missing = m.source({ GDR_NO_CHROMIUM: "", NATS_SERVER_BIN: "/x" }, "echo CHROMIUM=$GDR_CHROMIUM");
+    expect(missing.status).not.toBe(0);
+    expect(missing.stderr).toContain("cannot find Chromium or Chrome for the status page's browser test");
+    expect(missing.stderr).toContain("sudo snap install chromium");
+    expect(missing.stderr).toContain("GDR_CHROMIUM=/path/to/chromium ./run test");
+    const found = fakeNatsBinary(join(m.dir, "extra-bin"), "0").replace(/nats-server$/, "chromium");
+    execFileSync("cp", ["/bin/true", found]);
+    const run = m.source({ GDR_NO_CHROMIUM: "", NATS_SERVER_BIN: "/x" }, "echo CHROMIUM=$GDR_CHROMIUM");
+    expect(run.stdout).toContain(`CHROMIUM=${found}`);
+    expect(run.status).toBe(0);
+  }, 60_000);
+
+  it("./run lists its commands, and a deployment's commands need no local nats-server", () => {
+    const m = machine({ id: "alpine", apt: false });
+    // ./run --help sources nothing: it works where nothing is provisioned yet.
+    const usage = spawnSync("./run", ["--help"], { encoding: "utf8", env: { PATH: `${m.dir}/bin` } });
+    expect(usage.status).toBe(0);
+    for (const command of ["start", "test", "lint", "typecheck", "provision", "bench", "deploy"])
+      expect(usage.stdout).toMatch(new RegExp(`^  ${command} `, "m"));
+    // This machine has no nats-server and no apt: what a deployment runs needs neither.
+    const cache = m.source({ NATS_SERVER_BIN: "/x" }, "true").cache;
+    const provision = spawnSync("bash", ["-c", "./run provision --help"], {
+      encoding: "utf8",
+      env: { HOME: m.dir, PATH: `${m.dir}/bin`, GDR_CACHE: cache, GDR_OS_RELEASE: join(m.dir, "os-release") },
+    });
+    expect(provision.stderr).not.toContain("nats-server");
+    expect(provision.stdout).toContain("usage: npm run provision");
+    expect(provision.status).toBe(0);
+  }, 120_000);
 });
