@@ -10,7 +10,8 @@ import { envSchema } from "../src/app/config-schema.ts";
 import { natsHosts } from "../src/nats/connection.ts";
 import { parseDevVars } from "./dev-vars.mjs";
 
-export const USAGE = "usage: npm run provision -- [--config FILE] [--env NAME]   (or ./run provision [--config FILE] [--env NAME]); FILE defaults to wrangler.jsonc";
+export const USAGE =
+  "usage: npm run provision -- [--config FILE] [--env NAME]   (or ./run provision [--config FILE] [--env NAME]); FILE defaults to wrangler.jsonc";
 
 /** `--config PATH` (default wrangler.jsonc, when there) and `--env NAME`. */
 export function provisionArgs(argv) {
