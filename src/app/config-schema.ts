@@ -76,6 +76,11 @@ export const envSchema = z.object({
   LEASE_TTL_MS: intFrom(60_000, 7 * 86_400_000).default(21_600_000),
   DISPATCH_TOKEN: secret(16),
   CLAIM_SIGNING_KEY: secret(32),
+  // The secrets before a rotation, accepted until removed (docs/deploy.md, "Rotating secrets").
+  DISPATCH_TOKEN_PREVIOUS: secret(16).optional(),
+  CLAIM_SIGNING_KEY_PREVIOUS: secret(32).optional(),
+  GITEA_WEBHOOK_SECRET_PREVIOUS: optionalString,
+  RUNNER_IDENTITY_KEY_PREVIOUS: optionalString,
   METRICS_TOKEN: secret(16).optional(),
   STATUS_TOKEN: secret(16).optional(),
   POD_BACKEND_URL: httpUrl.optional(),

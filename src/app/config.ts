@@ -51,6 +51,8 @@ declare module "../domain/context.ts" {
     /** STATUS_TOP_OWNERS: owners listed by name in /metrics, /status and /v1/status; the rest sum as `other`. */
     statusTopOwners: number;
     claimSigningKey: string;
+    /** DISPATCH_TOKEN_PREVIOUS and CLAIM_SIGNING_KEY_PREVIOUS: still accepted during a rotation; never used to sign. */
+    previous: { dispatchToken: string | undefined; claimSigningKey: string | undefined };
     backendTimeoutMs: number;
     /** Reconcile right after a publish, webhook or claim (waitUntil); false leaves it to the cron. */
     eagerReconcile: boolean;
@@ -222,6 +224,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     statusToken: e.STATUS_TOKEN,
     statusTopOwners: e.STATUS_TOP_OWNERS,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
+    previous: { dispatchToken: e.DISPATCH_TOKEN_PREVIOUS, claimSigningKey: e.CLAIM_SIGNING_KEY_PREVIOUS },
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",
     forge: e.FORGE,

@@ -62,12 +62,24 @@ export async function sealIdentity(key: Uint8Array, assignmentId: string, file: 
   return base64(out);
 }
 
-export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string): Promise<T> {
+/**
+ * Opens an identity sealed under `key`, or under `previous` (RUNNER_IDENTITY_KEY_PREVIOUS): the
+ * identities of runners sealed before a rotation stay readable until it is removed.
+ */
+export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string, previous?: Uint8Array): Promise<T> {
   const bytes = fromBase64(sealed);
-  const plain = await crypto.subtle.decrypt(
-    { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
-    await aesKey(key),
-    bytes.slice(12),
-  );
+  const open = async (k: Uint8Array) =>
+    crypto.subtle.decrypt(
+      { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
+      await aesKey(k),
+      bytes.slice(12),
+    );
+  let plain: ArrayBuffer;
+  try {
+    plain = await open(key);
+  } catch (err) {
+    if (!previous) throw err;
+    plain = await open(previous);
+  }
   return JSON.parse(new TextDecoder().decode(plain)) as T;
 }

@@ -8,8 +8,15 @@ export async function hexHmacSha256(secret: string, body: Uint8Array): Promise<s
   return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** `given` (a header's value; absent: false) is the signature of `body` under `secret`. */
-export async function signatureMatches(given: string | null | undefined, body: Uint8Array, secret: string): Promise<boolean> {
+/**
+ * `given` (a header's value; absent: false) is the signature of `body` under `secret`, or under
+ * any of them: the current webhook secret and, during a rotation, the previous one.
+ */
+export async function signatureMatches(given: string | null | undefined, body: Uint8Array, secret: string | readonly string[]): Promise<boolean> {
   if (!given) return false;
-  return timingSafeEqual(given.trim().toLowerCase(), await hexHmacSha256(secret, body));
+  const want = given.trim().toLowerCase();
+  let ok = false;
+  // Every secret is tried, so that the time taken does not say which one matched.
+  for (const s of typeof secret === "string" ? [secret] : secret) ok = (await timingSafeEqual(want, await hexHmacSha256(s, body))) || ok;
+  return ok;
 }

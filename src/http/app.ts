@@ -107,7 +107,8 @@ export function createApp(deps: AppDeps) {
     if (!gitea) throw new HttpError(404, "Gitea integration is not configured (GITEA_URL)");
     const raw = await readLimited(c.req.raw, gitea.webhookMaxBytes);
     // Nothing is parsed, logged or published before the signature holds.
-    if (!(await verifyGiteaSignature(c.req.raw.headers, raw, gitea.webhookSecret))) throw new HttpError(401, "missing or invalid X-Gitea-Signature");
+    if (!(await verifyGiteaSignature(c.req.raw.headers, raw, [gitea.webhookSecret, ...(gitea.previousWebhookSecret ? [gitea.previousWebhookSecret] : [])])))
+      throw new HttpError(401, "missing or invalid X-Gitea-Signature");
     requireJsonContentType(c.req.raw, " (set the webhook's content type to application/json in Gitea)");
     const event = c.req.header("x-gitea-event-type") ?? c.req.header("x-gitea-event") ?? "";
     if (event !== "workflow_job") return c.json({ ignored: `event ${event || "(none)"}` }, event === "ping" ? 200 : 202);

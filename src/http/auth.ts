@@ -8,19 +8,26 @@ function bearer(req: Request): string | undefined {
   return match?.[1];
 }
 
-/** A bearer token that must equal `expected`; `name` says which secret in the 401's message. */
-export async function requireBearer(req: Request, expected: string, name: string): Promise<void> {
+/** A bearer token that must equal `expected` (or, during a rotation, one of them); `name` says which secret in the 401's message. */
+export async function requireBearer(req: Request, expected: string | readonly (string | undefined)[], name: string): Promise<void> {
   const token = bearer(req);
-  if (!token || !(await timingSafeEqual(token, expected))) throw new HttpError(401, `a valid Bearer ${name} is required`);
+  let ok = false;
+  for (const e of typeof expected === "string" ? [expected] : expected) if (e && token) ok = (await timingSafeEqual(token, e)) || ok;
+  if (!ok) throw new HttpError(401, `a valid Bearer ${name} is required`);
 }
 
-/** The incarnation the request's claim token was signed for; the claim itself checks it against the record. */
-export async function requireClaimToken(req: Request, signingKey: string, id: string): Promise<string> {
+/**
+ * The incarnation the request's claim token was signed for, under the signing key or, during a
+ * rotation, the previous one (the tokens of runners in flight); the claim checks it against the record.
+ */
+export async function requireClaimToken(req: Request, signingKeys: readonly (string | undefined)[], id: string): Promise<string> {
   const token = bearer(req);
   if (!token) throw new HttpError(401, "the assignment's Bearer claim token is required");
-  const incarnation = await verifyClaimToken(signingKey, id, token);
-  if (incarnation === undefined) throw new HttpError(403, "claim token does not match this assignment");
-  return incarnation;
+  for (const key of signingKeys) {
+    const incarnation = key ? await verifyClaimToken(key, id, token) : undefined;
+    if (incarnation !== undefined) return incarnation;
+  }
+  throw new HttpError(403, "claim token does not match this assignment");
 }
 
 /**

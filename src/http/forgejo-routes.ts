@@ -29,7 +29,8 @@ export function forgejoRoutes() {
       throw new HttpError(404, f ? "Forgejo webhooks are not configured (GITEA_WEBHOOK_SECRET)" : "Forgejo integration is not configured (FORGE=forgejo)");
     const raw = await readLimited(c.req.raw, f.webhookMaxBytes);
     // Nothing is parsed, logged or acted on before the signature holds.
-    if (!(await verifyForgejoSignature(c.req.raw.headers, raw, f.webhookSecret))) throw new HttpError(401, "missing or invalid X-Forgejo-Signature");
+    if (!(await verifyForgejoSignature(c.req.raw.headers, raw, [f.webhookSecret, ...(f.previousWebhookSecret ? [f.previousWebhookSecret] : [])])))
+      throw new HttpError(401, "missing or invalid X-Forgejo-Signature");
     requireJsonContentType(c.req.raw, " (set the webhook's content type to application/json in Forgejo)");
     const event = runEventOf(c.req.raw.headers);
     if (!event) return c.json({ ignored: `event ${c.req.header("x-forgejo-event-type") ?? c.req.header("x-forgejo-event") ?? "(none)"}` }, 202);

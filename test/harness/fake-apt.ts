@@ -89,7 +89,11 @@ export function fakeMachine(opts: { id: string; idLike?: string; sources?: (dir:
         GDR_NO_CHROMIUM: "1",
         ...extraEnv,
       };
-      const run = spawnSync("bash", ["-c", `. .ci/env.sh || exit $?; ${then}`], { encoding: "utf8", env, timeout: 120_000 });
+      const run = spawnSync("bash", ["-c", `. .ci/env.sh || exit $?; ${then}`], {
+        encoding: "utf8",
+        env: env as unknown as NodeJS.ProcessEnv,
+        timeout: 120_000,
+      });
       return { status: run.status, stdout: run.stdout, stderr: run.stderr, cache };
     },
     cleanup: () => rmSync(dir, { recursive: true, force: true }),

@@ -69,7 +69,8 @@ describe("one configuration for provisioning and the Worker", () => {
     );
     // Only the project's own variables; none of the runner's (a CI may set NATS_URL and the like).
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(NATS_|CAPACITY_|FAIR_SHARE|RUNNER_|DEV_VARS)/.test(k)));
-    const provision = (...args: string[]) => spawnSync(process.execPath, ["scripts/provision.mjs", "--config", config, ...args], { encoding: "utf8", env });
+    const provision = (...args: string[]) =>
+      spawnSync(process.execPath, ["scripts/provision.mjs", "--config", config, ...args], { encoding: "utf8", env: env as unknown as NodeJS.ProcessEnv });
 
     // The top level first, as an operator who forgot --env would: it says the file has environments.
     const top = provision();

@@ -189,7 +189,7 @@ describe(".ci/env.sh on a fresh machine", () => {
   it("./run lists its commands, and a deployment's commands need no local nats-server", () => {
     const m = machine({ id: "alpine", apt: false });
     // ./run --help sources nothing: it works where nothing is provisioned yet.
-    const usage = spawnSync("./run", ["--help"], { encoding: "utf8", env: { PATH: `${m.dir}/bin` } });
+    const usage = spawnSync("./run", ["--help"], { encoding: "utf8", env: { PATH: `${m.dir}/bin` } as unknown as NodeJS.ProcessEnv });
     expect(usage.status).toBe(0);
     for (const command of ["start", "test", "lint", "typecheck", "provision", "bench", "deploy"])
       expect(usage.stdout).toMatch(new RegExp(`^  ${command} `, "m"));
@@ -197,7 +197,7 @@ describe(".ci/env.sh on a fresh machine", () => {
     const cache = m.source({ NATS_SERVER_BIN: "/x" }, "true").cache;
     const provision = spawnSync("bash", ["-c", "./run provision --help"], {
       encoding: "utf8",
-      env: { HOME: m.dir, PATH: `${m.dir}/bin`, GDR_CACHE: cache, GDR_OS_RELEASE: join(m.dir, "os-release") },
+      env: { HOME: m.dir, PATH: `${m.dir}/bin`, GDR_CACHE: cache, GDR_OS_RELEASE: join(m.dir, "os-release") } as unknown as NodeJS.ProcessEnv,
     });
     expect(provision.stderr).not.toContain("nats-server");
     expect(provision.stdout).toContain("usage: npm run provision");

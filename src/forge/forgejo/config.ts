@@ -2,6 +2,7 @@
 // values, so that its problems are reported together with every other one.
 import type { Pool } from "../../pools/config.ts";
 import { decodeKey } from "../../model/crypto.ts";
+import { parsePreviousSecrets } from "../previous-secrets.ts";
 import type { ForgejoScope } from "./client.ts";
 
 /** The Forgejo integration's settings (FORGE=forgejo), validated with the rest of the configuration. */
@@ -17,6 +18,9 @@ export interface ForgejoConfig {
   webhookSecret: string | undefined;
   /** RUNNER_IDENTITY_KEY: seals each runner's `{uuid, token}` at rest. */
   identityKey: Uint8Array;
+  /** RUNNER_IDENTITY_KEY_PREVIOUS and GITEA_WEBHOOK_SECRET_PREVIOUS: still accepted during a rotation, never used to seal. */
+  previousIdentityKey?: Uint8Array | undefined;
+  previousWebhookSecret?: string | undefined;
   /** FORGEJO_POLL_MS: the poller's period. */
   pollMs: number;
   webhookMaxBytes: number;
@@ -92,8 +96,10 @@ export function parseForgejoConfig(
         `RUNNER_POOLS: pool ${JSON.stringify(p.name)} has a scope, which does not apply with FORGE=forgejo (runners are registered at GITEA_SCOPE and bound to their job by handle)`,
       );
   }
+  const previous = parsePreviousSecrets(raw, problems);
   if (problems.length > before || !apiToken || !identityKey || !e.GITEA_URL) return undefined;
   return {
+    ...previous,
     url: e.GITEA_URL,
     apiToken,
     scope: parseForgejoScope(e.GITEA_SCOPE),

@@ -56,7 +56,9 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
     async identity(assignment, labels, record, reserved) {
       const id = assignment.id;
       if (record.runner)
-        return { identity: { forge: "forgejo", runner: await openIdentity<ForgejoRunnerIdentity>(cfg.identityKey, id, record.runner.sealed) } };
+        return {
+          identity: { forge: "forgejo", runner: await openIdentity<ForgejoRunnerIdentity>(cfg.identityKey, id, record.runner.sealed, cfg.previousIdentityKey) },
+        };
       if (!reserved) return "busy";
       const name = runnerName(cfg.runnerNamePrefix, id);
       const { registered, scope } = await register(assignment.job?.repository, name, id);

@@ -23,7 +23,7 @@ export const actionRunPayload = z.looseObject({
 export type ActionRunPayload = z.infer<typeof actionRunPayload>;
 
 /** Checks X-Forgejo-Signature (or X-Hub-Signature-256): lowercase hex HMAC-SHA256 of the raw JSON, in constant time. */
-export function verifyForgejoSignature(headers: Headers, body: Uint8Array, secret: string): Promise<boolean> {
+export function verifyForgejoSignature(headers: Headers, body: Uint8Array, secret: string | readonly string[]): Promise<boolean> {
   return signatureMatches(headers.get("x-forgejo-signature") || headers.get("x-hub-signature-256")?.replace(/^sha256=/, ""), body, secret);
 }
 

@@ -2,6 +2,7 @@
 // that its problems are reported together with every other one.
 
 import { decodeKey } from "../../model/crypto.ts";
+import { parsePreviousSecrets } from "../previous-secrets.ts";
 import type { Pool } from "../../pools/config.ts";
 import type { GiteaScope, RunnerScope } from "./scope.ts";
 
@@ -17,12 +18,15 @@ export interface GiteaConfig {
   runnerNamePrefix: string;
   /** Raw 32-byte AES-256-GCM key sealing runner identities at rest. */
   identityKey: Uint8Array;
+  /** RUNNER_IDENTITY_KEY_PREVIOUS and GITEA_WEBHOOK_SECRET_PREVIOUS: still accepted during a rotation, never used to seal. */
+  previousIdentityKey?: Uint8Array | undefined;
+  previousWebhookSecret?: string | undefined;
   webhookMaxBytes: number;
   jobPages: number;
   cleanupGraceMs: number;
 }
 
-type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey">;
+type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey" | "previousIdentityKey" | "previousWebhookSecret">;
 
 const str = (v: unknown) => (typeof v === "string" && v.trim() ? v : undefined);
 
@@ -37,8 +41,9 @@ export function parseGiteaSecrets(raw: Record<string, unknown>, problems: string
   if (!identityKey) problems.push("RUNNER_IDENTITY_KEY must be the base64 of 32 random bytes (openssl rand -base64 32)");
   // Parsed with the pools (pools/config.ts).
   if (!str(raw.RUNS_ON_ROUTES) && !str(raw.RUNNER_POOLS)) problems.push("RUNNER_POOLS (or the older RUNS_ON_ROUTES) is required with GITEA_URL");
+  const previous = parsePreviousSecrets(raw, problems);
   if (problems.length > before || !identityKey || !webhookSecret) return undefined;
-  return { webhookSecret, registrationToken, apiToken, identityKey };
+  return { webhookSecret, registrationToken, apiToken, identityKey, ...previous };
 }
 
 /**

@@ -29,7 +29,7 @@ export async function obtainRunnerIdentity(
   scope: RegistrationScope = cfg.scope,
 ): Promise<IdentityResult> {
   const id = assignment.id;
-  if (record.runner) return { kind: "ready", file: await openIdentity(cfg.identityKey, id, record.runner.sealed) };
+  if (record.runner) return { kind: "ready", file: await openIdentity(cfg.identityKey, id, record.runner.sealed, cfg.previousIdentityKey) };
   if (!reserved) return { kind: "busy" };
   const name = runnerName(cfg.runnerNamePrefix, id);
   const registered = await gitea.register({ name, labels: assignment.labels, version: RUNNER_VERSION, scope });

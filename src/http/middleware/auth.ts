@@ -15,7 +15,8 @@ import { HttpError } from "../errors.ts";
 /** The operator's token; with `optional`, only when the request brings credentials (/healthz's detail). */
 export const dispatchToken = (opts: { optional?: boolean } = {}) =>
   createMiddleware<AppEnv>(async (c, next) => {
-    if (!opts.optional || c.req.header("authorization") !== undefined) await requireBearer(c.req.raw, c.var.d.config.dispatchToken, "DISPATCH_TOKEN");
+    if (!opts.optional || c.req.header("authorization") !== undefined)
+      await requireBearer(c.req.raw, [c.var.d.config.dispatchToken, c.var.d.config.previous.dispatchToken], "DISPATCH_TOKEN");
     await next();
   });
 
@@ -33,7 +34,7 @@ export const claimToken = () =>
   createMiddleware<AppEnv & { Variables: { id: string; incarnation: string } }>(async (c, next) => {
     const id = parseId(c.req.param("id") ?? "");
     c.set("id", id);
-    c.set("incarnation", await requireClaimToken(c.req.raw, c.var.d.config.claimSigningKey, id));
+    c.set("incarnation", await requireClaimToken(c.req.raw, [c.var.d.config.claimSigningKey, c.var.d.config.previous.claimSigningKey], id));
     await next();
   });
 
