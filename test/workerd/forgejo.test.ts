@@ -14,6 +14,7 @@ import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
 import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 import { runInDurableObject } from "cloudflare:test";
 import { hexHmacSha256 } from "../../src/forge/signature.ts";
+import { base64 } from "../../src/model/crypto.ts";
 
 const logs = logsOfEachTest();
 let checked: Record<string, string> | undefined;
@@ -702,6 +703,46 @@ describe("FORGE=forgejo", () => {
       return (await forgejo.state()).runners.some((r) => r.name === `gdr-forgejo-${job!.id}-1`);
     });
     expect((await view(env, `forgejo-${job!.id}-1`))?.giteaRunnerId).not.toBe(lost.id);
+  });
+
+  it("rotation: a runner sealed under the previous identity key still launches, and a webhook signed with the previous secret is taken", async () => {
+    const { env, forgejo, backend } = await setup();
+    await backend.mode({ failRate: 1 });
+    const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);
+    const id = `forgejo-${job!.id}-1`;
+    await poll(env);
+    await until(async () => {
+      await tick(env);
+      return (await backend.state()).requests.some((r) => r.method === "PUT" && r.path.includes(id));
+    });
+    expect((await view(env, id))?.state).not.toBe("backend_ready");
+    await backend.mode({ failRate: 0 });
+    const rotated = { ...env, RUNNER_IDENTITY_KEY: base64(new Uint8Array(32).fill(7)) };
+    const rotating = {
+      ...rotated,
+      RUNNER_IDENTITY_KEY_PREVIOUS: env.RUNNER_IDENTITY_KEY!,
+      GITEA_WEBHOOK_SECRET: "rotated-webhook-secret-0002",
+      GITEA_WEBHOOK_SECRET_PREVIOUS: env.GITEA_WEBHOOK_SECRET!,
+    };
+    await until(async () => {
+      await tick(rotating);
+      return (await view(rotating, id))?.state === "backend_ready";
+    });
+    // Signed with the previous secret: past the signature (the body is what is refused); with neither: 401.
+    const body = JSON.stringify({ action: "success", run: { id: "7", status: "success" } });
+    const signed = async (secret: string) =>
+      request(rotating, "/v1/forgejo/webhook", {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "x-forgejo-event": "action_run_success",
+          "x-forgejo-signature": await hexHmacSha256(secret, new TextEncoder().encode(body)),
+        },
+        body,
+      });
+    expect((await signed(TEST_SECRETS.WEBHOOK_SECRET)).status).toBe(400);
+    expect((await signed("rotated-webhook-secret-0002")).status).toBe(400);
+    expect((await signed("rotated-webhook-secret-0003")).status).toBe(401);
   });
 
   it("a run webhook that is not Forgejo's payload is a 400 naming the field, and polls nothing", async () => {
