@@ -23,7 +23,7 @@ export function provisionArgs(argv) {
 }
 
 /** Names that hold a secret: shown as set, never by value. */
-export const isSecret = (name) => /TOKEN|KEY|PASS|CREDS|SECRET/.test(name);
+export const isSecret = (name) => /TOKEN|KEY|PASS|CREDS|SECRET|^NATS_USER$/.test(name);
 
 /**
  * The layers, in the order they apply: `{ source, vars }` each. Only variables the Worker knows
