@@ -8,6 +8,8 @@ import { expect, it } from "vitest";
 const PAGES = [
   "README.md",
   "CONTRIBUTING.md",
+  "CHANGELOG.md",
+  "SECURITY.md",
   "bench/README.md",
   ...readdirSync("docs")
     .filter((f) => f.endsWith(".md"))
@@ -59,4 +61,18 @@ it("every relative link of the README and docs/ names a shipped file, and every 
 
 it("the README stays short: about 300 lines at most, the rest in docs/", () => {
   expect(readFileSync("README.md", "utf8").split("\n").length).toBeLessThanOrEqual(320);
+});
+
+it("the README links every page of docs/, and the changelog, security policy and license", () => {
+  const readme = readFileSync("README.md", "utf8");
+  const linked = new Set([...readme.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => normalize(m[1]!)));
+  const pages = [
+    ...readdirSync("docs")
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+    "CHANGELOG.md",
+    "SECURITY.md",
+    "LICENSE",
+  ];
+  expect(pages.filter((p) => !linked.has(p))).toEqual([]);
 });

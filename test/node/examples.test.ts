@@ -1,6 +1,10 @@
 // The shipped Prometheus rules and Grafana dashboard: every query parses as PromQL (Prometheus's
 // own grammar), and every gdr_ metric it names is one /metrics exports.
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { findNatsServer } from "../../scripts/nats-server.mjs";
 import { parser } from "@prometheus-io/lezer-promql";
 import { parse as parseYaml } from "yaml";
 import { describe, expect, it } from "vitest";
@@ -27,6 +31,7 @@ const text = formatMetrics({
   backends: [pod],
   pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
   owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
+  forgePoll: { failuresTotal: 0, failing: false },
 });
 // A histogram is queried by its series: <name>_bucket, _sum and _count.
 const exported = new Set(
@@ -59,6 +64,33 @@ describe("examples", () => {
     expect(byName.get("GdrUnhealthy")?.expr).toContain("probe_success");
     expect(byName.get("GdrQueueNotDraining")?.expr).toContain("gdr_consumer_pending_messages");
     expect(byName.get("GdrSlowJobStart")?.expr).toContain("gdr_job_startup_duration_seconds_bucket");
+    // The two the docs say to alert on.
+    expect(byName.get("GdrPoolBootGiveUps")?.expr).toContain("gdr_pool_boot_give_ups_total");
+    expect(byName.get("GdrForgejoPollFailing")?.expr).toContain("gdr_forgejo_poll_failing");
+  });
+
+  it("prometheus-rules.yaml: every rule has a runbook_url naming a section of docs/troubleshooting.md", () => {
+    const doc = parseYaml(readFileSync("examples/prometheus-rules.yaml", "utf8")) as {
+      groups: { rules: { alert: string; annotations: Record<string, string> }[] }[];
+    };
+    const headings = new Set(
+      [...readFileSync("docs/troubleshooting.md", "utf8").matchAll(/^#+ (.+)$/gm)].map((m) =>
+        m[1]!
+          .trim()
+          .toLowerCase()
+          .replace(/[^\w\- ]/g, "")
+          .replaceAll(" ", "-"),
+      ),
+    );
+    const wrong = doc.groups
+      .flatMap((g) => g.rules)
+      .filter((r) => {
+        const m = /\/docs\/troubleshooting\.md#(.+)$/.exec(r.annotations?.runbook_url ?? "");
+        return !m || !headings.has(m[1]!);
+      })
+      .map((r) => r.alert);
+    expect(wrong).toEqual([]);
+    expect(headings.has("boot_gave_up")).toBe(true);
   });
 
   it("grafana-dashboard.json: importable JSON whose panels query exported metrics (queue, slots, states, redeliveries)", () => {
@@ -79,5 +111,32 @@ describe("examples", () => {
       "gdr_pool_runners",
     ])
       expect(used).toContain(name);
+  });
+
+  it("nats-server.conf is a configuration the real nats-server accepts, with JetStream and WebSocket over TLS", () => {
+    const text = readFileSync("examples/nats-server.conf", "utf8");
+    expect(text).toMatch(/^jetstream \{/m);
+    expect(text).toMatch(/^websocket \{[^}]*port: 443[^}]*tls \{/ms);
+    const dir = mkdtempSync(join(tmpdir(), "gdr-natsconf-"));
+    try {
+      // Its own certificate in place of the example's paths; everything else as shipped.
+      execFileSync(
+        "openssl",
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=test"],
+        { stdio: "ignore" },
+      );
+      const conf = text
+        .replace("/etc/nats/tls/fullchain.pem", join(dir, "cert.pem"))
+        .replace("/etc/nats/tls/privkey.pem", join(dir, "key.pem"))
+        .replace("/var/lib/nats/jetstream", join(dir, "js"));
+      writeFileSync(join(dir, "nats.conf"), conf);
+      const out = execFileSync(findNatsServer(process.env), ["-c", join(dir, "nats.conf"), "-t"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+      expect(out).toBe("");
+      // The near miss: a typo in a block is refused by the same check.
+      writeFileSync(join(dir, "bad.conf"), conf.replace("max_file_store:", "max_file_stor:"));
+      expect(() => execFileSync(findNatsServer(process.env), ["-c", join(dir, "bad.conf"), "-t"], { stdio: "pipe" })).toThrow();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
