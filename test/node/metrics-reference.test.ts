@@ -63,6 +63,8 @@ it("docs/metrics.md lists every metric /metrics serves, with its type and labels
 
 it("the comparison itself notices a missing label and a metric too many", () => {
   const docs = readFileSync("docs/metrics.md", "utf8");
-  expect(Object.fromEntries(fromDocs(docs.replace(/^(\|\s*`gdr_assignments`\s*\|\s*gauge\s*\|\s*`backend`), `state`/m, "$1")))).not.toEqual(Object.fromEntries(fromMetrics(served)));
+  expect(Object.fromEntries(fromDocs(docs.replace(/^(\|\s*`gdr_assignments`\s*\|\s*gauge\s*\|\s*`backend`), `state`/m, "$1")))).not.toEqual(
+    Object.fromEntries(fromMetrics(served)),
+  );
   expect(fromDocs(`${docs}\n| \`gdr_extra\` | gauge | | x |\n`).size).toBe(fromMetrics(served).size + 1);
 });
