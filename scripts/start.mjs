@@ -228,6 +228,9 @@ async function announce() {
 gitea-edge-dispatcher on ${base}   (${clusterSize > 1 ? `${clusterSize}-node NATS cluster` : "nats-server"} ${natsUrl}, cron tick every ${TICK_MS / 1000}s)
 drivers: pod=${drivers[0]} vm=${drivers[1]}${cluster ? ` (embedded fake Kubernetes API at ${vars.K8S_API_URL})` : ""}
 Try:
+  # An assignment published by hand, with no ${forgejo ? "Forgejo" : "Gitea"} job behind it: its runner comes up and waits for
+  # a job that never comes, so demo-1 stays backend_ready (never claimed) until its claim timeout
+  # (${Number(vars.CLAIM_TIMEOUT_MS ?? 240_000) / 1000} s), is then torn down and asked for again. The jobs queued below do run and complete.
   curl -s -X POST ${base}/v1/assignments -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}' \\
     -H 'content-type: application/json' -d '{"version":1,"id":"demo-1","backend":"pod","labels":["ubuntu-latest"]}'
   curl -s ${base}/v1/assignments/demo-1 -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}'
@@ -243,8 +246,8 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
   }
   demo();
   if (vars.GITEA_WEBHOOK_SECRET && !forgejo) {
-    const dir = mkdtempSync(join(tmpdir(), "gdr-webhook-"));
-    const file = join(dir, "queued.json");
+    // Next to the Worker's variables, so that stopping removes it too.
+    const file = join(varsDir, "queued.json");
     const body = JSON.stringify({
       action: "queued",
       workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },

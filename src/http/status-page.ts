@@ -60,6 +60,7 @@ export function startupQuantile(h: StartupHistogram | null, q: number): string {
 function poolsSection(pools: Status["pools"]) {
   if (!pools.length) return "";
   return html`<section aria-label="runner pools"><h2>Runner pools</h2>
+<p class="muted">A pool is a kind of runner named in RUNNER_POOLS: its labels, backend and template. Idle runners are up and waiting for a job; warm ones are kept ready before any job comes (target: the pool's minIdle, or its schedule window's); Max is its maxRunners.</p>
 <table><thead><tr><th>Pool</th><th>Backend</th><th>Idle</th><th>Busy</th><th>Booting</th><th>Warm / target</th><th>Max</th><th>Start-up p50</th><th>p90</th><th>Jobs</th></tr></thead><tbody>
 ${pools.map(
   (p) =>
@@ -71,6 +72,7 @@ ${pools.map(
 function ownersSection(owners: Status["owners"]) {
   if (!owners.length) return "";
   return html`<section aria-label="busiest owners"><h2>Busiest owners</h2>
+<p class="muted">An owner is the user or organisation whose repository a job is from. "-" stands for jobs published through the API, which name no repository; "other" sums the owners past the busiest (STATUS_TOP_OWNERS).</p>
 <table><thead><tr><th>Owner</th><th>Runners</th><th>Waiting for capacity</th><th>Waiting at a quota limit</th></tr></thead><tbody>
 ${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td><td class="n">${o.waitingForCapacity}</td><td class="n">${o.waitingForQuota}</td></tr>`)}
 </tbody></table></section>`;

@@ -101,6 +101,11 @@ describe("npm start", () => {
         const page = await fetch(printed![1]!, { headers: { authorization: `Basic ${btoa(`me:${printed![2]}`)}` } });
         expect(page.status).toBe(200);
         expect(await page.text()).toContain("slots used");
+        // The demo's signed delivery is a file the printed curl reads; it goes when npm start stops.
+        const webhookFile = /--data-binary @(\S+)/.exec(output())?.[1];
+        expect(webhookFile && existsSync(webhookFile)).toBe(true);
+        // The hand-published demo assignment is explained: no job behind it, so never claimed.
+        expect(output()).toMatch(/demo-1 stays backend_ready \(never claimed\) until its claim timeout/);
         // No cron tick for a minute: only an eager pass provisions an assignment now.
         const api = (path: string, init: RequestInit = {}) =>
           fetch(`http://127.0.0.1:${port}${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" } });
@@ -118,6 +123,7 @@ describe("npm start", () => {
         while ([npm.pid!, ...tree].some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
         expect([npm.pid!, ...tree].filter(alive).map((p) => `${p} ${cmdline(p).slice(0, 80)}`)).toEqual([]);
         expect(await portOpen(port)).toBe(false);
+        expect(existsSync(webhookFile!)).toBe(false);
       },
     );
   }

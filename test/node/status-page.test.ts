@@ -100,6 +100,10 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
   // Busiest owners: acme holds both slots, and sp-3 and sp-4 wait their turn.
   const owners = await page.getByRole("region", { name: "busiest owners" }).locator("tbody tr").allInnerTexts();
   expect(owners).toEqual(["acme\t2\t2\t0"]);
+  // The page says what an owner is, and what "-" and "other" stand for.
+  expect(await page.getByRole("region", { name: "busiest owners" }).innerText()).toContain(
+    '"-" stands for jobs published through the API, which name no repository; "other" sums the owners past the busiest',
+  );
   const rows = await page.locator("tbody tr").allInnerTexts();
   expect(rows.find((r) => r.startsWith("sp-1"))).toMatch(/^sp-1\tacme\/widgets\tbuild\tclaimed\t\d+ s\t–$/);
   expect(rows.find((r) => r.startsWith("sp-4"))).toMatch(/^sp-4\tacme\/widgets\tdocs\tcapacity_wait\t\d+ s\t–$/);

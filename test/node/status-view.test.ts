@@ -49,6 +49,18 @@ describe("recent assignments", () => {
     expect(row("gitea-5-1")).toContain("ran on warm runner warm-small-0-abc");
     expect(row("gitea-5-1")).not.toContain("terminated");
     expect(row("warm-small-0-abc")).toContain("claimed (warm runner of pool small, ran gitea-5-1)");
+    // No pools, no pool section; with one, the page says what a pool and its columns are.
+    expect(String(page)).not.toContain("A pool is a kind of runner");
+    const withPool: string = await renderStatusPage({
+      at: T,
+      problems: [],
+      recent: [],
+      backends: [],
+      pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 0, warm: 1, startup: null }],
+      owners: [],
+      stream: { messages: 0, published: 0, acked: 0 },
+    } as Status);
+    expect(String(withPool)).toContain("A pool is a kind of runner named in RUNNER_POOLS");
   });
 });
 
