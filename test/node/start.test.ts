@@ -1,46 +1,44 @@
 // `npm start` as a new user runs it: it must pass no secret on a command line, and a SIGTERM to
 // npm or to start.mjs must stop everything it started (wrangler, workerd, nats-server, the fakes)
 // and free the port, so that the next `npm start` can bind it.
-import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { createConnection } from "node:net";
 import { describe, expect, it } from "vitest";
 import { freePort } from "../../bench/lib.mjs";
 
 const TOKEN = `start-test-${Math.random().toString(36).slice(2)}-dispatch`;
 
-/** Every live descendant of `pid`, from /proc. */
+/** Every process: pid, parent, state and command line, from `ps` (Linux and macOS alike). */
+function processes(): { pid: number; ppid: number; stat: string; command: string }[] {
+  const out = execFileSync("ps", ["-A", "-ww", "-o", "pid=,ppid=,stat=,command="], { encoding: "utf8" });
+  return out
+    .split("\n")
+    .map((l) => /^\s*(\d+)\s+(\d+)\s+(\S+)\s+(.*)$/.exec(l))
+    .filter((m) => m)
+    .map((m) => ({ pid: Number(m![1]), ppid: Number(m![2]), stat: m![3]!, command: m![4]! }));
+}
+
+/** Every live descendant of `pid`. */
 function descendants(pid: number): number[] {
-  const parentOf = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      parentOf.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      // gone meanwhile
-    }
-  }
+  const all = processes();
   const found: number[] = [];
   const walk = (p: number) => {
-    for (const [child, parent] of parentOf) {
-      if (parent !== p) continue;
-      found.push(child);
-      walk(child);
+    for (const c of all) {
+      if (c.ppid !== p) continue;
+      found.push(c.pid);
+      walk(c.pid);
     }
   };
   walk(pid);
   return found;
 }
 
-const cmdline = (pid: number) => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
+const cmdline = (pid: number) => processes().find((p) => p.pid === pid)?.command ?? "";
+const alive = (pid: number) => {
+  const p = processes().find((x) => x.pid === pid);
+  return p !== undefined && !p.stat.startsWith("Z");
 };
-const alive = (pid: number) => existsSync(`/proc/${pid}`) && !/^\S+ \(\S+\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
 const portOpen = (port: number) =>
   new Promise<boolean>((resolve) => {
     const s = createConnection({ host: "127.0.0.1", port }, () => (s.destroy(), resolve(true)));
