@@ -36,10 +36,16 @@ export function readLayers({ config, env, devVars, processEnv = process.env, cwd
   if (env && !configPath) throw new Error(`--env ${env} needs a wrangler.jsonc (--config PATH)`);
   let environments = [];
   if (configPath) {
-    const read = unstable_readConfig({ config: configPath, env }, { hideWarnings: true });
-    const raw = JSON.parse(JSON.stringify(read.vars ?? {}));
     const named = shortPath(cwd, configPath);
-    if (env && !(read.definedEnvironments ?? []).includes(env)) throw new Error(`--env ${env}: ${named} defines no such environment (env.${env})`);
+    const unknownEnv = () => new Error(`--env ${env}: ${named} defines no such environment (env.${env})`);
+    let read;
+    try {
+      read = unstable_readConfig({ config: configPath, env }, { hideWarnings: true });
+    } catch (err) {
+      throw env && /No environment found/.test(String(err?.message)) ? unknownEnv() : err;
+    }
+    const raw = JSON.parse(JSON.stringify(read.vars ?? {}));
+    if (env && !(read.definedEnvironments ?? []).includes(env)) throw unknownEnv();
     environments = read.definedEnvironments ?? [];
     layers.push({ source: env ? `${named} env.${env}` : named, vars: raw });
   }
