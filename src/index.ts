@@ -52,7 +52,13 @@ async function armPoller(env: Record<string, unknown>, d: ReturnType<typeof disp
   const poller = pollerOf(env, d.config);
   if (!poller) return d.sink.error(NO_POLLER_BINDING);
   try {
-    if (await poller.arm(d.config)) d.sink.event({ event: "poller_armed", assignment: "-", backend: undefined, reason: "set the Forgejo poller's alarm (routine on the first tick after a deploy)" });
+    if (await poller.arm(d.config))
+      d.sink.event({
+        event: "poller_armed",
+        assignment: "-",
+        backend: undefined,
+        reason: "set the Forgejo poller's alarm (routine on the first tick after a deploy)",
+      });
   } catch (err) {
     d.sink.error("arming the forgejo poller failed", { reason: (err as Error).message });
   }
