@@ -3,6 +3,7 @@
 // JETSTREAM_REPLICAS and replicas that are offline; and the fault suite: a burst of signed queued
 // webhooks whose runners claim and complete, while the stream's leader is killed, or the records
 // bucket's leader, or every node is restarted in turn. CLUSTER_N (40) jobs per scenario.
+import { PROVISION } from "../../src/nats/layout-inspect.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { loadConfig } from "../../src/app/config.ts";
@@ -56,12 +57,12 @@ describe.sequential("a replicated layout on a 3-node cluster", () => {
     expect(before.ok).toBe(false);
     const stream = env.ASSIGNMENT_STREAM!;
     expect(before.problems).toEqual([
-      `stream ${stream} has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `consumer pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `stream ${stream}_slots_pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `stream ${stream}_registering has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `stream ${stream}_waiting has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
-      `KV bucket ${stream}_records has 1 replicas, JETSTREAM_REPLICAS wants 3 (run \`npm run provision\`)`,
+      `stream ${stream} has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
+      `consumer pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
+      `stream ${stream}_slots_pod has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
+      `stream ${stream}_registering has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
+      `stream ${stream}_waiting has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
+      `KV bucket ${stream}_records has 1 replicas, JETSTREAM_REPLICAS wants 3 (${PROVISION})`,
     ]);
 
     const config = loadConfig(r3);
