@@ -21,7 +21,11 @@ writeFileSync(
 writeFileSync(join(dir, ".dev.vars"), 'CAPACITY_VM=5\nNATS_TOKEN="dev-vars-token-secret"\n');
 writeFileSync(join(dir, ".dev.vars.production"), "CAPACITY_VM=50\n");
 
-const read = (env: string | undefined, processEnv: Record<string, string>) => mergeLayers(readLayers({ config, env, processEnv, cwd: dir }).layers);
+const read = (env: string | undefined, processEnv: Record<string, string>) =>
+  mergeLayers(readLayers({ config, env, devVars: undefined, processEnv: processEnv as unknown as NodeJS.ProcessEnv, cwd: dir }).layers) as {
+    vars: Record<string, unknown>;
+    from: Record<string, string>;
+  };
 
 it("each source overrides the one before: wrangler.jsonc, then .dev.vars, then the environment", () => {
   const top = read(undefined, { FAIR_SHARE: "off", PATH: "/usr/bin", HOME: "/root" });
