@@ -12,7 +12,7 @@ export { parseJsonVariable } from "../model/json-variable.ts";
  * The variables that hold JSON. In wrangler.jsonc each may be written as a JSON value or as a
  * string holding it; config.ts reads both alike.
  */
-export const JSON_VARIABLES: readonly string[] = ["RUNNER_POOLS", "QUOTAS", "RUNS_ON_ROUTES", "POD_TEMPLATE", "VM_TEMPLATE"];
+export const JSON_VARIABLES: readonly string[] = ["RUNNER_POOLS", "QUOTAS", "RUNS_ON_ROUTES", "POD_TEMPLATE", "VM_TEMPLATE", "BACKENDS"];
 
 /** Cloudflare's Durable Object location hints (regions), for NATS_GATEWAY_LOCATION. */
 export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
@@ -130,5 +130,7 @@ export const envSchema = z.object({
   RUNNER_IMAGE: z.string().min(1).default(DEFAULT_RUNNER_IMAGE),
   RUNNER_VM_IMAGE: optionalString,
   POD_TEMPLATE: optionalString,
+  /** Named backends beyond pod and vm (backends/named.ts). */
+  BACKENDS: z.string().optional(),
   VM_TEMPLATE: optionalString,
 });

@@ -1,7 +1,8 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
-import { parseBackends, type BackendConfig, type KubernetesConfig } from "../backends/config.ts";
+import { parseBackends, type BackendConfig, type BackendEnv, type KubernetesConfig } from "../backends/config.ts";
 import { checkTemplates } from "../backends/template-check.ts";
+import { parseNamedBackends } from "../backends/named.ts";
 import { envSchema, JSON_VARIABLES, type ForgeKind, type LocationHint } from "./config-schema.ts";
 import { parseForgejoConfig, type ForgejoConfig } from "../forge/forgejo/config.ts";
 import { checkScopes, parseGiteaSecrets, type GiteaConfig } from "../forge/gitea/config.ts";
@@ -31,6 +32,7 @@ declare module "../domain/context.ts" {
     publicUrl: string;
     stream: string;
     subjectBase: string;
+    /** Every backend's capacity, by name (no prototype: a name is never an Object method). */
     capacity: Record<Backend, number>;
     /** Backends with capacity > 0, each with its driver settings. */
     backends: BackendConfig[];
@@ -127,6 +129,7 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
   const auth = parseAuth(raw, problems);
   const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
   const pools = parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) ?? [];
+  const named = parseNamedBackends(text("BACKENDS"), raw, problems);
   if (!parsed.success || problems.length) throw new ConfigError(problems);
   const e = parsed.data;
   return {
@@ -137,7 +140,10 @@ export function loadProvisionConfig(env: Record<string, unknown>): ProvisionConf
     subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
     ackWaitMs: e.ACK_WAIT_MS,
     replicas: e.JETSTREAM_REPLICAS,
-    backends: BACKENDS.map((backend) => ({ backend, capacity: backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM })).filter((b) => b.capacity > 0),
+    backends: [
+      ...BACKENDS.map((backend) => ({ backend, capacity: backend === "pod" ? e.CAPACITY_POD : e.CAPACITY_VM })),
+      ...named.map((b) => ({ backend: b.backend, capacity: b.capacity })),
+    ].filter((b) => b.capacity > 0),
     fairShare: e.FAIR_SHARE === "on",
   };
 }
@@ -154,12 +160,13 @@ export function loadConfig(env: Record<string, unknown>): Config {
   const text = (k: string) => (typeof raw[k] === "string" ? raw[k] : undefined);
   const pools: Pool[] = (raw.GITEA_URL || forgejo ? parsePools(text("RUNNER_POOLS"), text("RUNS_ON_ROUTES"), problems) : undefined) ?? [];
   const quotas = parseQuotas(text("QUOTAS"), problems);
+  const named = parseNamedBackends(text("BACKENDS"), raw, problems);
   if (quotas !== NO_QUOTAS && raw.FAIR_SHARE === "off")
     problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   const { backends, kubernetes } = parseBackends(
-    BACKENDS.map((backend) => {
+    BACKENDS.map((backend): BackendEnv => {
       const pod = backend === "pod";
       return {
         backend,
@@ -169,7 +176,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
         url: pod ? e.POD_BACKEND_URL : e.VM_BACKEND_URL,
         token: pod ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN,
       };
-    }),
+    }).concat(named.map((b) => ({ ...b, batchSize: b.batchSize ?? e.BATCH_SIZE }))),
     e,
     Boolean(e.GITEA_URL),
     problems,
@@ -210,7 +217,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     publicUrl: e.PUBLIC_URL,
     stream: e.ASSIGNMENT_STREAM,
     subjectBase: e.ASSIGNMENT_SUBJECT_BASE,
-    capacity: { pod: e.CAPACITY_POD, vm: e.CAPACITY_VM },
+    capacity: capacities([["pod", e.CAPACITY_POD], ["vm", e.CAPACITY_VM], ...named.map((b): [string, number] => [b.backend, b.capacity])]),
     backends,
     kubernetes,
     retryDelayMs: e.RETRY_DELAY_MS,
@@ -239,6 +246,13 @@ export function loadConfig(env: Record<string, unknown>): Config {
 }
 
 const ACK_WAIT_HEADROOM_MS = 10_000;
+
+/** Capacities by backend name in an object without a prototype: `constructor` is nobody's capacity. */
+function capacities(entries: [Backend, number][]): Record<Backend, number> {
+  const out = Object.create(null) as Record<Backend, number>;
+  for (const [name, n] of entries) out[name] = n;
+  return out;
+}
 
 /**
  * The environment as the schema reads it. wrangler.jsonc's `vars` reach the Worker as JSON values:

@@ -13,6 +13,6 @@ export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: 
   const api = createKubeApi({ url: k8s.url, token: k8s.token, ...(doFetch ? { fetch: doFetch } : {}) });
   // The forge names the runners; either forge's RUNNER_NAME_PREFIX names every object of theirs.
   const common = { api, namespace: k8s.namespace, prefix: config.gitea?.runnerNamePrefix ?? config.forgejo?.runnerNamePrefix ?? "gdr" };
-  if (b.driver === "kubernetes") return createPodDriver({ ...common, image: k8s.runnerImage, template: k8s.podTemplate });
-  return createVmDriver({ ...common, image: k8s.vmImage!, template: k8s.vmTemplate });
+  if (b.driver === "kubernetes") return createPodDriver({ ...common, image: k8s.runnerImage, template: b.template ?? k8s.podTemplate });
+  return createVmDriver({ ...common, image: k8s.vmImage!, template: b.template ?? k8s.vmTemplate });
 }

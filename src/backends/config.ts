@@ -12,7 +12,11 @@ export type BackendConfig = {
   backend: Backend;
   capacity: number;
   batchSize: number;
-} & ({ driver: "http"; url: string; token: string | undefined } | { driver: "kubernetes" | "kubevirt" });
+} & (
+  | { driver: "http"; url: string; token: string | undefined }
+  /** `template`: a named backend's own, in place of POD_TEMPLATE or VM_TEMPLATE. */
+  | { driver: "kubernetes" | "kubevirt"; template?: Record<string, unknown> | undefined }
+);
 
 /** Connection and templates shared by the kubernetes and kubevirt drivers. */
 export interface KubernetesConfig {
@@ -28,6 +32,9 @@ export interface KubernetesConfig {
 export interface BackendEnv {
   backend: Backend;
   capacity: number;
+  template?: Record<string, unknown> | undefined;
+  /** Its index in BACKENDS, for a named backend: problems name that entry's fields. */
+  named?: number | undefined;
   batchSize: number | undefined;
   driver: DriverName;
   url: string | undefined;
@@ -54,18 +61,21 @@ export function parseBackends(
   for (const b of entries) {
     if (b.capacity === 0) continue;
     const prefix = b.backend.toUpperCase();
+    const driverVar = b.named === undefined ? `${prefix}_DRIVER=${b.driver}` : `BACKENDS[${b.named}] (backend ${b.backend}, driver ${b.driver})`;
     const common = { backend: b.backend, capacity: b.capacity, batchSize: b.batchSize ?? b.capacity };
     if (b.driver === "http") {
       if (!b.url)
         problems.push(
-          `${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 and ${prefix}_DRIVER=http (set CAPACITY_${prefix}=0 to disable the ${b.backend} backend)`,
+          b.named === undefined
+            ? `${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 and ${prefix}_DRIVER=http (set CAPACITY_${prefix}=0 to disable the ${b.backend} backend)`
+            : `BACKENDS[${b.named}]["url"] is required with the http driver (backend ${b.backend})`,
         );
       else backends.push({ ...common, driver: "http", url: b.url, token: b.token });
       continue;
     }
-    if (!hasGitea) problems.push(`${prefix}_DRIVER=${b.driver} needs the Gitea integration (GITEA_URL): runners start from a registered identity`);
-    if (b.driver === "kubevirt" && !k8s.RUNNER_VM_IMAGE) problems.push(`RUNNER_VM_IMAGE is required with ${prefix}_DRIVER=kubevirt`);
-    backends.push({ ...common, driver: b.driver });
+    if (!hasGitea) problems.push(`${driverVar} needs the Gitea integration (GITEA_URL): runners start from a registered identity`);
+    if (b.driver === "kubevirt" && !k8s.RUNNER_VM_IMAGE) problems.push(`RUNNER_VM_IMAGE is required with ${driverVar}`);
+    backends.push({ ...common, driver: b.driver, ...(b.template ? { template: b.template } : {}) });
   }
   // A template is refused when invalid, and when no backend would read it: never silently dropped.
   const podTemplate = parseTemplate("POD_TEMPLATE", k8s.POD_TEMPLATE, "kubernetes", backends, problems);
@@ -100,7 +110,7 @@ function parseTemplate(name: string, text: string | undefined, driver: DriverNam
     problems.push(`${name} must be a JSON object (a partial ${driver === "kubernetes" ? "Pod" : "VirtualMachineInstance"})`);
     return undefined;
   }
-  if (!backends.some((b) => b.driver === driver))
+  if (!backends.some((b) => b.driver === driver && !("template" in b && b.template)))
     problems.push(`${name} is set, but no enabled backend uses the ${driver} driver (POD_DRIVER or VM_DRIVER), so it would be ignored: unset it`);
   return value;
 }

@@ -15,22 +15,22 @@ export interface SamplePool {
 }
 
 /** The manifest `driver` makes for a sample request, with its checker; undefined without RUNNER_VM_IMAGE. */
-export function sampleManifest(driver: "kubernetes" | "kubevirt", backend: Backend, k8s: KubernetesConfig, pool?: SamplePool) {
+export function sampleManifest(driver: "kubernetes" | "kubevirt", backend: Backend, k8s: KubernetesConfig, pool?: SamplePool, own?: Record<string, unknown>) {
   const names = { name: "gdr-template-check", label: "template-check" };
   const request = sampleRequest(backend, pool);
   if (driver === "kubernetes")
-    return { kind: "Pod", check: checkPod, manifest: podManifest(names, request, { image: k8s.runnerImage, template: k8s.podTemplate }) };
+    return { kind: "Pod", check: checkPod, manifest: podManifest(names, request, { image: k8s.runnerImage, template: own ?? k8s.podTemplate }) };
   if (!k8s.vmImage) return undefined;
-  return { kind: "VirtualMachineInstance", check: checkVmi, manifest: vmiManifest(names, request, { image: k8s.vmImage, template: k8s.vmTemplate }) };
+  return { kind: "VirtualMachineInstance", check: checkVmi, manifest: vmiManifest(names, request, { image: k8s.vmImage, template: own ?? k8s.vmTemplate }) };
 }
 
 /** POD_TEMPLATE and VM_TEMPLATE, each over its driver's default, for every backend that uses it. */
 export function checkTemplates(backends: readonly BackendConfig[], k8s: KubernetesConfig, problems: string[]): void {
   for (const b of backends) {
     if (b.driver === "http") continue;
-    const variable = b.driver === "kubernetes" ? "POD_TEMPLATE" : "VM_TEMPLATE";
-    if ((b.driver === "kubernetes" ? k8s.podTemplate : k8s.vmTemplate) === undefined) continue;
-    const made = sampleManifest(b.driver, b.backend, k8s);
+    const variable = b.template ? `BACKENDS' template of backend ${b.backend}` : b.driver === "kubernetes" ? "POD_TEMPLATE" : "VM_TEMPLATE";
+    if ((b.template ?? (b.driver === "kubernetes" ? k8s.podTemplate : k8s.vmTemplate)) === undefined) continue;
+    const made = sampleManifest(b.driver, b.backend, k8s, undefined, b.template);
     const found = made ? made.check(made.manifest) : [];
     if (found.length && made) problems.push(`${variable} would make an invalid ${made.kind} (${b.backend} backend): ${found.join("; ")}`);
   }

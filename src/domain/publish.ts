@@ -3,11 +3,13 @@ import { errors } from "@nats-io/nats-core";
 import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "../model/assignment.ts";
 import type { Basics, Settings, StoreAccess } from "./context.ts";
 import { Conflict, InvalidInput, Unavailable } from "../model/errors.ts";
-import { assignmentSubject, type Backend } from "../nats/names.ts";
+import { assignmentSubject, BACKENDS, type Backend } from "../nats/names.ts";
 import { contentHash, sameContent } from "../state/records.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & Settings;
+
+const LEGACY: readonly string[] = BACKENDS;
 
 export interface Published {
   id: string;
@@ -42,7 +44,12 @@ export async function publishAssignment(d: Deps, body: unknown, opts: PublishOpt
   if (!completed.ok) throw new InvalidInput("invalid assignment", completed.issues);
   const a = completed.assignment;
   if (!d.config.backends.some((b) => b.backend === a.backend)) {
-    throw new InvalidInput("invalid assignment", [{ field: "backend", message: `backend ${a.backend} is disabled (CAPACITY_${a.backend.toUpperCase()}=0)` }]);
+    throw new InvalidInput("invalid assignment", [
+      {
+        field: "backend",
+        message: `backend ${a.backend} is disabled (${LEGACY.includes(a.backend) ? `CAPACITY_${a.backend.toUpperCase()}=0` : "BACKENDS does not name it"})`,
+      },
+    ]);
   }
   const pools = (a.pools ?? []).flatMap((name, i) => {
     const pool = d.config.pools.find((p) => p.name === name);

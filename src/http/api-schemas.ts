@@ -1,7 +1,7 @@
 // The answers of the HTTP API as zod schemas: the OpenAPI document is generated from these and
 // from the request schemas the handlers parse with (assignment.ts, gitea/webhook.ts).
 import { z } from "zod";
-import { ASSIGNMENT_STATES, BACKENDS } from "../nats/names.ts";
+import { ASSIGNMENT_STATES, BACKEND_NAME } from "../nats/names.ts";
 
 export const errorBody = z
   .object({
@@ -12,11 +12,12 @@ export const errorBody = z
 
 export const publishedBody = z.object({ id: z.string(), stream: z.string(), seq: z.number().int(), duplicate: z.boolean() }).meta({ id: "Published" });
 
+const backendName = z.string().regex(BACKEND_NAME).meta({ description: "a backend's name: pod, vm, or one named in BACKENDS" });
 const timestamp = z.string().meta({ format: "date-time" });
 export const assignmentView = z
   .object({
     id: z.string(),
-    backend: z.enum(BACKENDS),
+    backend: backendName,
     state: z.enum(ASSIGNMENT_STATES),
     createdAt: timestamp,
     receivedAt: timestamp,
@@ -63,7 +64,7 @@ export const statusBody = z
     stream: z.object({ messages: count, published: count, acked: count }),
     backends: z.array(
       z.object({
-        backend: z.enum(BACKENDS),
+        backend: backendName,
         capacity: count,
         slotsInUse: count,
         registering: count,
@@ -81,7 +82,7 @@ export const statusBody = z
     pools: z.array(
       z.object({
         pool: z.string(),
-        backend: z.enum(BACKENDS),
+        backend: backendName,
         target: count.meta({ description: "Warm runners it keeps now (minIdle, or its schedule window's)" }),
         maxRunners: count.nullable(),
         idle: count,

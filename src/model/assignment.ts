@@ -1,6 +1,6 @@
 // Assignment wire format, version 1. Strict: unknown fields are rejected, nothing secret is carried.
 import { z } from "zod";
-import { BACKENDS, type Backend } from "./states.ts";
+import { BACKEND_NAME, BACKEND_NAME_RULE, type Backend } from "./states.ts";
 
 /** An assignment names at most this many pools: the ones that can run its job, in the order tried. */
 export const MAX_POOLS_PER_JOB = 16;
@@ -54,10 +54,13 @@ const labelSchema = z
 /** An assignment's createdAt: RFC 3339 with an offset. */
 export const assignmentTime = z.iso.datetime({ offset: true, message: "must be an RFC 3339 timestamp" });
 
+/** A backend's name (BACKEND_NAME): `pod`, `vm`, or a named one of BACKENDS. */
+export const backendNameSchema = z.string().regex(BACKEND_NAME, { message: BACKEND_NAME_RULE });
+
 const fields = {
   version: z.literal(1, { message: "unsupported version, expected 1" }),
   id: assignmentIdSchema,
-  backend: z.enum(BACKENDS),
+  backend: backendNameSchema,
   workload: z.string().max(2048).regex(SPIFFE_PATTERN, { message: "must be a SPIFFE ID spiffe://<trust-domain>/<path>" }),
   labels: z.array(labelSchema).min(1).max(32),
   /** The pools that may run it, first choice first (the first one's backend is `backend`). */

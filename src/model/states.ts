@@ -1,8 +1,16 @@
 // The backends a runner can run on, and the states an assignment's record passes through: the
 // words every layer speaks, below the NATS names that are built from them.
 
+/** The two backends of the variables from before named backends (CAPACITY_POD, VM_DRIVER, …). */
 export const BACKENDS = ["pod", "vm"] as const;
-export type Backend = (typeof BACKENDS)[number];
+/** A backend's name: `pod`, `vm`, or one of BACKENDS (the variable) named by BACKEND_NAME. */
+export type Backend = string;
+/**
+ * A backend's name: it becomes a subject token, a consumer's and a stream's name part, a KV key
+ * part and, upper-cased, a variable's prefix (`<NAME>_BACKEND_TOKEN`); so letters and digits only.
+ */
+export const BACKEND_NAME = /^[a-z][a-z0-9]{0,15}$/;
+export const BACKEND_NAME_RULE = "must be 1-16 lowercase letters and digits, starting with a letter";
 
 export const ASSIGNMENT_STATES = ["received", "capacity_wait", "quota_wait", "backend_pending", "backend_ready", "claimed", "completed", "terminated"] as const;
 export type AssignmentState = (typeof ASSIGNMENT_STATES)[number];

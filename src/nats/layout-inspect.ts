@@ -2,7 +2,7 @@
 // configuration, and, on a cluster, replicas without a leader or falling behind. Each problem
 // says how to fix it. Never creates anything.
 import { RetentionPolicy, jetstreamManager, type ClusterInfo, type JetStreamManager } from "@nats-io/jetstream";
-import { admissionStreams, bucketNames, desiredConsumer, maybe, waitStreamConfig, type LayoutConfig } from "./layout.ts";
+import { admissionStreams, bucketNames, desiredConsumer, leftBehind, maybe, waitStreamConfig, type LayoutConfig } from "./layout.ts";
 import type { NatsHandle } from "./connection.ts";
 import { poolSlotsStream, slotsStream, type Backend } from "./names.ts";
 
@@ -50,6 +50,7 @@ export async function inspect(handle: NatsHandle, cfg: LayoutConfig): Promise<La
       // A consumer's 0 replicas means "as many as its stream".
       problems.push(...replicaProblems(`consumer ${want.name}`, info.config.num_replicas || stream.config.num_replicas, info.cluster, cfg.replicas));
     }
+    problems.push(...(await leftBehind(jsm, cfg)));
   }
   for (const want of admissionStreams(cfg)) {
     const info = await maybe(() => jsm.streams.info(want.name));

@@ -194,6 +194,7 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
       done.push(`stream ${want.name}: created (R${cfg.replicas})`);
     }
   }
+  done.push(...(await leftBehind(jsm, cfg)));
   const legacy = legacyAdmissionBucket({ stream: cfg.stream, subjectBase: cfg.subjectBase });
   if (await exists(() => jsm.streams.info(`KV_${legacy}`)))
     done.push(`bucket ${legacy}: no longer used (admission is in streams now); delete it once no older Worker runs`);
@@ -211,6 +212,24 @@ export async function provision(handle: NatsHandle, cfg: LayoutConfig): Promise<
     } else done.push(`bucket ${bucket}: ready`);
   }
   return done;
+}
+
+/**
+ * Consumers of backends the configuration no longer names that still hold jobs: removed from
+ * BACKENDS (or set to capacity 0) while jobs waited there, they would wait for ever unseen.
+ */
+export async function leftBehind(jsm: JetStreamManager, cfg: LayoutConfig): Promise<string[]> {
+  const known = new Set(cfg.backends.map((b) => consumerName(b.backend)));
+  const out: string[] = [];
+  for await (const c of jsm.consumers.list(cfg.stream)) {
+    if (known.has(c.name)) continue;
+    const jobs = c.num_pending + c.num_ack_pending;
+    if (jobs > 0)
+      out.push(
+        `consumer ${c.name} holds ${jobs} jobs of backend ${c.name}, which the configuration no longer names (BACKENDS, CAPACITY_*): name it again until they are done, or end them`,
+      );
+  }
+  return out;
 }
 
 const PROVISION_TIMEOUT_MS = 30_000;

@@ -1,7 +1,16 @@
 // Every NATS name the dispatcher uses, in one place.
 
 // The model's names, re-exported where the NATS names always found them.
-export { ASSIGNMENT_STATES, BACKENDS, SETTLED_STATES, UNADMITTED_STATES, type AssignmentState, type Backend } from "../model/states.ts";
+export {
+  ASSIGNMENT_STATES,
+  BACKENDS,
+  BACKEND_NAME,
+  BACKEND_NAME_RULE,
+  SETTLED_STATES,
+  UNADMITTED_STATES,
+  type AssignmentState,
+  type Backend,
+} from "../model/states.ts";
 import type { Backend } from "../model/states.ts";
 
 export interface NatsNames {

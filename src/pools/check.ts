@@ -5,6 +5,7 @@
 import type { BackendConfig, KubernetesConfig } from "../backends/config.ts";
 import { sampleManifest } from "../backends/template-check.ts";
 import type { Pool } from "./config.ts";
+import { BACKENDS } from "../model/states.ts";
 
 export function checkPools(
   pools: readonly Pool[],
@@ -18,16 +19,23 @@ export function checkPools(
     const named = ` (pool ${JSON.stringify(pool.name)})`;
     const b = backends.find((c) => c.backend === pool.backend);
     if (!b) {
-      problems.push(`${at("backend")} is ${pool.backend}, which is disabled (CAPACITY_${pool.backend.toUpperCase()}=0)${named}`);
+      problems.push(`${at("backend")} is ${pool.backend}, ${disabledBackend(pool.backend)}${named}`);
       return;
     }
     const mostIdle = Math.max(pool.minIdle, ...(pool.schedule ?? []).map((w) => w.minIdle));
     if (mostIdle > b.capacity)
       problems.push(`${at("minIdle")} asks for ${mostIdle} warm runners, more than CAPACITY_${pool.backend.toUpperCase()} (${b.capacity})${named}`);
     if (!pool.template || !k8s || b.driver === "http") return;
-    const made = sampleManifest(b.driver, pool.backend, k8s, pool);
+    const made = sampleManifest(b.driver, pool.backend, k8s, pool, b.template);
     if (!made) return; // RUNNER_VM_IMAGE is missing: reported with the driver settings
     const found = made.check(made.manifest);
     if (found.length) problems.push(`${at("template")} would make an invalid ${made.kind}: ${found.join("; ")}${named}`);
   });
+}
+
+/** Why a backend a pool or an assignment names takes nothing: pod and vm at capacity 0, or any other not in BACKENDS. */
+export function disabledBackend(backend: string): string {
+  return (BACKENDS as readonly string[]).includes(backend)
+    ? `which is disabled (CAPACITY_${backend.toUpperCase()}=0)`
+    : "which BACKENDS does not name (or gives capacity 0)";
 }

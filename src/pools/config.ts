@@ -3,8 +3,7 @@
 // (`RUNNER_POOLS[1].schedule[0].cron …`). RUNS_ON_ROUTES, the older form, becomes one pool per route.
 import { z } from "zod";
 import { parseJsonVariable } from "../model/json-variable.ts";
-import { poolNameSchema } from "../model/assignment.ts";
-import { BACKENDS } from "../nats/names.ts";
+import { backendNameSchema, poolNameSchema } from "../model/assignment.ts";
 import { routeSchema, routesSchema, type Route } from "./routes.ts";
 import { parseCron, type Cron } from "./schedule.ts";
 
@@ -37,7 +36,7 @@ const windowSchema = z.strictObject({ cron, timeZone: timeZone.default("UTC"), m
 const poolSchema = z
   .strictObject({
     name: poolNameSchema,
-    backend: z.enum(BACKENDS),
+    backend: backendNameSchema,
     labels: routeSchema.shape.labels,
     /** A partial Pod (pod) or VirtualMachineInstance (vm), merged over the backend's default. */
     template: z.record(z.string(), z.unknown()).optional(),

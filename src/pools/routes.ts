@@ -1,10 +1,10 @@
 // RUNS_ON_ROUTES, the form pools had before RUNNER_POOLS (each route is a pool: config.ts), and
 // runner label syntax, as Gitea and Forgejo both read it.
 import { z } from "zod";
-import { BACKENDS } from "../nats/names.ts";
+import { backendNameSchema } from "../model/assignment.ts";
 
 export const routeSchema = z.strictObject({
-  backend: z.enum(BACKENDS),
+  backend: backendNameSchema,
   labels: z
     .array(
       z

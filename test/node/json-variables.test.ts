@@ -58,6 +58,13 @@ const podTemplate = fc.record(
 );
 const vmTemplate = fc.record({ spec: fc.record({ domain: fc.record({ cpu: fc.record({ cores: fc.integer({ min: 1, max: 64 }) }) }) }) });
 
+const backendName = fc.stringMatching(/^[a-z][a-z0-9]{0,8}$/).filter((n) => n !== "pod" && n !== "vm");
+const named = fc.uniqueArray(fc.record({ name: backendName, driver: fc.constantFrom("kubernetes", "kubevirt"), capacity: fc.integer({ min: 0, max: 50 }) }), {
+  minLength: 1,
+  maxLength: 4,
+  selector: (b) => b.name,
+});
+
 /** Each JSON variable: valid values, and invalid ones with the field that must be named. */
 const CASES: Record<string, { valid: fc.Arbitrary<unknown>; invalid: fc.Arbitrary<[unknown, string]>; extra?: Record<string, unknown> }> = {
   RUNNER_POOLS: { valid: pools, invalid: pools.map((p) => [[...p, { ...p[0], name: "zz-other", maxRunners: 0 }], `RUNNER_POOLS[${p.length}]["maxRunners"]`]) },
@@ -73,6 +80,7 @@ const CASES: Record<string, { valid: fc.Arbitrary<unknown>; invalid: fc.Arbitrar
       "POD_TEMPLATE would make an invalid Pod (pod backend): spec.hostNetwork",
     ]),
   },
+  BACKENDS: { valid: named, invalid: named.map((b) => [[...b, { name: "Pod-1", driver: "http", capacity: 1 }], `BACKENDS[${b.length}]["name"]`]) },
   VM_TEMPLATE: {
     valid: vmTemplate,
     invalid: fc
@@ -112,6 +120,7 @@ describe("JSON variables, written as a string or as a JSON value", () => {
           if (variable === "POD_TEMPLATE") expect(got.kubernetes?.podTemplate).toEqual(value);
           if (variable === "VM_TEMPLATE") expect(got.kubernetes?.vmTemplate).toEqual(value);
           if (variable === "RUNNER_POOLS" || variable === "RUNS_ON_ROUTES") expect(got.pools).toHaveLength((value as unknown[]).length);
+          if (variable === "BACKENDS") expect(got.backends).toHaveLength(2 + (value as { capacity: number }[]).filter((b) => b.capacity > 0).length);
         }),
         { numRuns: 40 },
       );
@@ -148,7 +157,7 @@ describe("JSON variables, written as a string or as a JSON value", () => {
     expect(numbers.config?.eagerReconcile).toBe(false);
     for (const v of [{ value: 3 }, [3]]) {
       expect(load({ ...base(), CAPACITY_POD: v }).problems).toContain(
-        "CAPACITY_POD must be a string, number or boolean, not JSON (only RUNNER_POOLS, QUOTAS, RUNS_ON_ROUTES, POD_TEMPLATE, VM_TEMPLATE hold JSON)",
+        "CAPACITY_POD must be a string, number or boolean, not JSON (only RUNNER_POOLS, QUOTAS, RUNS_ON_ROUTES, POD_TEMPLATE, VM_TEMPLATE, BACKENDS hold JSON)",
       );
       // A secret written as JSON is refused too, never dropped into "unset".
       expect(load({ ...base(), NATS_TOKEN: v }).problems.some((p) => p.startsWith("NATS_TOKEN must be a string"))).toBe(true);

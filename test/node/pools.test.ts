@@ -41,7 +41,7 @@ describe("RUNNER_POOLS", () => {
     const { pools, problems } = parse([
       { ...small, name: "Small_1", minIddle: 3 },
       { ...small, minIdle: 11, schedule: [{ cron: "* 25 * * *", timeZone: "Mars/Olympus", minIdle: 12 }] },
-      { ...large, name: "small", backend: "lambda", maxLifetimeMs: 60_000 },
+      { ...large, name: "small", backend: "Lambda", maxLifetimeMs: 60_000 },
     ]);
     expect(pools).toBeUndefined();
     expect(problems).toEqual(
