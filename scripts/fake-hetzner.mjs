@@ -42,7 +42,8 @@ export function startFakeHetzner() {
       await new Promise((r) => setTimeout(r, p.mode.hangMs));
       return send(504, apiError("timeout", "the request could not be answered in time"));
     }
-    if (call <= p.mode.hangFirst + p.mode.failFirst) return send(500, apiError("server_error", "error within the API backend"));
+    if (call <= p.mode.hangFirst + p.mode.failFirst || (p.mode.failCalls ?? []).includes(call))
+      return send(500, apiError("server_error", "error within the API backend"));
     const m = /^\/servers(?:\/(\d+))?(\/actions\/rebuild)?$/.exec(path);
     const action = /^\/actions\/(\d+)$/.exec(path);
     if (action && req.method === "GET") {

@@ -1,0 +1,133 @@
+// The few Hetzner Cloud API calls the hetzner driver needs, over fetch with HCLOUD_TOKEN. Answers
+// map onto the driver contract: 404 is "absent"; 409 uniqueness_error is "already created";
+// resource_unavailable and placement_error are "no room here" (try the next candidate);
+// resource_limit_exceeded is "the project is full" (wait, as at CAPACITY). Every answer's
+// RateLimit-* headers update the budget, and a call the budget does not allow is not made.
+import { BackendError } from "../../domain/backend.ts";
+import { mayCall, readRateHeaders, type CallKind, type RateState } from "./rate-budget.ts";
+
+export interface HetznerOptions {
+  /** HCLOUD_API_URL, without a trailing slash. */
+  url: string;
+  token: string;
+  fetch?: typeof fetch;
+  now?: () => number;
+  /** Where the budget is kept between calls (and, by the caller, between isolates). */
+  budget?: { state: RateState | undefined };
+}
+
+/** The server fields the driver reads. */
+export interface HetznerServer {
+  id: number;
+  name: string;
+  status: string;
+  created: string;
+  labels: Record<string, string>;
+}
+
+/** A refusal the driver acts on by its code (`uniqueness_error`, `resource_unavailable`, …). */
+export class HetznerError extends BackendError {
+  readonly code: string;
+  constructor(message: string, status: number, code: string) {
+    super(message, status);
+    this.code = code;
+  }
+}
+
+/** The budget does not allow the call now; `retryAt` is when it will. */
+export class RateBudgetExhausted extends BackendError {
+  readonly retryAt: number;
+  constructor(retryAt: number) {
+    super(`Hetzner rate budget spent until ${new Date(retryAt).toISOString()}`, 429);
+    this.retryAt = retryAt;
+  }
+}
+
+export interface HetznerApi {
+  /** POST /servers: the server, or a HetznerError with the API's code. */
+  create(body: Record<string, unknown>, signal: AbortSignal): Promise<HetznerServer>;
+  /** GET /servers?name=: the server of that name, or null. */
+  byName(name: string, signal: AbortSignal): Promise<HetznerServer | null>;
+  get(id: number, signal: AbortSignal): Promise<HetznerServer | null>;
+  /** DELETE; a server already gone is fine. */
+  remove(id: number, signal: AbortSignal): Promise<void>;
+  /**
+   * Every server matching `selector`, every page; throws when any page fails, so that a list read
+   * only in part is never taken for the whole (the orphan sweep tears down what it does not see).
+   */
+  listAll(selector: string, signal: AbortSignal): Promise<HetznerServer[]>;
+}
+
+export function createHetznerApi(opts: HetznerOptions): HetznerApi {
+  const doFetch = opts.fetch ?? ((i, init) => fetch(i, init));
+  const now = opts.now ?? Date.now;
+  const budget = opts.budget ?? { state: undefined };
+  const call = async (kind: CallKind, method: string, path: string, signal: AbortSignal, body?: unknown): Promise<Response> => {
+    const allowed = mayCall(kind, budget.state, now());
+    if (!allowed.ok) throw new RateBudgetExhausted(allowed.retryAt);
+    let res: Response;
+    try {
+      res = await doFetch(`${opts.url}${path}`, {
+        method,
+        signal,
+        headers: { authorization: `Bearer ${opts.token}`, accept: "application/json", ...(body ? { "content-type": "application/json" } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+    } catch (err) {
+      const name = (err as Error)?.name;
+      throw new BackendError(`${method} ${what(path)} ${name === "TimeoutError" || name === "AbortError" ? "timed out" : "failed"}`);
+    }
+    budget.state = readRateHeaders(res.headers, now(), res.status) ?? budget.state;
+    return res;
+  };
+  const refuse = async (method: string, path: string, res: Response): Promise<never> => {
+    const body = (await res.json().catch(() => ({}))) as { error?: { code?: string } };
+    const code = body.error?.code ?? "unknown";
+    if (res.status === 429) throw new RateBudgetExhausted(budget.state?.blockedUntil ?? now() + 1000);
+    throw new HetznerError(`${method} ${what(path)} answered ${res.status} ${code}`, res.status, code);
+  };
+  return {
+    async create(body, signal) {
+      const res = await call("create", "POST", "/servers", signal, body);
+      if (res.status === 201) return (await res.json<{ server: HetznerServer }>()).server;
+      return refuse("POST", "/servers", res);
+    },
+    async byName(name, signal) {
+      const path = `/servers?name=${encodeURIComponent(name)}`;
+      const res = await call("read", "GET", path, signal);
+      if (!res.ok) return refuse("GET", path, res);
+      return (await res.json<{ servers: HetznerServer[] }>()).servers.find((s) => s.name === name) ?? null;
+    },
+    async get(id, signal) {
+      const res = await call("read", "GET", `/servers/${id}`, signal);
+      if (res.status === 404) return drain(res, null);
+      if (!res.ok) return refuse("GET", "/servers/{id}", res);
+      return (await res.json<{ server: HetznerServer }>()).server;
+    },
+    async remove(id, signal) {
+      const res = await call("delete", "DELETE", `/servers/${id}`, signal);
+      if (res.ok || res.status === 404) return drain(res, undefined);
+      return refuse("DELETE", "/servers/{id}", res);
+    },
+    async listAll(selector, signal) {
+      const out: HetznerServer[] = [];
+      for (let page = 1; ; page++) {
+        const path = `/servers?label_selector=${encodeURIComponent(selector)}&per_page=50&page=${page}`;
+        const res = await call("read", "GET", path, signal);
+        if (!res.ok) return refuse("GET", "/servers", res);
+        const body = await res.json<{ servers: HetznerServer[]; meta?: { pagination?: { next_page?: number | null } } }>();
+        out.push(...body.servers);
+        const next = body.meta?.pagination?.next_page;
+        if (next === null || next === undefined) return out;
+        if (next !== page + 1) throw new BackendError(`GET /servers paged to ${next} after ${page}: the list is not read`);
+      }
+    },
+  };
+}
+
+const what = (path: string) => path.split("?")[0];
+
+async function drain<T>(res: Response, value: T): Promise<T> {
+  await res.body?.cancel();
+  return value;
+}
