@@ -32,7 +32,7 @@ declare module "../domain/context.ts" {
     publicUrl: string;
     stream: string;
     subjectBase: string;
-    /** Every backend's capacity, by name (no prototype: a name is never an Object method). */
+    /** Every backend's capacity, by name: read it with capacityOf (a name may be `constructor`). */
     capacity: Record<Backend, number>;
     /** Backends with capacity > 0, each with its driver settings. */
     backends: BackendConfig[];
@@ -247,11 +247,12 @@ export function loadConfig(env: Record<string, unknown>): Config {
 
 const ACK_WAIT_HEADROOM_MS = 10_000;
 
-/** Capacities by backend name in an object without a prototype: `constructor` is nobody's capacity. */
+/**
+ * Capacities by backend name. A plain object, since the configuration crosses Durable Object RPC
+ * (structured clone refuses an object without a prototype): read it with capacityOf.
+ */
 function capacities(entries: [Backend, number][]): Record<Backend, number> {
-  const out = Object.create(null) as Record<Backend, number>;
-  for (const [name, n] of entries) out[name] = n;
-  return out;
+  return Object.fromEntries(entries);
 }
 
 /**

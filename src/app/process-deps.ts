@@ -1,6 +1,7 @@
 // What a reconciliation pass over one backend is given (reconcile/types.ts ProcessDeps), built
 // from the dispatcher and the state of its connection: the policy from the configuration, the
 // stores, and fair share's wait set where it is on.
+import { capacityOf } from "../model/states.ts";
 import type { Config } from "./config.ts";
 import type { Backend } from "../nats/names.ts";
 import type { ProcessDeps } from "../reconcile/process.ts";
@@ -15,7 +16,7 @@ import type { DeliveredMessage } from "../nats/pull.ts";
  * where every pool runs on that backend; none where a waiting job could spill to another.
  */
 export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, backend: Backend): { capacity?: number } {
-  return config.pools.every((p) => p.backend === backend) ? { capacity: config.capacity[backend] } : {};
+  return config.pools.every((p) => p.backend === backend) ? { capacity: capacityOf(config.capacity, backend) } : {};
 }
 
 /** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */

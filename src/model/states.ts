@@ -70,3 +70,8 @@ export const WAITING: ReadonlySet<AssignmentState> = new Set([...UNADMITTED_STAT
 
 /** Not up yet: waiting for admission, or asked of the backend and booting. */
 export const BOOTING: ReadonlySet<AssignmentState> = new Set([...UNADMITTED_STATES, "backend_pending"]);
+
+/** A backend's capacity from a map by name; 0 for a name it does not hold, `constructor` included. */
+export function capacityOf(capacity: Readonly<Record<Backend, number>>, backend: Backend): number {
+  return Object.hasOwn(capacity, backend) ? (capacity[backend] ?? 0) : 0;
+}

@@ -109,6 +109,12 @@ export function teardownKey(id: string): string {
 }
 export const TEARDOWN_PREFIX = "t";
 
+/** A one-time bootstrap entry (state/bootstraps.ts), keyed by its token's SHA-256 (base64url, key-safe). */
+export function bootstrapKey(tokenHash: string): string {
+  return `${BOOTSTRAP_PREFIX}.${tokenHash}`;
+}
+export const BOOTSTRAP_PREFIX = "boot";
+
 /** A pool's warm position (see state/warm-slots.ts), kept in the records bucket. */
 export function warmKey(pool: string, index: number): string {
   return `${WARM_PREFIX}.${pool}.${index}`;

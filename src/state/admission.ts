@@ -12,6 +12,7 @@
 //
 // Registration reservations ride on the slot (registrations.ts).
 import type { NatsHandle } from "../nats/connection.ts";
+import { capacityOf } from "../model/states.ts";
 import { idOfToken, poolSlotPrefix, poolSlotsStream, slotPrefix, slotsStream, subjectToken, type Backend, type NatsNames, slotSubject } from "../nats/names.ts";
 import { maybe } from "../nats/layout.ts";
 import { createStreamOps } from "./stream-ops.ts";
@@ -157,7 +158,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const fullBackends = new Set<Backend>();
       /** Takes the pool's slot, then the backend's; gives the first back when the second is refused. */
       const take = async (id: string, place: Placement): Promise<"taken" | "held" | "full"> => {
-        if ((opts.capacity[place.backend] ?? 0) <= 0) {
+        if (capacityOf(opts.capacity, place.backend) <= 0) {
           fullBackends.add(place.backend);
           return "full";
         }
@@ -216,7 +217,7 @@ export function createAdmission(handle: NatsHandle, opts: AdmissionOptions): Adm
       const poolCount = freed.reduce((a, b) => a + b.poolSlot, 0);
       // A hint for an eager pass. Read before the purge, a count makes a pool `count` short of
       // full look full: an extra pass at worst; a full pool is never missed.
-      const backendWasFull = count > 0 && (info?.state.messages ?? 0) + count >= (opts.capacity[backend] ?? 0);
+      const backendWasFull = count > 0 && (info?.state.messages ?? 0) + count >= capacityOf(opts.capacity, backend);
       const poolWasFull = poolCount > 0 && (poolInfo?.state.messages ?? 0) + poolCount >= (poolCaps.get(pool!) ?? Infinity);
       if (backendWasFull || poolWasFull) return true;
       return count > 0 && opts.anyWaiting !== undefined && (await opts.anyWaiting(backend));

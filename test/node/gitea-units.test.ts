@@ -235,7 +235,7 @@ describe("Gitea configuration", () => {
       GITEA_API_TOKEN: "",
       RUNNER_IDENTITY_KEY: "c2hvcnQ=",
       RUNS_ON_ROUTES: JSON.stringify([
-        { backend: "lambda", labels: [] },
+        { backend: "Lambda", labels: [] },
         { backend: "vm", labels: ["x"] },
       ]),
       GITEA_SCOPE: "team:x",

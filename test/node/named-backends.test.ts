@@ -8,6 +8,7 @@ import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";
 import { withNats } from "../../src/nats/connection.ts";
+import { capacityOf } from "../../src/model/states.ts";
 import { provision } from "../../src/nats/layout.ts";
 import { inspect } from "../../src/nats/layout-inspect.ts";
 import { poolsTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
@@ -51,8 +52,10 @@ describe("named backends", () => {
     expect(config.backends.map((b) => b.backend)).toEqual(["pod", "gpu"]);
     expect(config.backends[1]).toMatchObject({ driver: "http", capacity: 3, token: "gpu-token" });
     expect(config.capacity.gpu).toBe(3);
-    // Capacities by name have no prototype: an unconfigured name is nobody's capacity.
-    expect(config.capacity.constructor).toBeUndefined();
+    // Read by name, an unconfigured name is nobody's capacity, even one like a prototype key.
+    expect(capacityOf(config.capacity, "gpu")).toBe(3);
+    expect(capacityOf(config.capacity, "constructor")).toBe(0);
+    expect(capacityOf(config.capacity, "arm")).toBe(0);
   });
 
   it("names follow one rule, checked at load, each problem naming the entry", () => {

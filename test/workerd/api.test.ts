@@ -49,10 +49,14 @@ describe("POST /v1/assignments refusals", () => {
   });
 
   it("400 naming every failing field", async () => {
-    const res = await post(env, { headers: json(), body: JSON.stringify({ version: 2, id: "-bad", backend: "lambda", labels: [], extra: 1 }) });
+    const res = await post(env, { headers: json(), body: JSON.stringify({ version: 2, id: "-bad", backend: "Lambda", labels: [], extra: 1 }) });
     expect(res.status).toBe(400);
     const fields = ((await res.json()) as { fields: { field: string }[] }).fields.map((f) => f.field);
     expect(fields).toEqual(expect.arrayContaining(["version", "id", "backend", "labels", "extra"]));
+    // A backend name no configuration names: 400 on that field alone.
+    const unnamed = await post(env, { headers: json(), body: body("a", { backend: "lambda" }) });
+    expect(unnamed.status).toBe(400);
+    expect(await unnamed.json()).toMatchObject({ fields: [{ field: "backend", message: "backend lambda is disabled (BACKENDS does not name it)" }] });
     const notJson = await post(env, { headers: json(), body: "{" });
     expect(notJson.status).toBe(400);
     expect(await notJson.json()).toMatchObject({ fields: [{ field: "(body)" }] });

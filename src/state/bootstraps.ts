@@ -1,0 +1,61 @@
+// One-time bootstraps: what a VM fetches at its first boot (its runner identity and claim token),
+// sealed at rest and handed out once. The VM's user_data carries only a random token; the entry
+// is kept in the records bucket under the SHA-256 of that token, and taking it deletes it at the
+// revision read, so a second fetch, or a racing one, finds nothing. user_data may outlive the boot
+// (a rebuild keeps it unless given another); the token in it is spent by then.
+import type { KV } from "@nats-io/kv";
+import { sealIdentity, openIdentity } from "../domain/runner-identity.ts";
+import { base64url, sha256Key } from "../model/crypto.ts";
+import { bootstrapKey } from "../nats/names.ts";
+import { isWrongLastSequence, readJson } from "./kv.ts";
+
+interface Entry {
+  id: string;
+  sealed: string;
+  /** Epoch ms after which the token is refused though unused. */
+  expiresAt: number;
+}
+
+export interface BootstrapStore {
+  /** Seals `payload` for assignment `id`; returns the one-time token to put in the VM's user_data. */
+  issue(id: string, payload: object, ttlMs: number): Promise<string>;
+  /**
+   * The payload issued for `id` under `token`, once. Undefined when the token is unknown, spent,
+   * expired, or issued for another assignment: the caller answers all of these alike.
+   */
+  take<T>(id: string, token: string): Promise<T | undefined>;
+}
+
+export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, previousKey?: Uint8Array): BootstrapStore {
+  return {
+    async issue(id, payload, ttlMs) {
+      const token = base64url(crypto.getRandomValues(new Uint8Array(32)));
+      const entry: Entry = { id, sealed: await sealIdentity(key, `bootstrap:${id}`, payload), expiresAt: now() + ttlMs };
+      await kv.create(bootstrapKey(await sha256Key(token)), JSON.stringify(entry));
+      return token;
+    },
+    async take<T>(id: string, token: string) {
+      if (!/^[A-Za-z0-9_-]{43}$/.test(token)) return undefined;
+      const k = bootstrapKey(await sha256Key(token));
+      const found = await readJson<Entry>(kv, k);
+      if (!found || found.value.id !== id) return undefined;
+      const spend = async () => {
+        try {
+          await kv.delete(k, { previousSeq: found.revision });
+          return true;
+        } catch (err) {
+          if (isWrongLastSequence(err)) return false;
+          throw err;
+        }
+      };
+      if (now() > found.value.expiresAt) {
+        await spend();
+        return undefined;
+      }
+      // Opened before it is spent: an entry no key opens (a rotation without its previous key) stays for a retry.
+      const payload = await openIdentity<T>(key, `bootstrap:${id}`, found.value.sealed, previousKey);
+      // Of racing takes, only the one whose delete lands at the revision read hands it out.
+      return (await spend()) ? payload : undefined;
+    },
+  };
+}
