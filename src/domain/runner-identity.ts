@@ -2,7 +2,7 @@
 // their credentials sealed at rest (AES-256-GCM, bound to the assignment id), so that every retry
 // reuses one registration: a Gitea `.runner` file, or a Forgejo runner's `{uuid, token}`.
 import { assignmentIdSchema } from "../model/assignment.ts";
-import { base64, fromBase64 } from "../model/crypto.ts";
+import { openJson, sealJson } from "../model/crypto.ts";
 
 /** act_runner's `.runner` file. */
 export interface RunnerFile {
@@ -45,41 +45,15 @@ export function assignmentOfRunner(prefix: string, name: string | undefined): st
   return id.success ? id.data : undefined;
 }
 
-async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
-  return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
-}
-
 /** Seals a runner's credentials (AES-256-GCM, bound to the assignment id): a Gitea `.runner` file, or a Forgejo runner's. */
-export async function sealIdentity(key: Uint8Array, assignmentId: string, file: object): Promise<string> {
-  const iv = crypto.getRandomValues(new Uint8Array(12));
-  const data = new TextEncoder().encode(JSON.stringify(file));
-  const ct = new Uint8Array(
-    await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(assignmentId) }, await aesKey(key), data),
-  );
-  const out = new Uint8Array(iv.length + ct.length);
-  out.set(iv);
-  out.set(ct, iv.length);
-  return base64(out);
+export function sealIdentity(key: Uint8Array, assignmentId: string, file: object): Promise<string> {
+  return sealJson(key, assignmentId, file);
 }
 
 /**
  * Opens an identity sealed under `key`, or under `previous` (RUNNER_IDENTITY_KEY_PREVIOUS): the
  * identities of runners sealed before a rotation stay readable until it is removed.
  */
-export async function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string, previous?: Uint8Array): Promise<T> {
-  const bytes = fromBase64(sealed);
-  const open = async (k: Uint8Array) =>
-    crypto.subtle.decrypt(
-      { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(assignmentId) },
-      await aesKey(k),
-      bytes.slice(12),
-    );
-  let plain: ArrayBuffer;
-  try {
-    plain = await open(key);
-  } catch (err) {
-    if (!previous) throw err;
-    plain = await open(previous);
-  }
-  return JSON.parse(new TextDecoder().decode(plain)) as T;
+export function openIdentity<T = RunnerFile>(key: Uint8Array, assignmentId: string, sealed: string, previous?: Uint8Array): Promise<T> {
+  return openJson<T>(key, assignmentId, sealed, previous);
 }

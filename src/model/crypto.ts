@@ -94,3 +94,33 @@ export function decodeKey(text: string | undefined): Uint8Array | undefined {
     return undefined;
   }
 }
+
+async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
+  return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
+}
+
+/** Seals a JSON value (AES-256-GCM, bound to `boundTo` as additional data): base64 of IV and ciphertext. */
+export async function sealJson(key: Uint8Array, boundTo: string, value: object): Promise<string> {
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const data = new TextEncoder().encode(JSON.stringify(value));
+  const ct = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: new TextEncoder().encode(boundTo) }, await aesKey(key), data));
+  const out = new Uint8Array(iv.length + ct.length);
+  out.set(iv);
+  out.set(ct, iv.length);
+  return base64(out);
+}
+
+/** Opens what sealJson sealed under `key`, or under `previous` (the key before a rotation); throws when neither opens it. */
+export async function openJson<T>(key: Uint8Array, boundTo: string, sealed: string, previous?: Uint8Array): Promise<T> {
+  const bytes = fromBase64(sealed);
+  const open = async (k: Uint8Array) =>
+    crypto.subtle.decrypt({ name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(boundTo) }, await aesKey(k), bytes.slice(12));
+  let plain: ArrayBuffer;
+  try {
+    plain = await open(key);
+  } catch (err) {
+    if (!previous) throw err;
+    plain = await open(previous);
+  }
+  return JSON.parse(new TextDecoder().decode(plain)) as T;
+}

@@ -4,8 +4,7 @@
 // revision read, so a second fetch, or a racing one, finds nothing. user_data may outlive the boot
 // (a rebuild keeps it unless given another); the token in it is spent by then.
 import type { KV } from "@nats-io/kv";
-import { sealIdentity, openIdentity } from "../domain/runner-identity.ts";
-import { base64url, sha256Key } from "../model/crypto.ts";
+import { base64url, openJson, sealJson, sha256Key } from "../model/crypto.ts";
 import { bootstrapKey } from "../nats/names.ts";
 import { isWrongLastSequence, readJson } from "./kv.ts";
 
@@ -30,7 +29,7 @@ export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, pre
   return {
     async issue(id, payload, ttlMs) {
       const token = base64url(crypto.getRandomValues(new Uint8Array(32)));
-      const entry: Entry = { id, sealed: await sealIdentity(key, `bootstrap:${id}`, payload), expiresAt: now() + ttlMs };
+      const entry: Entry = { id, sealed: await sealJson(key, `bootstrap:${id}`, payload), expiresAt: now() + ttlMs };
       await kv.create(bootstrapKey(await sha256Key(token)), JSON.stringify(entry));
       return token;
     },
@@ -53,7 +52,7 @@ export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, pre
         return undefined;
       }
       // Opened before it is spent: an entry no key opens (a rotation without its previous key) stays for a retry.
-      const payload = await openIdentity<T>(key, `bootstrap:${id}`, found.value.sealed, previousKey);
+      const payload = await openJson<T>(key, `bootstrap:${id}`, found.value.sealed, previousKey);
       // Of racing takes, only the one whose delete lands at the revision read hands it out.
       return (await spend()) ? payload : undefined;
     },
