@@ -4,6 +4,7 @@
 // resource_limit_exceeded is "the project is full" (wait, as at CAPACITY). Every answer's
 // RateLimit-* headers update the budget, and a call the budget does not allow is not made.
 import { BackendError } from "../../domain/backend.ts";
+import { bearerFetch, drain } from "../bearer-fetch.ts";
 import { mayCall, readRateHeaders, type CallKind, type RateState } from "./rate-budget.ts";
 
 export interface HetznerOptions {
@@ -65,18 +66,7 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
   const call = async (kind: CallKind, method: string, path: string, signal: AbortSignal, body?: unknown): Promise<Response> => {
     const allowed = mayCall(kind, budget.state, now());
     if (!allowed.ok) throw new RateBudgetExhausted(allowed.retryAt);
-    let res: Response;
-    try {
-      res = await doFetch(`${opts.url}${path}`, {
-        method,
-        signal,
-        headers: { authorization: `Bearer ${opts.token}`, accept: "application/json", ...(body ? { "content-type": "application/json" } : {}) },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-    } catch (err) {
-      const name = (err as Error)?.name;
-      throw new BackendError(`${method} ${what(path)} ${name === "TimeoutError" || name === "AbortError" ? "timed out" : "failed"}`);
-    }
+    const res = await bearerFetch(doFetch, { url: opts.url, token: opts.token, method, path, what: what(path), body }, signal);
     budget.state = readRateHeaders(res.headers, now(), res.status) ?? budget.state;
     return res;
   };
@@ -125,9 +115,4 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
   };
 }
 
-const what = (path: string) => path.split("?")[0];
-
-async function drain<T>(res: Response, value: T): Promise<T> {
-  await res.body?.cancel();
-  return value;
-}
+const what = (path: string) => path.split("?")[0] ?? path;

@@ -1,6 +1,7 @@
 // The few Kubernetes REST verbs the drivers need, over fetch, bearer-authenticated. Status codes
 // map onto the driver contract: 404 is "absent", 409 AlreadyExists is "already created".
 import { BackendError } from "../../domain/backend.ts";
+import { bearerFetch, drain } from "../bearer-fetch.ts";
 
 export interface KubeApiOptions {
   url: string;
@@ -26,19 +27,8 @@ export interface KubeApi {
 
 export function createKubeApi(opts: KubeApiOptions): KubeApi {
   const doFetch = opts.fetch ?? ((i, init) => fetch(i, init));
-  const call = async (method: string, path: string, signal: AbortSignal, body?: KubeObject): Promise<Response> => {
-    try {
-      return await doFetch(`${opts.url}${path}`, {
-        method,
-        signal,
-        headers: { authorization: `Bearer ${opts.token}`, accept: "application/json", ...(body ? { "content-type": "application/json" } : {}) },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-    } catch (err) {
-      const name = (err as Error)?.name;
-      throw new BackendError(`${method} ${kindOf(path)} ${name === "TimeoutError" || name === "AbortError" ? "timed out" : "failed"}`);
-    }
-  };
+  const call = (method: string, path: string, signal: AbortSignal, body?: KubeObject): Promise<Response> =>
+    bearerFetch(doFetch, { url: opts.url, token: opts.token, method, path, what: kindOf(path), body }, signal);
   const refuse = async (method: string, path: string, res: Response): Promise<never> => {
     const status = (await res.json().catch(() => ({}))) as { reason?: string };
     throw new BackendError(`${method} ${kindOf(path)} answered ${res.status}${status.reason ? ` ${status.reason}` : ""}`, res.status);
@@ -71,11 +61,6 @@ export function createKubeApi(opts: KubeApiOptions): KubeApi {
       return refuse("DELETE", path, res);
     },
   };
-}
-
-async function drain<T>(res: Response, value: T): Promise<T> {
-  await res.body?.cancel();
-  return value;
 }
 
 /** "pods" out of ".../namespaces/ns/pods/name": errors name the kind, never an object's content. */
