@@ -1,7 +1,7 @@
 // Test environments: a unique stream (and so unique consumers and buckets) per test, so that
 // tests can share one nats-server and run in parallel. Runs in Node and in workerd alike.
 import type { Assignment } from "../../src/model/assignment.ts";
-import { loadConfig, type Config } from "../../src/app/config.ts";
+import { ConfigError, loadConfig, type Config } from "../../src/app/config.ts";
 import { claimToken } from "../../src/model/crypto.ts";
 import { provision } from "../../src/nats/layout.ts";
 import { incarnationOf } from "../../src/state/records.ts";
@@ -109,4 +109,25 @@ export function forgejoTestEnv(natsWsUrl: string, backendUrl: string, forgejoUrl
     ...env,
     ...Object.fromEntries(Object.entries(overrides).map(([k, v]) => [k, String(v)])),
   };
+}
+
+/** Both backends on the kubernetes and kubevirt drivers, against a cluster that is never called. */
+export const KUBERNETES_TEST_VARS = {
+  CAPACITY_VM: "10",
+  POD_DRIVER: "kubernetes",
+  VM_DRIVER: "kubevirt",
+  K8S_API_URL: "https://k8s.example.org",
+  K8S_TOKEN: "k8s-token",
+  RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1",
+} as const;
+
+/** Every problem loadConfig finds in `env`; none when it loads. */
+export function configProblems(env: Record<string, unknown>): string[] {
+  try {
+    loadConfig(env);
+    return [];
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
 }

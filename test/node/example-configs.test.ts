@@ -5,7 +5,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
-import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
+import { loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
+import { configProblems } from "../harness/env.ts";
 import { isSecret } from "../../scripts/provision-config.mjs";
 
 const EXAMPLES = [
@@ -18,15 +19,7 @@ const VALUES: Record<string, string> = {
 };
 const placeholder = (name: string) => VALUES[name] ?? `${name.toLowerCase()}-placeholder-0000`;
 
-function problems(env: Record<string, unknown>): string[] {
-  try {
-    loadConfig(env);
-    return [];
-  } catch (err) {
-    if (err instanceof ConfigError) return err.problems;
-    throw err;
-  }
-}
+const problems = configProblems;
 
 /** The secrets the file's closing comment names. */
 const listedSecrets = (text: string) => [...new Set([...text.slice(text.lastIndexOf("// Secrets")).matchAll(/\b[A-Z][A-Z0-9_]{3,}\b/g)].map((m) => m[0]))];

@@ -8,31 +8,9 @@ import { findNatsServer } from "../../scripts/nats-server.mjs";
 import { parser } from "@prometheus-io/lezer-promql";
 import { parse as parseYaml } from "yaml";
 import { describe, expect, it } from "vitest";
-import { formatMetrics } from "../../src/observe/metrics.ts";
-import type { BackendSnapshot } from "../../src/observe/snapshot.ts";
+import { everyMetric } from "../harness/metrics.ts";
 
-const pod: BackendSnapshot = {
-  backend: "pod",
-  capacity: 5,
-  slotsInUse: 2,
-  registering: 0,
-  queued: 3,
-  ackPending: 0,
-  redelivered: 0,
-  waitingForCapacity: 0,
-  pendingAtBackend: 0,
-  readyForClaim: 0,
-  running: 2,
-  delivered: 4,
-  waitingForQuota: 0,
-};
-const text = formatMetrics({
-  stream: { messages: 3, published: 5, acked: 2 },
-  backends: [pod],
-  pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
-  owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
-  forgePoll: { failuresTotal: 0, failing: false },
-});
+const text = everyMetric();
 // A histogram is queried by its series: <name>_bucket, _sum and _count.
 const exported = new Set(
   [...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].flatMap(([, name, type]) =>

@@ -5,19 +5,11 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { JSON_VARIABLES } from "../../src/app/config-schema.ts";
 import { ConfigError, loadConfig, loadProvisionConfig, type Config } from "../../src/app/config.ts";
-import { giteaTestEnv } from "../harness/env.ts";
+import { giteaTestEnv, KUBERNETES_TEST_VARS } from "../harness/env.ts";
 
-const k8s = {
-  CAPACITY_VM: "10",
-  POD_DRIVER: "kubernetes",
-  VM_DRIVER: "kubevirt",
-  K8S_API_URL: "https://k8s.example.org",
-  K8S_TOKEN: "k8s-token",
-  RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1",
-};
 /** A Gitea configuration on both Kubernetes drivers; its routes go when `variable` sets pools. */
 const base = (variable?: string): Record<string, unknown> => {
-  const { RUNS_ON_ROUTES: routes, ...env } = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", k8s);
+  const { RUNS_ON_ROUTES: routes, ...env } = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", KUBERNETES_TEST_VARS);
   return variable === "RUNNER_POOLS" ? env : { ...env, RUNS_ON_ROUTES: routes };
 };
 

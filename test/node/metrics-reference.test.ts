@@ -2,31 +2,9 @@
 // every metric is there): the same names, types and labels, both ways.
 import { readFileSync } from "node:fs";
 import { expect, it } from "vitest";
-import { formatMetrics } from "../../src/observe/metrics.ts";
+import { everyMetric } from "../harness/metrics.ts";
 
-const served = formatMetrics({
-  stream: { messages: 1, published: 2, acked: 1 },
-  backends: [
-    {
-      backend: "pod",
-      capacity: 5,
-      slotsInUse: 2,
-      registering: 0,
-      queued: 3,
-      ackPending: 0,
-      redelivered: 0,
-      waitingForCapacity: 0,
-      pendingAtBackend: 0,
-      readyForClaim: 0,
-      running: 2,
-      delivered: 4,
-      waitingForQuota: 0,
-    },
-  ],
-  pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
-  owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
-  forgePoll: { failuresTotal: 0, failing: false },
-});
+const served = everyMetric();
 
 /** name → "type | labels" as /metrics serves it (a histogram's series folded into its name). */
 function fromMetrics(text: string): Map<string, string> {

@@ -5,26 +5,18 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { describe, expect, inject, it } from "vitest";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
-import { ConfigError, loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
+import { loadConfig, loadProvisionConfig } from "../../src/app/config.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { capacityOf } from "../../src/model/states.ts";
 import { provision } from "../../src/nats/layout.ts";
 import { inspect } from "../../src/nats/layout-inspect.ts";
-import { poolsTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
+import { configProblems, poolsTestEnv, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
 const silent = { event: () => undefined, summary: () => undefined, error: () => undefined };
-const problems = (env: Record<string, unknown>) => {
-  try {
-    loadConfig(env);
-    return [];
-  } catch (err) {
-    if (err instanceof ConfigError) return err.problems;
-    throw err;
-  }
-};
+const problems = configProblems;
 const gpu = (extra: object = {}) => ({ name: "gpu", driver: "http", capacity: 3, url: `${backendUrl}/gpu-${Math.random().toString(36).slice(2)}`, ...extra });
 
 describe("named backends", () => {

@@ -1,13 +1,13 @@
 // Runner pools, first part (#21, in progress): RUNNER_POOLS parsed with every problem named by its
 // path, RUNS_ON_ROUTES as pools, which pools can run a job, and schedule windows read in a time zone.
 import { describe, expect, it } from "vitest";
-import { loadConfig, type ConfigError } from "../../src/app/config.ts";
+import { loadConfig } from "../../src/app/config.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import type { InvalidInput } from "../../src/model/errors.ts";
 import { publishAssignment } from "../../src/domain/publish.ts";
 import { jobAssignment } from "../../src/forge/gitea/webhook.ts";
 import { parsePools, poolsOfRoutes } from "../../src/pools/config.ts";
-import { giteaTestEnv } from "../harness/env.ts";
+import { configProblems, giteaTestEnv, KUBERNETES_TEST_VARS } from "../harness/env.ts";
 import { poolsFor, routeJob } from "../../src/pools/route.ts";
 import { MAX_POOLS_PER_JOB } from "../../src/model/assignment.ts";
 import { cronMatches, idleTarget, parseCron } from "../../src/pools/schedule.ts";
@@ -208,26 +208,12 @@ describe("schedule windows", () => {
 });
 
 describe("RUNNER_POOLS in the configuration", () => {
-  const k8s = {
-    CAPACITY_VM: "10",
-    POD_DRIVER: "kubernetes",
-    VM_DRIVER: "kubevirt",
-    K8S_API_URL: "https://k8s.example.org",
-    K8S_TOKEN: "k8s-token",
-    RUNNER_VM_IMAGE: "registry.example.org/runner-vm:1",
-  };
+  const k8s = KUBERNETES_TEST_VARS;
   const env = (pools: unknown, extra: Record<string, unknown> = {}): Record<string, string> => {
     const { RUNS_ON_ROUTES: _routes, ...base } = giteaTestEnv("ws://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", { ...k8s, ...extra });
     return { ...base, RUNNER_POOLS: JSON.stringify(pools) };
   };
-  const problems = (e: Record<string, unknown>) => {
-    try {
-      loadConfig(e);
-      return [];
-    } catch (err) {
-      return (err as ConfigError).problems;
-    }
-  };
+  const problems = configProblems;
   const podTemplate = {
     spec: { nodeSelector: { "node.example.org/size": "small" }, containers: [{ name: "runner", resources: { limits: { cpu: "2", memory: "4Gi" } } }] },
   };
