@@ -3,13 +3,12 @@ import { errors } from "@nats-io/nats-core";
 import { type Assignment, assignmentRequestSchema, completeAssignment, encodeAssignment, toFieldIssues } from "../model/assignment.ts";
 import type { Basics, Settings, StoreAccess } from "./context.ts";
 import { Conflict, InvalidInput, Unavailable } from "../model/errors.ts";
-import { assignmentSubject, BACKENDS, type Backend } from "../nats/names.ts";
+import { assignmentSubject, type Backend } from "../nats/names.ts";
+import { whyDisabled } from "../model/states.ts";
 import { contentHash, sameContent } from "../state/records.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & Settings;
-
-const LEGACY: readonly string[] = BACKENDS;
 
 export interface Published {
   id: string;
@@ -47,7 +46,7 @@ export async function publishAssignment(d: Deps, body: unknown, opts: PublishOpt
     throw new InvalidInput("invalid assignment", [
       {
         field: "backend",
-        message: `backend ${a.backend} is disabled (${LEGACY.includes(a.backend) ? `CAPACITY_${a.backend.toUpperCase()}=0` : "BACKENDS does not name it"})`,
+        message: `backend ${a.backend} is disabled (${whyDisabled(a.backend)})`,
       },
     ]);
   }

@@ -75,3 +75,8 @@ export const BOOTING: ReadonlySet<AssignmentState> = new Set([...UNADMITTED_STAT
 export function capacityOf(capacity: Readonly<Record<Backend, number>>, backend: Backend): number {
   return Object.hasOwn(capacity, backend) ? (capacity[backend] ?? 0) : 0;
 }
+
+/** Why a backend an assignment or a pool names takes nothing: pod and vm at capacity 0, any other not in BACKENDS or at capacity 0 there. */
+export function whyDisabled(backend: Backend): string {
+  return (BACKENDS as readonly string[]).includes(backend) ? `CAPACITY_${backend.toUpperCase()}=0` : "not in BACKENDS, or at capacity 0 there";
+}

@@ -5,7 +5,7 @@
 import type { BackendConfig, KubernetesConfig } from "../backends/config.ts";
 import { sampleManifest } from "../backends/template-check.ts";
 import type { Pool } from "./config.ts";
-import { BACKENDS } from "../model/states.ts";
+import { whyDisabled } from "../model/states.ts";
 
 export function checkPools(
   pools: readonly Pool[],
@@ -19,7 +19,7 @@ export function checkPools(
     const named = ` (pool ${JSON.stringify(pool.name)})`;
     const b = backends.find((c) => c.backend === pool.backend);
     if (!b) {
-      problems.push(`${at("backend")} is ${pool.backend}, ${disabledBackend(pool.backend)}${named}`);
+      problems.push(`${at("backend")} is ${pool.backend}, which is disabled (${whyDisabled(pool.backend)})${named}`);
       return;
     }
     const mostIdle = Math.max(pool.minIdle, ...(pool.schedule ?? []).map((w) => w.minIdle));
@@ -31,11 +31,4 @@ export function checkPools(
     const found = made.check(made.manifest);
     if (found.length) problems.push(`${at("template")} would make an invalid ${made.kind}: ${found.join("; ")}${named}`);
   });
-}
-
-/** Why a backend a pool or an assignment names takes nothing: pod and vm at capacity 0, or any other not in BACKENDS. */
-export function disabledBackend(backend: string): string {
-  return (BACKENDS as readonly string[]).includes(backend)
-    ? `which is disabled (CAPACITY_${backend.toUpperCase()}=0)`
-    : "which BACKENDS does not name (or gives capacity 0)";
 }

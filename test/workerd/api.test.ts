@@ -56,7 +56,9 @@ describe("POST /v1/assignments refusals", () => {
     // A backend name no configuration names: 400 on that field alone.
     const unnamed = await post(env, { headers: json(), body: body("a", { backend: "lambda" }) });
     expect(unnamed.status).toBe(400);
-    expect(await unnamed.json()).toMatchObject({ fields: [{ field: "backend", message: "backend lambda is disabled (BACKENDS does not name it)" }] });
+    expect(await unnamed.json()).toMatchObject({
+      fields: [{ field: "backend", message: "backend lambda is disabled (not in BACKENDS, or at capacity 0 there)" }],
+    });
     const notJson = await post(env, { headers: json(), body: "{" });
     expect(notJson.status).toBe(400);
     expect(await notJson.json()).toMatchObject({ fields: [{ field: "(body)" }] });
