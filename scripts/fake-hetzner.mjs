@@ -5,7 +5,8 @@
 // unauthorized), error bodies `{"error": {code, message, details}}`. Servers boot after `bootMs`.
 // Tests share one server, each under a path prefix of its own. Control endpoints under
 // /<prefix>/_control: `mode` (faults: unavailable server types or locations, the project's server
-// limit, 5xx, hangs, the rate limit), `state`, `clock` (move time on, for billing), `billing`.
+// limit, 5xx, hangs, the rate limit), `status` (a server powered off), `state`, `clock` (move time
+// on, for billing), `billing`.
 import { startTenantServer } from "./fake-http.mjs";
 import { apiError, createProblem, hcloud, LOCATIONS, paginate, rateLimiter, selects, SERVER_TYPES } from "./fake-hetzner-rules.mjs";
 
@@ -43,7 +44,9 @@ export function startFakeHetzner() {
       return send(504, apiError("timeout", "the request could not be answered in time"));
     }
     if (call <= p.mode.hangFirst + p.mode.failFirst || (p.mode.failCalls ?? []).includes(call))
-      return send(500, apiError("server_error", "error within the API backend"));
+      return p.mode.failStatus === 503
+        ? send(503, apiError("unavailable", "service is currently not available"))
+        : send(500, apiError("server_error", "error within the API backend"));
     const m = /^\/servers(?:\/(\d+))?(\/actions\/rebuild)?$/.exec(path);
     const action = /^\/actions\/(\d+)$/.exec(path);
     if (action && req.method === "GET") {
@@ -140,7 +143,7 @@ export function startFakeHetzner() {
       name: s.name,
       labels: s.labels,
       created: new Date(s.createdAt).toISOString(),
-      status: now >= s.bootedAt ? "running" : s.rebuilds ? "rebuilding" : "initializing",
+      status: s.status ?? (now >= s.bootedAt ? "running" : s.rebuilds ? "rebuilding" : "initializing"),
       location,
       datacenter: { ...EXAMPLE.server.datacenter, name: `${s.location}-dc1`, location },
       server_type: {
@@ -173,6 +176,13 @@ export function startFakeHetzner() {
     if (what === "clock" && method === "POST") {
       p.clockMs += JSON.parse(text || "{}").advanceMs ?? 0;
       return send(200, { clockMs: p.clockMs });
+    }
+    // A server's status as the test says (`off`: it powered itself off, its runner never ran).
+    if (what === "status" && method === "POST") {
+      const { name, status } = JSON.parse(text);
+      const found = [...p.servers.values()].filter((s) => !name || s.name === name);
+      for (const s of found) s.status = status;
+      return send(200, { changed: found.length });
     }
     if (what === "image" && method === "POST") {
       p.images.add(String(JSON.parse(text).image));

@@ -123,6 +123,11 @@ export const envSchema = z.object({
   VM_DRIVER: z.enum(DRIVERS).default("http"),
   K8S_API_URL: httpUrl.optional(),
   K8S_TOKEN: optionalString,
+  /** The hetzner driver (backends/hetzner): its API token (a secret), URL, and the runner download of a stock image. */
+  HCLOUD_TOKEN: optionalString,
+  HCLOUD_API_URL: httpUrl.optional(),
+  HCLOUD_RUNNER_URL: optionalString,
+  HCLOUD_RUNNER_SHA256: optionalString,
   K8S_NAMESPACE: z
     .string()
     .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { message: "must be a Kubernetes namespace name" })

@@ -1,7 +1,6 @@
 // The one place that reads the Worker's environment. Every problem is reported at once; values of
 // secrets never appear in an error.
-import { parseBackends, type BackendConfig, type BackendEnv, type KubernetesConfig } from "../backends/config.ts";
-import { checkTemplates } from "../backends/template-check.ts";
+import { parseBackends, type BackendConfig, type BackendEnv, type DriverSettings, type KubernetesConfig } from "../backends/config.ts";
 import { parseNamedBackends } from "../backends/named.ts";
 import { envSchema, JSON_VARIABLES, type ForgeKind, type LocationHint } from "./config-schema.ts";
 import { parseForgejoConfig, type ForgejoConfig } from "../forge/forgejo/config.ts";
@@ -38,6 +37,8 @@ declare module "../domain/context.ts" {
     backends: BackendConfig[];
     /** Settings of the kubernetes and kubevirt drivers, when one is in use. */
     kubernetes: KubernetesConfig | undefined;
+    /** Each driver's shared settings in use, by its settingsKey (backends/drivers.ts). */
+    drivers: DriverSettings;
     retryDelayMs: number | undefined;
     claimTimeoutMs: number;
     ackWaitMs: number;
@@ -165,7 +166,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     problems.push("QUOTAS needs FAIR_SHARE=on (the default): a job at its limit waits its turn in the wait set");
   if (!parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
-  const { backends, kubernetes } = parseBackends(
+  const { backends, drivers, kubernetes } = parseBackends(
     BACKENDS.map((backend): BackendEnv => {
       const pod = backend === "pod";
       return {
@@ -177,7 +178,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
         token: pod ? e.POD_BACKEND_TOKEN : e.VM_BACKEND_TOKEN,
       };
     }).concat(named.map((b) => ({ ...b, batchSize: b.batchSize ?? e.BATCH_SIZE }))),
-    e,
+    { ...raw, ...e },
     Boolean(e.GITEA_URL),
     problems,
   );
@@ -200,8 +201,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     if (e.GITEA_SCOPE === "user") problems.push("GITEA_SCOPE=user is Forgejo's (FORGE=forgejo); with Gitea use admin, org:<name> or repo:<owner>/<name>");
   }
   if (e.RUNNER_POOLS && !e.GITEA_URL) problems.push("RUNNER_POOLS needs the Gitea integration (GITEA_URL): a pool's runners are registered with Gitea");
-  if (kubernetes) checkTemplates(backends, kubernetes, problems);
-  checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, kubernetes, problems);
+  checkPools(pools, e.RUNNER_POOLS ? "RUNNER_POOLS" : "RUNS_ON_ROUTES", backends, drivers, problems);
   if (e.ACK_WAIT_MS < e.RECONCILE_BUDGET_MS + ACK_WAIT_HEADROOM_MS) {
     // A pass keeps deliveries (held for a claim, or in work) until its budget ends, plus one last
     // look; were AckWait shorter, JetStream would deliver them a second time meanwhile.
@@ -220,6 +220,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     capacity: capacities([["pod", e.CAPACITY_POD], ["vm", e.CAPACITY_VM], ...named.map((b): [string, number] => [b.backend, b.capacity])]),
     backends,
     kubernetes,
+    drivers,
     retryDelayMs: e.RETRY_DELAY_MS,
     claimTimeoutMs: e.CLAIM_TIMEOUT_MS,
     ackWaitMs: e.ACK_WAIT_MS,

@@ -2,9 +2,12 @@
 // invocation and call its verbs; nothing here outlives the invocation but the isolate's record
 // caches and turn slots (below), which hold no I/O object.
 import { createRunnerBackend } from "./select-backend.ts";
+import { tickDrivers } from "./driver-ticks.ts";
 import type { RunnerBackend, RunnerRequest } from "../domain/backend.ts";
 import type { Config } from "./config.ts";
-import { claimToken } from "../model/crypto.ts";
+import { claimToken, deriveKey } from "../model/crypto.ts";
+import type { DriverDeps } from "../backends/driver-module.ts";
+import { createBootstraps } from "../state/bootstraps.ts";
 import { consoleSink, type EventSink } from "../model/events.ts";
 import { recordsBucket, type Backend } from "../nats/names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "../nats/connection.ts";
@@ -56,6 +59,8 @@ export interface DispatcherDeps {
   now?: () => number;
   /** Runner backend per backend name; defaults to the `http` driver from the configuration. */
   runners?: Partial<Record<Backend, RunnerBackend>>;
+  /** The fetch the drivers call their APIs with (tests: a network at a distance); by default the global one. */
+  fetch?: typeof fetch;
   gitea?: GiteaClient;
   /** The Forgejo client (FORGE=forgejo); by default one on fetch. */
   forgejo?: ForgejoClient;
@@ -110,8 +115,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     ? (deps.gitea ?? createGiteaClient(config.gitea, Math.min(config.backendTimeoutMs, deps.giteaTimeoutMs ?? Infinity), undefined, deps.giteaTokens))
     : undefined;
   const forge = createForge(config, gitea, now, deps.forgejo, deps.giteaTimeoutMs, sink);
+  const sealKeys = {
+    current: deriveKey(config.claimSigningKey, "bootstrap"),
+    previous: config.previous.claimSigningKey ? deriveKey(config.previous.claimSigningKey, "bootstrap") : Promise.resolve(undefined),
+  };
   const runners = new Map<Backend, RunnerBackend>();
-  for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b));
+  // Drivers that keep notes between passes (hetzner) use the invocation's stores, on its connection.
+  const withStores: DriverDeps["withStores"] = (fn) => dispatcher.withState((s) => fn({ kv: s.driverKv, bootstraps: s.bootstraps }));
+  for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b, deps.fetch, { now, withStores }));
 
   const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
   const openState = async (handle: NatsHandle): Promise<State> => {
@@ -147,6 +158,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       waiting,
       handles: createHandleIndex(recordsKv),
       forgeHealth: createForgeHealthStore(recordsKv),
+      bootstraps: createBootstraps(recordsKv, await sealKeys.current, now, await sealKeys.previous),
+      driverKv: recordsKv,
     };
     if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
     return deps.decorateState ? deps.decorateState(state) : state;
@@ -188,7 +201,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)),
         claimUrl: `${base}/claim`,
         completeUrl: `${base}/complete`,
-        ...(pool ? { pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}) } } : {}),
+        bootstrapUrl: `${base}/bootstrap`,
+        ...(pool
+          ? { pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}), ...(pool.candidates ? { candidates: pool.candidates } : {}) } }
+          : {}),
       };
       if (!forge) return { request };
       // A runner of a pool has that pool's labels: a spilled job's are not its first pool's.
@@ -203,6 +219,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const started = now();
       await forge?.tick(dispatcher);
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
+      await tickDrivers(dispatcher, config, { now, withStores, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
       if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },

@@ -1,18 +1,38 @@
-// Builds the driver configured for a backend.
+// Builds the driver configured for a backend (backends/drivers.ts lists them).
 import type { Config } from "./config.ts";
 import type { BackendConfig } from "../backends/config.ts";
-import { createHttpBackend } from "../backends/http.ts";
-import { createKubeApi } from "../backends/kubernetes/api.ts";
-import { createPodDriver } from "../backends/kubernetes/pod.ts";
-import { createVmDriver } from "../backends/kubevirt.ts";
+import type { DriverDeps } from "../backends/driver-module.ts";
+import { driverModule } from "../backends/drivers.ts";
 import type { RunnerBackend } from "../domain/backend.ts";
 
-export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: typeof fetch): RunnerBackend {
-  if (b.driver === "http") return createHttpBackend({ url: b.url, token: b.token, ...(doFetch ? { fetch: doFetch } : {}) });
-  const k8s = config.kubernetes!;
-  const api = createKubeApi({ url: k8s.url, token: k8s.token, ...(doFetch ? { fetch: doFetch } : {}) });
-  // The forge names the runners; either forge's RUNNER_NAME_PREFIX names every object of theirs.
-  const common = { api, namespace: k8s.namespace, prefix: config.gitea?.runnerNamePrefix ?? config.forgejo?.runnerNamePrefix ?? "gdr" };
-  if (b.driver === "kubernetes") return createPodDriver({ ...common, image: k8s.runnerImage, template: b.template ?? k8s.podTemplate });
-  return createVmDriver({ ...common, image: k8s.vmImage!, template: b.template ?? k8s.vmTemplate });
+export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: typeof fetch, more: Partial<DriverDeps> = {}): RunnerBackend {
+  const module = driverModule(b.driver);
+  return module.create(b, config.drivers[module.settingsKey], driverDeps(config, doFetch, more));
+}
+
+export function driverDeps(config: Config, doFetch?: typeof fetch, more: Partial<DriverDeps> = {}): DriverDeps {
+  return {
+    fetch: doFetch,
+    // The forge names the runners; either forge's RUNNER_NAME_PREFIX names every object of theirs.
+    prefix: config.gitea?.runnerNamePrefix ?? config.forgejo?.runnerNamePrefix ?? "gdr",
+    now: Date.now,
+    instance: deploymentInstance(config.stream, config.publicUrl),
+    ...more,
+  };
+}
+
+/**
+ * What marks this deployment's workloads where another deployment may share the place (one
+ * Hetzner project): its stream's name and a hash of its public URL, as a label value.
+ */
+export function deploymentInstance(stream: string, publicUrl: string): string {
+  let h = 0x811c9dc5;
+  for (const c of new TextEncoder().encode(publicUrl)) h = Math.imul(h ^ c, 0x01000193) >>> 0;
+  const name =
+    stream
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, "-")
+      .replace(/^-+|-+$/g, "")
+      .slice(0, 40) || "gdr";
+  return `${name}-${h.toString(16).padStart(8, "0")}`;
 }

@@ -1,105 +1,58 @@
 // Which driver serves each backend, and its settings. Part of loadConfig; kept apart so that the
-// driver rules live next to the drivers.
-import type { Backend } from "../nats/names.ts";
+// driver rules live next to the drivers (drivers.ts lists them, each reads its own settings).
+import type { BackendConfig, BackendEnv, DriverEnv } from "./driver-module.ts";
+import { DRIVER_MODULES, driverModule, type DriverName } from "./drivers.ts";
+import { driverVariable, type KubernetesConfig } from "./kubernetes/settings.ts";
 
-/** The runner image of the kubernetes driver (RUNNER_IMAGE); a short name, resolved by the cluster. */
-export const DEFAULT_RUNNER_IMAGE = "gitea/act_runner:latest";
+export type { BackendConfig, BackendEnv, KubernetesConfig, DriverName };
+export { DRIVERS } from "./drivers.ts";
+export { DEFAULT_RUNNER_IMAGE } from "./kubernetes/settings.ts";
 
-export const DRIVERS = ["http", "kubernetes", "kubevirt"] as const;
-export type DriverName = (typeof DRIVERS)[number];
+/** Each driver's shared settings, by its settingsKey. */
+export type DriverSettings = Record<string, unknown>;
 
-export type BackendConfig = {
-  backend: Backend;
-  capacity: number;
-  batchSize: number;
-} & (
-  | { driver: "http"; url: string; token: string | undefined }
-  /** `template`: a named backend's own, in place of POD_TEMPLATE or VM_TEMPLATE. */
-  | { driver: "kubernetes" | "kubevirt"; template?: Record<string, unknown> | undefined }
-);
-
-/** Connection and templates shared by the kubernetes and kubevirt drivers. */
-export interface KubernetesConfig {
-  url: string;
-  token: string;
-  namespace: string;
-  runnerImage: string;
-  vmImage: string | undefined;
-  podTemplate: unknown;
-  vmTemplate: unknown;
-}
-
-export interface BackendEnv {
-  backend: Backend;
-  capacity: number;
-  template?: Record<string, unknown> | undefined;
-  /** Its index in BACKENDS, for a named backend: problems name that entry's fields. */
-  named?: number | undefined;
-  batchSize: number | undefined;
-  driver: DriverName;
-  url: string | undefined;
-  token: string | undefined;
-}
-
-export interface KubernetesEnv {
-  K8S_API_URL?: string | undefined;
-  K8S_TOKEN?: string | undefined;
-  K8S_NAMESPACE: string;
-  RUNNER_IMAGE: string;
-  RUNNER_VM_IMAGE?: string | undefined;
-  POD_TEMPLATE?: string | undefined;
-  VM_TEMPLATE?: string | undefined;
-}
+const TEMPLATE_VARIABLES = ["POD_TEMPLATE", "VM_TEMPLATE"] as const;
 
 export function parseBackends(
   entries: BackendEnv[],
-  k8s: KubernetesEnv,
-  hasGitea: boolean,
+  env: DriverEnv,
+  hasForge: boolean,
   problems: string[],
-): { backends: BackendConfig[]; kubernetes: KubernetesConfig | undefined } {
-  const backends: BackendConfig[] = [];
-  for (const b of entries) {
-    if (b.capacity === 0) continue;
-    const prefix = b.backend.toUpperCase();
-    const driverVar = b.named === undefined ? `${prefix}_DRIVER=${b.driver}` : `BACKENDS[${b.named}] (backend ${b.backend}, driver ${b.driver})`;
-    const common = { backend: b.backend, capacity: b.capacity, batchSize: b.batchSize ?? b.capacity };
-    if (b.driver === "http") {
-      if (!b.url)
-        problems.push(
-          b.named === undefined
-            ? `${prefix}_BACKEND_URL is required while CAPACITY_${prefix} > 0 and ${prefix}_DRIVER=http (set CAPACITY_${prefix}=0 to disable the ${b.backend} backend)`
-            : `BACKENDS[${b.named}]["url"] is required with the http driver (backend ${b.backend})`,
-        );
-      else backends.push({ ...common, driver: "http", url: b.url, token: b.token });
-      continue;
-    }
-    if (!hasGitea) problems.push(`${driverVar} needs the Gitea integration (GITEA_URL): runners start from a registered identity`);
-    if (b.driver === "kubevirt" && !k8s.RUNNER_VM_IMAGE) problems.push(`RUNNER_VM_IMAGE is required with ${driverVar}`);
-    backends.push({ ...common, driver: b.driver, ...(b.template ? { template: b.template } : {}) });
-  }
+): { backends: BackendConfig[]; drivers: DriverSettings; kubernetes: KubernetesConfig | undefined } {
+  const backends: BackendConfig[] = entries
+    .filter((b) => b.capacity > 0)
+    .map((b) => ({
+      backend: b.backend,
+      capacity: b.capacity,
+      batchSize: b.batchSize ?? b.capacity,
+      driver: b.driver,
+      ...(b.driver === "http" ? { url: b.url, token: b.token } : {}),
+      ...(b.template ? { template: b.template } : {}),
+      ...(b.named !== undefined ? { named: b.named } : {}),
+    }));
+  for (const b of backends)
+    if (driverModule(b.driver).needsForge && !hasForge)
+      problems.push(`${driverVariable(b)} needs the Gitea integration (GITEA_URL): runners start from a registered identity`);
   // A template is refused when invalid, and when no backend would read it: never silently dropped.
-  const podTemplate = parseTemplate("POD_TEMPLATE", k8s.POD_TEMPLATE, "kubernetes", backends, problems);
-  const vmTemplate = parseTemplate("VM_TEMPLATE", k8s.VM_TEMPLATE, "kubevirt", backends, problems);
-  if (!backends.some((b) => b.driver !== "http")) return { backends, kubernetes: undefined };
-  if (!k8s.K8S_API_URL) problems.push("K8S_API_URL is required with the kubernetes or kubevirt driver");
-  if (!k8s.K8S_TOKEN) problems.push("K8S_TOKEN is required with the kubernetes or kubevirt driver (a secret: wrangler secret put)");
-  if (!k8s.K8S_API_URL || !k8s.K8S_TOKEN) return { backends, kubernetes: undefined };
-  return {
-    backends,
-    kubernetes: {
-      url: k8s.K8S_API_URL,
-      token: k8s.K8S_TOKEN,
-      namespace: k8s.K8S_NAMESPACE,
-      runnerImage: k8s.RUNNER_IMAGE,
-      vmImage: k8s.RUNNER_VM_IMAGE,
-      podTemplate,
-      vmTemplate,
-    },
-  };
+  const templates = Object.fromEntries(TEMPLATE_VARIABLES.map((name) => [name, parseTemplate(name, env[name], backends, problems)]));
+  const drivers: DriverSettings = {};
+  for (const key of new Set(backends.map((b) => driverModule(b.driver).settingsKey))) {
+    const using = backends.filter((b) => driverModule(b.driver).settingsKey === key);
+    const settings = driverModule(using[0]!.driver).load({ ...env, ...templates }, using, problems);
+    if (settings !== undefined) drivers[key] = settings;
+  }
+  for (const b of backends) {
+    const module = driverModule(b.driver);
+    const settings = drivers[module.settingsKey];
+    if (settings === undefined) continue;
+    const variable = b.template ? `BACKENDS' template of backend ${b.backend}` : (module.templateVariable ?? "");
+    module.checkBackend?.(settings, b, variable, problems);
+  }
+  return { backends, drivers, kubernetes: drivers.kubernetes as KubernetesConfig | undefined };
 }
 
-function parseTemplate(name: string, text: string | undefined, driver: DriverName, backends: BackendConfig[], problems: string[]): unknown {
-  if (!text) return undefined;
+function parseTemplate(name: (typeof TEMPLATE_VARIABLES)[number], text: unknown, backends: BackendConfig[], problems: string[]): unknown {
+  if (typeof text !== "string" || !text) return undefined;
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -107,10 +60,19 @@ function parseTemplate(name: string, text: string | undefined, driver: DriverNam
     value = undefined;
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    problems.push(`${name} must be a JSON object (a partial ${driver === "kubernetes" ? "Pod" : "VirtualMachineInstance"})`);
+    const bodies = { POD_TEMPLATE: "a partial Pod", VM_TEMPLATE: "a partial VirtualMachineInstance, or a partial Hetzner create-server body" };
+    problems.push(`${name} must be a JSON object (${bodies[name]})`);
     return undefined;
   }
-  if (!backends.some((b) => b.driver === driver && !("template" in b && b.template)))
-    problems.push(`${name} is set, but no enabled backend uses the ${driver} driver (POD_DRIVER or VM_DRIVER), so it would be ignored: unset it`);
+  const readers = new Set(backends.filter((b) => !b.template && driverModule(b.driver).templateVariable === name).map((b) => b.driver));
+  if (!readers.size) {
+    const drivers = Object.entries(DRIVER_MODULES).flatMap(([d, m]) => ("templateVariable" in m && m.templateVariable === name ? [d] : []));
+    problems.push(
+      `${name} is set, but no enabled backend uses the ${drivers.join(" or ")} driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it`,
+    );
+  } else if (readers.size > 1)
+    problems.push(
+      `${name} is read by backends of the ${[...readers].join(" and ")} drivers, which take different bodies: give the named backends their own template`,
+    );
   return value;
 }

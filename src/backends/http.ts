@@ -1,6 +1,7 @@
 // The generic `http` driver: PUT/DELETE <url>/runners/<id> with a bearer token.
 import { z } from "zod";
 import { BackendError, type RunnerBackend } from "../domain/backend.ts";
+import type { DriverModule } from "./driver-module.ts";
 
 const statusBody = z.object({ status: z.enum(["ready", "pending"]) });
 
@@ -52,3 +53,20 @@ export function createHttpBackend(opts: HttpBackendOptions): RunnerBackend {
     },
   };
 }
+
+/** The http driver as the dispatcher knows it: each backend's own URL and token, nothing shared. */
+export const httpDriver: DriverModule<true> = {
+  needsForge: false,
+  settingsKey: "http",
+  load(_env, using, problems) {
+    for (const b of using)
+      if (!b.url)
+        problems.push(
+          b.named === undefined
+            ? `${b.backend.toUpperCase()}_BACKEND_URL is required while CAPACITY_${b.backend.toUpperCase()} > 0 and ${b.backend.toUpperCase()}_DRIVER=http (set CAPACITY_${b.backend.toUpperCase()}=0 to disable the ${b.backend} backend)`
+            : `BACKENDS[${b.named}]["url"] is required with the http driver (backend ${b.backend})`,
+        );
+    return true;
+  },
+  create: (b, _settings, deps) => createHttpBackend({ url: b.url!, token: b.token, ...(deps.fetch ? { fetch: deps.fetch } : {}) }),
+};

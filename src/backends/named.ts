@@ -6,7 +6,8 @@ import { z } from "zod";
 import { backendNameSchema } from "../model/assignment.ts";
 import { parseJsonVariable } from "../model/json-variable.ts";
 import { BACKENDS } from "../model/states.ts";
-import { DRIVERS, type BackendEnv } from "./config.ts";
+import type { BackendEnv } from "./driver-module.ts";
+import { DRIVERS } from "./drivers.ts";
 
 const namedSchema = z
   .array(
@@ -19,7 +20,7 @@ const namedSchema = z
       batchSize: z.number().int().min(1).max(1_000).optional(),
       /** The http driver's URL; its token is the secret <NAME>_BACKEND_TOKEN. */
       url: z.url({ protocol: /^https?$/, message: "must be an http(s) URL" }).optional(),
-      /** For kubernetes and kubevirt: this backend's template, in place of POD_TEMPLATE or VM_TEMPLATE. */
+      /** For kubernetes, kubevirt and hetzner: this backend's template, in place of POD_TEMPLATE or VM_TEMPLATE. */
       template: z.record(z.string(), z.unknown()).optional(),
     }),
   )
@@ -43,7 +44,7 @@ export function parseNamedBackends(text: string | undefined, env: Record<string,
     }
     seen.add(b.name);
     if (b.driver !== "http" && b.url) problems.push(`BACKENDS[${i}]["url"] is the http driver's; the ${b.driver} driver takes none (backend ${b.name})`);
-    if (b.driver === "http" && b.template) problems.push(`BACKENDS[${i}]["template"] is for the kubernetes and kubevirt drivers (backend ${b.name})`);
+    if (b.driver === "http" && b.template) problems.push(`BACKENDS[${i}]["template"] is for the kubernetes, kubevirt and hetzner drivers (backend ${b.name})`);
     const token = env[tokenVariable(b.name)];
     return [
       {

@@ -38,6 +38,8 @@ export interface RunnerRequest {
   claimToken: string;
   claimUrl: string;
   completeUrl: string;
+  /** Where a VM fetches its launch once, with a one-time token (POST; the hetzner driver's user_data carries only that). */
+  bootstrapUrl?: string;
   /** The runner's identity (act_runner's `.runner` file) when Gitea integration is on. */
   runner?: RunnerFile;
   /** With FORGE=forgejo instead: what `forgejo-runner one-job` starts with, bound to its job's handle. */
@@ -47,7 +49,7 @@ export interface RunnerRequest {
   /** How its runner program starts, from its forge (Forge.runnerFields): what the kubernetes and kubevirt drivers render. Never sent by the http driver. */
   launch?: RunnerLaunch;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
-  pool?: { name: string; template?: Record<string, unknown> };
+  pool?: { name: string; template?: Record<string, unknown>; candidates?: { server_type: string; location: string }[] };
 }
 
 /**

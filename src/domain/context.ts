@@ -15,6 +15,8 @@ import type { WarmSlots } from "../state/warm-slots.ts";
 import type { StartupTimes } from "../state/startup-times.ts";
 import type { HandleIndex } from "../state/handles.ts";
 import type { ForgeHealthStore } from "../state/forge-health.ts";
+import type { BootstrapStore } from "../state/bootstraps.ts";
+import type { KV } from "@nats-io/kv";
 import type { Forge } from "./forge.ts";
 
 export interface ReconcileOptions {
@@ -42,6 +44,10 @@ export interface State {
   handles: HandleIndex;
   /** How the forge's poller fares (FORGE=forgejo). */
   forgeHealth: ForgeHealthStore;
+  /** One-time bootstraps of VMs (the hetzner driver), sealed under a key derived from CLAIM_SIGNING_KEY. */
+  bootstraps: BootstrapStore;
+  /** The records bucket, for drivers' own notes (backends/driver-module.ts DriverStores). */
+  driverKv: KV;
 }
 
 /** The time, and where events go: what nearly every step needs. */

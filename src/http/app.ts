@@ -21,6 +21,7 @@ import { checkHealth, createHealthCache, type HealthCache } from "./health.ts";
 import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
 import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
 import { forgejoRoutes } from "./forgejo-routes.ts";
+import { vmRoutes } from "./vm-routes.ts";
 import { inBackground, type AppContext, type AppEnv as Env } from "./env.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
@@ -90,6 +91,7 @@ export function createApp(deps: AppDeps) {
   });
 
   app.route("/", forgejoRoutes());
+  app.route("/", vmRoutes());
 
   app.post("/v1/assignments/:id/complete", claimToken(), async (c) => {
     const d = c.var.d;

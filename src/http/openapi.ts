@@ -48,6 +48,11 @@ function build() {
     name: "X-Forgejo-Signature",
     description: "HMAC-SHA256 of the raw body with GITEA_WEBHOOK_SECRET, hex (or X-Hub-Signature-256: sha256=<hex>).",
   });
+  const bootstrap = r.registerComponent("securitySchemes", "bootstrapToken", {
+    type: "http",
+    scheme: "bearer",
+    description: "The one-time token in a VM's user_data (the hetzner driver): spent by its first use.",
+  });
   const metrics = r.registerComponent("securitySchemes", "metricsToken", { type: "http", scheme: "bearer", description: "METRICS_TOKEN." });
   const status = r.registerComponent("securitySchemes", "statusPassword", {
     type: "http",
@@ -104,6 +109,19 @@ function build() {
       200: { description: "The job attempt's handle.", content: { "text/plain": { schema: z.string() } } },
       204: { description: "No job given to it yet: ask again." },
       ...pick(401, 403, 404, 409, 500, 503),
+    },
+  });
+  r.registerPath({
+    method: "post",
+    path: "/v1/assignments/{id}/bootstrap",
+    summary: "A VM's launch, once (the hetzner driver)",
+    security: sec(bootstrap),
+    request: { params: idParam },
+    description:
+      "Asked by a server at its first boot with the one-time token of its user_data: the shell script that writes its runner's identity and claim token (0600) and starts the runner. The token is spent by the answer: a second ask, an expired token or another assignment's is a 404.",
+    responses: {
+      200: { description: "The launch script.", content: { "text/x-shellscript": { schema: z.string() } } },
+      ...pick(400, 401, 404, 500, 503),
     },
   });
   r.registerPath({

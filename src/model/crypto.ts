@@ -95,6 +95,11 @@ export function decodeKey(text: string | undefined): Uint8Array | undefined {
   }
 }
 
+/** A 32-byte key for one purpose, derived from a secret (HMAC-SHA256(secret, purpose)): one secret, keys that never stand in for each other. */
+export async function deriveKey(secret: string, purpose: string): Promise<Uint8Array> {
+  return new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(secret), encoder.encode(`gdr key:${purpose}`)));
+}
+
 async function aesKey(raw: Uint8Array): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
 }

@@ -63,6 +63,9 @@ export const EVENT_NAMES = [
   "registered_at_scope",
   "moved_to_warm",
   "move_undone",
+  "bootstrap_taken",
+  "orphan_deleted",
+  "backend_full",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -115,6 +115,15 @@ export function bootstrapKey(tokenHash: string): string {
 }
 export const BOOTSTRAP_PREFIX = "boot";
 
+/** A driver's note of one assignment's workload (the hetzner driver's server id), in the records bucket. */
+export function driverNoteKey(backend: string, id: string): string {
+  return `${DRIVER_NOTE_PREFIX}.${backend}.${subjectToken(id)}`;
+}
+export const DRIVER_NOTE_PREFIX = "dn";
+
+/** What a driver keeps of its cloud API's rate limit, one per settings (a Hetzner project's token). */
+export const driverBudgetKey = (settingsKey: string) => `${DRIVER_NOTE_PREFIX}-budget.${settingsKey}`;
+
 /** A pool's warm position (see state/warm-slots.ts), kept in the records bucket. */
 export function warmKey(pool: string, index: number): string {
   return `${WARM_PREFIX}.${pool}.${index}`;

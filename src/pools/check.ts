@@ -1,19 +1,12 @@
 // What RUNNER_POOLS must agree with in the rest of the configuration: each pool's backend is
-// enabled and has room for its warm runners, and its template merged over the backend's default
-// makes a Pod or VirtualMachineInstance that Kubernetes' and KubeVirt's own API descriptions
-// accept (the real API server would refuse it at the first job otherwise).
-import type { BackendConfig, KubernetesConfig } from "../backends/config.ts";
-import { sampleManifest } from "../backends/template-check.ts";
+// enabled and has room for its warm runners, and what its driver would make with its template
+// (and its candidates) is what the real API accepts: otherwise it would be refused at the first job.
+import type { BackendConfig, DriverSettings } from "../backends/config.ts";
+import { driverModule } from "../backends/drivers.ts";
 import type { Pool } from "./config.ts";
 import { whyDisabled } from "../model/states.ts";
 
-export function checkPools(
-  pools: readonly Pool[],
-  variable: string,
-  backends: readonly BackendConfig[],
-  k8s: KubernetesConfig | undefined,
-  problems: string[],
-): void {
+export function checkPools(pools: readonly Pool[], variable: string, backends: readonly BackendConfig[], drivers: DriverSettings, problems: string[]): void {
   pools.forEach((pool, i) => {
     const at = (field: string) => `${variable}[${i}][${JSON.stringify(field)}]`;
     const named = ` (pool ${JSON.stringify(pool.name)})`;
@@ -25,10 +18,11 @@ export function checkPools(
     const mostIdle = Math.max(pool.minIdle, ...(pool.schedule ?? []).map((w) => w.minIdle));
     if (mostIdle > b.capacity)
       problems.push(`${at("minIdle")} asks for ${mostIdle} warm runners, more than CAPACITY_${pool.backend.toUpperCase()} (${b.capacity})${named}`);
-    if (!pool.template || !k8s || b.driver === "http") return;
-    const made = sampleManifest(b.driver, pool.backend, k8s, pool, b.template);
-    if (!made) return; // RUNNER_VM_IMAGE is missing: reported with the driver settings
-    const found = made.check(made.manifest);
-    if (found.length) problems.push(`${at("template")} would make an invalid ${made.kind}: ${found.join("; ")}${named}`);
+    const module = driverModule(b.driver);
+    if (pool.candidates && !module.candidates)
+      problems.push(`${at("candidates")} is for pools of the hetzner driver; backend ${b.backend} uses ${b.driver}${named}`);
+    const settings = drivers[module.settingsKey];
+    // Without its settings, the driver's own problems are reported already.
+    if (settings !== undefined) module.checkPool?.(settings, b, { ...pool, at }, problems);
   });
 }

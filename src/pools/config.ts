@@ -38,8 +38,14 @@ const poolSchema = z
     name: poolNameSchema,
     backend: backendNameSchema,
     labels: routeSchema.shape.labels,
-    /** A partial Pod (pod) or VirtualMachineInstance (vm), merged over the backend's default. */
+    /** A partial Pod, VirtualMachineInstance or Hetzner create-server body (its backend's driver's), merged over the backend's default. */
     template: z.record(z.string(), z.unknown()).optional(),
+    /** The hetzner driver's (server type, location) pairs, tried in order where one has no room. */
+    candidates: z
+      .array(z.strictObject({ server_type: z.string().min(1).max(64), location: z.string().min(1).max(64) }))
+      .min(1)
+      .max(8)
+      .optional(),
     /** This pool's cap; unset, only the backend's CAPACITY_* caps it. */
     maxRunners: z.number().int().min(1).optional(),
     minIdle: z.number().int().min(0).default(0),

@@ -6,6 +6,7 @@ import { startFakeBackend } from "../../scripts/fake-backend.mjs";
 import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 import { startFakeForgejo } from "../../scripts/fake-forgejo.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
+import { startFakeHetzner } from "../../scripts/fake-hetzner.mjs";
 import { startWsProxy } from "../../scripts/ws-proxy.mjs";
 import { startRestartableNats } from "./restartable-nats.ts";
 import { startClusterControl } from "./cluster-control.ts";
@@ -17,6 +18,7 @@ declare module "vitest" {
     giteaUrl: string;
     forgejoUrl: string;
     kubernetesUrl: string;
+    hetznerUrl: string;
     /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
     natsProxyUrl: string;
     /** The same proxy with 100 ms on every frame each way: what was sent is not yet there. */
@@ -43,6 +45,8 @@ export default async function setup(project: TestProject) {
   project.provide("forgejoUrl", forgejo.url);
   const kubernetes = await startFakeKubernetes();
   project.provide("kubernetesUrl", kubernetes.url);
+  const hetzner = await startFakeHetzner();
+  project.provide("hetznerUrl", hetzner.url);
   const proxy = await startWsProxy({ upstream: server.wsUrl });
   project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
   const slowProxy = await startWsProxy({ upstream: server.wsUrl, delayMs: 100 });
@@ -63,6 +67,7 @@ export default async function setup(project: TestProject) {
     await proxy.close();
     await slowProxy.close();
     await kubernetes.close();
+    await hetzner.close();
     await gitea.close();
     await forgejo.close();
     await backend.close();

@@ -1,14 +1,25 @@
 // One contract, every driver: what the reconciliation relies on from a runner backend.
 import { launched } from "../harness/launch.ts";
-import { describe, expect, inject, it } from "vitest";
+import { afterAll, describe, expect, inject, it } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/domain/backend.ts";
 import { loadConfig } from "../../src/app/config.ts";
 import type { RunnerFile } from "../../src/domain/runner-identity.ts";
-import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
+import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
+import { closeNats, openNats, type NatsHandle } from "../../src/nats/connection.ts";
+import { bindBucket } from "../../src/state/kv.ts";
+import { recordsBucket } from "../../src/nats/names.ts";
+import { createBootstraps } from "../../src/state/bootstraps.ts";
+import { STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 
 const backendUrl = inject("backendUrl");
 const k8sUrl = inject("kubernetesUrl");
+const hetznerUrl = inject("hetznerUrl");
+const opened: NatsHandle[] = [];
+afterAll(async () => {
+  for (const h of opened.splice(0)) await closeNats(h.nc);
+});
 const REGISTRATION_TOKEN = "gitea-registration-token-0000";
 
 interface Harness {
@@ -93,6 +104,51 @@ function kubeHarness(driverName: "kubernetes" | "kubevirt") {
   };
 }
 
+/** The hetzner driver on the fake Hetzner API, its notes and bootstraps in a records bucket of its own, on a clock of the test's. */
+async function hetznerHarness(): Promise<Harness> {
+  const base = `${hetznerUrl}/${uniqueName("hz")}`;
+  const ctl = (what: string, body?: unknown) =>
+    fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
+  const config = await provisionEnv(
+    giteaTestEnv(inject("natsWsUrl"), backendUrl, "http://127.0.0.1:2", {
+      POD_DRIVER: "hetzner",
+      HCLOUD_API_URL: base,
+      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" }),
+    }),
+  );
+  const handle = await openNats(config);
+  opened.push(handle);
+  const kv = await bindBucket(handle, recordsBucket(config));
+  const clock = { t: Date.now() };
+  const bootstraps = createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t);
+  const driver = createRunnerBackend(config, config.backends[0]!, undefined, { now: () => clock.t, withStores: (fn) => fn({ kv, bootstraps }) });
+  type Server = { name: string; userData: string };
+  const state = () => ctl("state") as Promise<{ servers: Server[]; deleted: Server[]; requests: { body: string }[] }>;
+  return {
+    driver,
+    // The server is up; the one status read it gets comes once it should be.
+    run: async () => void (clock.t += STATUS_READ_AFTER_MS + 1),
+    fail: async () => {
+      await ctl("status", { status: "off" });
+      clock.t += STATUS_READ_AFTER_MS + 1;
+    },
+    hang: async (ms) => void (await ctl("mode", { hangFirst: 1, hangMs: ms })),
+    revokeToken: async () => void (await ctl("mode", { token: "rotated" })),
+    unavailable: async () => void (await ctl("mode", { failFirst: 1, failStatus: 503 })),
+    created: async () => {
+      const s = await state();
+      return s.servers.length + s.deleted.length;
+    },
+    live: async () => (await state()).servers.length,
+    received: async () => JSON.stringify((await state()).requests),
+    workloadObjects: async () => JSON.stringify((await state()).servers),
+    setPhase: async () => {
+      throw new Error("the hetzner driver reads no phase");
+    },
+  };
+}
+
 const identity: RunnerFile = {
   WARNING: "generated",
   id: 42,
@@ -109,6 +165,7 @@ const request = (id: string): RunnerRequest =>
     claimToken: `claim-token-of-${id}`,
     claimUrl: `https://dispatch.example.org/v1/assignments/${id}/claim`,
     completeUrl: `https://dispatch.example.org/v1/assignments/${id}/complete`,
+    bootstrapUrl: `https://dispatch.example.org/v1/assignments/${id}/bootstrap`,
     runner: identity,
   });
 const within = (ms: number) => AbortSignal.timeout(ms);
@@ -117,6 +174,7 @@ describe.each([
   ["http", httpHarness],
   ["kubernetes", kubeHarness("kubernetes")],
   ["kubevirt", kubeHarness("kubevirt")],
+  ["hetzner", hetznerHarness],
 ])("runner backend contract: %s driver", (name, makeHarness) => {
   it("accepting twice makes one runner, pending until it runs, then ready", async () => {
     const h = await makeHarness();
@@ -185,7 +243,12 @@ describe.each([
     await h.driver.accept(request("c-5"), within(2_000));
     const received = await h.received();
     expect(received).not.toContain(REGISTRATION_TOKEN);
-    if (name !== "http") {
+    if (name === "hetzner") {
+      // The server's user_data holds a one-time token and URLs only: the identity is fetched at boot.
+      const servers = await h.workloadObjects();
+      expect(servers).toContain("/v1/assignments/c-5/bootstrap");
+      for (const secret of [identity.token, identity.uuid, "claim-token-of-c-5"]) expect(received + servers).not.toContain(secret);
+    } else if (name !== "http") {
       const objects = await h.workloadObjects();
       expect(objects.length).toBeGreaterThan(10);
       expect(objects).not.toContain(identity.token);

@@ -12,7 +12,7 @@ afterAll(() => fake.close());
 
 const who = async (id: string, pool?: string): Promise<ServerIdentity> => {
   const names = await objectNames("gdr", id);
-  return { name: names.name, label: names.label, pool, instance: "a1b2c3d4e5f60718" };
+  return { name: names.name, label: names.label, pool, instance: "a1b2c3d4e5f60718", backend: "vm" };
 };
 const backendTemplate = { server_type: "cx22", image: "ubuntu-24.04", location: "fsn1", ssh_keys: ["ops"], labels: { team: "ci", "gdr-assignment": "x" } };
 
@@ -33,6 +33,7 @@ describe("the create-server body", () => {
         size: "large",
         "managed-by": "gitea-edge-dispatcher",
         "gdr-instance": "a1b2c3d4e5f60718",
+        "gdr-backend": "vm",
         "gdr-assignment": "gitea-1187-1",
         "gdr-pool": "large",
       },
@@ -76,10 +77,10 @@ describe("the create-server body", () => {
     expect(checkTemplate("VM_TEMPLATE", { labels: { team: "-bad" } })[0]).toMatch(/^VM_TEMPLATE: labels\.team must match/);
     expect(checkTemplate("VM_TEMPLATE", [])).toEqual(["VM_TEMPLATE must be a JSON object (a partial create-server body)"]);
     // A body without a server type or image says where to set it.
-    expect(checkCreateBody(createBody({ name: "n", label: "n", instance: "i" }, "", []))).toEqual([
+    expect(checkCreateBody(createBody({ name: "n", label: "n", instance: "i", backend: "vm" }, "", []))).toEqual([
       "server_type is required: set it in the template or the pool's candidates",
       "image is required: set it in the template or the pool's candidates",
     ]);
-    expect(ownLabels({ name: "n", label: "n", instance: "i" })).not.toHaveProperty("gdr-pool");
+    expect(ownLabels({ name: "n", label: "n", instance: "i", backend: "vm" })).not.toHaveProperty("gdr-pool");
   });
 });

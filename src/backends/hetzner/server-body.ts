@@ -11,7 +11,7 @@ export const TEMPLATE_FIELDS = ["server_type", "image", "location", "ssh_keys", 
 const OURS = ["name", "user_data", "start_after_create"];
 
 /** Label keys the dispatcher owns on its servers; a template's label of the same key is refused. */
-export const LABELS = { managedBy: "managed-by", assignment: "gdr-assignment", pool: "gdr-pool", instance: "gdr-instance" } as const;
+export const LABELS = { managedBy: "managed-by", assignment: "gdr-assignment", pool: "gdr-pool", instance: "gdr-instance", backend: "gdr-backend" } as const;
 export const MANAGED_BY = "gitea-edge-dispatcher";
 
 export interface Candidate {
@@ -27,6 +27,8 @@ export interface ServerIdentity {
   pool?: string | undefined;
   /** This dispatcher's instance: two in one project never touch each other's servers. */
   instance: string;
+  /** The backend it is for: two backends of one dispatcher in one project sweep their own. */
+  backend: string;
 }
 
 type Body = Record<string, unknown>;
@@ -54,7 +56,13 @@ export function createBody(who: ServerIdentity, userData: string, templates: rea
 
 /** The labels that mark a server as this dispatcher's, for `who`'s assignment. */
 export function ownLabels(who: ServerIdentity): Record<string, string> {
-  return { [LABELS.managedBy]: MANAGED_BY, [LABELS.instance]: who.instance, [LABELS.assignment]: who.label, ...(who.pool ? { [LABELS.pool]: who.pool } : {}) };
+  return {
+    [LABELS.managedBy]: MANAGED_BY,
+    [LABELS.instance]: who.instance,
+    [LABELS.backend]: who.backend,
+    [LABELS.assignment]: who.label,
+    ...(who.pool ? { [LABELS.pool]: who.pool } : {}),
+  };
 }
 
 /** The label selector of every server of this dispatcher's instance (the orphan sweep's list). */

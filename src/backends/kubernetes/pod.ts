@@ -5,7 +5,7 @@ import { BackendError, type RunnerBackend, type RunnerLaunch, type RunnerRequest
 import type { KubeApi, KubeObject } from "./api.ts";
 import { mergeTemplate } from "./merge.ts";
 import { objectNames, ownedMetadata, type ObjectNames } from "./names.ts";
-export { DEFAULT_RUNNER_IMAGE } from "../config.ts";
+export { DEFAULT_RUNNER_IMAGE } from "./settings.ts";
 
 export interface WorkloadOptions {
   api: KubeApi;

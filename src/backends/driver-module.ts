@@ -1,0 +1,98 @@
+// What a driver is to the rest of the dispatcher: a module that reads its settings from the
+// environment, checks what it would send at load, and builds the RunnerBackend of a backend.
+// Drivers are listed in one place (drivers.ts); a new one is a folder here and a line there.
+import type { KV } from "@nats-io/kv";
+import type { RunnerBackend } from "../domain/backend.ts";
+import type { Backend } from "../nats/names.ts";
+import type { BootstrapStore } from "../state/bootstraps.ts";
+
+/** One enabled backend, with its driver. */
+export interface BackendConfig {
+  backend: Backend;
+  capacity: number;
+  batchSize: number;
+  driver: string;
+  /** The http driver's URL and token (a named backend's `url` and <NAME>_BACKEND_TOKEN). */
+  url?: string | undefined;
+  token?: string | undefined;
+  /** A named backend's own template, in place of the driver's shared one (POD_TEMPLATE, VM_TEMPLATE). */
+  template?: Record<string, unknown> | undefined;
+  /** Its index in BACKENDS, for a named backend: problems name that entry's fields. */
+  named?: number | undefined;
+}
+
+/** A backend as the environment describes it, before its driver has read it. */
+export interface BackendEnv {
+  backend: Backend;
+  capacity: number;
+  template?: Record<string, unknown> | undefined;
+  /** Its index in BACKENDS, for a named backend: problems name that entry's fields. */
+  named?: number | undefined;
+  batchSize: number | undefined;
+  driver: string;
+  url: string | undefined;
+  token: string | undefined;
+}
+
+/** What a pool asks of its backend's driver, for the checks at load. */
+export interface PoolView {
+  name: string;
+  labels: string[];
+  template?: Record<string, unknown> | undefined;
+  candidates?: { server_type: string; location: string }[] | undefined;
+  /** `RUNNER_POOLS[i]["field"]`: how a problem names a field of this pool. */
+  at(field: string): string;
+}
+
+/** The stores a driver may keep its own notes in (the records bucket), for those that need them. */
+export interface DriverStores {
+  kv: KV;
+  bootstraps: BootstrapStore;
+}
+
+/** What a driver is built with, besides its backend and settings. */
+export interface DriverDeps {
+  fetch?: typeof fetch | undefined;
+  /** RUNNER_NAME_PREFIX: workload names derive from it. */
+  prefix: string;
+  now: () => number;
+  /** Runs `fn` with the invocation's stores (its NATS connection): only drivers that keep state between passes call it. */
+  withStores?: (<T>(fn: (stores: DriverStores) => Promise<T>) => Promise<T>) | undefined;
+  /** This deployment (ASSIGNMENT_STREAM and PUBLIC_URL), for labels that keep two dispatchers apart. */
+  instance: string;
+}
+
+/** The variables of the environment every driver may read, already parsed where they are JSON. */
+export type DriverEnv = Readonly<Record<string, unknown>>;
+
+export interface DriverModule<S = unknown> {
+  /** Runners start from a registered forge identity (GITEA_URL or FORGE=forgejo). */
+  needsForge: boolean;
+  /**
+   * Settings shared by the driver's backends (a connection, secrets), read once when an enabled
+   * backend uses it; `key` says which drivers share one reading (kubernetes and kubevirt).
+   */
+  settingsKey: string;
+  /** The variable holding the template of its backends that have none of their own. */
+  templateVariable?: "POD_TEMPLATE" | "VM_TEMPLATE";
+  /** Whether its pools may list `candidates`. */
+  candidates?: boolean;
+  load(env: DriverEnv, using: readonly BackendConfig[], problems: string[]): S | undefined;
+  /** Problems of what a backend would send with its template, found before the first job. */
+  checkBackend?(settings: S, b: BackendConfig, variable: string, problems: string[]): void;
+  /** Problems of a pool of this driver's (its template over the backend's), found before the first job. */
+  checkPool?(settings: S, b: BackendConfig, pool: PoolView, problems: string[]): void;
+  create(b: BackendConfig, settings: S, deps: DriverDeps): RunnerBackend;
+  /** Work of the cron tick (the hetzner driver's orphan sweep), once per backend. */
+  tick?(b: BackendConfig, settings: S, deps: DriverDeps, ask: TickAsk): Promise<{ deleted: number } | void>;
+}
+
+/** What a driver's tick may ask of the dispatcher. */
+export interface TickAsk {
+  /** The record of each assignment id that has one: whether it has ended (completed, terminated). */
+  records(ids: readonly string[]): Promise<Map<string, { ended: boolean }>>;
+  /** Each pool's maxLifetimeMs, by name: a workload of it older than that (and a grace) is removed. */
+  lifetimes: ReadonlyMap<string, number>;
+  event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
+  signal: AbortSignal;
+}

@@ -1,0 +1,141 @@
+// The hetzner driver's accept and teardown: one server per assignment, named after it, created
+// from the templates and the first candidate with room; its id kept in a note so that neither a
+// status poll nor a lookup is needed on the usual path (create, the claim, delete).
+import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import type { DriverDeps, DriverStores } from "../driver-module.ts";
+import { objectNames } from "../kubernetes/names.ts";
+import { createHetznerApi, HetznerError, type HetznerApi, type HetznerServer } from "./client.ts";
+import { createNotes, type Notes, type ServerNote } from "./notes.ts";
+import type { RateState } from "./rate-budget.ts";
+import { createBody, type Candidate } from "./server-body.ts";
+import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "./user-data.ts";
+
+export interface HetznerSettings {
+  url: string;
+  token: string;
+  /** VM_TEMPLATE: the create body's defaults for backends without their own. */
+  template: Record<string, unknown> | undefined;
+  download: RunnerDownload | undefined;
+}
+
+/** A server is looked at once, this long after its create, unless its claim came first. */
+export const STATUS_READ_AFTER_MS = 90_000;
+/** How long a bootstrap token may wait for its server's first boot. */
+export const BOOTSTRAP_TTL_MS = 30 * 60_000;
+/** Statuses of a server that will not run its runner (any other is on its way up). */
+const ENDED = new Set(["off", "stopping", "deleting"]);
+/** Refusals that mean "no room for this candidate": the next one is tried in the same pass. */
+const NO_ROOM = new Set(["resource_unavailable", "placement_error"]);
+
+/** The project's server limit: a full backend, not a failure; nothing is asked of the API until `until`. */
+export class ProjectFull extends BackendError {
+  readonly full = true;
+}
+
+export interface HetznerDriverOptions {
+  backend: string;
+  settings: HetznerSettings;
+  template: Record<string, unknown> | undefined;
+  deps: DriverDeps;
+}
+
+export function createHetznerDriver(opts: HetznerDriverOptions): RunnerBackend & { api: HetznerApi } {
+  const { deps, backend } = opts;
+  const budget: { state: RateState | undefined; loaded?: boolean } = { state: undefined };
+  const api = createHetznerApi({ url: opts.settings.url, token: opts.settings.token, now: deps.now, budget, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
+  const withStores = <T>(fn: (s: DriverStores & { notes: Notes }) => Promise<T>): Promise<T> => {
+    if (!deps.withStores) throw new BackendError("the hetzner driver needs the dispatcher's stores");
+    return deps.withStores(async (s) => {
+      const notes = createNotes(s.kv);
+      // The budget is the project's, spent by every invocation: read once per invocation, kept after each call that changed it much.
+      if (!budget.loaded) {
+        budget.state = (await notes.budget()) ?? budget.state;
+        budget.loaded = true;
+      }
+      return fn({ ...s, notes });
+    });
+  };
+  const saveBudget = async (notes: Notes, before: RateState | undefined) => {
+    const after = budget.state;
+    if (after && after !== before && (after.blockedUntil !== undefined || after.remaining < after.limit / 4)) await notes.saveBudget(after);
+  };
+
+  return {
+    api,
+    accept: (request, signal) =>
+      withStores(async ({ notes, bootstraps }) => {
+        const before = budget.state;
+        try {
+          return await acceptWith(notes, bootstraps, request, signal);
+        } finally {
+          await saveBudget(notes, before).catch(() => undefined);
+        }
+      }),
+    teardown: (id, signal) =>
+      withStores(async ({ notes }) => {
+        const names = await objectNames(deps.prefix, id);
+        const note = await notes.get(backend, names.label);
+        const serverId = note?.serverId ?? (await api.byName(names.name, signal))?.id;
+        if (serverId !== undefined) await api.remove(serverId, signal);
+        if (note) await notes.remove(backend, names.label);
+      }),
+  };
+
+  async function acceptWith(notes: Notes, bootstraps: DriverStores["bootstraps"], request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus> {
+    const id = request.assignment.id;
+    const names = await objectNames(deps.prefix, id);
+    const note = await notes.get(backend, names.label);
+    if (note) return lookOnce(notes, names.label, note, signal);
+    if (!request.launch || !request.bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
+    // Issued before the create: a create whose answer is lost still has its token, and an unused one expires.
+    const token = await bootstraps.issue(id, { script: launchScript(request, request.launch) }, BOOTSTRAP_TTL_MS);
+    const userData = bootUserData(request.bootstrapUrl, token, runnerProgram(request), opts.settings.download);
+    const who = { name: names.name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
+    const templates = [opts.template, request.pool?.template];
+    const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
+    let server: HetznerServer | undefined;
+    let adopted = false;
+    let lastNoRoom: HetznerError | undefined;
+    for (const candidate of candidates) {
+      try {
+        server = await api.create(createBody(who, userData, templates, candidate), signal);
+        break;
+      } catch (err) {
+        if (err instanceof HetznerError && err.code === "uniqueness_error") {
+          // Asked before (an answer lost, a pass that died): the server of that name is this assignment's.
+          server = (await api.byName(names.name, signal)) ?? undefined;
+          if (!server) throw new BackendError("the server's name is taken, but no server of that name is listed; trying again");
+          adopted = true;
+          break;
+        }
+        if (err instanceof HetznerError && NO_ROOM.has(err.code)) {
+          lastNoRoom = err;
+          continue;
+        }
+        if (err instanceof HetznerError && err.code === "resource_limit_exceeded")
+          throw new ProjectFull("the Hetzner project's server limit is reached: jobs wait until a server is deleted", err.status);
+        throw err;
+      }
+    }
+    if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
+    // Our clock times the status read; an adopted server's own age counts from its creation.
+    const createdAt = adopted ? Math.min(deps.now(), Date.parse(server.created) || deps.now()) : deps.now();
+    await notes.put(backend, names.label, { id, serverId: server.id, createdAt });
+    return "pending";
+  }
+
+  /** Pending until its claim, with one status read once it should be up: a server that ended is deleted and asked for again. */
+  async function lookOnce(notes: Notes, label: string, note: ServerNote, signal: AbortSignal): Promise<RunnerStatus> {
+    if (note.ready) return "ready";
+    if (note.checked || deps.now() - note.createdAt < STATUS_READ_AFTER_MS) return "pending";
+    const server = await api.get(note.serverId, signal);
+    if (server && !ENDED.has(server.status)) {
+      const ready = server.status === "running";
+      await notes.put(backend, label, { ...note, checked: true, ...(ready ? { ready } : {}) });
+      return ready ? "ready" : "pending";
+    }
+    if (server) await api.remove(server.id, signal);
+    await notes.remove(backend, label);
+    throw new BackendError(`server ${server ? server.status : "gone"} before the claim; recreating`);
+  }
+}

@@ -1,0 +1,70 @@
+// The hetzner driver as the dispatcher knows it (driver-module.ts): HCLOUD_TOKEN and
+// HCLOUD_API_URL, VM_TEMPLATE (or a named backend's own) as the create body's defaults, each
+// pool's template and candidates over it, all checked against Hetzner's API description at load;
+// one server per assignment (driver.ts); the orphan sweep on the cron tick (sweep.ts).
+import type { DriverModule } from "../driver-module.ts";
+import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
+import { createNotes } from "./notes.ts";
+import { checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
+import { sweepServers } from "./sweep.ts";
+
+export const DEFAULT_HCLOUD_API_URL = "https://api.hetzner.cloud/v1";
+
+const str = (v: unknown) => (typeof v === "string" && v.trim() ? v.trim() : undefined);
+const asTemplate = (v: unknown) => (typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+const sampleWho = { name: "gdr-template-check", label: "template-check", instance: "check", backend: "check" };
+
+export const hetznerDriver: DriverModule<HetznerSettings> = {
+  needsForge: true,
+  settingsKey: "hetzner",
+  templateVariable: "VM_TEMPLATE",
+  candidates: true,
+  load(env, _using, problems) {
+    const token = str(env.HCLOUD_TOKEN);
+    const url = (str(env.HCLOUD_API_URL) ?? DEFAULT_HCLOUD_API_URL).replace(/\/+$/, "");
+    if (!token)
+      problems.push("HCLOUD_TOKEN is required with the hetzner driver (a secret: wrangler secret put; a read & write API token of the servers' project)");
+    if (!/^https?:\/\//.test(url)) problems.push("HCLOUD_API_URL must be an http(s) URL");
+    const runnerUrl = str(env.HCLOUD_RUNNER_URL);
+    const sha256 = str(env.HCLOUD_RUNNER_SHA256)?.toLowerCase();
+    if (runnerUrl && !/^https:\/\//.test(runnerUrl)) problems.push("HCLOUD_RUNNER_URL must be an https URL (the runner program a stock image downloads)");
+    if (Boolean(runnerUrl) !== Boolean(sha256))
+      problems.push("HCLOUD_RUNNER_URL and HCLOUD_RUNNER_SHA256 go together: the download is run only once its sha256 matches");
+    if (sha256 && !/^[0-9a-f]{64}$/.test(sha256)) problems.push("HCLOUD_RUNNER_SHA256 must be 64 hex digits (sha256sum of the runner program)");
+    if (!token) return undefined;
+    return { url, token, template: asTemplate(env.VM_TEMPLATE), download: runnerUrl && sha256 ? { url: runnerUrl, sha256 } : undefined };
+  },
+  checkBackend(settings, b, variable, problems) {
+    const template = b.template ?? settings.template;
+    const name = variable || "VM_TEMPLATE";
+    if (template === undefined) {
+      problems.push(
+        `${name} is required with the hetzner driver (${b.backend} backend): at least its image and server_type, e.g. {"image":"ubuntu-24.04","server_type":"cx22","location":"fsn1"}`,
+      );
+      return;
+    }
+    const found = checkTemplate(name, template);
+    if (!found.length) found.push(...checkCreateBody(createBody(sampleWho, "#!/bin/sh\n", [template])).map((p) => `${name}: ${p}`));
+    problems.push(...found.map((p) => `${p} (${b.backend} backend)`));
+  },
+  checkPool(settings, b, pool, problems) {
+    const named = ` (pool ${JSON.stringify(pool.name)})`;
+    if (pool.template) {
+      const found = checkTemplate(pool.at("template"), pool.template);
+      problems.push(...found.map((p) => `${p}${named}`));
+      if (found.length) return;
+    }
+    for (const [i, candidate] of (pool.candidates ?? [undefined]).entries()) {
+      const body = createBody(sampleWho, "#!/bin/sh\n", [b.template ?? settings.template, pool.template], candidate);
+      const where = candidate ? `${pool.at("candidates")}[${i}]` : pool.at("template");
+      problems.push(...checkCreateBody(body).map((p) => `${where} would make an invalid create-server body: ${p}${named}`));
+    }
+  },
+  create: (b, settings, deps) => createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, deps }),
+  async tick(b, settings, deps, ask) {
+    const driver = createHetznerDriver({ backend: b.backend, settings, template: undefined, deps });
+    if (!deps.withStores) return;
+    const swept = await deps.withStores((s) => sweepServers(driver.api, createNotes(s.kv), b.backend, deps.instance, deps.now, ask));
+    return { deleted: swept.deleted };
+  },
+};

@@ -1,0 +1,65 @@
+// The hetzner driver's orphan sweep, on every cron tick: it lists this dispatcher's servers (its
+// instance's label selector, every page) and deletes those nothing needs: a server whose
+// assignment has ended or is unknown past a grace, and any server older than its pool's
+// maxLifetimeMs. A list not read to its end deletes nothing: what is missing from it is not gone.
+import type { TickAsk } from "../driver-module.ts";
+import type { HetznerApi, HetznerServer } from "./client.ts";
+import type { Notes } from "./notes.ts";
+import { instanceSelector, LABELS } from "./server-body.ts";
+
+/** A server not yet noted (its create answered, its note not yet written) is left this long. */
+export const ORPHAN_GRACE_MS = 10 * 60_000;
+/** The age cap of a server of no pool (the pools' default maxLifetimeMs). */
+export const DEFAULT_LIFETIME_MS = 6 * 3_600_000;
+
+export type SweepVerdict = { delete: false } | { delete: true; reason: string };
+
+/** Whether a listed server goes: a pure decision over what the sweep read. */
+export function judgeServer(
+  server: HetznerServer,
+  now: number,
+  noted: { id: string } | undefined,
+  record: { ended: boolean } | undefined,
+  lifetimes: ReadonlyMap<string, number>,
+): SweepVerdict {
+  const age = now - Date.parse(server.created);
+  const pool = server.labels[LABELS.pool];
+  const cap = (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+  if (!(age >= 0)) return { delete: false };
+  if (age > cap + ORPHAN_GRACE_MS) return { delete: true, reason: `older than its lifetime (${Math.round(cap / 60_000)} min)` };
+  if (age <= ORPHAN_GRACE_MS) return { delete: false };
+  if (!noted) return { delete: true, reason: "no assignment of this dispatcher knows it" };
+  if (!record) return { delete: true, reason: "its assignment is unknown" };
+  if (record.ended) return { delete: true, reason: "its assignment has ended" };
+  return { delete: false };
+}
+
+export async function sweepServers(
+  api: HetznerApi,
+  notes: Notes,
+  backend: string,
+  instance: string,
+  now: () => number,
+  ask: TickAsk,
+): Promise<{ listed: number; deleted: number }> {
+  // Throws when any page fails: then nothing is deleted.
+  const servers = (await api.listAll(instanceSelector(instance), ask.signal)).filter((s) => s.labels[LABELS.backend] === backend);
+  const noted = new Map<number, { id: string }>();
+  for (const s of servers) {
+    const label = s.labels[LABELS.assignment];
+    const note = label ? await notes.get(backend, label) : undefined;
+    if (note && note.serverId === s.id) noted.set(s.id, { id: note.id });
+  }
+  const records = await ask.records([...noted.values()].map((n) => n.id));
+  let deleted = 0;
+  for (const s of servers) {
+    const n = noted.get(s.id);
+    const verdict = judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
+    if (!verdict.delete) continue;
+    await api.remove(s.id, ask.signal);
+    if (n) await notes.remove(backend, s.labels[LABELS.assignment]!);
+    ask.event("orphan_deleted", { assignment: n?.id ?? s.name, reason: verdict.reason });
+    deleted++;
+  }
+  return { listed: servers.length, deleted };
+}
