@@ -5,20 +5,15 @@ import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest } from "../../src/domain/backend.ts";
 import { loadConfig } from "../../src/app/config.ts";
 import type { RunnerFile } from "../../src/domain/runner-identity.ts";
-import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "../harness/env.ts";
-import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { closeNats, openNats, type NatsHandle } from "../../src/nats/connection.ts";
-import { bindBucket } from "../../src/state/kv.ts";
-import { recordsBucket } from "../../src/nats/names.ts";
-import { createBootstraps } from "../../src/state/bootstraps.ts";
+import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
+import { hetznerScene } from "../harness/hetzner.ts";
 import { STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 
 const backendUrl = inject("backendUrl");
 const k8sUrl = inject("kubernetesUrl");
-const hetznerUrl = inject("hetznerUrl");
-const opened: NatsHandle[] = [];
+const closers: (() => Promise<void>)[] = [];
 afterAll(async () => {
-  for (const h of opened.splice(0)) await closeNats(h.nc);
+  for (const close of closers.splice(0)) await close();
 });
 const REGISTRATION_TOKEN = "gitea-registration-token-0000";
 
@@ -104,45 +99,28 @@ function kubeHarness(driverName: "kubernetes" | "kubevirt") {
   };
 }
 
-/** The hetzner driver on the fake Hetzner API, its notes and bootstraps in a records bucket of its own, on a clock of the test's. */
+/** The hetzner driver on the fake Hetzner API (test/harness/hetzner.ts). */
 async function hetznerHarness(): Promise<Harness> {
-  const base = `${hetznerUrl}/${uniqueName("hz")}`;
-  const ctl = (what: string, body?: unknown) =>
-    fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {}).then((r) => r.json());
-  const config = await provisionEnv(
-    giteaTestEnv(inject("natsWsUrl"), backendUrl, "http://127.0.0.1:2", {
-      POD_DRIVER: "hetzner",
-      HCLOUD_API_URL: base,
-      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
-      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" }),
-    }),
-  );
-  const handle = await openNats(config);
-  opened.push(handle);
-  const kv = await bindBucket(handle, recordsBucket(config));
-  const clock = { t: Date.now() };
-  const bootstraps = createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t);
-  const driver = createRunnerBackend(config, config.backends[0]!, undefined, { now: () => clock.t, withStores: (fn) => fn({ kv, bootstraps }) });
-  type Server = { name: string; userData: string };
-  const state = () => ctl("state") as Promise<{ servers: Server[]; deleted: Server[]; requests: { body: string }[] }>;
+  const scene = await hetznerScene();
+  closers.push(scene.close);
   return {
-    driver,
+    driver: scene.driver,
     // The server is up; the one status read it gets comes once it should be.
-    run: async () => void (clock.t += STATUS_READ_AFTER_MS + 1),
+    run: async () => void (scene.clock.t += STATUS_READ_AFTER_MS + 1),
     fail: async () => {
-      await ctl("status", { status: "off" });
-      clock.t += STATUS_READ_AFTER_MS + 1;
+      await scene.ctl("status", { status: "off" });
+      scene.clock.t += STATUS_READ_AFTER_MS + 1;
     },
-    hang: async (ms) => void (await ctl("mode", { hangFirst: 1, hangMs: ms })),
-    revokeToken: async () => void (await ctl("mode", { token: "rotated" })),
-    unavailable: async () => void (await ctl("mode", { failFirst: 1, failStatus: 503 })),
+    hang: async (ms) => void (await scene.ctl("mode", { hangFirst: 1, hangMs: ms })),
+    revokeToken: async () => void (await scene.ctl("mode", { token: "rotated" })),
+    unavailable: async () => void (await scene.ctl("mode", { failFirst: 1, failStatus: 503 })),
     created: async () => {
-      const s = await state();
+      const s = await scene.state();
       return s.servers.length + s.deleted.length;
     },
-    live: async () => (await state()).servers.length,
-    received: async () => JSON.stringify((await state()).requests),
-    workloadObjects: async () => JSON.stringify((await state()).servers),
+    live: async () => (await scene.state()).servers.length,
+    received: async () => JSON.stringify((await scene.state()).requests),
+    workloadObjects: async () => JSON.stringify((await scene.state()).servers),
     setPhase: async () => {
       throw new Error("the hetzner driver reads no phase");
     },

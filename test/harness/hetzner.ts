@@ -1,0 +1,83 @@
+// The hetzner driver on the shared fake Hetzner API (a project of its own per scene), its notes
+// and bootstraps in a provisioned records bucket of its own, on a clock the test moves.
+import { inject } from "vitest";
+import { createRunnerBackend } from "../../src/app/select-backend.ts";
+import type { Config } from "../../src/app/config.ts";
+import type { RunnerBackend } from "../../src/domain/backend.ts";
+import type { DriverStores } from "../../src/backends/driver-module.ts";
+import { hetznerDriver } from "../../src/backends/hetzner/index.ts";
+import type { HetznerSettings } from "../../src/backends/hetzner/driver.ts";
+import { closeNats, openNats } from "../../src/nats/connection.ts";
+import { recordsBucket } from "../../src/nats/names.ts";
+import { createBootstraps } from "../../src/state/bootstraps.ts";
+import { bindBucket } from "../../src/state/kv.ts";
+import { driverDeps } from "../../src/app/select-backend.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
+import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
+
+export const TEMPLATE = { image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" };
+
+export interface FakeServer {
+  id: number;
+  name: string;
+  userData: string;
+  labels: Record<string, string>;
+  server_type: string;
+  location: string;
+  createdAt: number;
+}
+
+export interface HetznerScene {
+  config: Config;
+  driver: RunnerBackend;
+  stores: DriverStores;
+  clock: { t: number };
+  base: string;
+  ctl(what: string, body?: unknown): Promise<Record<string, unknown>>;
+  state(): Promise<{ servers: FakeServer[]; deleted: FakeServer[]; requests: { method: string; path: string; query: string; body: string }[] }>;
+  /** Runs the backend's orphan sweep as the tick does; `records` answers what the dispatcher's records would. */
+  sweep(records?: Map<string, { ended: boolean }>, lifetimes?: Map<string, number>): Promise<{ deleted: number; events: Record<string, unknown>[] }>;
+  close(): Promise<void>;
+}
+
+export async function hetznerScene(extra: Record<string, unknown> = {}): Promise<HetznerScene> {
+  const base = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+  const ctl = async (what: string, body?: unknown) =>
+    (await (await fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json()) as Record<string, unknown>;
+  const config = await provisionEnv(
+    giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:2", {
+      POD_DRIVER: "hetzner",
+      HCLOUD_API_URL: base,
+      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+      VM_TEMPLATE: JSON.stringify(TEMPLATE),
+      ...extra,
+    }),
+  );
+  const handle = await openNats(config);
+  const kv = await bindBucket(handle, recordsBucket(config));
+  const clock = { t: Date.now() };
+  const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t) };
+  const more = { now: () => clock.t, withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
+  const b = config.backends[0]!;
+  return {
+    config,
+    driver: createRunnerBackend(config, b, undefined, more),
+    stores,
+    clock,
+    base,
+    ctl,
+    state: () => ctl("state") as ReturnType<HetznerScene["state"]>,
+    async sweep(records = new Map(), lifetimes = new Map()) {
+      const events: Record<string, unknown>[] = [];
+      const settings = config.drivers.hetzner as HetznerSettings;
+      const done = await hetznerDriver.tick!(b, settings, driverDeps(config, undefined, more), {
+        records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
+        lifetimes,
+        event: (event, fields) => void events.push({ event, ...fields }),
+        signal: AbortSignal.timeout(10_000),
+      });
+      return { deleted: done?.deleted ?? 0, events };
+    },
+    close: () => closeNats(handle.nc),
+  };
+}

@@ -1,0 +1,194 @@
+// The hetzner driver where Hetzner says no, or says nothing: each fault ends with nothing lost
+// (the assignment gets its server), nothing doubled (one server per assignment) and nothing left
+// running (teardown and the sweep leave 0 servers).
+import { afterAll, describe, expect, it } from "vitest";
+import { BackendError, type RunnerRequest } from "../../src/domain/backend.ts";
+import { ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
+import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
+import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
+import { objectNames } from "../../src/backends/kubernetes/names.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
+import { assignment } from "../harness/env.ts";
+import { launched } from "../harness/launch.ts";
+import { hetznerScene, TEMPLATE, type HetznerScene } from "../harness/hetzner.ts";
+
+const scenes: HetznerScene[] = [];
+afterAll(async () => {
+  for (const s of scenes.splice(0)) await s.close();
+});
+async function scene(extra: Record<string, unknown> = {}) {
+  const s = await hetznerScene(extra);
+  scenes.push(s);
+  return s;
+}
+
+const identity = {
+  WARNING: "x",
+  id: 7,
+  uuid: "u-7",
+  name: "gdr-7",
+  token: "identity-token-7",
+  address: "https://gitea.example.org",
+  labels: ["l"],
+  ephemeral: true,
+};
+function request(id: string, pool?: RunnerRequest["pool"]): RunnerRequest {
+  const url = `https://dispatch.example.org/v1/assignments/${id}`;
+  return launched({
+    assignment: assignment(id),
+    claimToken: `claim-${id}`,
+    claimUrl: `${url}/claim`,
+    completeUrl: `${url}/complete`,
+    bootstrapUrl: `${url}/bootstrap`,
+    runner: identity,
+    ...(pool ? { pool } : {}),
+  });
+}
+const within = () => AbortSignal.timeout(3_000);
+const failure = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+
+/** A server of that name made straight through the API, as a create whose answer was lost. */
+async function createdBehindOurBack(s: HetznerScene, id: string, labels: Record<string, string>) {
+  const { name } = await objectNames("gdr", id);
+  const res = await fetch(`${s.base}/servers`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${FAKE_HCLOUD_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ ...TEMPLATE, name, labels }),
+  });
+  expect(res.status).toBe(201);
+}
+
+describe("hetzner driver faults", () => {
+  it("uniqueness (a create whose answer was lost, a pass that died after it): the server is adopted, never doubled, and torn down by its note", async () => {
+    const s = await scene();
+    await createdBehindOurBack(s, "u-1", {});
+    expect(await s.driver.accept(request("u-1"), within())).toBe("pending");
+    expect(await s.driver.accept(request("u-1"), within())).toBe("pending");
+    const st = await s.state();
+    expect(st.servers).toHaveLength(1);
+    // Ours behind its back, and its one create, refused by the name: none after the note.
+    expect(st.requests.filter((r) => r.method === "POST")).toHaveLength(2);
+    await s.driver.teardown("u-1", within());
+    expect((await s.state()).servers).toHaveLength(0);
+  });
+
+  it("the first candidate unavailable, the second full of placements: the third is made in the same pass", async () => {
+    const s = await scene();
+    await s.ctl("mode", { unavailable: [{ server_type: "cx22", location: "fsn1" }], placementError: [{ location: "nbg1" }] });
+    const candidates = [
+      { server_type: "cx22", location: "fsn1" },
+      { server_type: "cx22", location: "nbg1" },
+      { server_type: "cx32", location: "hel1" },
+    ];
+    expect(await s.driver.accept(request("c-1", { name: "small", candidates }), within())).toBe("pending");
+    const st = await s.state();
+    expect(st.servers.map((v) => [v.server_type, v.location])).toEqual([["cx32", "hel1"]]);
+    expect(st.servers[0]!.labels["gdr-pool"]).toBe("small");
+    // Every candidate without room: a retry, and nothing made.
+    await s.ctl("mode", { unavailable: [{ server_type: "cx22", location: "fsn1" }, { server_type: "cx32" }], placementError: [{ location: "nbg1" }] });
+    const err = await failure(s.driver.accept(request("c-2", { name: "small", candidates }), within()));
+    expect(err).toBeInstanceOf(BackendError);
+    expect((err as Error).message).toMatch(/no candidate has room \(resource_unavailable\)/);
+    expect((await s.state()).servers).toHaveLength(1);
+  });
+
+  it("the project's server limit is a full backend: ProjectFull, no server, and the job gets one once there is room", async () => {
+    const s = await scene();
+    await s.ctl("mode", { serverLimit: 0 });
+    const err = await failure(s.driver.accept(request("l-1"), within()));
+    expect(err).toBeInstanceOf(ProjectFull);
+    expect((err as ProjectFull).full).toBe(true);
+    expect((await s.state()).servers).toHaveLength(0);
+    await s.ctl("mode", { serverLimit: 5 });
+    expect(await s.driver.accept(request("l-1"), within())).toBe("pending");
+    expect((await s.state()).servers).toHaveLength(1);
+  });
+
+  it("429: no request until the budget says so (not even a status read), then the create lands once", async () => {
+    const s = await scene();
+    await s.ctl("mode", { rateRemaining: 0 });
+    const err = await failure(s.driver.accept(request("r-1"), within()));
+    expect(err).toBeInstanceOf(RateBudgetExhausted);
+    const asked = (await s.state()).requests.length;
+    // Before the refill: the budget answers, Hetzner is not asked.
+    expect(await failure(s.driver.accept(request("r-1"), within()))).toBeInstanceOf(RateBudgetExhausted);
+    expect((await s.state()).requests.length).toBe(asked);
+    // Creates leave a few requests to deletes: the refill (one a second) must cover them first.
+    s.clock.t += 7_000;
+    await s.ctl("clock", { advanceMs: 7_000 });
+    expect(await s.driver.accept(request("r-1"), within())).toBe("pending");
+    expect((await s.state()).servers).toHaveLength(1);
+  });
+
+  it("a 5xx, then a hang: each a BackendError, and the next pass makes the one server", async () => {
+    const s = await scene();
+    await s.ctl("mode", { failFirst: 1 });
+    expect(await failure(s.driver.accept(request("f-1"), within()))).toMatchObject({ name: "BackendError", status: 500 });
+    await s.ctl("mode", { hangFirst: 1, hangMs: 1_000, failFirst: 0 });
+    expect(((await failure(s.driver.accept(request("f-1"), AbortSignal.timeout(200)))) as Error).message).toMatch(/timed out/);
+    expect(await s.driver.accept(request("f-1"), within())).toBe("pending");
+    expect(await s.driver.accept(request("f-1"), within())).toBe("pending");
+    expect((await s.state()).servers).toHaveLength(1);
+  });
+
+  it("a server that dies before its claim: deleted at its one status read, asked for again, one left", async () => {
+    const s = await scene();
+    await s.driver.accept(request("d-1"), within());
+    await s.ctl("status", { status: "off" });
+    // Before its status read is due, nothing is asked of Hetzner.
+    const asked = (await s.state()).requests.length;
+    expect(await s.driver.accept(request("d-1"), within())).toBe("pending");
+    expect((await s.state()).requests.length).toBe(asked);
+    s.clock.t += STATUS_READ_AFTER_MS + 1;
+    expect(((await failure(s.driver.accept(request("d-1"), within()))) as Error).message).toMatch(/server off before the claim/);
+    expect(await s.driver.accept(request("d-1"), within())).toBe("pending");
+    const st = await s.state();
+    expect(st.servers).toHaveLength(1);
+    expect(st.deleted).toHaveLength(1);
+  });
+
+  it("a page that fails in the middle of the sweep deletes nothing; the next sweep deletes every orphan, and no server of another instance or backend", async () => {
+    const s = await scene();
+    const mine = { "managed-by": "gitea-edge-dispatcher", "gdr-instance": "", "gdr-backend": "pod" };
+    // The instance label is the driver's: read it from a server it made.
+    await s.driver.accept(request("keep-1"), within());
+    mine["gdr-instance"] = (await s.state()).servers[0]!.labels["gdr-instance"]!;
+    await s.ctl("clock", { advanceMs: -2 * ORPHAN_GRACE_MS });
+    for (let i = 0; i < 60; i++) await createdBehindOurBack(s, `orphan-${i}`, { ...mine, "gdr-assignment": `orphan-${i}` });
+    await createdBehindOurBack(s, "other-instance", { ...mine, "gdr-instance": "someone-else", "gdr-assignment": "other-instance" });
+    await createdBehindOurBack(s, "other-backend", { ...mine, "gdr-backend": "big", "gdr-assignment": "other-backend" });
+    await s.ctl("clock", { advanceMs: 2 * ORPHAN_GRACE_MS });
+    s.clock.t = Date.now();
+    await s.ctl("mode", { failCalls: [2] });
+    await expect(s.sweep(new Map([["keep-1", { ended: false }]]))).rejects.toThrow(/500/);
+    expect((await s.state()).servers).toHaveLength(63);
+    await s.ctl("mode", { failCalls: [] });
+    const swept = await s.sweep(new Map([["keep-1", { ended: false }]]));
+    expect(swept.deleted).toBe(60);
+    expect(swept.events[0]).toMatchObject({ event: "orphan_deleted", reason: "no assignment of this dispatcher knows it" });
+    expect((await s.state()).servers.map((v) => v.labels["gdr-assignment"]).sort()).toEqual(["keep-1", "other-backend", "other-instance"]);
+  });
+
+  it("the sweep deletes a server whose assignment ended or is unknown past the grace, and any past its lifetime; a live young one stays", async () => {
+    const s = await scene();
+    for (const id of ["live", "ended", "unknown", "old"]) await s.driver.accept(request(id, { name: "p" }), within());
+    const records = new Map([
+      ["live", { ended: false }],
+      ["ended", { ended: true }],
+      ["old", { ended: false }],
+    ]);
+    // Within the grace (its note may be on its way), nothing goes.
+    expect((await s.sweep(records, new Map([["p", 60 * 60_000]]))).deleted).toBe(0);
+    s.clock.t += ORPHAN_GRACE_MS + 5_000;
+    expect((await s.sweep(records, new Map([["p", 60 * 60_000]]))).deleted).toBe(2);
+    expect((await s.state()).servers.map((v) => v.labels["gdr-assignment"]).sort()).toEqual(["live", "old"]);
+    s.clock.t += 60 * 60_000;
+    const last = await s.sweep(records, new Map([["p", 60 * 60_000]]));
+    expect(last.events.map((e) => e.reason)).toEqual(["older than its lifetime (60 min)", "older than its lifetime (60 min)"]);
+    expect((await s.state()).servers).toHaveLength(0);
+  });
+});

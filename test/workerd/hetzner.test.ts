@@ -1,0 +1,89 @@
+// The hetzner driver inside workerd, from webhook to deletion: a server per job whose user_data
+// holds only the bootstrap URL and a one-time token; the server fetches its launch once (the
+// runner's identity, 0600, and its command), a second fetch is refused; in_progress claims it,
+// completed deletes it, and nothing is left running or written in a log.
+import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { giteaSignature } from "../../src/forge/gitea/signature.ts";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
+import { bearer, captureLogs, giteaControl, request, type Captured } from "../harness/worker.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
+import { withJob } from "../harness/jobs.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
+
+const nats = inject("natsWsUrl");
+let logs: Captured;
+beforeEach(() => {
+  logs = captureLogs();
+});
+afterEach(() => logs.restore());
+
+async function deliver(env: Record<string, string>, payload: unknown) {
+  const raw = JSON.stringify(payload);
+  const res = await request(env, "/v1/gitea/webhook", {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "x-gitea-event-type": "workflow_job",
+      "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)),
+    },
+    body: raw,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+type Server = { id: number; name: string; userData: string; labels: Record<string, string> };
+
+describe("hetzner driver in workerd", () => {
+  it("runs a Gitea job from webhook to deletion; the identity only through a one-time bootstrap", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    const env = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
+      CAPACITY_POD: 0,
+      CAPACITY_VM: 2,
+      VM_DRIVER: "hetzner",
+      HCLOUD_API_URL: project,
+      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1", labels: { team: "ci" } }),
+      RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
+    });
+    await provisionEnv(env);
+    const hz = async (what: string) => (await (await fetch(`${project}/_control/${what}`)).json()) as { servers: Server[]; deleted: Server[] };
+
+    expect(await deliver(env, queuedFixture)).toEqual({ status: 202, body: { assignment: "gitea-1187-1", duplicate: false } });
+    const [server, ...others] = (await hz("state")).servers;
+    expect(others).toEqual([]);
+    expect(server!.name).toBe("gdr-gitea-1187-1");
+    expect(server!.labels).toMatchObject({ team: "ci", "managed-by": "gitea-edge-dispatcher", "gdr-assignment": "gitea-1187-1", "gdr-backend": "vm" });
+    const registered = (await giteaControl(env).state()).runners[0]!;
+    expect(server!.userData).not.toContain(registered.token);
+    expect(server!.userData).toContain("https://dispatch.example.org/v1/assignments/gitea-1187-1/bootstrap");
+    const token = /^token='([A-Za-z0-9_-]{43})'$/m.exec(server!.userData)![1]!;
+
+    // The server boots and fetches its launch: once, with its token; a near miss gets nothing and spends nothing.
+    const fetchLaunch = (t: string, id = "gitea-1187-1") =>
+      request(env, `/v1/assignments/${id}/bootstrap`, { method: "POST", headers: { authorization: `Bearer ${t}` } });
+    expect((await fetchLaunch(token.slice(0, -1) + (token.endsWith("A") ? "B" : "A"))).status).toBe(404);
+    expect((await fetchLaunch(token, "gitea-1188-1")).status).toBe(404);
+    expect((await request(env, "/v1/assignments/gitea-1187-1/bootstrap", { method: "POST" })).status).toBe(401);
+    const launch = await fetchLaunch(token);
+    expect(launch.status).toBe(200);
+    expect(launch.headers.get("content-type")).toMatch(/^text\/x-shellscript/);
+    const script = await launch.text();
+    const files = [...script.matchAll(/printf '%s' '([A-Za-z0-9+/=]+)' \| base64 -d > '([^']+)'/g)].map((m) => [m[2], atob(m[1]!)]);
+    expect(Object.fromEntries(files)["/etc/gitea-runner/.runner"]).toContain(registered.token);
+    expect(script).toContain("umask 077");
+    expect((await fetchLaunch(token)).status).toBe(404);
+
+    const ours = { runner_id: registered.id, runner_name: "gdr-gitea-1187-1" };
+    expect((await deliver(env, withJob(inProgressFixture, 1187, ours))).body).toEqual({ claimed: "gitea-1187-1" });
+    expect((await deliver(env, withJob(completedFixture, 1187, ours))).body).toEqual({ completed: "gitea-1187-1" });
+    const after = await hz("state");
+    expect(after.servers).toEqual([]);
+    expect(after.deleted.map((s) => s.name)).toEqual(["gdr-gitea-1187-1"]);
+    const view = (await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string };
+    expect(view.state).toBe("completed");
+    for (const line of logs.lines) {
+      expect(line).not.toContain(registered.token);
+      expect(line).not.toContain(token);
+    }
+  });
+});
