@@ -102,7 +102,7 @@ function kubeHarness(driverName: "kubernetes" | "kubevirt") {
 /** The hetzner driver on the fake Hetzner API (test/harness/hetzner.ts). */
 async function hetznerHarness(): Promise<Harness> {
   const scene = await hetznerScene();
-  closers.push(scene.close);
+  closers.push(() => scene.close());
   return {
     driver: scene.driver,
     // The server is up; the one status read it gets comes once it should be.

@@ -174,7 +174,7 @@ describe("a template is refused at load", () => {
   });
   it("when no enabled backend would read it, rather than ignored", () => {
     expect(k({ VM_DRIVER: "kubernetes", VM_TEMPLATE: { spec: {} } })).toContain(
-      "VM_TEMPLATE is set, but no enabled backend uses the kubevirt driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it",
+      "VM_TEMPLATE is set, but no enabled backend uses the kubevirt or hetzner driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it",
     );
     expect(k({ CAPACITY_VM: 0, VM_TEMPLATE: { spec: {} } }).some((p) => p.startsWith("VM_TEMPLATE is set"))).toBe(true);
     expect(k({ CAPACITY_VM: 1, VM_TEMPLATE: { spec: {} } })).toEqual([]);

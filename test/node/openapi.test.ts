@@ -39,6 +39,7 @@ describe("OpenAPI document", () => {
 
   it("names the auth schemes and lists each route's errors", () => {
     expect(Object.keys(doc.components.securitySchemes).sort()).toEqual([
+      "bootstrapToken",
       "claimToken",
       "dispatchToken",
       "forgejoSignature",
@@ -48,6 +49,7 @@ describe("OpenAPI document", () => {
     ]);
     const op = (path: string, method = "post") => doc.paths[path]![method]!;
     expect(op("/v1/assignments/{id}/claim").security).toEqual([{ claimToken: [] }]);
+    expect(op("/v1/assignments/{id}/bootstrap").security).toEqual([{ bootstrapToken: [] }]);
     expect(op("/v1/gitea/webhook").security).toEqual([{ giteaSignature: [] }]);
     expect(op("/v1/forgejo/webhook").security).toEqual([{ forgejoSignature: [] }]);
     expect(Object.keys(op("/v1/assignments").responses).sort()).toEqual(["202", "400", "401", "409", "413", "415", "500", "503"]);
