@@ -8,6 +8,7 @@ import type { Config } from "./config.ts";
 import { claimToken, deriveKey } from "../model/crypto.ts";
 import type { DriverDeps } from "../backends/driver-module.ts";
 import { createBootstraps } from "../state/bootstraps.ts";
+import { createDriverFigures, figureReader } from "../state/driver-figures.ts";
 import { consoleSink, type EventSink } from "../model/events.ts";
 import { recordsBucket, type Backend } from "../nats/names.ts";
 import { closeNats, openNats, REQUEST_TIMEOUT_MS, withNats, type NatsHandle } from "../nats/connection.ts";
@@ -121,7 +122,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   };
   const runners = new Map<Backend, RunnerBackend>();
   // Drivers that keep notes between passes (hetzner) use the invocation's stores, on its connection.
-  const withStores: DriverDeps["withStores"] = (fn) => dispatcher.withState((s) => fn({ kv: s.driverKv, bootstraps: s.bootstraps }));
+  const withStores: DriverDeps["withStores"] = (fn) => dispatcher.withState((s) => fn({ kv: s.driverKv, bootstraps: s.bootstraps, figures: s.driverFigures }));
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b, deps.fetch, { now, withStores }));
 
   const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
@@ -160,6 +161,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       forgeHealth: createForgeHealthStore(recordsKv),
       bootstraps: createBootstraps(recordsKv, await sealKeys.current, now, await sealKeys.previous),
       driverKv: recordsKv,
+      driverFigures: createDriverFigures(recordsKv, figureReader(handle, recordsBucket(names))),
     };
     if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
     return deps.decorateState ? deps.decorateState(state) : state;

@@ -5,6 +5,7 @@ import type { KV } from "@nats-io/kv";
 import type { RunnerBackend } from "../domain/backend.ts";
 import type { Backend } from "../nats/names.ts";
 import type { BootstrapStore } from "../state/bootstraps.ts";
+import type { DriverFigureStore } from "../state/driver-figures.ts";
 
 /** One enabled backend, with its driver. */
 export interface BackendConfig {
@@ -48,6 +49,7 @@ export interface PoolView {
 export interface DriverStores {
   kv: KV;
   bootstraps: BootstrapStore;
+  figures: DriverFigureStore;
 }
 
 /** What a driver is built with, besides its backend and settings. */

@@ -16,6 +16,7 @@ import type { StartupTimes } from "../state/startup-times.ts";
 import type { HandleIndex } from "../state/handles.ts";
 import type { ForgeHealthStore } from "../state/forge-health.ts";
 import type { BootstrapStore } from "../state/bootstraps.ts";
+import type { DriverFigureStore } from "../state/driver-figures.ts";
 import type { KV } from "@nats-io/kv";
 import type { Forge } from "./forge.ts";
 
@@ -48,6 +49,8 @@ export interface State {
   bootstraps: BootstrapStore;
   /** The records bucket, for drivers' own notes (backends/driver-module.ts DriverStores). */
   driverKv: KV;
+  /** What cloud drivers count per backend (sweeps, a full project, the rate budget), for /metrics. */
+  driverFigures: DriverFigureStore;
 }
 
 /** The time, and where events go: what nearly every step needs. */

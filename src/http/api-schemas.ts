@@ -102,6 +102,17 @@ export const statusBody = z
       description:
         "The STATUS_TOP_OWNERS owners holding most runners, then `other` for the rest (and an owner named so); `-` is jobs with no repository, `pool <name>` a pool's warm runners without a job",
     }),
+    cloud: z
+      .array(
+        z.object({
+          backend: backendName,
+          full: z.boolean().meta({ description: "The cloud project's server limit holds its creates back now" }),
+          fullTotal: count,
+          swept: count.meta({ description: "Servers its sweep deleted (orphans, ended assignments', past their lifetime)" }),
+          rate: z.object({ limit: count, remaining: count }).optional().meta({ description: "The cloud API's rate budget at the last sweep" }),
+        }),
+      )
+      .meta({ description: "Backends of a cloud driver (hetzner): what the driver counted" }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({

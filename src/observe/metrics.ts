@@ -148,6 +148,43 @@ export function formatMetrics(s: Snapshot): string {
     );
     metric("gdr_forgejo_poll_failing", "gauge", "1 while the last poll of Forgejo's waiting list failed.", [[{}, s.forgePoll.failing ? 1 : 0]]);
   }
+  if (s.cloud.length) {
+    const cloud = (pick: (c: Snapshot["cloud"][number]) => number | undefined): Sample[] =>
+      s.cloud.flatMap((c): Sample[] => {
+        const v = pick(c);
+        return v === undefined ? [] : [[{ backend: c.backend }, v]];
+      });
+    metric(
+      "gdr_backend_full",
+      "gauge",
+      "1 while the cloud project's server limit holds the backend's creates back (backend_full).",
+      cloud((c) => (c.full ? 1 : 0)),
+    );
+    metric(
+      "gdr_backend_full_total",
+      "counter",
+      "Creates the cloud project's server limit refused.",
+      cloud((c) => c.fullTotal),
+    );
+    metric(
+      "gdr_backend_swept_total",
+      "counter",
+      "Servers the backend's sweep deleted: orphans, ended assignments', past their lifetime.",
+      cloud((c) => c.swept),
+    );
+    metric(
+      "gdr_backend_api_rate_remaining",
+      "gauge",
+      "Requests left of the cloud API's rate limit at the last sweep.",
+      cloud((c) => c.rate?.remaining),
+    );
+    metric(
+      "gdr_backend_api_rate_limit",
+      "gauge",
+      "The cloud API's rate limit (requests an hour), as it says.",
+      cloud((c) => c.rate?.limit),
+    );
+  }
   return `${lines.join("\n")}\n`;
 }
 

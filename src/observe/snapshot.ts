@@ -8,6 +8,8 @@ import { consumerName, type Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
+import { driverModule } from "../backends/drivers.ts";
+import type { DriverFigures } from "../state/driver-figures.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & ForgeAccess & Settings<"backends" | "fairShare" | "pools" | "quotas" | "statusTopOwners" | "stream">;
@@ -45,6 +47,17 @@ export interface Snapshot {
   owners: OwnerSnapshot[];
   /** FORGE=forgejo: how the poller fares (absent with Gitea). */
   forgePoll?: { failuresTotal: number; failing: boolean };
+  /** Backends of a cloud driver (one with a sweep): what it counted (state/driver-figures.ts). */
+  cloud: CloudSnapshot[];
+}
+
+export interface CloudSnapshot {
+  backend: Backend;
+  full: boolean;
+  fullTotal: number;
+  swept: number;
+  /** The API's rate budget at the last sweep, when it sent one. */
+  rate?: { limit: number; remaining: number };
 }
 
 export async function takeSnapshot(d: Deps): Promise<Snapshot> {
@@ -52,7 +65,8 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
     const held: AssignmentRecord[] = [];
     const waiting = new Map<string, number>();
-    const [stream, counted, histograms, forgeHealth] = await Promise.all([
+    const cloud = d.config.backends.filter((b) => driverModule(b.driver).tick).map((b) => b.backend);
+    const [stream, counted, histograms, forgeHealth, figures] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }) => {
@@ -92,6 +106,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       ),
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
       d.forge?.polled ? state.forgeHealth.get() : null,
+      cloud.length ? state.driverFigures.read(cloud) : new Map<string, DriverFigures>(),
     ]);
     // Which jobs in the wait set a QUOTAS limit holds back depends on every backend's holders;
     // the others wait for capacity, as the delivered ones without a slot do.
@@ -112,6 +127,16 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       backends,
       pools: poolSnapshots(d.config.pools, held, histograms, d.now()),
       owners: ownerRows(held, waiting, limited, d.config.statusTopOwners),
+      cloud: cloud.map((backend) => {
+        const f = figures.get(backend);
+        return {
+          backend,
+          full: (f?.fullUntil ?? 0) > d.now(),
+          fullTotal: f?.fullTotal ?? 0,
+          swept: f?.swept ?? 0,
+          ...(f?.rate ? { rate: { limit: f.rate.limit, remaining: f.rate.remaining } } : {}),
+        };
+      }),
       ...(d.forge?.polled ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}),
     };
   });

@@ -132,6 +132,12 @@ async function endIfEnded(deps: ProcessDeps, p: Prepared, after: AssignmentRecor
 // A failed registration or backend call is retried as an error, loud when our credentials were refused.
 function backendFailed(deps: ProcessDeps, p: Prepared, err: unknown) {
   const status = err instanceof BackendError ? err.status : undefined;
+  // A full cloud project (its server limit) is waited out like any retry, but said as what it is, not as an error or refused credentials.
+  if ((err as { full?: unknown }).full === true) {
+    p.facts.backend = "error";
+    deps.sink.event({ event: "backend_full", assignment: idOf(p), backend: placeOf(p).backend, reason: (err as Error).message });
+    return;
+  }
   p.facts.backend = status === 401 || status === 403 ? "auth_error" : "error";
   deps.sink.error("backend accept failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message });
 }

@@ -11,6 +11,7 @@ import { closeNats, openNats } from "../../src/nats/connection.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { createBootstraps } from "../../src/state/bootstraps.ts";
 import { bindBucket } from "../../src/state/kv.ts";
+import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { driverDeps } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
@@ -56,7 +57,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
   const handle = await openNats(config);
   const kv = await bindBucket(handle, recordsBucket(config));
   const clock = { t: Date.now() };
-  const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t) };
+  const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t), figures: createDriverFigures(kv) };
   const more = { now: () => clock.t, withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;
   return {

@@ -3,7 +3,7 @@
 // running (teardown and the sweep leave 0 servers).
 import { afterAll, describe, expect, it } from "vitest";
 import { BackendError, type RunnerRequest } from "../../src/domain/backend.ts";
-import { ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
+import { FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
@@ -103,7 +103,15 @@ describe("hetzner driver faults", () => {
     expect(err).toBeInstanceOf(ProjectFull);
     expect((err as ProjectFull).full).toBe(true);
     expect((await s.state()).servers).toHaveLength(0);
+    expect(await s.stores.figures.get("pod")).toEqual({ swept: 0, fullTotal: 1, fullUntil: s.clock.t + FULL_RECHECK_MS });
+    // No retry storm: while it is taken to be full, passes ask Hetzner nothing.
+    const asked = (await s.state()).requests.length;
     await s.ctl("mode", { serverLimit: 5 });
+    s.clock.t += FULL_RECHECK_MS - 1;
+    expect(await failure(s.driver.accept(request("l-1"), within()))).toBeInstanceOf(ProjectFull);
+    expect(await failure(s.driver.accept(request("l-2"), within()))).toBeInstanceOf(ProjectFull);
+    expect((await s.state()).requests.length).toBe(asked);
+    s.clock.t += 1;
     expect(await s.driver.accept(request("l-1"), within())).toBe("pending");
     expect((await s.state()).servers).toHaveLength(1);
   });
@@ -169,6 +177,7 @@ describe("hetzner driver faults", () => {
     await s.ctl("mode", { failCalls: [] });
     const swept = await s.sweep(new Map([["keep-1", { ended: false }]]));
     expect(swept.deleted).toBe(60);
+    expect(await s.stores.figures.get("pod")).toMatchObject({ swept: 60, rate: { limit: 3600 } });
     expect(swept.events[0]).toMatchObject({ event: "orphan_deleted", reason: "no assignment of this dispatcher knows it" });
     expect((await s.state()).servers.map((v) => v.labels["gdr-assignment"]).sort()).toEqual(["keep-1", "other-backend", "other-instance"]);
   });

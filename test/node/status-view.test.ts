@@ -43,6 +43,7 @@ describe("recent assignments", () => {
       backends: [],
       pools: [],
       owners: [],
+      cloud: [],
       stream: { messages: 0, published: 0, acked: 0 },
     } as Status);
     const row = (id: string) => page.split("<tr>").find((r) => r.startsWith(`<td class="t">${id}</td>`))!;
@@ -58,6 +59,7 @@ describe("recent assignments", () => {
       backends: [],
       pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 0, warm: 1, startup: null }],
       owners: [],
+      cloud: [],
       stream: { messages: 0, published: 0, acked: 0 },
     } as Status);
     expect(String(withPool)).toContain("A pool is a kind of runner named in RUNNER_POOLS");

@@ -2,11 +2,12 @@
 // from the templates and the first candidate with room; its id kept in a note so that neither a
 // status poll nor a lookup is needed on the usual path (create, the claim, delete).
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
-import type { DriverDeps, DriverStores } from "../driver-module.ts";
+import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
 import { createHetznerApi, HetznerError, type HetznerApi, type HetznerServer } from "./client.ts";
 import { createNotes, type Notes, type ServerNote } from "./notes.ts";
-import type { RateState } from "./rate-budget.ts";
+import { projectedRemaining, type RateState } from "./rate-budget.ts";
+import { sweepServers } from "./sweep.ts";
 import { createBody, type Candidate } from "./server-body.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "./user-data.ts";
 
@@ -27,7 +28,10 @@ const ENDED = new Set(["off", "stopping", "deleting"]);
 /** Refusals that mean "no room for this candidate": the next one is tried in the same pass. */
 const NO_ROOM = new Set(["resource_unavailable", "placement_error"]);
 
-/** The project's server limit: a full backend, not a failure; nothing is asked of the API until `until`. */
+/** After the project's server limit refused a create, the next create is tried this much later (a delete may come first). */
+export const FULL_RECHECK_MS = 30_000;
+
+/** The project's server limit: a full backend, not a failure; no create is tried until FULL_RECHECK_MS has passed. */
 export class ProjectFull extends BackendError {
   readonly full = true;
 }
@@ -39,7 +43,13 @@ export interface HetznerDriverOptions {
   deps: DriverDeps;
 }
 
-export function createHetznerDriver(opts: HetznerDriverOptions): RunnerBackend & { api: HetznerApi } {
+export interface HetznerDriver extends RunnerBackend {
+  api: HetznerApi;
+  /** The orphan sweep (sweep.ts), its count and the rate budget kept in the backend's figures. */
+  sweep(ask: TickAsk): Promise<{ listed: number; deleted: number }>;
+}
+
+export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
   const { deps, backend } = opts;
   const budget: { state: RateState | undefined; loaded?: boolean } = { state: undefined };
   const api = createHetznerApi({ url: opts.settings.url, token: opts.settings.token, now: deps.now, budget, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
@@ -62,11 +72,27 @@ export function createHetznerDriver(opts: HetznerDriverOptions): RunnerBackend &
 
   return {
     api,
-    accept: (request, signal) =>
-      withStores(async ({ notes, bootstraps }) => {
+    sweep: (ask) =>
+      withStores(async ({ notes, figures }) => {
         const before = budget.state;
         try {
-          return await acceptWith(notes, bootstraps, request, signal);
+          const swept = await sweepServers(api, notes, backend, deps.instance, deps.now, ask);
+          const rate = budget.state;
+          await figures.change(backend, (f) => ({
+            ...f,
+            swept: f.swept + swept.deleted,
+            ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
+          }));
+          return swept;
+        } finally {
+          await saveBudget(notes, before).catch(() => undefined);
+        }
+      }),
+    accept: (request, signal) =>
+      withStores(async ({ notes, bootstraps, figures }) => {
+        const before = budget.state;
+        try {
+          return await acceptWith(notes, bootstraps, figures, request, signal);
         } finally {
           await saveBudget(notes, before).catch(() => undefined);
         }
@@ -81,12 +107,21 @@ export function createHetznerDriver(opts: HetznerDriverOptions): RunnerBackend &
       }),
   };
 
-  async function acceptWith(notes: Notes, bootstraps: DriverStores["bootstraps"], request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus> {
+  async function acceptWith(
+    notes: Notes,
+    bootstraps: DriverStores["bootstraps"],
+    figures: DriverStores["figures"],
+    request: RunnerRequest,
+    signal: AbortSignal,
+  ): Promise<RunnerStatus> {
     const id = request.assignment.id;
     const names = await objectNames(deps.prefix, id);
     const note = await notes.get(backend, names.label);
     if (note) return lookOnce(notes, names.label, note, signal);
     if (!request.launch || !request.bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
+    const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
+    if (deps.now() < fullUntil)
+      throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
     // Issued before the create: a create whose answer is lost still has its token, and an unused one expires.
     const token = await bootstraps.issue(id, { script: launchScript(request, request.launch) }, BOOTSTRAP_TTL_MS);
     const userData = bootUserData(request.bootstrapUrl, token, runnerProgram(request), opts.settings.download);
@@ -112,8 +147,11 @@ export function createHetznerDriver(opts: HetznerDriverOptions): RunnerBackend &
           lastNoRoom = err;
           continue;
         }
-        if (err instanceof HetznerError && err.code === "resource_limit_exceeded")
+        if (err instanceof HetznerError && err.code === "resource_limit_exceeded") {
+          const until = deps.now() + FULL_RECHECK_MS;
+          await figures.change(backend, (f) => ({ ...f, fullTotal: f.fullTotal + 1, fullUntil: until }));
           throw new ProjectFull("the Hetzner project's server limit is reached: jobs wait until a server is deleted", err.status);
+        }
         throw err;
       }
     }

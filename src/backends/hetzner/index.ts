@@ -4,9 +4,7 @@
 // one server per assignment (driver.ts); the orphan sweep on the cron tick (sweep.ts).
 import type { DriverModule } from "../driver-module.ts";
 import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
-import { createNotes } from "./notes.ts";
 import { checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
-import { sweepServers } from "./sweep.ts";
 
 export const DEFAULT_HCLOUD_API_URL = "https://api.hetzner.cloud/v1";
 
@@ -62,9 +60,7 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
   },
   create: (b, settings, deps) => createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, deps }),
   async tick(b, settings, deps, ask) {
-    const driver = createHetznerDriver({ backend: b.backend, settings, template: undefined, deps });
-    if (!deps.withStores) return;
-    const swept = await deps.withStores((s) => sweepServers(driver.api, createNotes(s.kv), b.backend, deps.instance, deps.now, ask));
+    const swept = await createHetznerDriver({ backend: b.backend, settings, template: undefined, deps }).sweep(ask);
     return { deleted: swept.deleted };
   },
 };

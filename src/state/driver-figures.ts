@@ -1,0 +1,52 @@
+// What a cloud driver counts of a backend, kept durably so that every isolate's /metrics agrees:
+// workloads its sweep deleted, the times its project was full (and until when it is taken to be),
+// and what the API last said of its rate budget. One KV entry per backend, changed by
+// compare-and-set; read for every backend in one request.
+import type { KV } from "@nats-io/kv";
+import type { NatsHandle } from "../nats/connection.ts";
+import { DRIVER_NOTE_PREFIX } from "../nats/names.ts";
+import { casUpdate, readManyJson } from "./kv.ts";
+
+export interface DriverFigures {
+  /** Workloads the driver's sweep deleted (orphans, ended, past their lifetime). */
+  swept: number;
+  /** Refusals for the project's limit (Hetzner's resource_limit_exceeded). */
+  fullTotal: number;
+  /** Epoch ms until which the backend is taken to be full: no create is tried before. */
+  fullUntil?: number;
+  /** The API's rate budget as last seen: requests left of `limit`, at `at` (epoch ms). */
+  rate?: { limit: number; remaining: number; at: number };
+}
+
+export const figuresKey = (backend: string) => `${DRIVER_NOTE_PREFIX}-figures.${backend}`;
+
+export interface DriverFigureStore {
+  get(backend: string): Promise<DriverFigures | undefined>;
+  change(backend: string, fn: (f: DriverFigures) => DriverFigures): Promise<void>;
+  read(backends: readonly string[]): Promise<Map<string, DriverFigures>>;
+}
+
+export function createDriverFigures(kv: KV, read?: (keys: string[]) => Promise<Map<string, { value: DriverFigures }>>): DriverFigureStore {
+  return {
+    async get(backend) {
+      const e = await kv.get(figuresKey(backend));
+      return e && e.operation === "PUT" && e.length ? e.json<DriverFigures>() : undefined;
+    },
+    async change(backend, fn) {
+      await casUpdate<DriverFigures, void>(kv, figuresKey(backend), (current) => ({
+        value: fn(current?.value ?? { swept: 0, fullTotal: 0 }),
+        result: undefined,
+      }));
+    },
+    async read(backends) {
+      if (!read) throw new Error("no batch read");
+      const found = await read(backends.map(figuresKey));
+      return new Map(backends.flatMap((b) => (found.has(figuresKey(b)) ? [[b, found.get(figuresKey(b))!.value] as const] : [])));
+    },
+  };
+}
+
+/** Every backend's figures in one request. */
+export function figureReader(handle: NatsHandle, bucket: string) {
+  return (keys: string[]) => readManyJson<DriverFigures>(handle, bucket, keys);
+}
