@@ -12,6 +12,7 @@ import { isSecret } from "../../scripts/provision-config.mjs";
 const EXAMPLES = [
   { file: "examples/wrangler.gitea-kubernetes.jsonc", envs: [undefined, "staging"] },
   { file: "examples/wrangler.forgejo.jsonc", envs: [undefined] },
+  { file: "examples/wrangler.gitea-hetzner.jsonc", envs: [undefined] },
 ];
 const VALUES: Record<string, string> = {
   RUNNER_IDENTITY_KEY: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
