@@ -2,12 +2,15 @@
 // list, read and delete servers, rebuild one, read an action. It follows the real contract
 // (fake-hetzner-rules.mjs): the create body against the OpenAPI description, unique names
 // (409 uniqueness_error), paging, the rate limit with its headers and 429, bearer auth (401
-// unauthorized), error bodies `{"error": {code, message, details}}`. Servers boot after `bootMs`.
+// unauthorized), error bodies `{"error": {code, message, details}}`. Servers boot after `bootMs`;
+// with `mode.simulate` each runs a simulated runner (simulate-hetzner.mjs) that fetches its launch,
+// claims, works and completes.
 // Tests share one server, each under a path prefix of its own. Control endpoints under
 // /<prefix>/_control: `mode` (faults: unavailable server types or locations, the project's server
 // limit, 5xx, hangs, the rate limit), `status` (a server powered off), `state`, `clock` (move time
 // on, for billing), `billing`.
 import { startTenantServer } from "./fake-http.mjs";
+import { runSimulatedServer } from "./simulate-hetzner.mjs";
 import { apiError, createProblem, hcloud, LOCATIONS, paginate, rateLimiter, selects, SERVER_TYPES } from "./fake-hetzner-rules.mjs";
 
 export const FAKE_HCLOUD_TOKEN = "hcloud-token-0000";
@@ -27,7 +30,8 @@ const newProject = () => ({
   mode: { token: FAKE_HCLOUD_TOKEN, bootMs: 0, unavailable: [], placementError: [], serverLimit: Infinity, failFirst: 0, hangFirst: 0, hangMs: 5_000 },
 });
 
-export function startFakeHetzner() {
+/** `log`: where simulated runners (mode.simulate) say what they did. */
+export function startFakeHetzner({ log } = {}) {
   return startTenantServer(newProject, serve);
 
   async function serve({ req, res, text, url, path, tenant: p, send }) {
@@ -116,6 +120,12 @@ export function startFakeHetzner() {
       rebuilds: 0,
     };
     p.servers.set(id, server);
+    // A simulated runner boots with the server, as the driver's user_data makes a real one do.
+    if (p.mode.simulate)
+      setTimeout(
+        () => void runSimulatedServer(server, { ...p.mode.simulate, log, alive: () => p.servers.get(id) === server }).catch(() => undefined),
+        p.mode.bootMs,
+      );
     return send(201, {
       server: view(p, server, now),
       action: newAction(p, "create_server", id, now),

@@ -5,8 +5,9 @@
 // which runner took which job, how long after it was queued. Ctrl-C stops everything.
 //
 // Pointed at a driver by configuration alone (environment or .dev.vars): POD_DRIVER / VM_DRIVER =
-// http | kubernetes | kubevirt. With K8S_API_URL the real cluster is used; without it an embedded
-// fake Kubernetes API plays the cluster. Kubernetes drivers need the Gitea integration: without
+// http | kubernetes | kubevirt | hetzner. With K8S_API_URL the real cluster is used; without it an
+// embedded fake Kubernetes API plays the cluster. With hetzner and no HCLOUD_API_URL, an embedded
+// fake Hetzner Cloud API boots servers that run a simulated runner. Kubernetes drivers need the Gitea integration: without
 // GITEA_URL an embedded fake Gitea is started and a signed webhook is printed to try.
 // FORGE=forgejo: the same with an embedded fake Forgejo 15, found by the poller (FORGEJO_POLL_MS),
 // each runner bound to its job's handle; the warm runners ask the dispatcher for theirs.
@@ -20,6 +21,7 @@ import { startFakeBackend } from "./fake-backend.mjs";
 import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
 import { startFakeForgejo, FAKE_FORGEJO } from "./fake-forgejo.mjs";
 import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
+import { startFakeHetzner, FAKE_HCLOUD_TOKEN } from "./fake-hetzner.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
 import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
@@ -44,7 +46,8 @@ try {
 const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
 const chosen = passedFrom(user);
 const drivers = [chosen.POD_DRIVER ?? "http", chosen.VM_DRIVER ?? "http"];
-const needsCluster = drivers.some((d) => d !== "http");
+const needsCluster = drivers.some((d) => d === "kubernetes" || d === "kubevirt");
+const hetzner = drivers.includes("hetzner");
 
 // NATS_CLUSTER=3 (or 5): a cluster of that many nodes on loopback, NATS_URL listing every node,
 // and the layout replicated (JETSTREAM_REPLICAS 3 unless set).
@@ -86,6 +89,15 @@ if (needsCluster && !vars.K8S_API_URL) {
   Object.assign(vars, { K8S_API_URL: `${cluster.url}/local`, K8S_TOKEN: FAKE_K8S_TOKEN, K8S_NAMESPACE: vars.K8S_NAMESPACE ?? "gitea-runners" });
   if (drivers.includes("kubevirt")) vars.RUNNER_VM_IMAGE ??= "registry.local/act-runner-vm:latest";
 }
+// VM_DRIVER=hetzner without HCLOUD_API_URL: an embedded fake Hetzner Cloud API whose servers boot
+// in BOOT_MS and run a simulated runner (it fetches its launch from the Worker, claims, completes).
+if (hetzner && !vars.HCLOUD_API_URL) {
+  const fake = await startFakeHetzner({ log: (line) => console.log(line) });
+  stops.push(() => fake.close());
+  await fetch(`${fake.url}/local/_control/mode`, { method: "POST", body: JSON.stringify({ bootMs: BOOT_MS, simulate: { jobMs: 6_000 } }) });
+  Object.assign(vars, { HCLOUD_API_URL: `${fake.url}/local`, HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN });
+  vars.VM_TEMPLATE ??= JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" });
+}
 let fakeGitea;
 const DEMO_POOL = { name: "small", minIdle: 2, maxRunners: 6 };
 const forgejo = vars.FORGE === "forgejo";
@@ -111,7 +123,7 @@ if (forgejo && !vars.GITEA_URL) {
 if (!vars.GITEA_URL) {
   fakeGitea = await startFakeGitea({ onTake });
   stops.push(() => fakeGitea.close());
-  const backendOf = needsCluster ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
+  const backendOf = needsCluster || hetzner ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
   const labels = ["ubuntu-latest:docker://node:20-bookworm"];
   Object.assign(vars, {
     GITEA_URL: `${fakeGitea.url}/local`,
@@ -120,8 +132,8 @@ if (!vars.GITEA_URL) {
     RUNNER_IDENTITY_KEY: randomBytes(32).toString("base64"),
   });
   if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES) {
-    // The embedded Kubernetes API does not run act_runner: warm runners there would never poll.
-    if (needsCluster) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
+    // The embedded Kubernetes and Hetzner APIs do not run act_runner: warm runners there would never poll.
+    if (needsCluster || hetzner) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
     else vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: backendOf, labels }]);
   }
   // Gitea's webhook: the fake delivers each workflow_job to the Worker, signed with its secret.
@@ -211,6 +223,9 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
         "forgejo_poll_recovered",
         "handle_conflict",
         "unbindable_job",
+        "backend_full",
+        "orphan_deleted",
+        "bootstrap_taken",
       ].includes(e.event)
     ) {
       console.log(`${e.assignment ?? ""} ${e.event}${e.reason ? `: ${e.reason}` : ""}${e.message ? `: ${e.message}` : ""}`);
