@@ -32,7 +32,7 @@ describe("hetzner user_data and launch", () => {
   it("user_data carries the URL and token, no identity; under 32 KiB with a download", () => {
     const data = bootUserData(request.bootstrapUrl!, "T".repeat(43), runnerProgram(request), {
       url: "https://x.example.org/act_runner",
-      sha256: "a".repeat(64),
+    const { files, env } = readLaunch(launchScript(request, request.launch!));
     });
     expect(bootOf(data)).toEqual({ url: `${url}/bootstrap`, token: "T".repeat(43) });
     for (const secret of [identity.token, identity.uuid, "claim-7"]) expect(data).not.toContain(secret);
