@@ -36,11 +36,15 @@ export function startFakeHetzner({ log } = {}) {
 
   async function serve({ req, res, text, url, path, tenant: p, send }) {
     if (path.startsWith("/_control/")) return control(p, path.slice(10), req.method, text, send);
+    // At a distance (the bench): each answer comes `latencyMs` after its request.
+    if (p.mode.latencyMs) await new Promise((r) => setTimeout(r, p.mode.latencyMs));
     const now = Date.now() + p.clockMs;
-    p.requests.push({ method: req.method, path, query: url.search, body: text, at: now });
+    const entry = { method: req.method, path, query: url.search, body: text, at: now };
+    p.requests.push(entry);
     if (req.headers.authorization !== `Bearer ${p.mode.token}`) return send(401, apiError("unauthorized", "unable to authenticate"));
     const budget = p.limiter.take(now);
     for (const [k, v] of Object.entries(budget.headers)) res.setHeader(k, v);
+    if (!budget.ok) entry.status = 429;
     if (!budget.ok) return send(429, apiError("rate_limit_exceeded", "limit of 3600 requests per hour reached"));
     const call = ++p.calls;
     if (call <= p.mode.hangFirst) {

@@ -56,7 +56,7 @@ export interface HetznerApi {
    * Every server matching `selector`, every page; throws when any page fails, so that a list read
    * only in part is never taken for the whole (the orphan sweep tears down what it does not see).
    */
-  listAll(selector: string, signal: AbortSignal): Promise<HetznerServer[]>;
+  listAll(selector: string, signal: AbortSignal, kind?: CallKind): Promise<HetznerServer[]>;
 }
 
 export function createHetznerApi(opts: HetznerOptions): HetznerApi {
@@ -66,6 +66,8 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
   const call = async (kind: CallKind, method: string, path: string, signal: AbortSignal, body?: unknown): Promise<Response> => {
     const allowed = mayCall(kind, budget.state, now());
     if (!allowed.ok) throw new RateBudgetExhausted(allowed.retryAt);
+    // Counted before its answer: calls made meanwhile (four at once per invocation) see it spent.
+    if (budget.state) budget.state = { ...budget.state, remaining: budget.state.remaining - 1 };
     const res = await bearerFetch(doFetch, { url: opts.url, token: opts.token, method, path, what: what(path), body }, signal);
     budget.state = readRateHeaders(res.headers, now(), res.status) ?? budget.state;
     return res;
@@ -99,11 +101,11 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
       if (res.ok || res.status === 404) return drain(res, undefined);
       return refuse("DELETE", "/servers/{id}", res);
     },
-    async listAll(selector, signal) {
+    async listAll(selector, signal, kind = "read") {
       const out: HetznerServer[] = [];
       for (let page = 1; ; page++) {
         const path = `/servers?label_selector=${encodeURIComponent(selector)}&per_page=50&page=${page}`;
-        const res = await call("read", "GET", path, signal);
+        const res = await call(kind, "GET", path, signal);
         if (!res.ok) return refuse("GET", "/servers", res);
         const body = await res.json<{ servers: HetznerServer[]; meta?: { pagination?: { next_page?: number | null } } }>();
         out.push(...body.servers);

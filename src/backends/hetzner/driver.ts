@@ -4,7 +4,7 @@
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
-import { createHetznerApi, HetznerError, type HetznerApi, type HetznerServer } from "./client.ts";
+import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
 import { createNotes, type Notes, type ServerNote } from "./notes.ts";
 import { projectedRemaining, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
@@ -21,6 +21,8 @@ export interface HetznerSettings {
 
 /** A server is looked at once, this long after its create, unless its claim came first. */
 export const STATUS_READ_AFTER_MS = 90_000;
+/** How long a delete waits for the rate budget within its call, rather than failing to the retries. */
+export const DELETE_WAIT_MS = 3_000;
 /** How long a bootstrap token may wait for its server's first boot. */
 export const BOOTSTRAP_TTL_MS = 30 * 60_000;
 /** Statuses of a server that will not run its runner (any other is on its way up). */
@@ -102,10 +104,22 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         const names = await objectNames(deps.prefix, id);
         const note = await notes.get(backend, names.label);
         const serverId = note?.serverId ?? (await api.byName(names.name, signal))?.id;
-        if (serverId !== undefined) await api.remove(serverId, signal);
+        if (serverId !== undefined) await removeSoon(serverId, signal);
         if (note) await notes.remove(backend, names.label);
       }),
   };
+
+  /** A delete the budget holds back for a moment (parallel calls spent it) waits for it: a server left running is a bill. */
+  async function removeSoon(serverId: number, signal: AbortSignal): Promise<void> {
+    try {
+      return await api.remove(serverId, signal);
+    } catch (err) {
+      const wait = err instanceof RateBudgetExhausted ? err.retryAt - deps.now() : Infinity;
+      if (wait > DELETE_WAIT_MS) throw err;
+      await new Promise((r) => setTimeout(r, Math.max(0, wait)));
+      return api.remove(serverId, signal);
+    }
+  }
 
   async function acceptWith(
     notes: Notes,

@@ -1,7 +1,7 @@
 // Hetzner's rate limit as a budget (3,600 requests an hour per project, refilled one a second):
 // what the last answer's RateLimit-* headers said, projected to now, and who may spend it. Deletes
-// come first (a server left running is a bill), then creates (a job waits), then status reads and
-// lists, which give way while the budget is low. A 429 stops every call until the reset it names.
+// come first (a server left running is a bill), then creates (a job waits) and the sweep's list
+// (it finds what is to be deleted), then status reads, which give way while the budget is low. A 429 stops every call until the reset it names.
 
 /** What the API last said of the budget, and when. */
 export interface RateState {
@@ -15,7 +15,7 @@ export interface RateState {
   blockedUntil?: number;
 }
 
-export type CallKind = "delete" | "create" | "read";
+export type CallKind = "delete" | "create" | "sweep" | "read";
 
 /** Of the budget, what creates leave for deletes, and what reads leave for both. */
 export const DELETE_RESERVE = 5;
@@ -52,7 +52,7 @@ export function projectedRemaining(s: RateState, now: number): number {
 export function mayCall(kind: CallKind, s: RateState | undefined, now: number): { ok: true } | { ok: false; retryAt: number } {
   if (!s) return { ok: true };
   if (s.blockedUntil !== undefined && now < s.blockedUntil) return { ok: false, retryAt: s.blockedUntil };
-  const floor = kind === "delete" ? 0 : kind === "create" ? DELETE_RESERVE : Math.max(DELETE_RESERVE, Math.ceil(s.limit * READ_RESERVE_SHARE));
+  const floor = kind === "delete" ? 0 : kind === "read" ? Math.max(DELETE_RESERVE, Math.ceil(s.limit * READ_RESERVE_SHARE)) : DELETE_RESERVE;
   const have = projectedRemaining(s, now);
   if (have >= floor + 1) return { ok: true };
   const perMs = s.limit / 3_600_000;

@@ -1,7 +1,7 @@
 // The hetzner driver's orphan sweep, on every cron tick: it lists this dispatcher's servers (its
 // instance's label selector, every page) and deletes those nothing needs: a server whose
-// assignment has ended or is unknown past a grace, and any server older than its pool's
-// maxLifetimeMs. A list not read to its end deletes nothing: what is missing from it is not gone.
+// assignment has ended (its teardown failed), one unknown past a grace, and any server older than
+// its pool's maxLifetimeMs. A list not read to its end deletes nothing: what is missing from it is not gone.
 import type { TickAsk } from "../driver-module.ts";
 import type { HetznerApi, HetznerServer } from "./client.ts";
 import type { Notes } from "./notes.ts";
@@ -25,12 +25,14 @@ export function judgeServer(
   const age = now - Date.parse(server.created);
   const pool = server.labels[LABELS.pool];
   const cap = (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+  // Its teardown failed (or has not come yet): nothing needs it, whatever its age.
+  if (noted && record?.ended) return { delete: true, reason: "its assignment has ended" };
   if (!(age >= 0)) return { delete: false };
   if (age > cap + ORPHAN_GRACE_MS) return { delete: true, reason: `older than its lifetime (${Math.round(cap / 60_000)} min)` };
+  // A server not (yet) known may be a create whose note is on its way, or whose record is.
   if (age <= ORPHAN_GRACE_MS) return { delete: false };
   if (!noted) return { delete: true, reason: "no assignment of this dispatcher knows it" };
   if (!record) return { delete: true, reason: "its assignment is unknown" };
-  if (record.ended) return { delete: true, reason: "its assignment has ended" };
   return { delete: false };
 }
 
@@ -43,7 +45,8 @@ export async function sweepServers(
   ask: TickAsk,
 ): Promise<{ listed: number; deleted: number }> {
   // Throws when any page fails: then nothing is deleted.
-  const servers = (await api.listAll(instanceSelector(instance), ask.signal)).filter((s) => s.labels[LABELS.backend] === backend);
+  // Its list spends the budget as a create does: it is what finds the servers to delete.
+  const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => s.labels[LABELS.backend] === backend);
   const noted = new Map<number, { id: string }>();
   for (const s of servers) {
     const label = s.labels[LABELS.assignment];
