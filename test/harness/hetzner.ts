@@ -32,7 +32,7 @@ export interface HetznerScene {
   config: Config;
   driver: RunnerBackend;
   stores: DriverStores;
-  clock: { t: number };
+  clock: { t: number; real: boolean };
   base: string;
   ctl(what: string, body?: unknown): Promise<Record<string, unknown>>;
   state(): Promise<{ servers: FakeServer[]; deleted: FakeServer[]; requests: { method: string; path: string; query: string; body: string }[] }>;
@@ -56,9 +56,10 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
   );
   const handle = await openNats(config);
   const kv = await bindBucket(handle, recordsBucket(config));
-  const clock = { t: Date.now() };
+  // `real`: the clock is the machine's (a test that waits for the budget to refill).
+  const clock = { t: Date.now(), real: false };
   const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t), figures: createDriverFigures(kv) };
-  const more = { now: () => clock.t, withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
+  const more = { now: () => (clock.real ? Date.now() : clock.t), withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;
   return {
     config,

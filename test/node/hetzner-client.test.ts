@@ -94,3 +94,18 @@ describe("the Hetzner API client", () => {
     expect((await control("state")).requests).toHaveLength(after429);
   });
 });
+
+describe("calls at once", () => {
+  it("count against the budget before their answers: of two creates with one left above the reserve, the second is not sent", async () => {
+    const { api, budget, control } = project();
+    await api.create(body("first"), signal());
+    await control("mode", { rateRemaining: 6 });
+    await api.byName("first", signal());
+    budget.state = { ...budget.state!, remaining: 6 };
+    const sent = (await control("state")).requests.length;
+    const both = await Promise.allSettled([api.create(body("a"), signal()), api.create(body("b"), signal())]);
+    expect(both.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+    expect((both.find((r) => r.status === "rejected") as PromiseRejectedResult).reason).toBeInstanceOf(RateBudgetExhausted);
+    expect((await control("state")).requests.length).toBe(sent + 1);
+  });
+});

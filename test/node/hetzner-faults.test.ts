@@ -132,6 +132,17 @@ describe("hetzner driver faults", () => {
     expect((await s.state()).servers).toHaveLength(1);
   });
 
+  it("a delete the budget holds back waits for its refill, within its call: the server goes, not to the retries", async () => {
+    const s = await scene();
+    s.clock.real = true;
+    await s.driver.accept(request("t-1"), within());
+    await s.ctl("mode", { rateRemaining: 0 });
+    const started = Date.now();
+    await s.driver.teardown("t-1", within());
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect((await s.state()).servers).toHaveLength(0);
+  });
+
   it("a 5xx, then a hang: each a BackendError, and the next pass makes the one server", async () => {
     const s = await scene();
     await s.ctl("mode", { failFirst: 1 });
@@ -191,6 +202,7 @@ describe("hetzner driver faults", () => {
       ["old", { ended: false }],
     ]);
     // Within the grace (a note or record may be on its way) only the ended one goes: its teardown failed.
+    s.clock.t = Date.now() + 1_000;
     const young = await s.sweep(records, new Map([["p", 60 * 60_000]]));
     expect(young.events).toEqual([{ event: "orphan_deleted", assignment: "ended", reason: "its assignment has ended" }]);
     s.clock.t += ORPHAN_GRACE_MS + 5_000;

@@ -86,4 +86,28 @@ describe("hetzner driver in workerd", () => {
       expect(line).not.toContain(token);
     }
   });
+
+  it("a full project is a full backend: backend_full, no server, gdr_backend_full 1; nothing in the log is an error", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    await fetch(`${project}/_control/mode`, { method: "POST", body: JSON.stringify({ serverLimit: 0 }) });
+    const env = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
+      CAPACITY_POD: 0,
+      CAPACITY_VM: 2,
+      VM_DRIVER: "hetzner",
+      HCLOUD_API_URL: project,
+      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22" }),
+      RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
+      METRICS_TOKEN: "metrics-token-0000000",
+    });
+    await provisionEnv(env);
+    expect((await deliver(env, queuedFixture)).status).toBe(202);
+    const full = logs.events().filter((e) => e.event === "backend_full");
+    expect(full.map((e) => [e.assignment, e.backend])).toEqual([["gitea-1187-1", "vm"]]);
+    expect(logs.events().filter((e) => e.event === "backend_auth")).toEqual([]);
+    expect(((await (await fetch(`${project}/_control/state`)).json()) as { servers: unknown[] }).servers).toEqual([]);
+    const metrics = await (await request(env, "/metrics", { headers: bearer("metrics-token-0000000") })).text();
+    expect(metrics).toContain('gdr_backend_full{backend="vm"} 1');
+    expect(metrics).toContain('gdr_backend_full_total{backend="vm"} 1');
+  });
 });

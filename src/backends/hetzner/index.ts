@@ -46,6 +46,8 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
     problems.push(...found.map((p) => `${p} (${b.backend} backend)`));
   },
   checkPool(settings, b, pool, problems) {
+    // A pool that changes nothing, or a backend without its template (said already), adds no problem of its own.
+    if ((!pool.template && !pool.candidates) || (b.template ?? settings.template) === undefined) return;
     const named = ` (pool ${JSON.stringify(pool.name)})`;
     if (pool.template) {
       const found = checkTemplate(pool.at("template"), pool.template);

@@ -1,0 +1,65 @@
+// The hetzner driver's configuration, checked at load with every problem named by its variable:
+// the token, the API URL, the runner download, VM_TEMPLATE and each pool's template and candidates
+// against Hetzner's API description, and candidates only where a hetzner backend reads them.
+import { describe, expect, inject, it } from "vitest";
+import { loadConfig } from "../../src/app/config.ts";
+import { configProblems, giteaTestEnv } from "../harness/env.ts";
+
+const base = (extra: Record<string, unknown> = {}) =>
+  giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:2", {
+    CAPACITY_POD: 0,
+    CAPACITY_VM: 3,
+    VM_DRIVER: "hetzner",
+    HCLOUD_TOKEN: "hcloud-token",
+    VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22" }),
+    RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest"] }]),
+    ...extra,
+  });
+const without = (env: Record<string, string>, key: string) => Object.fromEntries(Object.entries(env).filter(([k]) => k !== key));
+const pools = (list: unknown[]): Record<string, string> => {
+  const { RUNS_ON_ROUTES: _r, ...env } = base();
+  return { ...env, RUNNER_POOLS: JSON.stringify(list) };
+};
+
+describe("hetzner configuration", () => {
+  it("loads with a token and a template; the API URL defaults to Hetzner's", () => {
+    const c = loadConfig(base());
+    expect(c.drivers.hetzner).toMatchObject({ url: "https://api.hetzner.cloud/v1", token: "hcloud-token", download: undefined });
+    expect(loadConfig(base({ HCLOUD_API_URL: "http://127.0.0.1:9/p/" })).drivers.hetzner).toMatchObject({ url: "http://127.0.0.1:9/p" });
+  });
+
+  it("names what is missing or wrong, all at once", () => {
+    expect(configProblems(without(base(), "HCLOUD_TOKEN"))).toEqual([expect.stringMatching(/^HCLOUD_TOKEN is required with the hetzner driver/)]);
+    expect(configProblems(without(base(), "VM_TEMPLATE"))).toEqual([expect.stringMatching(/^VM_TEMPLATE is required with the hetzner driver \(vm backend\)/)]);
+    expect(configProblems(base({ VM_TEMPLATE: JSON.stringify({ server_type: "cx22" }) }))).toEqual([
+      "VM_TEMPLATE: image is required: set it in the template or the pool's candidates (vm backend)",
+    ]);
+    expect(configProblems(base({ VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", user_data: "x" }) }))).toEqual([
+      'VM_TEMPLATE["user_data"] is set by the dispatcher, not by a template (vm backend)',
+    ]);
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://x.example.org/act_runner" }))).toEqual([
+      "HCLOUD_RUNNER_URL and HCLOUD_RUNNER_SHA256 go together: the download is run only once its sha256 matches",
+    ]);
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "http://x.example.org/a", HCLOUD_RUNNER_SHA256: "a".repeat(63) }))).toEqual([
+      "HCLOUD_RUNNER_URL must be an https URL (the runner program a stock image downloads)",
+      "HCLOUD_RUNNER_SHA256 must be 64 hex digits (sha256sum of the runner program)",
+    ]);
+    // Near miss: both, well formed.
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://x.example.org/a", HCLOUD_RUNNER_SHA256: "A".repeat(64) }))).toEqual([]);
+  });
+
+  it("checks each pool's template and candidates as bodies Hetzner would take; candidates only on a hetzner backend", () => {
+    const pool = { name: "large", backend: "vm", labels: ["large"] };
+    expect(configProblems(pools([{ ...pool, candidates: [{ server_type: "cx42", location: "nbg1" }] }]))).toEqual([]);
+    expect(configProblems(pools([{ ...pool, template: { labels: { size: "-large" } } }]))[0]).toMatch(
+      /^RUNNER_POOLS\[0\]\["template"\]: labels\.size must match .* \(pool "large"\)$/,
+    );
+    expect(configProblems(pools([{ ...pool, template: { name: "mine" } }]))).toEqual([
+      'RUNNER_POOLS[0]["template"]["name"] is set by the dispatcher, not by a template (pool "large")',
+    ]);
+    const { VM_DRIVER: _d, ...httpVm } = pools([{ ...pool, candidates: [{ server_type: "cx42", location: "nbg1" }] }]);
+    expect(configProblems({ ...without(httpVm, "VM_TEMPLATE"), VM_BACKEND_URL: "http://127.0.0.1:9" })).toEqual([
+      'RUNNER_POOLS[0]["candidates"] is for pools of the hetzner driver; backend vm uses http (pool "large")',
+    ]);
+  });
+});
