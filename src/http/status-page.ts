@@ -78,6 +78,14 @@ ${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td>
 </tbody></table></section>`;
 }
 
+/** What a cloud driver counted of the backend: a full project, its sweep, the API's rate budget. */
+function cloudLine(c: Status["cloud"][number] | undefined) {
+  if (!c) return "";
+  const rate = c.rate ? `, ${c.rate.remaining} of ${c.rate.limit} API requests left this hour` : "";
+  const full = c.full ? html`<p class="problem">The cloud project's server limit is reached: jobs wait for a server to be deleted.</p>` : "";
+  return html`${full}<p class="muted">Servers deleted by the sweep: ${c.swept}; creates refused for the project's limit: ${c.fullTotal}${rate}.</p>`;
+}
+
 /** A recent assignment's state as the pool would say it: a job a warm runner ran reads so, not "terminated". */
 function stateText(r: Status["recent"][number]): string {
   if (r.note?.startsWith("ran on ")) return r.note;
@@ -85,6 +93,7 @@ function stateText(r: Status["recent"][number]): string {
 }
 
 export function renderStatusPage(s: Status) {
+  const cloud = new Map(s.cloud.map((c) => [c.backend, c]));
   const backends = s.backends.map((b) => {
     const free = Math.max(0, b.capacity - b.slotsInUse);
     const rows: [string, number][] = [
@@ -101,6 +110,7 @@ export function renderStatusPage(s: Status) {
 <p><meter min="0" max="${b.capacity}" value="${b.slotsInUse}" aria-label="capacity used"></meter>
  ${b.slotsInUse} of ${b.capacity} slots used, ${free} free</p>
 <table>${rows.map(([label, n]) => html`<tr><th scope="row">${label}</th><td class="n">${n}</td></tr>`)}</table>
+${cloudLine(cloud.get(b.backend))}
 </section>`;
   });
   const problems = s.problems.length

@@ -63,6 +63,40 @@ describe("recent assignments", () => {
       stream: { messages: 0, published: 0, acked: 0 },
     } as Status);
     expect(String(withPool)).toContain("A pool is a kind of runner named in RUNNER_POOLS");
+    // A cloud backend's section says what its driver counted; a full project says so; others say nothing of it.
+    const backend = {
+      capacity: 4,
+      slotsInUse: 0,
+      registering: 0,
+      queued: 0,
+      ackPending: 0,
+      redelivered: 0,
+      waitingForCapacity: 0,
+      waitingForQuota: 0,
+      pendingAtBackend: 0,
+      readyForClaim: 0,
+      running: 0,
+      delivered: 0,
+    };
+    const cloudPage = String(
+      await renderStatusPage({
+        at: T,
+        problems: [],
+        recent: [],
+        backends: [
+          { backend: "vm", ...backend },
+          { backend: "pod", ...backend },
+        ],
+        pools: [],
+        owners: [],
+        cloud: [{ backend: "vm", full: true, fullTotal: 2, swept: 5, rate: { limit: 3600, remaining: 3500 } }],
+        stream: { messages: 0, published: 0, acked: 0 },
+      } as Status),
+    );
+    const section = (name: string) => cloudPage.slice(cloudPage.indexOf(`<h2>Backend ${name}</h2>`)).split("</section>")[0]!;
+    expect(section("vm")).toContain("Servers deleted by the sweep: 5; creates refused for the project's limit: 2, 3500 of 3600 API requests left this hour.");
+    expect(section("vm")).toContain("The cloud project's server limit is reached");
+    expect(section("pod")).not.toContain("Servers deleted");
   });
 });
 
