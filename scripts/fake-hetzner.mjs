@@ -11,6 +11,7 @@
 // on, for billing), `billing`.
 import { startTenantServer } from "./fake-http.mjs";
 import { runSimulatedServer } from "./simulate-hetzner.mjs";
+import { checkAgainst } from "../src/backends/api-schema.ts";
 import { apiError, createProblem, hcloud, LOCATIONS, paginate, rateLimiter, selects, SERVER_TYPES } from "./fake-hetzner-rules.mjs";
 
 export const FAKE_HCLOUD_TOKEN = "hcloud-token-0000";
@@ -80,9 +81,12 @@ export function startFakeHetzner({ log } = {}) {
       } catch {
         return send(400, apiError("json_error", "invalid JSON"));
       }
+      const problems = checkAgainst(hcloud, "rebuild_server_from_image_request", body);
+      if (problems.length) return send(422, apiError("invalid_input", problems.join("; ")));
       // A fresh disk from the image; the server, its id, name, labels and paid hour stay.
-      Object.assign(server, { image: body.image, bootedAt: now + p.mode.bootMs, rebuilds: server.rebuilds + 1 });
+      Object.assign(server, { image: body.image, bootedAt: now + p.mode.bootMs, rebuilds: server.rebuilds + 1, status: undefined, runner: undefined });
       if (typeof body.user_data === "string") server.userData = body.user_data;
+      if (p.mode.simulate) boot(p, server);
       return send(201, { action: newAction(p, "rebuild_server", server.id, now), root_password: null });
     }
     if (req.method === "GET") return send(200, { server: view(p, server, now) });
@@ -124,18 +128,20 @@ export function startFakeHetzner({ log } = {}) {
       rebuilds: 0,
     };
     p.servers.set(id, server);
-    // A simulated runner boots with the server, as the driver's user_data makes a real one do.
-    if (p.mode.simulate)
-      setTimeout(
-        () => void runSimulatedServer(server, { ...p.mode.simulate, log, alive: () => p.servers.get(id) === server }).catch(() => undefined),
-        p.mode.bootMs,
-      );
+    if (p.mode.simulate) boot(p, server);
     return send(201, {
       server: view(p, server, now),
       action: newAction(p, "create_server", id, now),
       next_actions: [newAction(p, "start_server", id, now)],
       root_password: null,
     });
+  }
+
+  /** A simulated runner boots with the server (and with each rebuild), as the driver's user_data makes a real one do. */
+  function boot(p, server) {
+    const rebuilds = server.rebuilds;
+    const alive = () => p.servers.get(server.id) === server && server.rebuilds === rebuilds;
+    setTimeout(() => void runSimulatedServer(server, { ...p.mode.simulate, log, alive }).catch(() => undefined), p.mode.bootMs);
   }
 
   function newAction(p, command, serverId, now) {

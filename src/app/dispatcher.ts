@@ -205,7 +205,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         completeUrl: `${base}/complete`,
         bootstrapUrl: `${base}/bootstrap`,
         ...(pool
-          ? { pool: { name: pool.name, ...(pool.template ? { template: pool.template } : {}), ...(pool.candidates ? { candidates: pool.candidates } : {}) } }
+          ? {
+              pool: {
+                name: pool.name,
+                ...(pool.template ? { template: pool.template } : {}),
+                ...(pool.candidates ? { candidates: pool.candidates } : {}),
+                ...(pool.reuse ? { reuse: pool.reuse } : {}),
+              },
+            }
           : {}),
       };
       if (!forge) return { request };

@@ -49,7 +49,7 @@ export interface RunnerRequest {
   /** How its runner program starts, from its forge (Forge.runnerFields): what the kubernetes and kubevirt drivers render. Never sent by the http driver. */
   launch?: RunnerLaunch;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
-  pool?: { name: string; template?: Record<string, unknown>; candidates?: { server_type: string; location: string }[] };
+  pool?: { name: string; template?: Record<string, unknown>; candidates?: { server_type: string; location: string }[]; reuse?: "rebuild" };
 }
 
 /**

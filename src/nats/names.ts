@@ -121,6 +121,12 @@ export function driverNoteKey(backend: string, id: string): string {
 }
 export const DRIVER_NOTE_PREFIX = "dn";
 
+/** Which assignment (by label) a driver's server runs now: a rebuilt server runs another than its name says. */
+export const driverServerKey = (backend: string, serverId: number) => `${DRIVER_NOTE_PREFIX}-srv.${backend}.${serverId}`;
+/** A finished server kept for its pool's next job within its paid hour (reuse: "rebuild"). */
+export const parkedKey = (backend: string, pool: string, serverId: number) => `${DRIVER_NOTE_PREFIX}-park.${backend}.${pool}.${serverId}`;
+export const parkedPrefix = (backend: string, pool?: string) => `${DRIVER_NOTE_PREFIX}-park.${backend}.${pool ?? "*"}`;
+
 /** What a driver keeps of its cloud API's rate limit, one per settings (a Hetzner project's token). */
 export const driverBudgetKey = (settingsKey: string) => `${DRIVER_NOTE_PREFIX}-budget.${settingsKey}`;
 

@@ -21,6 +21,7 @@ export function checkPools(pools: readonly Pool[], variable: string, backends: r
     const module = driverModule(b.driver);
     if (pool.candidates && !module.candidates)
       problems.push(`${at("candidates")} is for pools of the hetzner driver; backend ${b.backend} uses ${b.driver}${named}`);
+    if (pool.reuse && !module.candidates) problems.push(`${at("reuse")} is for pools of the hetzner driver; backend ${b.backend} uses ${b.driver}${named}`);
     const settings = drivers[module.settingsKey];
     // Without its settings, the driver's own problems are reported already.
     if (settings !== undefined) module.checkPool?.(settings, b, { ...pool, at }, problems);

@@ -40,6 +40,8 @@ const poolSchema = z
     labels: routeSchema.shape.labels,
     /** A partial Pod, VirtualMachineInstance or Hetzner create-server body (its backend's driver's), merged over the backend's default. */
     template: z.record(z.string(), z.unknown()).optional(),
+    /** The hetzner driver's: a finished job's server is kept for the pool's next job within its paid hour, and rebuilt for it. */
+    reuse: z.enum(["rebuild"], { message: 'must be "rebuild"' }).optional(),
     /** The hetzner driver's (server type, location) pairs, tried in order where one has no room. */
     candidates: z
       .array(z.strictObject({ server_type: z.string().min(1).max(64), location: z.string().min(1).max(64) }))

@@ -14,7 +14,9 @@ import { bindBucket } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { driverDeps } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
+import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
+import { launched } from "./launch.ts";
+import type { RunnerRequest } from "../../src/domain/backend.ts";
 
 export const TEMPLATE = { image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" };
 
@@ -82,4 +84,28 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
     },
     close: () => closeNats(handle.nc),
   };
+}
+
+/** A runner request as the dispatcher hands it to the hetzner driver: a Gitea identity of its own, its launch, its bootstrap URL. */
+export function vmRequest(id: string, pool?: RunnerRequest["pool"]): RunnerRequest {
+  const url = `https://dispatch.example.org/v1/assignments/${id}`;
+  const runner = {
+    WARNING: "x",
+    id: 7,
+    uuid: `uuid-of-${id}`,
+    name: `gdr-${id}`,
+    token: `identity-of-${id}`,
+    address: "https://gitea.example.org",
+    labels: ["l"],
+    ephemeral: true,
+  };
+  return launched({
+    assignment: assignment(id),
+    claimToken: `claim-${id}`,
+    claimUrl: `${url}/claim`,
+    completeUrl: `${url}/complete`,
+    bootstrapUrl: `${url}/bootstrap`,
+    runner,
+    ...(pool ? { pool } : {}),
+  });
 }

@@ -61,5 +61,12 @@ describe("hetzner configuration", () => {
     expect(configProblems({ ...without(httpVm, "VM_TEMPLATE"), VM_BACKEND_URL: "http://127.0.0.1:9" })).toEqual([
       'RUNNER_POOLS[0]["candidates"] is for pools of the hetzner driver; backend vm uses http (pool "large")',
     ]);
+    // reuse: "rebuild" alike; on hetzner it loads, and any other value is named.
+    expect(configProblems(pools([{ ...pool, reuse: "rebuild" }]))).toEqual([]);
+    expect(configProblems(pools([{ ...pool, reuse: "keep" }]))).toEqual(['RUNNER_POOLS[0]["reuse"] must be "rebuild" (pool "large")']);
+    const { VM_DRIVER: _e, ...httpReuse } = pools([{ ...pool, reuse: "rebuild" }]);
+    expect(configProblems({ ...without(httpReuse, "VM_TEMPLATE"), VM_BACKEND_URL: "http://127.0.0.1:9" })).toEqual([
+      'RUNNER_POOLS[0]["reuse"] is for pools of the hetzner driver; backend vm uses http (pool "large")',
+    ]);
   });
 });

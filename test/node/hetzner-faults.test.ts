@@ -2,15 +2,13 @@
 // (the assignment gets its server), nothing doubled (one server per assignment) and nothing left
 // running (teardown and the sweep leave 0 servers).
 import { afterAll, describe, expect, it } from "vitest";
-import { BackendError, type RunnerRequest } from "../../src/domain/backend.ts";
+import { BackendError } from "../../src/domain/backend.ts";
 import { FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { assignment } from "../harness/env.ts";
-import { launched } from "../harness/launch.ts";
-import { hetznerScene, TEMPLATE, type HetznerScene } from "../harness/hetzner.ts";
+import { hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
 const scenes: HetznerScene[] = [];
 afterAll(async () => {
@@ -22,28 +20,7 @@ async function scene(extra: Record<string, unknown> = {}) {
   return s;
 }
 
-const identity = {
-  WARNING: "x",
-  id: 7,
-  uuid: "u-7",
-  name: "gdr-7",
-  token: "identity-token-7",
-  address: "https://gitea.example.org",
-  labels: ["l"],
-  ephemeral: true,
-};
-function request(id: string, pool?: RunnerRequest["pool"]): RunnerRequest {
-  const url = `https://dispatch.example.org/v1/assignments/${id}`;
-  return launched({
-    assignment: assignment(id),
-    claimToken: `claim-${id}`,
-    claimUrl: `${url}/claim`,
-    completeUrl: `${url}/complete`,
-    bootstrapUrl: `${url}/bootstrap`,
-    runner: identity,
-    ...(pool ? { pool } : {}),
-  });
-}
+const request = vmRequest;
 const within = () => AbortSignal.timeout(3_000);
 const failure = (p: Promise<unknown>) =>
   p.then(

@@ -4,29 +4,12 @@
 import { describe, expect, it } from "vitest";
 import { bootUserData, launchScript, runnerProgram } from "../../src/backends/hetzner/user-data.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
-import { launched } from "../harness/launch.ts";
-import { assignment } from "../harness/env.ts";
+import { vmRequest } from "../harness/hetzner.ts";
 import type { RunnerRequest } from "../../src/domain/backend.ts";
 
-const identity = {
-  WARNING: "x",
-  id: 7,
-  uuid: "u-7",
-  name: "gdr-7",
-  token: "identity-token-7",
-  address: "https://gitea.example.org",
-  labels: ["l"],
-  ephemeral: true,
-};
 const url = "https://dispatch.example.org/v1/assignments/gitea-7-1";
-const request: RunnerRequest = launched({
-  assignment: assignment("gitea-7-1"),
-  claimToken: "claim-7",
-  claimUrl: `${url}/claim`,
-  completeUrl: `${url}/complete`,
-  bootstrapUrl: `${url}/bootstrap`,
-  runner: identity,
-});
+const request = vmRequest("gitea-7-1");
+const identity = request.runner!;
 
 describe("hetzner user_data and launch", () => {
   it("user_data carries the URL and token, no identity; under 32 KiB with a download", () => {
@@ -35,7 +18,7 @@ describe("hetzner user_data and launch", () => {
       sha256: "a".repeat(64),
     });
     expect(bootOf(data)).toEqual({ url: `${url}/bootstrap`, token: "T".repeat(43) });
-    for (const secret of [identity.token, identity.uuid, "claim-7"]) expect(data).not.toContain(secret);
+    for (const secret of [identity.token, identity.uuid, "claim-gitea-7-1"]) expect(data).not.toContain(secret);
     expect(data).toContain(`echo '${"a".repeat(64)}  /usr/local/bin/act_runner.part' | sha256sum -c -`);
     expect(data.startsWith("#!/bin/sh\n")).toBe(true);
     expect(new TextEncoder().encode(data).length).toBeLessThan(4096);
@@ -46,7 +29,7 @@ describe("hetzner user_data and launch", () => {
     const script = launchScript({ ...request, handleUrl: `${url}/handle?x='y'` }, request.launch!);
     const { files, env } = readLaunch(launchScript(request, request.launch!));
     expect(JSON.parse(files[".runner"]!)).toEqual(identity);
-    expect(files["claim-token"]).toBe("claim-7");
+    expect(files["claim-token"]).toBe("claim-gitea-7-1");
     expect(env).toMatchObject({ GDR_ASSIGNMENT_ID: "gitea-7-1", GDR_CLAIM_URL: `${url}/claim`, GDR_COMPLETE_URL: `${url}/complete` });
     expect(script).toContain(`export GDR_HANDLE_URL='${url}/handle?x='\\''y'\\'''`);
     expect(script).toContain("umask 077");

@@ -50,6 +50,8 @@ export interface HetznerApi {
   /** GET /servers?name=: the server of that name, or null. */
   byName(name: string, signal: AbortSignal): Promise<HetznerServer | null>;
   get(id: number, signal: AbortSignal): Promise<HetznerServer | null>;
+  /** POST /servers/{id}/actions/rebuild: true once asked; false when the server is gone. */
+  rebuild(id: number, body: { image: string; user_data: string }, signal: AbortSignal): Promise<boolean>;
   /** DELETE; a server already gone is fine. */
   remove(id: number, signal: AbortSignal): Promise<void>;
   /**
@@ -95,6 +97,12 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
       if (res.status === 404) return drain(res, null);
       if (!res.ok) return refuse("GET", "/servers/{id}", res);
       return (await res.json<{ server: HetznerServer }>()).server;
+    },
+    async rebuild(id, body, signal) {
+      const res = await call("create", "POST", `/servers/${id}/actions/rebuild`, signal, body);
+      if (res.status === 201 || res.status === 200) return drain(res, true);
+      if (res.status === 404) return drain(res, false);
+      return refuse("POST", "/servers/{id}/actions/rebuild", res);
     },
     async remove(id, signal) {
       const res = await call("delete", "DELETE", `/servers/${id}`, signal);

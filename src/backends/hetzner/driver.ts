@@ -8,6 +8,7 @@ import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, t
 import { createNotes, type Notes, type ServerNote } from "./notes.ts";
 import { projectedRemaining, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
+import { parkIfWorthIt, takeParked } from "./reuse.ts";
 import { createBody, type Candidate } from "./server-body.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "./user-data.ts";
 
@@ -103,9 +104,10 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       withStores(async ({ notes }) => {
         const names = await objectNames(deps.prefix, id);
         const note = await notes.get(backend, names.label);
+        if (note && (await parkIfWorthIt(notes, backend, note, deps.now()))) return notes.remove(backend, names.label, note.serverId);
         const serverId = note?.serverId ?? (await api.byName(names.name, signal))?.id;
         if (serverId !== undefined) await removeSoon(serverId, signal);
-        if (note) await notes.remove(backend, names.label);
+        if (note) await notes.remove(backend, names.label, note.serverId);
       }),
   };
 
@@ -142,6 +144,21 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const who = { name: names.name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
     const templates = [opts.template, request.pool?.template];
     const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
+    const pool = request.pool;
+    const image = String(createBody(who, "", templates, candidates[0]).image);
+    if (pool?.reuse === "rebuild") {
+      // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
+      const taken = await takeParked(api, notes, backend, pool.name, userData, deps.now(), signal);
+      if (taken) {
+        await notes.put(backend, names.label, {
+          id,
+          serverId: taken.serverId,
+          createdAt: deps.now(),
+          reuse: { pool: pool.name, image, paidFrom: taken.paidFrom },
+        });
+        return "pending";
+      }
+    }
     let server: HetznerServer | undefined;
     let adopted = false;
     let lastNoRoom: HetznerError | undefined;
@@ -172,7 +189,8 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
     // Our clock times the status read; an adopted server's own age counts from its creation.
     const createdAt = adopted ? Math.min(deps.now(), Date.parse(server.created) || deps.now()) : deps.now();
-    await notes.put(backend, names.label, { id, serverId: server.id, createdAt });
+    const reuse = pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom: Date.parse(server.created) || createdAt } } : {};
+    await notes.put(backend, names.label, { id, serverId: server.id, createdAt, ...reuse });
     return "pending";
   }
 
@@ -187,7 +205,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       return ready ? "ready" : "pending";
     }
     if (server) await api.remove(server.id, signal);
-    await notes.remove(backend, label);
+    await notes.remove(backend, label, note.serverId);
     throw new BackendError(`server ${server ? server.status : "gone"} before the claim; recreating`);
   }
 }

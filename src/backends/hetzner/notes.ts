@@ -1,28 +1,48 @@
 // What the hetzner driver keeps between passes, in the records bucket beside the records: each
 // assignment's server (its id, so that teardown needs no lookup, and whether its one status read
-// was made), and the project's rate budget, so that every invocation spends the same one.
+// was made), which assignment each server runs now, the servers parked for their pool's next job
+// (reuse: "rebuild"), and the project's rate budget, so that every invocation spends the same one.
 import type { KV } from "@nats-io/kv";
-import { driverBudgetKey, driverNoteKey } from "../../nats/names.ts";
-import { readJson } from "../../state/kv.ts";
+import { driverBudgetKey, driverNoteKey, driverServerKey, parkedKey, parkedPrefix } from "../../nats/names.ts";
+import { isWrongLastSequence, readJson } from "../../state/kv.ts";
 import type { RateState } from "./rate-budget.ts";
 
 export interface ServerNote {
-  /** The assignment's id (the note is kept under its server's label, which the sweep reads). */
+  /** The assignment's id (the note is kept under its label, kubernetes/names.ts objectNames). */
   id: string;
   serverId: number;
-  /** Epoch ms the server was created (or found, when adopted). */
+  /** Epoch ms the server was asked for (created, adopted or rebuilt) for this assignment. */
   createdAt: number;
   /** Its one status read was made (the claim is the usual sign that it is up). */
   checked?: boolean;
   /** That read found it running: the runner is up, its claim is awaited. */
   ready?: boolean;
+  /** Its pool reuses servers (reuse: "rebuild"): at the end it is parked, not deleted, while its hour lasts. */
+  reuse?: { pool: string; image: string; paidFrom: number };
+}
+
+/** A server kept for its pool's next job: when its paid hours began, and what it is rebuilt from. */
+export interface Parked {
+  serverId: number;
+  pool: string;
+  image: string;
+  /** Epoch ms the server was created: its paid hours start there. */
+  paidFrom: number;
+  parkedAt: number;
 }
 
 export interface Notes {
-  /** By the assignment's label (kubernetes/names.ts objectNames): a server's own label finds it. */
   get(backend: string, label: string): Promise<ServerNote | undefined>;
+  /** Writes the note and which assignment its server runs. */
   put(backend: string, label: string, note: ServerNote): Promise<void>;
-  remove(backend: string, label: string): Promise<void>;
+  remove(backend: string, label: string, serverId?: number): Promise<void>;
+  /** The label of the assignment `serverId` runs now, if any. */
+  runs(backend: string, serverId: number): Promise<string | undefined>;
+  park(backend: string, p: Parked): Promise<void>;
+  /** Every parked server of `backend` (of `pool`), with the revision to take it at. */
+  parked(backend: string, pool?: string): Promise<{ key: string; revision: number; value: Parked }[]>;
+  /** Takes a parked server: true for the one caller whose delete lands at the revision read. */
+  take(key: string, revision: number): Promise<boolean>;
   budget(): Promise<RateState | undefined>;
   saveBudget(state: RateState): Promise<void>;
 }
@@ -33,10 +53,33 @@ export function createNotes(kv: KV): Notes {
       return (await readJson<ServerNote>(kv, driverNoteKey(backend, label)))?.value;
     },
     async put(backend, label, note) {
+      await kv.put(driverServerKey(backend, note.serverId), JSON.stringify({ label }));
       await kv.put(driverNoteKey(backend, label), JSON.stringify(note));
     },
-    async remove(backend, label) {
+    async remove(backend, label, serverId) {
       await kv.purge(driverNoteKey(backend, label));
+      if (serverId !== undefined) await kv.purge(driverServerKey(backend, serverId));
+    },
+    async runs(backend, serverId) {
+      return (await readJson<{ label: string }>(kv, driverServerKey(backend, serverId)))?.value.label;
+    },
+    async park(backend, p) {
+      await kv.put(parkedKey(backend, p.pool, p.serverId), JSON.stringify(p));
+    },
+    async parked(backend, pool) {
+      const keys: string[] = [];
+      for await (const k of await kv.keys(`${parkedPrefix(backend, pool)}.*`)) keys.push(k);
+      const found = await Promise.all(keys.map(async (key) => ({ key, read: await readJson<Parked>(kv, key) })));
+      return found.flatMap(({ key, read }) => (read ? [{ key, revision: read.revision, value: read.value }] : []));
+    },
+    async take(key, revision) {
+      try {
+        await kv.delete(key, { previousSeq: revision });
+        return true;
+      } catch (err) {
+        if (isWrongLastSequence(err)) return false;
+        throw err;
+      }
     },
     async budget() {
       return (await readJson<RateState>(kv, driverBudgetKey("hetzner")))?.value;
