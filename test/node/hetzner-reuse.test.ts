@@ -3,7 +3,9 @@
 // last job's); racing jobs take it once; one gone meanwhile is replaced by a create; the sweep
 // deletes a parked server before its next hour, and never takes it for an orphan.
 import { afterAll, describe, expect, it } from "vitest";
-import { PARK_MIN_LEFT_MS, PARKED_DELETE_LEFT_MS } from "../../src/backends/hetzner/reuse.ts";
+import { PARK_MIN_LEFT_MS, PARKED_DELETE_LEFT_MS, takeParked } from "../../src/backends/hetzner/reuse.ts";
+import { createHetznerApi } from "../../src/backends/hetzner/client.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
@@ -90,5 +92,21 @@ describe("reuse: rebuild", () => {
     expect(left).toHaveLength(2);
     expect(left.map((v) => v.name)).toContain("gdr-r-4");
     expect(await createNotes(s.stores.kv).parked("pod")).toEqual([]);
+  });
+
+  it("two takers with the same read of the parked list: the one whose compare-and-set lands rebuilds, the other gets nothing", async () => {
+    const s = await scene();
+    s.clock.t = Date.now();
+    await s.driver.accept(request("s-1"), within());
+    await s.driver.teardown("s-1", within());
+    const notes = createNotes(s.stores.kv);
+    const read = await notes.parked("pod", "small");
+    const stale = { ...notes, parked: async () => read };
+    const api = createHetznerApi({ url: s.base, token: FAKE_HCLOUD_TOKEN });
+    const take = () => takeParked(api, stale, "pod", "small", "#!/bin/sh\n", s.clock.t, within());
+    const [first, second] = [await take(), await take()];
+    expect(first?.serverId).toBe(read[0]!.value.serverId);
+    expect(second).toBeUndefined();
+    expect((await kinds(s)).filter((k) => k.includes("rebuild"))).toHaveLength(1);
   });
 });
