@@ -3,11 +3,10 @@
 // runner's identity, 0600, and its command), a second fetch is refused; in_progress claims it,
 // completed deletes it, and nothing is left running or written in a log.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
 import { bearer, captureLogs, giteaControl, request, type Captured } from "../harness/worker.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
-import { withJob } from "../harness/jobs.ts";
+import { deliverJob, withJob } from "../harness/jobs.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 
 const nats = inject("natsWsUrl");
@@ -17,18 +16,20 @@ beforeEach(() => {
 });
 afterEach(() => logs.restore());
 
-async function deliver(env: Record<string, string>, payload: unknown) {
-  const raw = JSON.stringify(payload);
-  const res = await request(env, "/v1/gitea/webhook", {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "x-gitea-event-type": "workflow_job",
-      "x-gitea-signature": await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw)),
-    },
-    body: raw,
+const deliver = deliverJob;
+
+/** A vm backend on the hetzner driver, on a fake project of its own. */
+function hetznerEnv(project: string, template: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  return giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
+    CAPACITY_POD: 0,
+    CAPACITY_VM: 2,
+    VM_DRIVER: "hetzner",
+    HCLOUD_API_URL: project,
+    HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+    VM_TEMPLATE: JSON.stringify(template),
+    RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
+    ...extra,
   });
-  return { status: res.status, body: await res.json() };
 }
 
 type Server = { id: number; name: string; userData: string; labels: Record<string, string> };
@@ -36,15 +37,7 @@ type Server = { id: number; name: string; userData: string; labels: Record<strin
 describe("hetzner driver in workerd", () => {
   it("runs a Gitea job from webhook to deletion; the identity only through a one-time bootstrap", async () => {
     const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
-    const env = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
-      CAPACITY_POD: 0,
-      CAPACITY_VM: 2,
-      VM_DRIVER: "hetzner",
-      HCLOUD_API_URL: project,
-      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
-      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1", labels: { team: "ci" } }),
-      RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
-    });
+    const env = hetznerEnv(project, { image: "ubuntu-24.04", server_type: "cx22", location: "fsn1", labels: { team: "ci" } });
     await provisionEnv(env);
     const hz = async (what: string) => (await (await fetch(`${project}/_control/${what}`)).json()) as { servers: Server[]; deleted: Server[] };
 
@@ -90,16 +83,7 @@ describe("hetzner driver in workerd", () => {
   it("a full project is a full backend: backend_full, no server, gdr_backend_full 1; nothing in the log is an error", async () => {
     const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
     await fetch(`${project}/_control/mode`, { method: "POST", body: JSON.stringify({ serverLimit: 0 }) });
-    const env = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
-      CAPACITY_POD: 0,
-      CAPACITY_VM: 2,
-      VM_DRIVER: "hetzner",
-      HCLOUD_API_URL: project,
-      HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
-      VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22" }),
-      RUNS_ON_ROUTES: JSON.stringify([{ backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"] }]),
-      METRICS_TOKEN: "metrics-token-0000000",
-    });
+    const env = hetznerEnv(project, { image: "ubuntu-24.04", server_type: "cx22" }, { METRICS_TOKEN: "metrics-token-0000000" });
     await provisionEnv(env);
     expect((await deliver(env, queuedFixture)).status).toBe(202);
     const full = logs.events().filter((e) => e.event === "backend_full");

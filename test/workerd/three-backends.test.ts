@@ -3,11 +3,10 @@
 // the next, across all three; each runner is made by its own pool's driver, /v1/status names every
 // backend, and completing the jobs leaves no Pod, server or runner behind.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
-import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
 import { bearer, captureLogs, giteaControl, request, tickUntil, type Captured, type FakeBackendState } from "../harness/worker.ts";
 import { completedFixture, queuedFixture } from "../harness/fixtures.ts";
-import { withJob } from "../harness/jobs.ts";
+import { deliverJob, withJob } from "../harness/jobs.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 
 const nats = inject("natsWsUrl");
@@ -19,17 +18,8 @@ afterEach(() => logs.restore());
 
 type Env = Record<string, string>;
 
-async function deliver(env: Env, payload: unknown) {
-  const raw = JSON.stringify(payload);
-  const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
-  const headers = { "content-type": "application/json", "x-gitea-event-type": "workflow_job", "x-gitea-signature": signature };
-  return request(env, "/v1/gitea/webhook", { method: "POST", headers, body: raw });
-}
-const queued = (id: number) => {
-  const payload = structuredClone(queuedFixture);
-  Object.assign(payload.workflow_job, { id, labels: ["ubuntu-latest"] });
-  return payload;
-};
+const deliver = deliverJob;
+const queued = (id: number) => withJob(queuedFixture, id, { labels: ["ubuntu-latest"] });
 
 describe("three backends, three drivers", () => {
   it("spill from Kubernetes to Hetzner to http, each runner by its pool's driver, and nothing is left after the jobs", async () => {
