@@ -6,7 +6,7 @@
 import type { KV } from "@nats-io/kv";
 import { base64url, openJson, sealJson, sha256Key } from "../model/crypto.ts";
 import { bootstrapKey } from "../nats/names.ts";
-import { isWrongLastSequence, readJson } from "./kv.ts";
+import { deleteAtRevision, readJson } from "./kv.ts";
 
 interface Entry {
   id: string;
@@ -38,15 +38,7 @@ export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, pre
       const k = bootstrapKey(await sha256Key(token));
       const found = await readJson<Entry>(kv, k);
       if (!found || found.value.id !== id) return undefined;
-      const spend = async () => {
-        try {
-          await kv.delete(k, { previousSeq: found.revision });
-          return true;
-        } catch (err) {
-          if (isWrongLastSequence(err)) return false;
-          throw err;
-        }
-      };
+      const spend = () => deleteAtRevision(kv, k, found.revision);
       if (now() > found.value.expiresAt) {
         await spend();
         return undefined;

@@ -5,7 +5,7 @@
 import type { KV } from "@nats-io/kv";
 import type { NatsHandle } from "../nats/connection.ts";
 import { DRIVER_NOTE_PREFIX } from "../nats/names.ts";
-import { casUpdate, readManyJson } from "./kv.ts";
+import { casUpdate, readJson, readManyJson } from "./kv.ts";
 
 export interface DriverFigures {
   /** Workloads the driver's sweep deleted (orphans, ended, past their lifetime). */
@@ -29,8 +29,7 @@ export interface DriverFigureStore {
 export function createDriverFigures(kv: KV, read?: (keys: string[]) => Promise<Map<string, { value: DriverFigures }>>): DriverFigureStore {
   return {
     async get(backend) {
-      const e = await kv.get(figuresKey(backend));
-      return e && e.operation === "PUT" && e.length ? e.json<DriverFigures>() : undefined;
+      return (await readJson<DriverFigures>(kv, figuresKey(backend)))?.value;
     },
     async change(backend, fn) {
       await casUpdate<DriverFigures, void>(kv, figuresKey(backend), (current) => ({

@@ -105,6 +105,17 @@ export function isWrongLastSequence(err: unknown): boolean {
   return WRONG_LAST_SEQUENCE.has(e?.api_error?.err_code ?? -1) || /wrong last sequence/i.test(e?.message ?? "");
 }
 
+/** Deletes `key` only at `revision`: true for the one caller of many whose delete lands (a one-time hand-out). */
+export async function deleteAtRevision(kv: KV, key: string, revision: number): Promise<boolean> {
+  try {
+    await kv.delete(key, { previousSeq: revision });
+    return true;
+  } catch (err) {
+    if (isWrongLastSequence(err)) return false;
+    throw err;
+  }
+}
+
 const MAX_CAS_ATTEMPTS = 30;
 
 /**

@@ -4,7 +4,7 @@
 // (reuse: "rebuild"), and the project's rate budget, so that every invocation spends the same one.
 import type { KV } from "@nats-io/kv";
 import { driverBudgetKey, driverNoteKey, driverServerKey, parkedKey, parkedPrefix } from "../../nats/names.ts";
-import { isWrongLastSequence, readJson } from "../../state/kv.ts";
+import { deleteAtRevision, readJson } from "../../state/kv.ts";
 import type { RateState } from "./rate-budget.ts";
 
 export interface ServerNote {
@@ -72,15 +72,7 @@ export function createNotes(kv: KV): Notes {
       const found = await Promise.all(keys.map(async (key) => ({ key, read: await readJson<Parked>(kv, key) })));
       return found.flatMap(({ key, read }) => (read ? [{ key, revision: read.revision, value: read.value }] : []));
     },
-    async take(key, revision) {
-      try {
-        await kv.delete(key, { previousSeq: revision });
-        return true;
-      } catch (err) {
-        if (isWrongLastSequence(err)) return false;
-        throw err;
-      }
-    },
+    take: (key, revision) => deleteAtRevision(kv, key, revision),
     async budget() {
       return (await readJson<RateState>(kv, driverBudgetKey("hetzner")))?.value;
     },
