@@ -10,8 +10,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { FAKE_HCLOUD_TOKEN, startFakeHetzner } from "../scripts/fake-hetzner.mjs";
 import { startNatsServer } from "../scripts/nats-server.mjs";
 import { loadConfig } from "../src/app/config.ts";
-import { createRunnerBackend, driverDeps } from "../src/app/select-backend.ts";
-import { hetznerDriver } from "../src/backends/hetzner/index.ts";
+import { createRunnerBackend } from "../src/app/select-backend.ts";
 import { giteaLaunch } from "../src/forge/gitea/launch.ts";
 import { closeNats, openNats, withNats } from "../src/nats/connection.ts";
 import { provision } from "../src/nats/layout.ts";
@@ -122,7 +121,7 @@ async function run(name, reuse) {
       ends.set(j.id, minute + BOOT_MIN + j.minutes);
       jobMinutes += j.minutes;
     }
-    await hetznerDriver.tick(b, config.drivers.hetzner, driverDeps(config, undefined, more), {
+    await driver.tick({
       records: async (ids) => new Map(ids.map((id) => [id, ended.get(id) ?? { ended: false }])),
       lifetimes: new Map(),
       event: () => undefined,

@@ -228,7 +228,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const started = now();
       await forge?.tick(dispatcher);
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
-      await tickDrivers(dispatcher, config, { now, withStores, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
+      await tickDrivers(dispatcher, config);
       if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },

@@ -1,19 +1,17 @@
 // The drivers' own work on the cron tick (the hetzner driver's orphan sweep), once per backend
-// whose driver has some, each within the backend call limits. A sweep that fails is logged and
-// retried at the next tick: it deletes nothing it has not read in full.
+// whose driver has some, on the invocation's driver (its rate budget is the one the pass spends),
+// each within the backend call limits. A sweep that fails is logged and retried at the next tick:
+// it deletes nothing it has not read in full.
 import type { Config } from "./config.ts";
-import type { DriverDeps, TickAsk } from "../backends/driver-module.ts";
-import { driverModule } from "../backends/drivers.ts";
+import type { TickAsk } from "../domain/backend.ts";
 import { TERMINAL } from "../model/states.ts";
 import type { Dispatcher } from "../domain/context.ts";
-import { driverDeps } from "./select-backend.ts";
 
-export async function tickDrivers(d: Dispatcher, config: Config, more: Partial<DriverDeps>): Promise<void> {
+export async function tickDrivers(d: Dispatcher, config: Config): Promise<void> {
   const lifetimes = new Map(config.pools.map((p) => [p.name, p.maxLifetimeMs]));
   for (const b of config.backends) {
-    const module = driverModule(b.driver);
-    const settings = config.drivers[module.settingsKey];
-    if (!module.tick || settings === undefined) continue;
+    const runner = d.runnersFor(b.backend);
+    if (!runner.tick) continue;
     try {
       await d.callBackend(async (signal) => {
         const ask: TickAsk = {
@@ -26,7 +24,7 @@ export async function tickDrivers(d: Dispatcher, config: Config, more: Partial<D
             }),
           event: (event, fields) => d.sink.event({ event, backend: b.backend, ...fields }),
         };
-        return module.tick!(b, settings, driverDeps(config, more.fetch, { now: d.now, ...more }), ask);
+        return runner.tick!(ask);
       });
     } catch (err) {
       d.sink.error("a driver's tick failed; nothing was deleted that was not read in full", { backend: b.backend, reason: (err as Error).message });

@@ -10,7 +10,7 @@ export function createRunnerBackend(config: Config, b: BackendConfig, doFetch?: 
   return module.create(b, config.drivers[module.settingsKey], driverDeps(config, doFetch, more));
 }
 
-export function driverDeps(config: Config, doFetch?: typeof fetch, more: Partial<DriverDeps> = {}): DriverDeps {
+function driverDeps(config: Config, doFetch?: typeof fetch, more: Partial<DriverDeps> = {}): DriverDeps {
   return {
     fetch: doFetch,
     // The forge names the runners; either forge's RUNNER_NAME_PREFIX names every object of theirs.

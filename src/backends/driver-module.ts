@@ -84,17 +84,9 @@ export interface DriverModule<S = unknown> {
   checkBackend?(settings: S, b: BackendConfig, variable: string, problems: string[]): void;
   /** Problems of a pool of this driver's (its template over the backend's), found before the first job. */
   checkPool?(settings: S, b: BackendConfig, pool: PoolView, problems: string[]): void;
+  /** It counts figures of its backends (state/driver-figures.ts) for /metrics and the status: a cloud driver. */
+  figures?: boolean;
   create(b: BackendConfig, settings: S, deps: DriverDeps): RunnerBackend;
-  /** Work of the cron tick (the hetzner driver's orphan sweep), once per backend. */
-  tick?(b: BackendConfig, settings: S, deps: DriverDeps, ask: TickAsk): Promise<{ deleted: number } | void>;
 }
 
-/** What a driver's tick may ask of the dispatcher. */
-export interface TickAsk {
-  /** The record of each assignment id that has one: whether it has ended (completed, terminated). */
-  records(ids: readonly string[]): Promise<Map<string, { ended: boolean }>>;
-  /** Each pool's maxLifetimeMs, by name: a workload of it older than that (and a grace) is removed. */
-  lifetimes: ReadonlyMap<string, number>;
-  event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
-  signal: AbortSignal;
-}
+export type { TickAsk } from "../domain/backend.ts";

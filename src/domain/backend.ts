@@ -60,6 +60,18 @@ export interface RunnerRequest {
 export interface RunnerBackend {
   accept(request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus>;
   teardown(id: string, signal: AbortSignal): Promise<void>;
+  /** The driver's own work on the cron tick (the hetzner driver's orphan sweep), on the invocation's instance. */
+  tick?(ask: TickAsk): Promise<{ deleted: number }>;
+}
+
+/** What a driver's tick may ask of the dispatcher. */
+export interface TickAsk {
+  /** The record of each assignment id that has one: whether it has ended (completed, terminated). */
+  records(ids: readonly string[]): Promise<Map<string, { ended: boolean }>>;
+  /** Each pool's maxLifetimeMs, by name: a workload of it older than that (and a grace) is removed. */
+  lifetimes: ReadonlyMap<string, number>;
+  event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
+  signal: AbortSignal;
 }
 
 /** A failed backend call; the reconciliation naks and retries (401/403 also emit backend_auth). */

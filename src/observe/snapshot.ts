@@ -65,7 +65,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
     const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
     const held: AssignmentRecord[] = [];
     const waiting = new Map<string, number>();
-    const cloud = d.config.backends.filter((b) => "tick" in driverModule(b.driver)).map((b) => b.backend);
+    const cloud = d.config.backends.filter((b) => driverModule(b.driver).figures).map((b) => b.backend);
     const [stream, counted, histograms, forgeHealth, figures] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(

@@ -5,14 +5,11 @@ import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import type { Config } from "../../src/app/config.ts";
 import type { RunnerBackend } from "../../src/domain/backend.ts";
 import type { DriverStores } from "../../src/backends/driver-module.ts";
-import { hetznerDriver } from "../../src/backends/hetzner/index.ts";
-import type { HetznerSettings } from "../../src/backends/hetzner/driver.ts";
 import { closeNats, openNats } from "../../src/nats/connection.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { createBootstraps } from "../../src/state/bootstraps.ts";
 import { bindBucket } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
-import { driverDeps } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
 import { launched } from "./launch.ts";
@@ -63,9 +60,10 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
   const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t), figures: createDriverFigures(kv) };
   const more = { now: () => (clock.real ? Date.now() : clock.t), withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;
+  const driver = createRunnerBackend(config, b, undefined, more);
   return {
     config,
-    driver: createRunnerBackend(config, b, undefined, more),
+    driver,
     stores,
     clock,
     base,
@@ -73,14 +71,13 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
     state: () => ctl("state") as ReturnType<HetznerScene["state"]>,
     async sweep(records = new Map(), lifetimes = new Map()) {
       const events: Record<string, unknown>[] = [];
-      const settings = config.drivers.hetzner as HetznerSettings;
-      const done = await hetznerDriver.tick!(b, settings, driverDeps(config, undefined, more), {
+      const done = await driver.tick!({
         records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
         lifetimes,
         event: (event, fields) => void events.push({ event, ...fields }),
         signal: AbortSignal.timeout(10_000),
       });
-      return { deleted: done?.deleted ?? 0, events };
+      return { deleted: done.deleted, events };
     },
     close: () => closeNats(handle.nc),
   };

@@ -4,7 +4,7 @@
 // completed deletes it, and nothing is left running or written in a log.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
-import { bearer, captureLogs, giteaControl, request, type Captured } from "../harness/worker.ts";
+import { bearer, captureLogs, giteaControl, request, tick, type Captured } from "../harness/worker.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, withJob } from "../harness/jobs.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
@@ -93,5 +93,28 @@ describe("hetzner driver in workerd", () => {
     const metrics = await (await request(env, "/metrics", { headers: bearer("metrics-token-0000000") })).text();
     expect(metrics).toContain('gdr_backend_full{backend="vm"} 1');
     expect(metrics).toContain('gdr_backend_full_total{backend="vm"} 1');
+  });
+
+  it("a server whose delete failed at completion goes at the next cron tick: the driver's sweep runs there", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    const env = hetznerEnv(project, { image: "ubuntu-24.04", server_type: "cx22" });
+    await provisionEnv(env);
+    const servers = async () => ((await (await fetch(`${project}/_control/state`)).json()) as { servers: Server[] }).servers;
+    expect((await deliver(env, queuedFixture)).status).toBe(202);
+    const registered = (await giteaControl(env).state()).runners[0]!;
+    const ours = { runner_id: registered.id, runner_name: "gdr-gitea-1187-1" };
+    expect((await deliver(env, withJob(inProgressFixture, 1187, ours))).body).toEqual({ claimed: "gitea-1187-1" });
+    // The delete at completion fails, and so does the teardown retry of the tick: the sweep is what deletes it.
+    await fetch(`${project}/_control/mode`, { method: "POST", body: JSON.stringify({ failFirst: 2 }) });
+    expect((await deliver(env, withJob(completedFixture, 1187, ours))).body).toEqual({ completed: "gitea-1187-1" });
+    expect(await servers()).toHaveLength(1);
+    await tick(env);
+    expect(await servers()).toEqual([]);
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "orphan_deleted")
+        .map((e) => [e.assignment, e.reason]),
+    ).toEqual([["gitea-1187-1", "its assignment has ended"]]);
   });
 });

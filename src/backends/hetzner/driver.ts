@@ -49,57 +49,47 @@ export interface HetznerDriverOptions {
 export interface HetznerDriver extends RunnerBackend {
   api: HetznerApi;
   /** The orphan sweep (sweep.ts), its count and the rate budget kept in the backend's figures. */
-  sweep(ask: TickAsk): Promise<{ listed: number; deleted: number }>;
+  tick(ask: TickAsk): Promise<{ listed: number; deleted: number }>;
 }
 
 export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
   const { deps, backend } = opts;
   const budget: { state: RateState | undefined; loaded?: boolean } = { state: undefined };
   const api = createHetznerApi({ url: opts.settings.url, token: opts.settings.token, now: deps.now, budget, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
+  /** Runs `fn` with the stores; the budget is the project's, spent by every invocation: read once per invocation, kept after each call that left it low. */
   const withStores = <T>(fn: (s: DriverStores & { notes: Notes }) => Promise<T>): Promise<T> => {
     if (!deps.withStores) throw new BackendError("the hetzner driver needs the dispatcher's stores");
     return deps.withStores(async (s) => {
       const notes = createNotes(s.kv);
-      // The budget is the project's, spent by every invocation: read once per invocation, kept after each call that changed it much.
       if (!budget.loaded) {
         budget.state = (await notes.budget()) ?? budget.state;
         budget.loaded = true;
       }
-      return fn({ ...s, notes });
+      const before = budget.state;
+      try {
+        return await fn({ ...s, notes });
+      } finally {
+        const after = budget.state;
+        if (after && after !== before && (after.blockedUntil !== undefined || after.remaining < after.limit / 4))
+          await notes.saveBudget(after).catch(() => undefined);
+      }
     });
-  };
-  const saveBudget = async (notes: Notes, before: RateState | undefined) => {
-    const after = budget.state;
-    if (after && after !== before && (after.blockedUntil !== undefined || after.remaining < after.limit / 4)) await notes.saveBudget(after);
   };
 
   return {
     api,
-    sweep: (ask) =>
+    tick: (ask) =>
       withStores(async ({ notes, figures }) => {
-        const before = budget.state;
-        try {
-          const swept = await sweepServers(api, notes, backend, deps.instance, deps.now, ask);
-          const rate = budget.state;
-          await figures.change(backend, (f) => ({
-            ...f,
-            swept: f.swept + swept.deleted,
-            ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
-          }));
-          return swept;
-        } finally {
-          await saveBudget(notes, before).catch(() => undefined);
-        }
+        const swept = await sweepServers(api, notes, backend, deps.instance, deps.now, ask);
+        const rate = budget.state;
+        await figures.change(backend, (f) => ({
+          ...f,
+          swept: f.swept + swept.deleted,
+          ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
+        }));
+        return swept;
       }),
-    accept: (request, signal) =>
-      withStores(async ({ notes, bootstraps, figures }) => {
-        const before = budget.state;
-        try {
-          return await acceptWith(notes, bootstraps, figures, request, signal);
-        } finally {
-          await saveBudget(notes, before).catch(() => undefined);
-        }
-      }),
+    accept: (request, signal) => withStores(({ notes, bootstraps, figures }) => acceptWith(notes, bootstraps, figures, request, signal)),
     teardown: (id, signal) =>
       withStores(async ({ notes }) => {
         const names = await objectNames(deps.prefix, id);
@@ -145,7 +135,8 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const templates = [opts.template, request.pool?.template];
     const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
     const pool = request.pool;
-    const image = String(createBody(who, "", templates, candidates[0]).image);
+    // What a rebuild of this pool's server starts from: the image its create body names.
+    const image = pool?.reuse === "rebuild" ? String(createBody(who, "", templates, candidates[0]).image) : "";
     if (pool?.reuse === "rebuild") {
       // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
       const taken = await takeParked(api, notes, backend, pool.name, userData, deps.now(), signal);

@@ -17,6 +17,7 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
   settingsKey: "hetzner",
   templateVariable: "VM_TEMPLATE",
   candidates: true,
+  figures: true,
   load(env, _using, problems) {
     const token = str(env.HCLOUD_TOKEN);
     const url = (str(env.HCLOUD_API_URL) ?? DEFAULT_HCLOUD_API_URL).replace(/\/+$/, "");
@@ -61,8 +62,4 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
     }
   },
   create: (b, settings, deps) => createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, deps }),
-  async tick(b, settings, deps, ask) {
-    const swept = await createHetznerDriver({ backend: b.backend, settings, template: undefined, deps }).sweep(ask);
-    return { deleted: swept.deleted };
-  },
 };

@@ -24,8 +24,7 @@ export function judgeServer(
   lifetimes: ReadonlyMap<string, number>,
 ): SweepVerdict {
   const age = now - Date.parse(server.created);
-  const pool = server.labels[LABELS.pool];
-  const cap = (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+  const cap = lifetimeOf(server, lifetimes);
   // Its teardown failed (or has not come yet): nothing needs it, whatever its age.
   if (noted && record?.ended) return { delete: true, reason: "its assignment has ended" };
   if (!(age >= 0)) return { delete: false };
@@ -37,10 +36,15 @@ export function judgeServer(
   return { delete: false };
 }
 
+/** Its pool's maxLifetimeMs, or the pools' default for a server of none. */
+function lifetimeOf(server: HetznerServer, lifetimes: ReadonlyMap<string, number>): number {
+  const pool = server.labels[LABELS.pool];
+  return (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+}
+
 /** A parked server goes before its next paid hour begins, and at its lifetime. */
 export function judgeParked(server: HetznerServer, now: number, paidFrom: number, lifetimes: ReadonlyMap<string, number>): SweepVerdict {
-  const pool = server.labels[LABELS.pool];
-  const cap = (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+  const cap = lifetimeOf(server, lifetimes);
   if (now - paidFrom > cap) return { delete: true, reason: `parked, older than its lifetime (${Math.round(cap / 60_000)} min)` };
   if (hourLeft(paidFrom, now) < PARKED_DELETE_LEFT_MS) return { delete: true, reason: "parked, nothing took it before its next paid hour" };
   return { delete: false };
