@@ -13,10 +13,9 @@ import { FAKE_HCLOUD_TOKEN, startFakeHetzner } from "../scripts/fake-hetzner.mjs
 import { startNatsServer } from "../scripts/nats-server.mjs";
 import { startWsProxy } from "../scripts/ws-proxy.mjs";
 import { loadConfig } from "../src/app/config.ts";
-import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { percentile, startWorker } from "./lib.mjs";
+import { percentile, sendQueued, startWorker } from "./lib.mjs";
 
 const JOBS = Number(process.env.BENCH_HZ_JOBS ?? 30);
 const BURST = Number(process.env.BENCH_HZ_BURST ?? 200);
@@ -63,24 +62,7 @@ async function provisioned(vars) {
 const ctl = async (vars, what, body) =>
   (await fetch(`${vars.HCLOUD_API_URL}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json();
 
-async function sendWebhook(worker, id) {
-  const body = JSON.stringify({
-    action: "queued",
-    workflow_job: { id, run_id: id, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },
-    repository: { full_name: "acme/widgets" },
-  });
-  const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "x-gitea-event-type": "workflow_job",
-      "x-gitea-signature": await giteaSignature(secret, new TextEncoder().encode(body)),
-    },
-    body,
-  });
-  if (res.status !== 202) throw new Error(`webhook answered ${res.status}: ${(await res.text()).slice(0, 200)}`);
-  await res.arrayBuffer();
-}
+const sendWebhook = (worker, id) => sendQueued(worker, secret, id);
 
 /** Ticks every `everyMs` until every job completed and no server is left, or `timeoutMs`. */
 async function settle(worker, vars, ids, timeoutMs, everyMs = 2_000) {

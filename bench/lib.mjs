@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import WebSocket from "ws";
+import { giteaSignature } from "../src/forge/gitea/signature.ts";
 
 export function freePort() {
   return new Promise((resolve) => {
@@ -228,4 +229,32 @@ export async function connectInspector(port) {
     call: (method, params = {}) => new Promise((resolve) => (pending.set(++id, resolve), ws.send(JSON.stringify({ id, method, params })))),
     close: () => ws.close(),
   };
+}
+
+/** A signed `queued` workflow_job delivery of job `jobId` to the Worker, as Gitea sends it; throws unless it is a 202. */
+export async function sendQueued(worker, secret, jobId) {
+  const body = JSON.stringify({
+    action: "queued",
+    workflow_job: {
+      id: jobId,
+      run_id: jobId,
+      run_attempt: 1,
+      name: "build",
+      labels: ["ubuntu-latest"],
+      status: "queued",
+      created_at: new Date().toISOString(),
+    },
+    repository: { full_name: "acme/widgets" },
+  });
+  const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "x-gitea-event-type": "workflow_job",
+      "x-gitea-signature": await giteaSignature(secret, new TextEncoder().encode(body)),
+    },
+    body,
+  });
+  const text = await res.text();
+  if (res.status !== 202) throw new Error(`webhook answered ${res.status}: ${text.slice(0, 200)}`);
 }

@@ -13,10 +13,9 @@ import { natsServerVersion, startNatsServer } from "../scripts/nats-server.mjs";
 import { startWsProxy } from "../scripts/ws-proxy.mjs";
 import { encodeAssignment } from "../src/model/assignment.ts";
 import { loadConfig } from "../src/app/config.ts";
-import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
-import { busyBetween, cpuTimes, freePort, load, percentile, proxyOps, startWorker, treeCpu, until } from "./lib.mjs";
+import { busyBetween, cpuTimes, freePort, load, percentile, proxyOps, sendQueued, startWorker, treeCpu, until } from "./lib.mjs";
 import { measureAdmission } from "./admission.mjs";
 import { measureFailoverGap, measureLeaderRate } from "./cluster.mjs";
 import { measureIsolates } from "./isolates.mjs";
@@ -85,32 +84,7 @@ const backendState = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_cont
 /** Counts only: cheap enough to poll every 20 ms while the fakes serve the Worker. */
 const backendCounts = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state?brief`)).json();
 
-async function sendWebhook(worker, jobId) {
-  const body = JSON.stringify({
-    action: "queued",
-    workflow_job: {
-      id: jobId,
-      run_id: jobId,
-      run_attempt: 1,
-      name: "build",
-      labels: ["ubuntu-latest"],
-      status: "queued",
-      created_at: new Date().toISOString(),
-    },
-    repository: { full_name: "acme/widgets" },
-  });
-  const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "x-gitea-event-type": "workflow_job",
-      "x-gitea-signature": await giteaSignature(webhookSecret, new TextEncoder().encode(body)),
-    },
-    body,
-  });
-  const text = await res.text();
-  if (res.status !== 202) throw new Error(`webhook answered ${res.status}: ${text.slice(0, 200)}`);
-}
+const sendWebhook = (worker, jobId) => sendQueued(worker, webhookSecret, jobId);
 const acked = (worker) => worker.events.filter((e) => e.event === "acked").length;
 
 async function ingest() {
