@@ -18,6 +18,10 @@ interface Entry {
 export interface BootstrapStore {
   /** Seals `payload` for assignment `id`; returns the one-time token to put in the VM's user_data. */
   issue(id: string, payload: object, ttlMs: number): Promise<string>;
+  /** The key a token's entry is kept under (its SHA-256): no secret, so a note may name it. */
+  keyOf(token: string): Promise<string>;
+  /** Deletes the entry kept under `key` before anyone takes it: true when revoked, false when it was taken (or expired) first. */
+  revoke(key: string): Promise<boolean>;
   /**
    * The payload issued for `id` under `token`, once. Undefined when the token is unknown, spent,
    * expired, or issued for another assignment: the caller answers all of these alike.
@@ -32,6 +36,11 @@ export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, pre
       const entry: Entry = { id, sealed: await sealJson(key, `bootstrap:${id}`, payload), expiresAt: now() + ttlMs };
       await kv.create(bootstrapKey(await sha256Key(token)), JSON.stringify(entry));
       return token;
+    },
+    keyOf: async (token) => bootstrapKey(await sha256Key(token)),
+    async revoke(k) {
+      const found = await readJson<Entry>(kv, k);
+      return found ? deleteAtRevision(kv, k, found.revision) : false;
     },
     async take<T>(id: string, token: string) {
       if (!/^[A-Za-z0-9_-]{43}$/.test(token)) return undefined;

@@ -1,5 +1,6 @@
 // The hetzner driver on the shared fake Hetzner API (a project of its own per scene), its notes
 // and bootstraps in a provisioned records bucket of its own, on a clock the test moves.
+import type { KV } from "@nats-io/kv";
 import { inject } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import type { Config } from "../../src/app/config.ts";
@@ -40,7 +41,13 @@ export interface HetznerScene {
   close(): Promise<void>;
 }
 
-export async function hetznerScene(extra: Record<string, unknown> = {}): Promise<HetznerScene> {
+/** What a test puts between the driver and the world: its outbound fetch, and its records bucket. */
+export interface SceneWrap {
+  fetch?: typeof fetch;
+  kv?: (kv: KV) => KV;
+}
+
+export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: SceneWrap = {}): Promise<HetznerScene> {
   const base = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
   const ctl = async (what: string, body?: unknown) =>
     (await (await fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json()) as Record<string, unknown>;
@@ -54,13 +61,14 @@ export async function hetznerScene(extra: Record<string, unknown> = {}): Promise
     }),
   );
   const handle = await openNats(config);
-  const kv = await bindBucket(handle, recordsBucket(config));
+  const bound = await bindBucket(handle, recordsBucket(config));
+  const kv = wrap.kv ? wrap.kv(bound) : bound;
   // `real`: the clock is the machine's (a test that waits for the budget to refill).
   const clock = { t: Date.now(), real: false };
   const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t), figures: createDriverFigures(kv) };
   const more = { now: () => (clock.real ? Date.now() : clock.t), withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;
-  const driver = createRunnerBackend(config, b, undefined, more);
+  const driver = createRunnerBackend(config, b, wrap.fetch, more);
   return {
     config,
     driver,

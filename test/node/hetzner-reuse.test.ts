@@ -36,6 +36,9 @@ describe("reuse: rebuild", () => {
     expect(await kinds(s)).toEqual(["POST /servers"]);
     expect(await s.driver.accept(request("b-1"), within())).toBe("pending");
     expect(await kinds(s)).toEqual(["POST /servers", "POST /servers/{id}/actions/rebuild"]);
+    // The passes while it boots ask nothing more.
+    expect(await s.driver.accept(request("b-1"), within())).toBe("pending");
+    expect(await kinds(s)).toEqual(["POST /servers", "POST /servers/{id}/actions/rebuild"]);
     const rebuilt = (await s.state()).servers;
     expect(rebuilt.map((v) => v.id)).toEqual([first.id]);
     const before = bootOf(first.userData)!;
@@ -103,10 +106,20 @@ describe("reuse: rebuild", () => {
     const read = await notes.parked("pod", "small");
     const stale = { ...notes, parked: async () => read };
     const api = createHetznerApi({ url: s.base, token: FAKE_HCLOUD_TOKEN });
-    const take = () => takeParked(api, stale, "pod", "small", "#!/bin/sh\n", s.clock.t, within());
-    const [first, second] = [await take(), await take()];
-    expect(first?.serverId).toBe(read[0]!.value.serverId);
-    expect(second).toBeUndefined();
+    const boot = async (id: string) => ({ token: await s.stores.bootstraps.issue(id, {}, 60_000), userData: "#!/bin/sh\n" });
+    const take = async (id: string) =>
+      takeParked(
+        { api, notes: stale, bootstraps: s.stores.bootstraps, backend: "pod", label: id, signal: within() },
+        "small",
+        { id, createdAt: s.clock.t },
+        await boot(id),
+        s.clock.t,
+      );
+    const [first, second] = [await take("t-1"), await take("t-2")];
+    expect(first).toBe(true);
+    expect(second).toBe(false);
+    expect((await notes.get("pod", "t-1"))?.serverId).toBe(read[0]!.value.serverId);
+    expect(await notes.get("pod", "t-2")).toBeUndefined();
     expect((await kinds(s)).filter((k) => k.includes("rebuild"))).toHaveLength(1);
   });
 });

@@ -380,7 +380,12 @@ describe.sequential("warm pools on R3 with a node lost", () => {
           async () => (await round(), await pool()),
           (p) => p.idle === 3 && p.warm === 3,
           60_000,
-        );
+        ).catch(async (err: unknown) => {
+          // Kept for whoever chases a failure: what each warm position points at, and that runner's events.
+          logs.restore();
+          console.error(await warmReport(env, logs.events()));
+          throw err;
+        });
       } finally {
         logs.restore();
         for (let i = 0; i < 3; i++) await node("start", i).catch(() => undefined);
@@ -458,6 +463,34 @@ describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
 });
 
 /** Each unfinished job's assignment chain, the quota ledger, the wait set and their events: printed when the scenario times out. */
+async function warmReport(env: Record<string, string>, events: Record<string, unknown>[]): Promise<string> {
+  return createDispatcher({ config: loadConfig(env) }).withState(async (state) => {
+    const lines: string[] = [];
+    const ids = new Set<string>();
+    for (const [pool, slots] of await state.warm.list()) {
+      for (const s of slots) {
+        ids.add(s.id);
+        const r = await state.records.get(s.id);
+        lines.push(
+          `${pool}[${s.index}] since ${s.since} rev ${s.revision}: ${s.id} ${r ? JSON.stringify({ state: r.state, warm: r.warm, readyAt: r.readyAt, claimedAt: r.claimedAt, took: r.took }) : "no record"}`,
+        );
+      }
+    }
+    const holders = await state.admission.holders("pod");
+    lines.push(`slot holders: ${JSON.stringify(holders)}`);
+    lines.push(`stream and consumer: ${JSON.stringify(await streamState(env))}`);
+    for (const h of holders) ids.add(h);
+    for (const e of events) if (ids.has(String(e.assignment)) || e.level === "error") lines.push(JSON.stringify(e));
+    lines.push(
+      ...events
+        .filter((e) => e.event === "reconcile_summary")
+        .slice(-12)
+        .map((e) => JSON.stringify(e)),
+    );
+    return lines.join("\n");
+  });
+}
+
 async function stuckReport(
   env: Record<string, string>,
   jobs: readonly number[],

@@ -8,7 +8,7 @@ import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, t
 import { createNotes, type Notes, type ServerNote } from "./notes.ts";
 import { projectedRemaining, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
-import { parkIfWorthIt, takeParked } from "./reuse.ts";
+import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type Boot, type RebuildCtx } from "./reuse.ts";
 import { createBody, type Candidate } from "./server-body.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "./user-data.ts";
 
@@ -94,9 +94,14 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       withStores(async ({ notes }) => {
         const names = await objectNames(deps.prefix, id);
         const note = await notes.get(backend, names.label);
-        if (note && (await parkIfWorthIt(notes, backend, note, deps.now()))) return notes.remove(backend, names.label, note.serverId);
         const serverId = note?.serverId ?? (await api.byName(names.name, signal))?.id;
-        if (serverId !== undefined) await removeSoon(serverId, signal);
+        if (serverId === undefined) return;
+        // Parked by a teardown cut short, or rebuilt for another job since: not this one's to end.
+        if (note?.reuse !== undefined || !note) {
+          if (!(await ownsServer(notes, backend, names.label, serverId))) return note ? notes.remove(backend, names.label) : undefined;
+        }
+        if (note && (await parkIfWorthIt(notes, backend, note, deps.now()))) return notes.remove(backend, names.label);
+        await removeSoon(serverId, signal);
         if (note) await notes.remove(backend, names.label, note.serverId);
       }),
   };
@@ -123,14 +128,23 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const id = request.assignment.id;
     const names = await objectNames(deps.prefix, id);
     const note = await notes.get(backend, names.label);
+    const { launch, bootstrapUrl } = request;
+    if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
+    // Issued before the create or the rebuild: one whose answer is lost still has its token, and an unused one expires.
+    const boot = async (): Promise<Boot> => {
+      const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS);
+      return { token, userData: bootUserData(bootstrapUrl, token, runnerProgram(request), opts.settings.download) };
+    };
+    const ctx: RebuildCtx = { api, notes, bootstraps, backend, label: names.label, signal };
+    if (note?.rebuilding !== undefined) {
+      if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding }, boot, deps.now())) return "pending";
+      throw new BackendError("its parked server went before its rebuild was answered; asking again");
+    }
     if (note) return lookOnce(notes, names.label, note, signal);
-    if (!request.launch || !request.bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
     const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
     if (deps.now() < fullUntil)
       throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
-    // Issued before the create: a create whose answer is lost still has its token, and an unused one expires.
-    const token = await bootstraps.issue(id, { script: launchScript(request, request.launch) }, BOOTSTRAP_TTL_MS);
-    const userData = bootUserData(request.bootstrapUrl, token, runnerProgram(request), opts.settings.download);
+    const { token, userData } = await boot();
     const who = { name: names.name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
     const templates = [opts.template, request.pool?.template];
     const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
@@ -139,16 +153,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const image = pool?.reuse === "rebuild" ? String(createBody(who, "", templates, candidates[0]).image) : "";
     if (pool?.reuse === "rebuild") {
       // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
-      const taken = await takeParked(api, notes, backend, pool.name, userData, deps.now(), signal);
-      if (taken) {
-        await notes.put(backend, names.label, {
-          id,
-          serverId: taken.serverId,
-          createdAt: deps.now(),
-          reuse: { pool: pool.name, image, paidFrom: taken.paidFrom },
-        });
-        return "pending";
-      }
+      if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData }, deps.now())) return "pending";
     }
     let server: HetznerServer | undefined;
     let adopted = false;

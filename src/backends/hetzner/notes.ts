@@ -19,6 +19,12 @@ export interface ServerNote {
   ready?: boolean;
   /** Its pool reuses servers (reuse: "rebuild"): at the end it is parked, not deleted, while its hour lasts. */
   reuse?: { pool: string; image: string; paidFrom: number };
+  /**
+   * A parked server taken for this assignment, its rebuild asked but not yet answered: the key of
+   * the one-time bootstrap in that rebuild's user_data. A pass that finds it (the last one was cut
+   * short) revokes that bootstrap and rebuilds again, unless the server has taken it already.
+   */
+  rebuilding?: string;
 }
 
 /** A server kept for its pool's next job: when its paid hours began, and what it is rebuilt from. */
@@ -35,9 +41,12 @@ export interface Notes {
   get(backend: string, label: string): Promise<ServerNote | undefined>;
   /** Writes the note and which assignment its server runs. */
   put(backend: string, label: string, note: ServerNote): Promise<void>;
+  /** Removes the note, and which assignment `serverId` runs (the caller's: reuse.ts ownsServer). */
   remove(backend: string, label: string, serverId?: number): Promise<void>;
   /** The label of the assignment `serverId` runs now, if any. */
   runs(backend: string, serverId: number): Promise<string | undefined>;
+  /** Forgets which assignment `serverId` runs (before it is parked: a parked server runs none). */
+  unindex(backend: string, serverId: number): Promise<void>;
   park(backend: string, p: Parked): Promise<void>;
   /** Every parked server of `backend` (of `pool`), with the revision to take it at. */
   parked(backend: string, pool?: string): Promise<{ key: string; revision: number; value: Parked }[]>;
@@ -62,6 +71,9 @@ export function createNotes(kv: KV): Notes {
     },
     async runs(backend, serverId) {
       return (await readJson<{ label: string }>(kv, driverServerKey(backend, serverId)))?.value.label;
+    },
+    async unindex(backend, serverId) {
+      await kv.purge(driverServerKey(backend, serverId));
     },
     async park(backend, p) {
       await kv.put(parkedKey(backend, p.pool, p.serverId), JSON.stringify(p));

@@ -2,7 +2,9 @@
 // is kept (parked) for its pool's next job while its hour lasts, and given to that job by a
 // rebuild: a fresh disk from the image and new user_data, whose one-time token is the new job's.
 // Nothing of the last job survives (its disk is gone, its token spent). A parked server nothing
-// takes is deleted by the sweep before its next hour begins.
+// takes is deleted by the sweep before its next hour begins. Each step is written before the next
+// is asked, so a Worker killed between two of them leaves a server the next pass or the sweep can place.
+import type { BootstrapStore } from "../../state/bootstraps.ts";
 import type { HetznerApi } from "./client.ts";
 import type { Notes, ServerNote } from "./notes.ts";
 
@@ -15,33 +17,77 @@ export const PARKED_DELETE_LEFT_MS = 3 * 60_000;
 /** What is left of the server's current paid hour at `now` (a clock behind Hetzner's reads as its first hour). */
 export const hourLeft = (paidFrom: number, now: number) => HOUR_MS - (Math.max(0, now - paidFrom) % HOUR_MS);
 
+/** What a rebuild for one assignment works with. */
+export interface RebuildCtx {
+  api: HetznerApi;
+  notes: Notes;
+  bootstraps: BootstrapStore;
+  backend: string;
+  /** The assignment's label (kubernetes/names.ts objectNames). */
+  label: string;
+  signal: AbortSignal;
+}
+
+/** A user_data for the assignment, and the one-time token in it. */
+export type Boot = { token: string; userData: string };
+
 /**
- * Takes one of the pool's parked servers and rebuilds it for `userData`: its id, or undefined when
- * none is parked (or every one went meanwhile). Of callers racing for one, one takes it.
+ * Takes one of the pool's parked servers and rebuilds it for the assignment `base` describes:
+ * true when one was, false when none is parked (or every one went meanwhile). Of callers racing for
+ * one, one takes it.
  */
-export async function takeParked(
-  api: HetznerApi,
-  notes: Notes,
-  backend: string,
-  pool: string,
-  userData: string,
-  now: number,
-  signal: AbortSignal,
-): Promise<{ serverId: number; image: string; paidFrom: number } | undefined> {
-  const parked = (await notes.parked(backend, pool)).filter((p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS);
+export async function takeParked(c: RebuildCtx, pool: string, base: Omit<ServerNote, "serverId" | "reuse">, boot: Boot, now: number): Promise<boolean> {
+  const parked = (await c.notes.parked(c.backend, pool)).filter((p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS);
   // The least of its hour left first: that hour is paid, and would go unused; a job that outlasts it
   // costs the server one more hour, as a new server would.
   parked.sort((a, b) => hourLeft(a.value.paidFrom, now) - hourLeft(b.value.paidFrom, now));
   for (const p of parked) {
-    if (!(await notes.take(p.key, p.revision))) continue;
-    if (await api.rebuild(p.value.serverId, { image: p.value.image, user_data: userData }, signal)) return p.value;
+    if (!(await c.notes.take(p.key, p.revision))) continue;
+    const { serverId, image, paidFrom } = p.value;
+    if (await rebuildFor(c, { ...base, serverId, reuse: { pool, image, paidFrom } }, boot)) return true;
   }
-  return undefined;
+  return false;
+}
+
+/**
+ * A pass found its assignment's rebuild asked but not answered (the last pass was cut short): if
+ * the server has not taken that rebuild's bootstrap, it is revoked and the server rebuilt with a new
+ * one; if it has, the server is booting this assignment's runner. False when the server is gone.
+ */
+export async function resumeRebuild(c: RebuildCtx, note: ServerNote & { rebuilding: string }, boot: () => Promise<Boot>, now: number): Promise<boolean> {
+  const { rebuilding: _asked, ...done } = note;
+  if (!(await c.bootstraps.revoke(note.rebuilding))) {
+    await c.notes.put(c.backend, c.label, done);
+    return true;
+  }
+  return rebuildFor(c, { ...done, createdAt: now }, await boot());
+}
+
+/** The note (naming the bootstrap) is written before the rebuild is asked, and cleared once it is answered. */
+async function rebuildFor(c: RebuildCtx, note: ServerNote, boot: Boot): Promise<boolean> {
+  await c.notes.put(c.backend, c.label, { ...note, rebuilding: await c.bootstraps.keyOf(boot.token) });
+  if (await c.api.rebuild(note.serverId, { image: note.reuse!.image, user_data: boot.userData }, c.signal)) {
+    await c.notes.put(c.backend, c.label, note);
+    return true;
+  }
+  await c.notes.remove(c.backend, c.label, note.serverId);
+  return false;
+}
+
+/**
+ * Whether the server is still this assignment's to park or delete: not when it was rebuilt for
+ * another job since (a teardown retried late). One parked already is parked again, to the same key.
+ */
+export async function ownsServer(notes: Notes, backend: string, label: string, serverId: number): Promise<boolean> {
+  const runs = await notes.runs(backend, serverId);
+  return runs === undefined || runs === label;
 }
 
 /** At its job's end: parked for the pool's next job while its hour lasts, or deleted. True when parked. */
 export async function parkIfWorthIt(notes: Notes, backend: string, note: ServerNote, now: number): Promise<boolean> {
   if (!note.reuse || hourLeft(note.reuse.paidFrom, now) <= PARK_MIN_LEFT_MS) return false;
+  // A parked server runs no assignment: its index goes first, so that it is never both.
+  await notes.unindex(backend, note.serverId);
   await notes.park(backend, { serverId: note.serverId, pool: note.reuse.pool, image: note.reuse.image, paidFrom: note.reuse.paidFrom, parkedAt: now });
   return true;
 }
