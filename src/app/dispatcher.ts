@@ -211,6 +211,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
                 ...(pool.template ? { template: pool.template } : {}),
                 ...(pool.candidates ? { candidates: pool.candidates } : {}),
                 ...(pool.reuse ? { reuse: pool.reuse } : {}),
+                ...(pool.market ? { market: pool.market } : {}),
+                ...(pool.spotFallback ? { spotFallback: pool.spotFallback } : {}),
               },
             }
           : {}),

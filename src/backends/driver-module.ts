@@ -35,12 +35,16 @@ export interface BackendEnv {
   token: string | undefined;
 }
 
+/** Pool fields that only some drivers read. */
+export const POOL_DRIVER_FIELDS = ["candidates", "reuse", "market", "spotFallback"] as const;
+export type PoolDriverField = (typeof POOL_DRIVER_FIELDS)[number];
+
 /** What a pool asks of its backend's driver, for the checks at load. */
 export interface PoolView {
   name: string;
   labels: string[];
   template?: Record<string, unknown> | undefined;
-  candidates?: { server_type: string; location: string }[] | undefined;
+  candidates?: Record<string, string>[] | undefined;
   /** `RUNNER_POOLS[i]["field"]`: how a problem names a field of this pool. */
   at(field: string): string;
 }
@@ -77,8 +81,8 @@ export interface DriverModule<S = unknown> {
   settingsKey: string;
   /** The variable holding the template of its backends that have none of their own. */
   templateVariable?: "POD_TEMPLATE" | "VM_TEMPLATE";
-  /** Whether its pools may list `candidates`. */
-  candidates?: boolean;
+  /** The driver's own pool fields its pools may set (`candidates`, `reuse`, `market`, `spotFallback`). */
+  poolFields?: readonly PoolDriverField[];
   load(env: DriverEnv, using: readonly BackendConfig[], problems: string[]): S | undefined;
   /** Problems of what a backend would send with its template, found before the first job. */
   checkBackend?(settings: S, b: BackendConfig, variable: string, problems: string[]): void;

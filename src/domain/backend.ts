@@ -49,7 +49,15 @@ export interface RunnerRequest {
   /** How its runner program starts, from its forge (Forge.runnerFields): what the kubernetes and kubevirt drivers render. Never sent by the http driver. */
   launch?: RunnerLaunch;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
-  pool?: { name: string; template?: Record<string, unknown>; candidates?: { server_type: string; location: string }[]; reuse?: "rebuild" };
+  pool?: {
+    name: string;
+    template?: Record<string, unknown>;
+    /** A cloud driver's placements, tried in order (hetzner: server_type and location; ec2: InstanceType and SubnetId). */
+    candidates?: Record<string, string>[];
+    reuse?: "rebuild";
+    market?: "spot" | "on-demand";
+    spotFallback?: "on-demand";
+  };
 }
 
 /**

@@ -2,7 +2,8 @@
 // enabled and has room for its warm runners, and what its driver would make with its template
 // (and its candidates) is what the real API accepts: otherwise it would be refused at the first job.
 import type { BackendConfig, DriverSettings } from "../backends/config.ts";
-import { driverModule } from "../backends/drivers.ts";
+import { POOL_DRIVER_FIELDS } from "../backends/driver-module.ts";
+import { DRIVERS, driverModule } from "../backends/drivers.ts";
 import type { Pool } from "./config.ts";
 import { whyDisabled } from "../model/states.ts";
 
@@ -19,9 +20,12 @@ export function checkPools(pools: readonly Pool[], variable: string, backends: r
     if (mostIdle > b.capacity)
       problems.push(`${at("minIdle")} asks for ${mostIdle} warm runners, more than CAPACITY_${pool.backend.toUpperCase()} (${b.capacity})${named}`);
     const module = driverModule(b.driver);
-    if (pool.candidates && !module.candidates)
-      problems.push(`${at("candidates")} is for pools of the hetzner driver; backend ${b.backend} uses ${b.driver}${named}`);
-    if (pool.reuse && !module.candidates) problems.push(`${at("reuse")} is for pools of the hetzner driver; backend ${b.backend} uses ${b.driver}${named}`);
+    for (const field of POOL_DRIVER_FIELDS) {
+      if (pool[field] === undefined || module.poolFields?.includes(field)) continue;
+      const readers = DRIVERS.filter((d) => driverModule(d).poolFields?.includes(field));
+      const whose = `the ${readers.join(" and ")} driver${readers.length > 1 ? "s" : ""}`;
+      problems.push(`${at(field)} is for pools of ${whose}; backend ${b.backend} uses ${b.driver}${named}`);
+    }
     const settings = drivers[module.settingsKey];
     // Without its settings, the driver's own problems are reported already.
     if (settings !== undefined) module.checkPool?.(settings, b, { ...pool, at }, problems);

@@ -42,12 +42,16 @@ const poolSchema = z
     template: z.record(z.string(), z.unknown()).optional(),
     /** The hetzner driver's: a finished job's server is kept for the pool's next job within its paid hour, and rebuilt for it. */
     reuse: z.enum(["rebuild"], { message: 'must be "rebuild"' }).optional(),
-    /** The hetzner driver's (server type, location) pairs, tried in order where one has no room. */
+    /** A cloud driver's placements, tried in order where one has no room: hetzner's (server_type, location), ec2's (InstanceType, SubnetId). */
     candidates: z
-      .array(z.strictObject({ server_type: z.string().min(1).max(64), location: z.string().min(1).max(64) }))
+      .array(z.record(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, { message: "must be a field name" }), z.string().min(1).max(255)))
       .min(1)
       .max(8)
       .optional(),
+    /** The ec2 driver's: Spot or on-demand instances. */
+    market: z.enum(["spot", "on-demand"], { message: 'must be "spot" or "on-demand"' }).optional(),
+    /** The ec2 driver's: where no Spot candidate has room, its candidates are tried again on-demand. */
+    spotFallback: z.enum(["on-demand"], { message: 'must be "on-demand"' }).optional(),
     /** This pool's cap; unset, only the backend's CAPACITY_* caps it. */
     maxRunners: z.number().int().min(1).optional(),
     minIdle: z.number().int().min(0).default(0),

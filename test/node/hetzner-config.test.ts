@@ -51,6 +51,15 @@ describe("hetzner configuration", () => {
   it("checks each pool's template and candidates as bodies Hetzner would take; candidates only on a hetzner backend", () => {
     const pool = { name: "large", backend: "vm", labels: ["large"] };
     expect(configProblems(pools([{ ...pool, candidates: [{ server_type: "cx42", location: "nbg1" }] }]))).toEqual([]);
+    // Near misses: another driver's fields, one left out, one more (named like a prototype's).
+    for (const candidate of [
+      { InstanceType: "m7i.large", SubnetId: "subnet-1" },
+      { server_type: "cx42" },
+      { server_type: "cx42", location: "nbg1", constructor: "x" },
+    ])
+      expect(configProblems(pools([{ ...pool, candidates: [candidate] }]))).toEqual([
+        'RUNNER_POOLS[0]["candidates"][0] must have exactly server_type and location (pool "large")',
+      ]);
     expect(configProblems(pools([{ ...pool, template: { labels: { size: "-large" } } }]))[0]).toMatch(
       /^RUNNER_POOLS\[0\]\["template"\]: labels\.size must match .* \(pool "large"\)$/,
     );

@@ -4,7 +4,7 @@
 // one server per assignment (driver.ts); the orphan sweep on the cron tick (sweep.ts).
 import type { DriverModule } from "../driver-module.ts";
 import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
-import { checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
+import { CANDIDATE_KEYS, checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
 
 export const DEFAULT_HCLOUD_API_URL = "https://api.hetzner.cloud/v1";
 
@@ -16,7 +16,7 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
   needsForge: true,
   settingsKey: "hetzner",
   templateVariable: "VM_TEMPLATE",
-  candidates: true,
+  poolFields: ["candidates", "reuse"],
   figures: true,
   load(env, _using, problems) {
     const token = str(env.HCLOUD_TOKEN);
@@ -50,11 +50,17 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
     // A pool that changes nothing, or a backend without its template (said already), adds no problem of its own.
     if ((!pool.template && !pool.candidates) || (b.template ?? settings.template) === undefined) return;
     const named = ` (pool ${JSON.stringify(pool.name)})`;
+    const before = problems.length;
     if (pool.template) {
       const found = checkTemplate(pool.at("template"), pool.template);
       problems.push(...found.map((p) => `${p}${named}`));
       if (found.length) return;
     }
+    for (const [i, candidate] of (pool.candidates ?? []).entries()) {
+      const keys = Object.keys(candidate).sort().join();
+      if (keys !== [...CANDIDATE_KEYS].sort().join()) problems.push(`${pool.at("candidates")}[${i}] must have exactly ${CANDIDATE_KEYS.join(" and ")}${named}`);
+    }
+    if (problems.length > before) return;
     for (const [i, candidate] of (pool.candidates ?? [undefined]).entries()) {
       const body = createBody(sampleWho, "#!/bin/sh\n", [b.template ?? settings.template, pool.template], candidate);
       const where = candidate ? `${pool.at("candidates")}[${i}]` : pool.at("template");

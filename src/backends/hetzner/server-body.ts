@@ -14,10 +14,9 @@ const OURS = ["name", "user_data", "start_after_create"];
 export const LABELS = { managedBy: "managed-by", assignment: "gdr-assignment", pool: "gdr-pool", instance: "gdr-instance", backend: "gdr-backend" } as const;
 export const MANAGED_BY = "gitea-edge-dispatcher";
 
-export interface Candidate {
-  server_type: string;
-  location: string;
-}
+/** A pool's placement: its server_type and location (the keys CANDIDATE_KEYS). */
+export type Candidate = Record<string, string>;
+export const CANDIDATE_KEYS = ["server_type", "location"];
 
 export interface ServerIdentity {
   /** The server's name: a hostname of at most 63 characters (kubernetes/names.ts objectNames). */

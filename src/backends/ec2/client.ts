@@ -1,0 +1,85 @@
+// The few EC2 calls the ec2 driver needs: query-protocol requests (query.ts, checked against the
+// service model), signed with SigV4 by aws4fetch (made for Workers, no dependencies) and sent
+// through the driver's fetch; XML answers (xml.ts). An error answer becomes an Ec2Error with its
+// code, which the driver acts on; a network failure or a timeout a BackendError naming the call.
+import { AwsClient } from "aws4fetch";
+import { BackendError } from "../../domain/backend.ts";
+import { encodeRequest } from "./query.ts";
+import { readDescribeInstances, readError, readRunInstances, type Ec2Instance } from "./xml.ts";
+
+export interface Ec2Options {
+  /** EC2_API_URL, or the region's endpoint. */
+  url: string;
+  region: string;
+  accessKeyId: string;
+  secretAccessKey: string;
+  fetch?: typeof fetch;
+}
+
+/** A refusal the driver acts on by its code (`InsufficientInstanceCapacity`, …). */
+export class Ec2Error extends BackendError {
+  readonly code: string;
+  constructor(message: string, status: number, code: string) {
+    super(message, status);
+    this.code = code;
+  }
+}
+
+export interface Ec2Api {
+  /** RunInstances of one instance: the instance, or an Ec2Error with the API's code. */
+  runInstances(input: Record<string, unknown>, signal: AbortSignal): Promise<Ec2Instance>;
+  /** TerminateInstances of one instance; one already gone is fine. */
+  terminate(id: string, signal: AbortSignal): Promise<void>;
+  /** DescribeInstances, every page; throws when any page fails, so that a list read in part is never taken for the whole. */
+  describeAll(input: Record<string, unknown>, signal: AbortSignal): Promise<Ec2Instance[]>;
+}
+
+export const endpointOf = (region: string) => `https://ec2.${region}.amazonaws.com/`;
+
+export function createEc2Api(opts: Ec2Options): Ec2Api {
+  const doFetch = opts.fetch ?? ((i, init) => fetch(i, init));
+  const aws = new AwsClient({ accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey, service: "ec2", region: opts.region, retries: 0 });
+  const call = async (action: string, input: Record<string, unknown>, signal: AbortSignal): Promise<string> => {
+    const body = encodeRequest(action, input).toString();
+    let res: Response;
+    try {
+      const signed = await aws.sign(opts.url, { method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded; charset=utf-8" } });
+      res = await doFetch(signed, { signal });
+    } catch (err) {
+      const name = (err as Error)?.name;
+      throw new BackendError(`${action} ${name === "TimeoutError" || name === "AbortError" ? "timed out" : "failed"}`);
+    }
+    const text = await res.text();
+    if (res.ok) return text;
+    const error = readError(text);
+    if (!error) throw new BackendError(`${action} answered ${res.status}`, res.status);
+    throw new Ec2Error(`${action} answered ${res.status} ${error.code}`, res.status, error.code);
+  };
+  return {
+    async runInstances(input, signal) {
+      const [instance] = readRunInstances(await call("RunInstances", { ...input, MinCount: 1, MaxCount: 1 }, signal));
+      if (!instance?.id) throw new BackendError("RunInstances answered no instance");
+      return instance;
+    },
+    async terminate(id, signal) {
+      try {
+        await call("TerminateInstances", { InstanceIds: [id] }, signal);
+      } catch (err) {
+        if (err instanceof Ec2Error && err.code === "InvalidInstanceID.NotFound") return;
+        throw err;
+      }
+    },
+    async describeAll(input, signal) {
+      const out: Ec2Instance[] = [];
+      const seen = new Set<string>();
+      for (let token: string | undefined; ;) {
+        const page = readDescribeInstances(await call("DescribeInstances", { ...input, MaxResults: 100, ...(token ? { NextToken: token } : {}) }, signal));
+        out.push(...page.instances);
+        if (!page.nextToken) return out;
+        if (seen.has(page.nextToken)) throw new BackendError("DescribeInstances paged in a circle: the list is not read");
+        seen.add(page.nextToken);
+        token = page.nextToken;
+      }
+    },
+  };
+}
