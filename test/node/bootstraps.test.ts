@@ -46,6 +46,27 @@ describe("one-time bootstraps", () => {
     });
   });
 
+  it("a derived token is the same for the same attempt and key, another for another; once spent or revoked it is never issued again", async () => {
+    await scene(async (kv, clock) => {
+      const store = createBootstraps(kv, KEY, () => clock.t);
+      const first = await store.issue("gitea-11-1", { n: 1 }, 600_000, "ec2:0");
+      expect(await store.issue("gitea-11-1", { n: 2 }, 600_000, "ec2:0")).toBe(first);
+      // Near misses: the next attempt, another assignment, another key.
+      expect(await store.issue("gitea-11-1", { n: 1 }, 600_000, "ec2:1")).not.toBe(first);
+      expect(await store.issue("gitea-12-1", { n: 1 }, 600_000, "ec2:0")).not.toBe(first);
+      expect(await createBootstraps(kv, NEW_KEY, () => clock.t).issue("gitea-11-1", { n: 1 }, 600_000, "ec2:0")).not.toBe(first);
+      // The entry first issued is the one kept.
+      expect(await store.take("gitea-11-1", first)).toEqual({ n: 1 });
+      expect(await store.issue("gitea-11-1", { n: 1 }, 600_000, "ec2:0")).toBe(first);
+      expect(await store.take("gitea-11-1", first)).toBeUndefined();
+      const revoked = await store.issue("gitea-11-1", { n: 3 }, 600_000, "ec2:2");
+      expect(await store.revoke(await store.keyOf(revoked))).toBe(true);
+      expect(await store.revoke(await store.keyOf(revoked))).toBe(false);
+      await store.issue("gitea-11-1", { n: 3 }, 600_000, "ec2:2");
+      expect(await store.take("gitea-11-1", revoked)).toBeUndefined();
+    });
+  });
+
   it("an expired token gets nothing, and is spent; the payload is sealed at rest", async () => {
     await scene(async (kv, clock) => {
       const store = createBootstraps(kv, KEY, () => clock.t);

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BackendError } from "../../src/domain/backend.ts";
 import { FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
-import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
+import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";

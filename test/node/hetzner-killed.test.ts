@@ -6,7 +6,7 @@ import type { KV } from "@nats-io/kv";
 import { afterAll, describe, expect, it } from "vitest";
 import { BackendError } from "../../src/domain/backend.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
-import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
+import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
@@ -102,7 +102,7 @@ async function bootableFor(s: HetznerScene, id: string) {
   for (const v of (await s.state()).servers) {
     const token = bootOf(v.userData)?.token;
     const entry = token ? await s.stores.kv.get(await s.stores.bootstraps.keyOf(token)) : null;
-    if (entry?.operation === "PUT" && entry.json<{ id: string }>().id === id) found.push(v.id);
+    if (entry?.operation === "PUT" && entry.json<{ id: string; spent?: true }>().id === id && !entry.json<{ spent?: true }>().spent) found.push(v.id);
   }
   return found;
 }

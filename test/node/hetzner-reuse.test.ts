@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { PARK_MIN_LEFT_MS, PARKED_DELETE_LEFT_MS, takeParked } from "../../src/backends/hetzner/reuse.ts";
 import { createHetznerApi } from "../../src/backends/hetzner/client.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { ORPHAN_GRACE_MS } from "../../src/backends/hetzner/sweep.ts";
+import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";

@@ -2,7 +2,7 @@
 // the launch the bootstrap hands out (files 0600, the runner's environment, its command); the
 // fake's simulated runner reads both as a shell would, so the two cannot drift apart.
 import { describe, expect, it } from "vitest";
-import { bootUserData, launchScript, runnerProgram } from "../../src/backends/hetzner/user-data.ts";
+import { bootUserData, launchScript, runnerProgram } from "../../src/backends/user-data.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { vmRequest } from "../harness/hetzner.ts";
 import type { RunnerRequest } from "../../src/domain/backend.ts";

@@ -73,7 +73,9 @@ export function createEc2Api(opts: Ec2Options): Ec2Api {
       const out: Ec2Instance[] = [];
       const seen = new Set<string>();
       for (let token: string | undefined; ;) {
-        const page = readDescribeInstances(await call("DescribeInstances", { ...input, MaxResults: 100, ...(token ? { NextToken: token } : {}) }, signal));
+        // MaxResults may not go with InstanceIds.
+        const paging = input.InstanceIds ? {} : { MaxResults: 100, ...(token ? { NextToken: token } : {}) };
+        const page = readDescribeInstances(await call("DescribeInstances", { ...input, ...paging }, signal));
         out.push(...page.instances);
         if (!page.nextToken) return out;
         if (seen.has(page.nextToken)) throw new BackendError("DescribeInstances paged in a circle: the list is not read");

@@ -10,7 +10,7 @@ import { projectedRemaining, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
 import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type Boot, type RebuildCtx } from "./reuse.ts";
 import { createBody, type Candidate } from "./server-body.ts";
-import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "./user-data.ts";
+import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
 
 export interface HetznerSettings {
   url: string;

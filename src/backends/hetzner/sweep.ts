@@ -2,53 +2,29 @@
 // instance's label selector, every page) and deletes those nothing needs: a server whose
 // assignment has ended (its teardown failed), one unknown past a grace, and any server older than
 // its pool's maxLifetimeMs. A list not read to its end deletes nothing: what is missing from it is not gone.
+import { judgeWorkload, lifetimeOf, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import type { HetznerApi, HetznerServer } from "./client.ts";
 import type { Notes } from "./notes.ts";
 import { instanceSelector, LABELS } from "./server-body.ts";
 import { hourLeft, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
 
-/** A server not yet noted (its create answered, its note not yet written) is left this long. */
-export const ORPHAN_GRACE_MS = 10 * 60_000;
-/** The age cap of a server of no pool (the pools' default maxLifetimeMs). */
-export const DEFAULT_LIFETIME_MS = 6 * 3_600_000;
+/** A parked server goes before its next paid hour begins, and at its lifetime. */
+export function judgeParked(server: HetznerServer, now: number, paidFrom: number, lifetimes: ReadonlyMap<string, number>): SweepVerdict {
+  const cap = lifetimeOf(server.labels[LABELS.pool], lifetimes);
+  if (now - paidFrom > cap) return { delete: true, reason: `parked, older than its lifetime (${Math.round(cap / 60_000)} min)` };
+  if (hourLeft(paidFrom, now) < PARKED_DELETE_LEFT_MS) return { delete: true, reason: "parked, nothing took it before its next paid hour" };
+  return { delete: false };
+}
 
-export type SweepVerdict = { delete: false } | { delete: true; reason: string };
-
-/** Whether a listed server goes: a pure decision over what the sweep read. */
-export function judgeServer(
+/** Whether a listed server goes (cloud-sweep.ts judgeWorkload). */
+export const judgeServer = (
   server: HetznerServer,
   now: number,
   noted: { id: string } | undefined,
   record: { ended: boolean } | undefined,
   lifetimes: ReadonlyMap<string, number>,
-): SweepVerdict {
-  const age = now - Date.parse(server.created);
-  const cap = lifetimeOf(server, lifetimes);
-  // Its teardown failed (or has not come yet): nothing needs it, whatever its age.
-  if (noted && record?.ended) return { delete: true, reason: "its assignment has ended" };
-  if (!(age >= 0)) return { delete: false };
-  if (age > cap + ORPHAN_GRACE_MS) return { delete: true, reason: `older than its lifetime (${Math.round(cap / 60_000)} min)` };
-  // A server not (yet) known may be a create whose note is on its way, or whose record is.
-  if (age <= ORPHAN_GRACE_MS) return { delete: false };
-  if (!noted) return { delete: true, reason: "no assignment of this dispatcher knows it" };
-  if (!record) return { delete: true, reason: "its assignment is unknown" };
-  return { delete: false };
-}
-
-/** Its pool's maxLifetimeMs, or the pools' default for a server of none. */
-function lifetimeOf(server: HetznerServer, lifetimes: ReadonlyMap<string, number>): number {
-  const pool = server.labels[LABELS.pool];
-  return (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
-}
-
-/** A parked server goes before its next paid hour begins, and at its lifetime. */
-export function judgeParked(server: HetznerServer, now: number, paidFrom: number, lifetimes: ReadonlyMap<string, number>): SweepVerdict {
-  const cap = lifetimeOf(server, lifetimes);
-  if (now - paidFrom > cap) return { delete: true, reason: `parked, older than its lifetime (${Math.round(cap / 60_000)} min)` };
-  if (hourLeft(paidFrom, now) < PARKED_DELETE_LEFT_MS) return { delete: true, reason: "parked, nothing took it before its next paid hour" };
-  return { delete: false };
-}
+) => judgeWorkload({ created: server.created, pool: server.labels[LABELS.pool] }, now, noted, record, lifetimes);
 
 export async function sweepServers(
   api: HetznerApi,

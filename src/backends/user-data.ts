@@ -1,14 +1,14 @@
-// What a Hetzner server is given to boot its runner. Its user_data holds nothing that outlives the
+// What a cloud VM (a Hetzner server, an EC2 instance) is given to boot its runner. Its user_data holds nothing that outlives the
 // boot: the Worker's bootstrap URL and a one-time token. With the token it fetches its launch (the
 // runner's identity, its claim token and its command) once, as a shell script, and runs it. The
 // registration token is never in either: the forge's identity is a registered runner already.
-import type { RunnerLaunch, RunnerRequest } from "../../domain/backend.ts";
-import { base64 } from "../../model/crypto.ts";
+import type { RunnerLaunch, RunnerRequest } from "../domain/backend.ts";
+import { base64 } from "../model/crypto.ts";
 
 /** Where the launch writes the runner's files; the forge's command reads them from `mountPath`. */
 const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 
-/** The runner program to download on a stock image (HCLOUD_RUNNER_URL), checked by its sha256. */
+/** The runner program to download on a stock image (HCLOUD_RUNNER_URL, EC2_RUNNER_URL), checked by its sha256. */
 export interface RunnerDownload {
   url: string;
   sha256: string;

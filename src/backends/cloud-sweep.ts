@@ -1,0 +1,44 @@
+// The orphan sweep's decision for one listed cloud workload (a Hetzner server, an EC2 instance), a
+// pure function of what the sweep read: its age, its pool, the driver's note of it and its
+// assignment's record. Shared by the cloud drivers, whose sweeps list and delete.
+
+/** What the decision reads of a listed workload. */
+export interface Workload {
+  /** When it was created (ISO time). */
+  created: string;
+  /** Its pool, by its label or tag. */
+  pool: string | undefined;
+}
+
+/** A workload not yet noted (its create answered, its note not yet written) is left this long. */
+export const ORPHAN_GRACE_MS = 10 * 60_000;
+/** The age cap of a workload of no pool (the pools' default maxLifetimeMs). */
+export const DEFAULT_LIFETIME_MS = 6 * 3_600_000;
+
+export type SweepVerdict = { delete: false } | { delete: true; reason: string };
+
+/** Whether a listed workload goes: a pure decision over what the sweep read. */
+export function judgeWorkload(
+  w: Workload,
+  now: number,
+  noted: { id: string } | undefined,
+  record: { ended: boolean } | undefined,
+  lifetimes: ReadonlyMap<string, number>,
+): SweepVerdict {
+  const age = now - Date.parse(w.created);
+  const cap = lifetimeOf(w.pool, lifetimes);
+  // Its teardown failed (or has not come yet): nothing needs it, whatever its age.
+  if (noted && record?.ended) return { delete: true, reason: "its assignment has ended" };
+  if (!(age >= 0)) return { delete: false };
+  if (age > cap + ORPHAN_GRACE_MS) return { delete: true, reason: `older than its lifetime (${Math.round(cap / 60_000)} min)` };
+  // One not (yet) known may be a create whose note is on its way, or whose record is.
+  if (age <= ORPHAN_GRACE_MS) return { delete: false };
+  if (!noted) return { delete: true, reason: "no assignment of this dispatcher knows it" };
+  if (!record) return { delete: true, reason: "its assignment is unknown" };
+  return { delete: false };
+}
+
+/** Its pool's maxLifetimeMs, or the pools' default for a workload of none. */
+export function lifetimeOf(pool: string | undefined, lifetimes: ReadonlyMap<string, number>): number {
+  return (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
+}

@@ -1,0 +1,189 @@
+// The ec2 driver's accept, teardown and sweep: one instance per assignment, asked for by attempts
+// (each candidate on the pool's market, then on-demand where the pool falls back) whose ClientToken
+// is derived from the assignment, the round and the attempt. The attempt is noted before it is
+// asked and the instance id after, so a pass cut short anywhere asks again with the same token and
+// EC2 answers with the instance it made: accepting twice makes one instance.
+import type { KV } from "@nats-io/kv";
+import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { driverNoteKey } from "../../nats/names.ts";
+import { readJson } from "../../state/kv.ts";
+import { judgeWorkload } from "../cloud-sweep.ts";
+import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
+import { objectNames } from "../kubernetes/names.ts";
+import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
+import { createEc2Api, Ec2Error, type Ec2Api } from "./client.ts";
+import { attemptsOf, clientToken, runBody, TAGS } from "./run-body.ts";
+
+export interface Ec2Settings {
+  url: string;
+  region: string;
+  accessKeyId: string;
+  secretAccessKey: string;
+  template: Record<string, unknown> | undefined;
+  download: RunnerDownload | undefined;
+}
+
+/** An instance is looked at once, this long after its create, unless its claim came first. */
+export const STATUS_READ_AFTER_MS = 90_000;
+export const BOOTSTRAP_TTL_MS = 30 * 60_000;
+/** After the account's limit refused a create, the next is tried this much later. */
+export const FULL_RECHECK_MS = 30_000;
+/** No room for this candidate on this market: the next attempt is tried in the same pass. */
+export const NO_ROOM = new Set([
+  "InsufficientInstanceCapacity",
+  "InsufficientFreeAddressesInSubnet",
+  "MaxSpotInstanceCountExceeded",
+  "SpotMaxPriceTooLow",
+  "Unsupported",
+]);
+/** The account's instance or vCPU limit: a full backend. */
+const LIMITS = new Set(["InstanceLimitExceeded", "VcpuLimitExceeded"]);
+/** States of an instance that will not run its runner. */
+const ENDED = new Set(["shutting-down", "terminated", "stopping", "stopped"]);
+const LIVE_STATES = ["pending", "running", "stopping", "stopped"];
+
+/** The account's instance or vCPU limit: a full backend, not a failure. */
+export class AccountFull extends BackendError {
+  readonly full = true;
+}
+
+/** What the driver keeps of an assignment between passes, in the records bucket. */
+interface InstanceNote {
+  id: string;
+  /** Rounds of attempts made so far (every attempt of a round had no room): part of the ClientToken. */
+  round: number;
+  /** The attempt asked for now (or last). */
+  attempt: number;
+  instanceId?: string;
+  /** Epoch ms the instance was asked for. */
+  createdAt: number;
+  checked?: boolean;
+  ready?: boolean;
+}
+
+export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; template: Record<string, unknown> | undefined; deps: DriverDeps }) {
+  const { deps, backend, settings } = opts;
+  const api: Ec2Api = createEc2Api({ ...settings, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
+  const withStores = <T>(fn: (s: DriverStores) => Promise<T>): Promise<T> => {
+    if (!deps.withStores) throw new BackendError("the ec2 driver needs the dispatcher's stores");
+    return deps.withStores(fn);
+  };
+  const noteOf = async (kv: KV, label: string) => (await readJson<InstanceNote>(kv, driverNoteKey(backend, label)))?.value;
+  const putNote = (kv: KV, label: string, note: InstanceNote) => kv.put(driverNoteKey(backend, label), JSON.stringify(note)).then(() => undefined);
+  const tagged = (label: string) => [
+    { Name: `tag:${TAGS.instance}`, Values: [deps.instance] },
+    { Name: `tag:${TAGS.assignment}`, Values: [label] },
+    { Name: "instance-state-name", Values: LIVE_STATES },
+  ];
+
+  const driver: RunnerBackend & { api: Ec2Api } = {
+    api,
+    accept: (request, signal) => withStores((s) => acceptWith(s, request, signal)),
+    teardown: (id, signal) =>
+      withStores(async ({ kv }) => {
+        const { label } = await objectNames(deps.prefix, id);
+        const note = await noteOf(kv, label);
+        // An attempt asked but not answered may have made one: found by its tags.
+        const ids = note?.instanceId ? [note.instanceId] : (await api.describeAll({ Filters: tagged(label) }, signal)).map((i) => i.id);
+        for (const instanceId of ids) await api.terminate(instanceId, signal);
+        if (note) await kv.purge(driverNoteKey(backend, label));
+      }),
+    tick: (ask) => withStores((s) => sweep(s, ask)),
+  };
+  return driver;
+
+  async function acceptWith({ kv, bootstraps, figures }: DriverStores, request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus> {
+    const id = request.assignment.id;
+    const { label } = await objectNames(deps.prefix, id);
+    const note = await noteOf(kv, label);
+    if (note?.instanceId) return lookOnce(kv, label, { ...note, instanceId: note.instanceId }, signal);
+    const { launch, bootstrapUrl } = request;
+    if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the ec2 driver needs a forge (GITEA_URL)");
+    const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
+    if (deps.now() < fullUntil) throw new AccountFull(`the EC2 account's limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
+    // A pass cut short resumes at its attempt with the same ClientToken and the same UserData (its
+    // bootstrap token derived for the round), as an idempotent RunInstances must; a new round starts from the first.
+    const round = note?.round ?? 0;
+    const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS, `ec2:${round}`);
+    const userData = bootUserData(bootstrapUrl, token, runnerProgram(request), settings.download);
+    const who = { label, pool: request.pool?.name, instance: deps.instance, backend };
+    const attempts = attemptsOf(request.pool);
+    let lastNoRoom: Ec2Error | undefined;
+    for (let i = note?.attempt ?? 0; i < attempts.length; i++) {
+      const base: InstanceNote = { id, round, attempt: i, createdAt: deps.now() };
+      await putNote(kv, label, base);
+      try {
+        const body = runBody(who, userData, [opts.template, request.pool?.template], attempts[i]!, await clientToken(deps.instance, id, round, i));
+        const instance = await api.runInstances(body, signal);
+        await putNote(kv, label, { ...base, instanceId: instance.id });
+        return "pending";
+      } catch (err) {
+        if (err instanceof Ec2Error && NO_ROOM.has(err.code)) {
+          lastNoRoom = err;
+          continue;
+        }
+        if (err instanceof Ec2Error && LIMITS.has(err.code)) {
+          const until = deps.now() + FULL_RECHECK_MS;
+          await figures.change(backend, (f) => ({ ...f, fullTotal: f.fullTotal + 1, fullUntil: until }));
+          throw new AccountFull(
+            `the EC2 account's ${err.code === "VcpuLimitExceeded" ? "vCPU" : "instance"} limit is reached: jobs wait until an instance ends`,
+            err.status,
+          );
+        }
+        throw err;
+      }
+    }
+    await putNote(kv, label, { id, round: round + 1, attempt: 0, createdAt: deps.now() });
+    throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
+  }
+
+  /** Pending until its claim, with one status read once it should be up: an instance that ended is asked for again. */
+  async function lookOnce(kv: KV, label: string, note: InstanceNote & { instanceId: string }, signal: AbortSignal): Promise<RunnerStatus> {
+    if (note.ready) return "ready";
+    if (note.checked || deps.now() - note.createdAt < STATUS_READ_AFTER_MS) return "pending";
+    const [instance] = await api.describeAll({ InstanceIds: [note.instanceId] }, signal).catch((err: unknown) => {
+      if (err instanceof Ec2Error && err.code === "InvalidInstanceID.NotFound") return [];
+      throw err;
+    });
+    if (instance && !ENDED.has(instance.state)) {
+      const ready = instance.state === "running";
+      await putNote(kv, label, { ...note, checked: true, ...(ready ? { ready } : {}) });
+      return ready ? "ready" : "pending";
+    }
+    if (instance) await api.terminate(instance.id, signal);
+    // A new round: its tokens are new, so the next create is a new instance.
+    await putNote(kv, label, { id: note.id, round: note.round + 1, attempt: 0, createdAt: deps.now() });
+    throw new BackendError(
+      `instance ${instance ? instance.state : "gone"} before the claim${instance?.stateReason ? ` (${instance.stateReason})` : ""}; recreating`,
+    );
+  }
+
+  /** The orphan sweep: this dispatcher's live instances of this backend, every page; a list read in part ends nothing. */
+  async function sweep({ kv, figures }: DriverStores, ask: TickAsk): Promise<{ listed: number; deleted: number }> {
+    const filters = [
+      { Name: `tag:${TAGS.instance}`, Values: [deps.instance] },
+      { Name: `tag:${TAGS.backend}`, Values: [backend] },
+      { Name: "instance-state-name", Values: LIVE_STATES },
+    ];
+    const instances = await api.describeAll({ Filters: filters }, ask.signal);
+    const noted = new Map<string, { id: string; label: string }>();
+    for (const i of instances) {
+      const label = i.tags[TAGS.assignment];
+      const note = label ? await noteOf(kv, label) : undefined;
+      if (note?.instanceId === i.id) noted.set(i.id, { id: note.id, label: label! });
+    }
+    const records = await ask.records([...noted.values()].map((n) => n.id));
+    let deleted = 0;
+    for (const i of instances) {
+      const n = noted.get(i.id);
+      const verdict = judgeWorkload({ created: i.launchTime, pool: i.tags[TAGS.pool] }, deps.now(), n, n && records.get(n.id), ask.lifetimes);
+      if (!verdict.delete) continue;
+      await api.terminate(i.id, ask.signal);
+      if (n) await kv.purge(driverNoteKey(backend, n.label));
+      ask.event("orphan_deleted", { assignment: n?.id ?? i.tags[TAGS.assignment] ?? i.id, reason: verdict.reason });
+      deleted++;
+    }
+    await figures.change(backend, (f) => ({ ...f, swept: f.swept + deleted }));
+    return { listed: instances.length, deleted };
+  }
+}
