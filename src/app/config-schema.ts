@@ -128,6 +128,13 @@ export const envSchema = z.object({
   HCLOUD_API_URL: httpUrl.optional(),
   HCLOUD_RUNNER_URL: optionalString,
   HCLOUD_RUNNER_SHA256: optionalString,
+  /** The ec2 driver (backends/ec2): its credentials (secrets), region, endpoint, and the runner download of a stock AMI. */
+  AWS_ACCESS_KEY_ID: optionalString,
+  AWS_SECRET_ACCESS_KEY: optionalString,
+  EC2_REGION: optionalString,
+  EC2_API_URL: httpUrl.optional(),
+  EC2_RUNNER_URL: optionalString,
+  EC2_RUNNER_SHA256: optionalString,
   K8S_NAMESPACE: z
     .string()
     .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { message: "must be a Kubernetes namespace name" })

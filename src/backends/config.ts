@@ -60,7 +60,10 @@ function parseTemplate(name: (typeof TEMPLATE_VARIABLES)[number], text: unknown,
     value = undefined;
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    const bodies = { POD_TEMPLATE: "a partial Pod", VM_TEMPLATE: "a partial VirtualMachineInstance, or a partial Hetzner create-server body" };
+    const bodies = {
+      POD_TEMPLATE: "a partial Pod",
+      VM_TEMPLATE: "a partial VirtualMachineInstance, a partial Hetzner create-server body, or a partial EC2 RunInstances request",
+    };
     problems.push(`${name} must be a JSON object (${bodies[name]})`);
     return undefined;
   }
@@ -68,7 +71,7 @@ function parseTemplate(name: (typeof TEMPLATE_VARIABLES)[number], text: unknown,
   if (!readers.size) {
     const drivers = Object.entries(DRIVER_MODULES).flatMap(([d, m]) => ("templateVariable" in m && m.templateVariable === name ? [d] : []));
     problems.push(
-      `${name} is set, but no enabled backend uses the ${drivers.join(" or ")} driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it`,
+      `${name} is set, but no enabled backend uses the ${drivers.length > 1 ? `${drivers.slice(0, -1).join(", ")} or ${drivers.at(-1)}` : drivers[0]} driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it`,
     );
   } else if (readers.size > 1)
     problems.push(

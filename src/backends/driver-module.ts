@@ -45,6 +45,8 @@ export interface PoolView {
   labels: string[];
   template?: Record<string, unknown> | undefined;
   candidates?: Record<string, string>[] | undefined;
+  market?: "spot" | "on-demand" | undefined;
+  spotFallback?: "on-demand" | undefined;
   /** `RUNNER_POOLS[i]["field"]`: how a problem names a field of this pool. */
   at(field: string): string;
 }

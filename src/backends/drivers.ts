@@ -2,6 +2,7 @@
 // a folder under src/backends/ and a line here.
 import type { DriverModule } from "./driver-module.ts";
 import { httpDriver } from "./http.ts";
+import { ec2Driver } from "./ec2/index.ts";
 import { hetznerDriver } from "./hetzner/index.ts";
 import { kubernetesDriver, kubevirtDriver } from "./kubernetes/index.ts";
 
@@ -10,6 +11,7 @@ export const DRIVER_MODULES = {
   kubernetes: kubernetesDriver,
   kubevirt: kubevirtDriver,
   hetzner: hetznerDriver,
+  ec2: ec2Driver,
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- each driver has a settings type of its own
 } as const satisfies Record<string, DriverModule<any>>;
 

@@ -7,6 +7,7 @@ import { startFakeGitea } from "../../scripts/fake-gitea.mjs";
 import { startFakeForgejo } from "../../scripts/fake-forgejo.mjs";
 import { startFakeKubernetes } from "../../scripts/fake-kubernetes.mjs";
 import { startFakeHetzner } from "../../scripts/fake-hetzner.mjs";
+import { startFakeEc2 } from "../../scripts/fake-ec2.mjs";
 import { startWsProxy } from "../../scripts/ws-proxy.mjs";
 import { startRestartableNats } from "./restartable-nats.ts";
 import { startClusterControl } from "./cluster-control.ts";
@@ -19,6 +20,7 @@ declare module "vitest" {
     forgejoUrl: string;
     kubernetesUrl: string;
     hetznerUrl: string;
+    ec2Url: string;
     /** A counting WebSocket proxy to the nats-server: append /<tag>; GET <http>/_counts/<tag>. */
     natsProxyUrl: string;
     /** The same proxy with 100 ms on every frame each way: what was sent is not yet there. */
@@ -47,6 +49,8 @@ export default async function setup(project: TestProject) {
   project.provide("kubernetesUrl", kubernetes.url);
   const hetzner = await startFakeHetzner();
   project.provide("hetznerUrl", hetzner.url);
+  const ec2 = await startFakeEc2();
+  project.provide("ec2Url", ec2.url);
   const proxy = await startWsProxy({ upstream: server.wsUrl });
   project.provide("natsProxyUrl", proxy.url("").replace(/\/$/, ""));
   const slowProxy = await startWsProxy({ upstream: server.wsUrl, delayMs: 100 });
@@ -68,6 +72,7 @@ export default async function setup(project: TestProject) {
     await slowProxy.close();
     await kubernetes.close();
     await hetzner.close();
+    await ec2.close();
     await gitea.close();
     await forgejo.close();
     await backend.close();

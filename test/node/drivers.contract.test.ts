@@ -7,6 +7,8 @@ import { loadConfig } from "../../src/app/config.ts";
 import type { RunnerFile } from "../../src/domain/runner-identity.ts";
 import { assignment, giteaTestEnv, uniqueName } from "../harness/env.ts";
 import { hetznerScene } from "../harness/hetzner.ts";
+import { ec2Scene } from "../harness/ec2.ts";
+import { STATUS_READ_AFTER_MS as EC2_STATUS_READ_AFTER_MS } from "../../src/backends/ec2/driver.ts";
 import { STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 
 const backendUrl = inject("backendUrl");
@@ -127,6 +129,30 @@ async function hetznerHarness(): Promise<Harness> {
   };
 }
 
+/** The ec2 driver on the fake EC2 API (test/harness/ec2.ts). */
+async function ec2Harness(): Promise<Harness> {
+  const scene = await ec2Scene();
+  closers.push(() => scene.close());
+  return {
+    driver: scene.driver,
+    run: async () => void (scene.clock.t += EC2_STATUS_READ_AFTER_MS + 1),
+    fail: async () => {
+      for (const i of await scene.live()) await scene.ctl("end", { id: i.id, state: "terminated", stateReason: "Server.InternalError" });
+      scene.clock.t += EC2_STATUS_READ_AFTER_MS + 1;
+    },
+    hang: async (ms) => void (await scene.ctl("mode", { hangFirst: 1, hangMs: ms })),
+    revokeToken: async () => void (await scene.ctl("mode", { credentials: { secretAccessKey: "rotated-secret" } })),
+    unavailable: async () => void (await scene.ctl("mode", { failFirst: 1, failStatus: 503 })),
+    created: async () => (await scene.state()).instances.length,
+    live: async () => (await scene.live()).length,
+    received: async () => JSON.stringify((await scene.state()).requests),
+    workloadObjects: async () => JSON.stringify((await scene.state()).instances),
+    setPhase: async () => {
+      throw new Error("the ec2 driver reads no phase");
+    },
+  };
+}
+
 const identity: RunnerFile = {
   WARNING: "generated",
   id: 42,
@@ -153,6 +179,7 @@ describe.each([
   ["kubernetes", kubeHarness("kubernetes")],
   ["kubevirt", kubeHarness("kubevirt")],
   ["hetzner", hetznerHarness],
+  ["ec2", ec2Harness],
 ])("runner backend contract: %s driver", (name, makeHarness) => {
   it("accepting twice makes one runner, pending until it runs, then ready", async () => {
     const h = await makeHarness();
@@ -221,7 +248,7 @@ describe.each([
     await h.driver.accept(request("c-5"), within(2_000));
     const received = await h.received();
     expect(received).not.toContain(REGISTRATION_TOKEN);
-    if (name === "hetzner") {
+    if (name === "hetzner" || name === "ec2") {
       // The server's user_data holds a one-time token and URLs only: the identity is fetched at boot.
       const servers = await h.workloadObjects();
       expect(servers).toContain("/v1/assignments/c-5/bootstrap");

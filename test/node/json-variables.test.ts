@@ -161,7 +161,9 @@ describe("a template is refused at load", () => {
   const k = (extra: Record<string, unknown>) => load({ ...base(), ...extra }).problems;
   it("when it is not a JSON object, written either way", () => {
     for (const t of ["[1]", [1], "3", 3, "{not json", true]) expect(k({ POD_TEMPLATE: t })).toContain("POD_TEMPLATE must be a JSON object (a partial Pod)");
-    expect(k({ VM_TEMPLATE: "[]" })).toContain("VM_TEMPLATE must be a JSON object (a partial VirtualMachineInstance, or a partial Hetzner create-server body)");
+    expect(k({ VM_TEMPLATE: "[]" })).toContain(
+      "VM_TEMPLATE must be a JSON object (a partial VirtualMachineInstance, a partial Hetzner create-server body, or a partial EC2 RunInstances request)",
+    );
   });
   it("when it would make an invalid workload, and not when the field is spelt right", () => {
     expect(k({ POD_TEMPLATE: { spec: { containers: [{ name: "runner", imagePullPolicy: 5 }] } } })).toEqual([
@@ -174,7 +176,7 @@ describe("a template is refused at load", () => {
   });
   it("when no enabled backend would read it, rather than ignored", () => {
     expect(k({ VM_DRIVER: "kubernetes", VM_TEMPLATE: { spec: {} } })).toContain(
-      "VM_TEMPLATE is set, but no enabled backend uses the kubevirt or hetzner driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it",
+      "VM_TEMPLATE is set, but no enabled backend uses the kubevirt, hetzner or ec2 driver (POD_DRIVER or VM_DRIVER) without a template of its own, so it would be ignored: unset it",
     );
     expect(k({ CAPACITY_VM: 0, VM_TEMPLATE: { spec: {} } }).some((p) => p.startsWith("VM_TEMPLATE is set"))).toBe(true);
     expect(k({ CAPACITY_VM: 1, VM_TEMPLATE: { spec: {} } })).toEqual([]);
