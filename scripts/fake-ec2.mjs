@@ -68,6 +68,8 @@ export function startFakeEc2({ log } = {}) {
           ? new Refusal(503, "Unavailable", "The server is overloaded and can't handle the request")
           : new Refusal(500, "InternalError", "An internal error has occurred"),
       );
+    if (call.action === "DescribeInstances" && (a.mode.failDescribeCalls ?? []).includes((a.describes = (a.describes ?? 0) + 1)))
+      return refuse(new Refusal(500, "InternalError", "An internal error has occurred"));
     try {
       const body = { RunInstances: run, DescribeInstances: describe, TerminateInstances: terminate }[call.action]?.(a, call.input);
       if (!body) return refuse(new Refusal(400, "UnsupportedOperation", `${call.action} is not served by this fake`));
@@ -188,6 +190,7 @@ export function startFakeEc2({ log } = {}) {
     if (what === "mode" && method === "POST") {
       a.mode = { ...a.mode, ...JSON.parse(text || "{}") };
       a.calls = 0;
+      a.describes = 0;
       return send(200, a.mode);
     }
     // An instance ends as the test says (`stateReason`: e.g. Server.SpotInstanceTermination).

@@ -13,16 +13,7 @@ export async function streamState(env: Record<string, string>) {
     const jsm = await jetstreamManager(h.nc);
     const s = await jsm.streams.info(config.stream);
     const c = await jsm.consumers.info(config.stream, config.backends[0]!.backend);
-    return {
-      messages: s.state.messages,
-      ackPending: c.num_ack_pending,
-      pending: c.num_pending,
-      redelivered: c.num_redelivered,
-      waiting: c.num_waiting,
-      delivered: c.delivered,
-      ackFloor: c.ack_floor,
-      leader: c.cluster?.leader,
-    };
+    return { messages: s.state.messages, ackPending: c.num_ack_pending, pending: c.num_pending };
   });
 }
 

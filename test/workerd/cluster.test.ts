@@ -463,6 +463,22 @@ describe.sequential("QUOTAS and turns on R3 with a node lost", () => {
 });
 
 /** Each unfinished job's assignment chain, the quota ledger, the wait set and their events: printed when the scenario times out. */
+/** The consumer as JetStream sees it: what it delivered, what waits for an ack, what came again. */
+async function consumerDetail(env: Record<string, string>) {
+  const config = loadConfig(env);
+  return withNats(config, async (h) => {
+    const c = await (await jetstreamManager(h.nc)).consumers.info(config.stream, config.backends[0]!.backend);
+    return {
+      pending: c.num_pending,
+      ackPending: c.num_ack_pending,
+      redelivered: c.num_redelivered,
+      waiting: c.num_waiting,
+      delivered: c.delivered,
+      ackFloor: c.ack_floor,
+    };
+  });
+}
+
 async function warmReport(env: Record<string, string>, events: Record<string, unknown>[]): Promise<string> {
   return createDispatcher({ config: loadConfig(env) }).withState(async (state) => {
     const lines: string[] = [];
@@ -478,7 +494,7 @@ async function warmReport(env: Record<string, string>, events: Record<string, un
     }
     const holders = await state.admission.holders("pod");
     lines.push(`slot holders: ${JSON.stringify(holders)}`);
-    lines.push(`stream and consumer: ${JSON.stringify(await streamState(env))}`);
+    lines.push(`consumer: ${JSON.stringify(await consumerDetail(env))}`);
     for (const h of holders) ids.add(h);
     for (const e of events) if (ids.has(String(e.assignment)) || e.level === "error") lines.push(JSON.stringify(e));
     lines.push(
