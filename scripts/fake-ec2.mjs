@@ -201,6 +201,11 @@ export function startFakeEc2({ log } = {}) {
       Object.assign(i, { state, ...(stateReason ? { stateReason } : {}) });
       return send(200, {});
     }
+    // EC2 forgets a terminated instance after a while: its id is then not found at all.
+    if (what === "forget" && method === "POST") {
+      a.instances.delete(JSON.parse(text).id);
+      return send(200, {});
+    }
     if (what === "state") return send(200, { instances: [...a.instances.values()], requests: a.requests });
     return send(404, { error: "unknown control" });
   }

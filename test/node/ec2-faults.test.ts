@@ -128,6 +128,41 @@ describe("ec2 driver faults", () => {
     expect(await s.live()).toEqual([]);
   });
 
+  it("a pass cut after its second candidate's RunInstances, the first one's capacity back: the pass after resumes at the second (one instance)", async () => {
+    const cut = { armed: false };
+    const s = await scene(
+      {},
+      {
+        fetch: async (input, init) => {
+          const body = await (input as Request).clone().text();
+          const res = await fetch(input, init);
+          if (cut.armed && body.startsWith("Action=RunInstances") && body.includes(B.SubnetId)) {
+            cut.armed = false;
+            throw new Error("killed after RunInstances");
+          }
+          return res;
+        },
+      },
+    );
+    await s.ctl("mode", { noCapacity: [{ SubnetId: A.SubnetId }] });
+    cut.armed = true;
+    const pool = { name: "small", candidates: [A, B] };
+    expect(await failure(s.driver.accept(vmRequest("r-1", pool), within()))).toBeInstanceOf(BackendError);
+    await s.ctl("mode", { noCapacity: [] });
+    expect(await s.driver.accept(vmRequest("r-1", pool), within())).toBe("pending");
+    expect((await s.live()).map((i) => i.SubnetId)).toEqual([B.SubnetId]);
+  });
+
+  it("a teardown of an instance EC2 has forgotten (terminated long ago) is done, not an error", async () => {
+    const s = await scene();
+    await s.driver.accept(vmRequest("f-1"), within());
+    const [i] = await s.live();
+    await s.ctl("forget", { id: i!.id });
+    await s.driver.teardown("f-1", within());
+    await s.driver.teardown("f-1", within());
+    expect((await s.state()).requests.filter((r) => r.action === "TerminateInstances").map((r) => r.error)).toEqual(["InvalidInstanceID.NotFound"]);
+  });
+
   it("a pass cut at any records-bucket call: the pass after leaves one instance, booting the job's own bootstrap", async () => {
     for (let at = 1; at <= 6; at++) {
       const cut = { n: 0, at };
