@@ -68,7 +68,7 @@ describe("hetzner configuration", () => {
     ]);
     const { VM_DRIVER: _d, ...httpVm } = pools([{ ...pool, candidates: [{ server_type: "cx42", location: "nbg1" }] }]);
     expect(configProblems({ ...without(httpVm, "VM_TEMPLATE"), VM_BACKEND_URL: "http://127.0.0.1:9" })).toEqual([
-      'RUNNER_POOLS[0]["candidates"] is for pools of the hetzner driver; backend vm uses http (pool "large")',
+      'RUNNER_POOLS[0]["candidates"] is for pools of the hetzner and ec2 drivers; backend vm uses http (pool "large")',
     ]);
     // reuse: "rebuild" alike; on hetzner it loads, and any other value is named.
     expect(configProblems(pools([{ ...pool, reuse: "rebuild" }]))).toEqual([]);
