@@ -5,9 +5,9 @@
 // which runner took which job, how long after it was queued. Ctrl-C stops everything.
 //
 // Pointed at a driver by configuration alone (environment or .dev.vars): POD_DRIVER / VM_DRIVER =
-// http | kubernetes | kubevirt | hetzner. With K8S_API_URL the real cluster is used; without it an
-// embedded fake Kubernetes API plays the cluster. With hetzner and no HCLOUD_API_URL, an embedded
-// fake Hetzner Cloud API boots servers that run a simulated runner. Kubernetes drivers need the Gitea integration: without
+// http | kubernetes | kubevirt | hetzner | ec2. With K8S_API_URL the real cluster is used; without it an
+// embedded fake Kubernetes API plays the cluster. With hetzner and no HCLOUD_API_URL (ec2 and no
+// EC2_API_URL), an embedded fake Hetzner Cloud (EC2) API boots servers that run a simulated runner. Kubernetes drivers need the Gitea integration: without
 // GITEA_URL an embedded fake Gitea is started and a signed webhook is printed to try.
 // FORGE=forgejo: the same with an embedded fake Forgejo 15, found by the poller (FORGEJO_POLL_MS),
 // each runner bound to its job's handle; the warm runners ask the dispatcher for theirs.
@@ -22,6 +22,7 @@ import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
 import { startFakeForgejo, FAKE_FORGEJO } from "./fake-forgejo.mjs";
 import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { startFakeHetzner, FAKE_HCLOUD_TOKEN } from "./fake-hetzner.mjs";
+import { startFakeEc2, FAKE_AWS, FAKE_REGION } from "./fake-ec2.mjs";
 import { findNatsServer, startNatsServer } from "./nats-server.mjs";
 import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
@@ -47,7 +48,10 @@ const user = loadEnv(process.env.DEV_VARS ?? ".dev.vars");
 const chosen = passedFrom(user);
 const drivers = [chosen.POD_DRIVER ?? "http", chosen.VM_DRIVER ?? "http"];
 const needsCluster = drivers.some((d) => d === "kubernetes" || d === "kubevirt");
+const ec2 = drivers.includes("ec2");
+// A cloud driver: its VMs are the vm backend's (or the pod backend's, if that one names it).
 const hetzner = drivers.includes("hetzner");
+const cloud = hetzner || ec2;
 
 // NATS_CLUSTER=3 (or 5): a cluster of that many nodes on loopback, NATS_URL listing every node,
 // and the layout replicated (JETSTREAM_REPLICAS 3 unless set).
@@ -98,6 +102,19 @@ if (hetzner && !vars.HCLOUD_API_URL) {
   Object.assign(vars, { HCLOUD_API_URL: `${fake.url}/local`, HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN });
   vars.VM_TEMPLATE ??= JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" });
 }
+// VM_DRIVER=ec2 without EC2_API_URL: an embedded fake EC2 API, alike.
+if (ec2 && !vars.EC2_API_URL) {
+  const fake = await startFakeEc2({ log: (line) => console.log(line.replace("[hetzner] server", "[ec2] instance")) });
+  stops.push(() => fake.close());
+  await fetch(`${fake.url}/local/_control/mode`, { method: "POST", body: JSON.stringify({ bootMs: BOOT_MS, simulate: { jobMs: 6_000 } }) });
+  Object.assign(vars, {
+    EC2_API_URL: `${fake.url}/local/`,
+    EC2_REGION: FAKE_REGION,
+    AWS_ACCESS_KEY_ID: FAKE_AWS.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: FAKE_AWS.secretAccessKey,
+  });
+  vars.VM_TEMPLATE ??= JSON.stringify({ ImageId: "ami-0123456789abcdef0", InstanceType: "m7i.large" });
+}
 let fakeGitea;
 const DEMO_POOL = { name: "small", minIdle: 2, maxRunners: 6 };
 const forgejo = vars.FORGE === "forgejo";
@@ -123,7 +140,7 @@ if (forgejo && !vars.GITEA_URL) {
 if (!vars.GITEA_URL) {
   fakeGitea = await startFakeGitea({ onTake });
   stops.push(() => fakeGitea.close());
-  const backendOf = needsCluster || hetzner ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
+  const backendOf = needsCluster || cloud ? (vars.POD_DRIVER && vars.POD_DRIVER !== "http" ? "pod" : "vm") : "pod";
   const labels = ["ubuntu-latest:docker://node:20-bookworm"];
   Object.assign(vars, {
     GITEA_URL: `${fakeGitea.url}/local`,
@@ -133,7 +150,7 @@ if (!vars.GITEA_URL) {
   });
   if (!vars.RUNNER_POOLS && !vars.RUNS_ON_ROUTES) {
     // The embedded Kubernetes and Hetzner APIs do not run act_runner: warm runners there would never poll.
-    if (needsCluster || hetzner) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
+    if (needsCluster || cloud) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
     else vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: backendOf, labels }]);
   }
   // Gitea's webhook: the fake delivers each workflow_job to the Worker, signed with its secret.
