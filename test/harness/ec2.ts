@@ -12,7 +12,7 @@ import { bindBucket } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
-import type { SceneWrap } from "./hetzner.ts";
+import { sweepOnce, type SceneWrap } from "./hetzner.ts";
 
 export const EC2_TEMPLATE = { ImageId: "ami-0123456789abcdef0", InstanceType: "m7i.large" };
 
@@ -73,16 +73,7 @@ export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneW
     ctl,
     state,
     live: async () => (await state()).instances.filter((i) => i.state !== "terminated"),
-    async sweep(records = new Map(), lifetimes = new Map()) {
-      const events: Record<string, unknown>[] = [];
-      const done = await driver.tick!({
-        records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
-        lifetimes,
-        event: (event, fields) => void events.push({ event, ...fields }),
-        signal: AbortSignal.timeout(10_000),
-      });
-      return { deleted: done.deleted, events };
-    },
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes),
     close: () => closeNats(handle.nc),
   };
 }

@@ -47,6 +47,30 @@ export interface SceneWrap {
   kv?: (kv: KV) => KV;
 }
 
+/** Runs a cloud driver's orphan sweep as the cron tick does; `records` answers what the dispatcher's records would. */
+export async function sweepOnce(driver: RunnerBackend, records = new Map<string, { ended: boolean }>(), lifetimes = new Map<string, number>()) {
+  const events: Record<string, unknown>[] = [];
+  const done = await driver.tick!({
+    records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
+    lifetimes,
+    event: (event, fields) => void events.push({ event, ...fields }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  return { deleted: done.deleted, events };
+}
+
+/** The records bucket with each call of `methods` run through `around` (a test that cuts the Worker at a call). */
+export function aroundKv(real: KV, methods: ReadonlySet<string>, around: <T>(call: () => Promise<T>) => Promise<T>): KV {
+  return new Proxy(real, {
+    get(target, prop, receiver) {
+      const v: unknown = Reflect.get(target, prop, receiver);
+      if (typeof v !== "function") return v;
+      const fn = v as (...a: unknown[]) => Promise<unknown>;
+      return methods.has(String(prop)) ? (...a: unknown[]) => around(() => fn.apply(target, a)) : fn.bind(target);
+    },
+  });
+}
+
 export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: SceneWrap = {}): Promise<HetznerScene> {
   const base = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
   const ctl = async (what: string, body?: unknown) =>
@@ -77,16 +101,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
     base,
     ctl,
     state: () => ctl("state") as ReturnType<HetznerScene["state"]>,
-    async sweep(records = new Map(), lifetimes = new Map()) {
-      const events: Record<string, unknown>[] = [];
-      const done = await driver.tick!({
-        records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
-        lifetimes,
-        event: (event, fields) => void events.push({ event, ...fields }),
-        signal: AbortSignal.timeout(10_000),
-      });
-      return { deleted: done.deleted, events };
-    },
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes),
     close: () => closeNats(handle.nc),
   };
 }

@@ -10,7 +10,7 @@ import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { ec2Scene, EC2_TEMPLATE, type Ec2Scene } from "../harness/ec2.ts";
-import { vmRequest } from "../harness/hetzner.ts";
+import { aroundKv, vmRequest } from "../harness/hetzner.ts";
 import type { SceneWrap } from "../harness/hetzner.ts";
 
 const scenes: Ec2Scene[] = [];
@@ -167,18 +167,10 @@ describe("ec2 driver faults", () => {
     for (let at = 1; at <= 6; at++) {
       const cut = { n: 0, at };
       const kv = (real: KV) =>
-        new Proxy(real, {
-          get(target, prop, receiver) {
-            const v: unknown = Reflect.get(target, prop, receiver);
-            if (typeof v !== "function") return v;
-            const fn = v as (...a: unknown[]) => Promise<unknown>;
-            if (!["get", "put", "create", "update"].includes(String(prop))) return fn.bind(target);
-            return async (...a: unknown[]) => {
-              const result = await fn.apply(target, a);
-              if (++cut.n === cut.at) throw new Error(`killed after call ${cut.n}`);
-              return result;
-            };
-          },
+        aroundKv(real, new Set(["get", "put", "create", "update"]), async (call) => {
+          const result = await call();
+          if (++cut.n === cut.at) throw new Error(`killed after call ${cut.n}`);
+          return result;
         });
       const s = await scene({}, { kv });
       await failure(s.driver.accept(vmRequest("w-1"), within()));

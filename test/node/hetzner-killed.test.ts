@@ -8,7 +8,7 @@ import { BackendError } from "../../src/domain/backend.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
-import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { aroundKv, hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
 const HOUR = 3_600_000;
 const within = () => AbortSignal.timeout(3_000);
@@ -31,15 +31,7 @@ async function killable() {
     if (cut.fired) throw new Killed(`call ${n} after the kill`);
     return v;
   };
-  const kv = (real: KV) =>
-    new Proxy(real, {
-      get(target, prop, receiver) {
-        const v: unknown = Reflect.get(target, prop, receiver);
-        if (typeof v !== "function") return v;
-        const fn = v as (...a: unknown[]) => Promise<unknown>;
-        return KV_CALLS.has(String(prop)) ? (...a: unknown[]) => step(() => fn.apply(target, a)) : fn.bind(target);
-      },
-    });
+  const kv = (real: KV) => aroundKv(real, KV_CALLS, step);
   const s = await hetznerScene({}, { fetch: (input, init) => step(() => fetch(input, init)), kv });
   s.clock.t = Date.now();
   scenes.push(s);
