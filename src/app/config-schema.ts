@@ -118,6 +118,7 @@ export const envSchema = z.object({
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),
   CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
   WARM_GRACE_MS: intFrom(0, 600_000).default(5_000),
+  MAX_RERUNS: intFrom(0, 10).default(1),
   FORGEJO_POLL_MS: intFrom(1_000, 60_000).default(3_000),
   POD_DRIVER: z.enum(DRIVERS).default("http"),
   VM_DRIVER: z.enum(DRIVERS).default("http"),

@@ -71,6 +71,8 @@ declare module "../domain/context.ts" {
     pools: Pool[];
     /** WARM_GRACE_MS: a new job waits this long for an idle warm runner of its pool before its own is asked for. */
     warmGraceMs: number;
+    /** MAX_RERUNS: a job lost with an interrupted runner is rerun while its run's attempt is at most this (0: never). */
+    maxReruns: number;
     /** FAIR_SHARE: a full backend's free slots go by turn (quotas/), not first come first served. */
     fairShare: boolean;
     /** QUOTAS: limits per owner and repository, weights per owner. */
@@ -241,6 +243,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     gateway: { enabled: e.NATS_GATEWAY === "on", shards: e.NATS_GATEWAY_SHARDS, location: e.NATS_GATEWAY_LOCATION },
     pools,
     warmGraceMs: e.WARM_GRACE_MS,
+    maxReruns: e.MAX_RERUNS,
     fairShare: e.FAIR_SHARE === "on",
     quotas: quotas ?? NO_QUOTAS,
   };

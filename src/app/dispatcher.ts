@@ -24,10 +24,14 @@ import { retryTeardowns } from "../domain/teardown.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission, type Placement } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
-import { createRecordStore, incarnationOf, placementOf } from "../state/records.ts";
+import { createRecordStore, incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
+import type { Assignment } from "../model/assignment.ts";
+import { jobAssignmentId } from "../forge/gitea/webhook.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
 import { createTurnSlots, type TurnSlots } from "../state/turn-slots.ts";
 import { createTeardownList } from "../state/teardowns.ts";
+import { askReruns } from "../domain/reruns.ts";
+import { createRerunList } from "../state/reruns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
 import { createWaitingSeen, rememberWaiting, type WaitingSeen } from "../state/waiting-seen.ts";
@@ -154,6 +158,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       }),
       quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
+      reruns: createRerunList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
       waiting,
@@ -168,6 +173,15 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   };
 
   let shared: Promise<{ handle: NatsHandle; state: State }> | undefined;
+  // A runner that replaces one interrupted before its claim, or runs a job rerun after one was
+  // interrupted after it (the previous attempt's rerun entry): on-demand where the pool falls back.
+  const afterInterruption = async (assignment: Assignment, record: AssignmentRecord): Promise<boolean> => {
+    if (record.interrupted) return true;
+    const job = assignment.job;
+    if (!job || job.attempt < 2 || forge?.kind !== "gitea") return false;
+    const before = await dispatcher.withState((s) => s.reruns.get(jobAssignmentId(job.id, job.attempt - 1)));
+    return before?.value.state === "asked";
+  };
   const dispatcher: Dispatcher = {
     config,
     sink,
@@ -198,12 +212,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     async runnerRequest(assignment, record, reserved, placement = placementOf(record)) {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
       const pool = config.pools.find((p) => p.name === placement.pool);
+      const market = pool?.market === "spot" && pool.spotFallback === "on-demand" && (await afterInterruption(assignment, record)) ? "on-demand" : pool?.market;
       const request: RunnerRequest = {
         assignment,
         claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)),
         claimUrl: `${base}/claim`,
         completeUrl: `${base}/complete`,
         bootstrapUrl: `${base}/bootstrap`,
+        interruptUrl: `${base}/interrupt`,
         ...(pool
           ? {
               pool: {
@@ -211,7 +227,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
                 ...(pool.template ? { template: pool.template } : {}),
                 ...(pool.candidates ? { candidates: pool.candidates } : {}),
                 ...(pool.reuse ? { reuse: pool.reuse } : {}),
-                ...(pool.market ? { market: pool.market } : {}),
+                ...(market ? { market } : {}),
                 ...(pool.spotFallback ? { spotFallback: pool.spotFallback } : {}),
               },
             }
@@ -230,6 +246,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const started = now();
       await forge?.tick(dispatcher);
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
+      if (forge) await askReruns(dispatcher).catch((err) => sink.error("reruns failed", { reason: (err as Error).name }));
       await tickDrivers(dispatcher, config);
       if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });

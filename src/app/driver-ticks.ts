@@ -6,6 +6,7 @@ import type { Config } from "./config.ts";
 import type { TickAsk } from "../domain/backend.ts";
 import { TERMINAL } from "../model/states.ts";
 import type { Dispatcher } from "../domain/context.ts";
+import { interruptAssignment } from "../domain/interrupt.ts";
 
 export async function tickDrivers(d: Dispatcher, config: Config): Promise<void> {
   const lifetimes = new Map(config.pools.map((p) => [p.name, p.maxLifetimeMs]));
@@ -23,6 +24,7 @@ export async function tickDrivers(d: Dispatcher, config: Config): Promise<void> 
               return new Map([...found].map(([id, r]) => [id, { ended: TERMINAL.has(r.value.state) }]));
             }),
           event: (event, fields) => d.sink.event({ event, backend: b.backend, ...fields }),
+          interrupted: async (id, notice) => void (await interruptAssignment(d, id, { notice, by: "sweep" })),
         };
         return runner.tick!(ask);
       });

@@ -59,13 +59,14 @@ function downloadRunner(program: string, d: RunnerDownload): string[] {
  * The launch as a shell script, handed out once by the bootstrap endpoint: the files (0600) where
  * the forge's command reads them, the URLs it reads from the environment, then the command.
  */
-export function launchScript(request: RunnerRequest, launch: RunnerLaunch): string {
+export function launchScript(request: RunnerRequest, launch: RunnerLaunch, { watch }: { watch?: "ec2-spot" } = {}): string {
   const dir = launch.mountPath;
   const env: [string, string | undefined][] = [
     ["GDR_ASSIGNMENT_ID", request.assignment.id],
     ["GDR_CLAIM_URL", request.claimUrl],
     ["GDR_COMPLETE_URL", request.completeUrl],
     ["GDR_HANDLE_URL", request.handleUrl],
+    ["GDR_INTERRUPT_URL", watch ? request.interruptUrl : undefined],
   ];
   return [
     "#!/bin/sh",
@@ -74,7 +75,33 @@ export function launchScript(request: RunnerRequest, launch: RunnerLaunch): stri
     `mkdir -p ${quote(dir)} /data`,
     ...Object.entries(launch.files).map(([name, content]) => `printf '%s' ${quote(base64(content))} | base64 -d > ${quote(`${dir}/${name}`)}`),
     ...env.flatMap(([k, v]) => (v ? [`export ${k}=${quote(v)}`] : [])),
+    ...(watch && request.interruptUrl ? spotWatcher(`${dir}/claim-token`) : []),
     `exec ${launch.command.map(quote).join(" ")}`,
     "",
   ].join("\n");
+}
+
+/**
+ * Beside the runner (which `exec` makes this shell's pid): every 5 s, IMDSv2's
+ * spot/instance-action. On a notice the runner is stopped first, so that it takes no job after
+ * the report, then the notice is POSTed with the claim token, retried for a minute: well within
+ * the two minutes EC2 gives. GDR_IMDS_URL is for tests only.
+ */
+export function spotWatcher(claimTokenPath: string): string[] {
+  return [
+    "gdr_watch() {",
+    '  imds="${GDR_IMDS_URL:-http://169.254.169.254}"',
+    "  while sleep 5; do",
+    '    t=$(curl -fsS -m 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" "$imds/latest/api/token") || continue',
+    '    notice=$(curl -fsS -m 2 -H "X-aws-ec2-metadata-token: $t" "$imds/latest/meta-data/spot/instance-action") || continue',
+    '    kill -TERM "$1" 2>/dev/null || true',
+    "    i=0",
+    `    until curl -fsS -m 10 -o /dev/null -X POST -H "Authorization: Bearer $(cat ${quote(claimTokenPath)})" -H "Content-Type: application/json" --data "$notice" "$GDR_INTERRUPT_URL"; do`,
+    '      i=$((i+1)); [ "$i" -lt 12 ] || return 1; sleep 5',
+    "    done",
+    "    return 0",
+    "  done",
+    "}",
+    "gdr_watch $$ &",
+  ];
 }

@@ -38,6 +38,8 @@ export interface RunnerRequest {
   claimToken: string;
   claimUrl: string;
   completeUrl: string;
+  /** Where a runner's watcher reports that its machine is being taken back (POST, with its claim token and the notice's time). */
+  interruptUrl?: string;
   /** Where a VM fetches its launch once, with a one-time token (POST; the hetzner driver's user_data carries only that). */
   bootstrapUrl?: string;
   /** The runner's identity (act_runner's `.runner` file) when Gitea integration is on. */
@@ -79,6 +81,8 @@ export interface TickAsk {
   /** Each pool's maxLifetimeMs, by name: a workload of it older than that (and a grace) is removed. */
   lifetimes: ReadonlyMap<string, number>;
   event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
+  /** The cloud took back the machine of assignment `id` and nobody told (no watcher): handled as an interruption its runner reported. */
+  interrupted?(id: string, notice: string): Promise<void>;
   signal: AbortSignal;
 }
 

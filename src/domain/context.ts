@@ -11,6 +11,7 @@ import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { RememberedWaitSet } from "../state/waiting-seen.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { TeardownList } from "../state/teardowns.ts";
+import type { RerunList } from "../state/reruns.ts";
 import type { WarmSlots } from "../state/warm-slots.ts";
 import type { StartupTimes } from "../state/startup-times.ts";
 import type { HandleIndex } from "../state/handles.ts";
@@ -37,6 +38,8 @@ export interface State {
   records: RecordStore;
   admission: Admission;
   teardowns: TeardownList;
+  /** Jobs lost with an interrupted runner, until their rerun is asked for (domain/reruns.ts). */
+  reruns: RerunList;
   warm: WarmSlots;
   startups: StartupTimes;
   waiting: RememberedWaitSet;

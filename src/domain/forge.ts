@@ -71,6 +71,18 @@ export interface Forge<Ctx = unknown> {
   readonly polled: boolean;
   /** Whether the forge still has job `id` of `repository` waiting for a runner (or about to again); absent where it cannot be asked. */
   readonly jobWaiting?: ((repository: string, id: number) => Promise<boolean>) | undefined;
+  /** Reruns of a job lost with an interrupted runner; absent where the forge has no way to ask (Gitea 1.25 answers "absent"). */
+  readonly reruns?: JobReruns | undefined;
+  /** The web address of a workflow run, for people (the status page's "rerun it by hand"). */
+  runLink?(repository: string, run: number): string;
+}
+
+/** What a forge says of a workflow run, and how it is asked to rerun one job of it. */
+export interface JobReruns {
+  /** The run now: whether it finished, and its latest attempt; null when the forge has no such run. */
+  run(repository: string, run: number): Promise<{ done: boolean; attempt: number } | null>;
+  /** "absent" when the forge has no endpoint for it (Gitea 1.25) or no such job. */
+  rerun(repository: string, run: number, job: number): Promise<"asked" | "absent">;
 }
 
 /** A forge's answers about single runners. Each call throws when the forge cannot be asked. */

@@ -5,7 +5,7 @@ import type { Basics, Settings, StoreAccess } from "./context.ts";
 import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
-import { incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
+import { incarnationOf, placementOf, type AssignmentRecord, type Interruption } from "../state/records.ts";
 import { claim, complete } from "../state/transitions.ts";
 import { ackDelivery } from "../nats/pull.ts";
 
@@ -34,6 +34,10 @@ export interface AssignmentView {
   warm: boolean;
   /** Forgejo: the handle of the job attempt its runner runs (its job's, or the one its warm runner was given). */
   handle: string | null;
+  /** Runners replaced after an interruption before the claim (part of the claim token's incarnation). */
+  replaced: number;
+  /** Its latest runner's interruption, if any. */
+  interrupted: Interruption | null;
 }
 
 export function viewOf(r: AssignmentRecord): AssignmentView {
@@ -54,6 +58,8 @@ export function viewOf(r: AssignmentRecord): AssignmentView {
     pool: r.placement?.pool ?? null,
     warm: r.warm === true,
     handle: r.bound?.handle ?? r.jobHandle ?? null,
+    replaced: r.replaced ?? 0,
+    interrupted: r.interrupted ?? null,
   };
 }
 

@@ -38,6 +38,11 @@ export const assignmentView = z
       description:
         "FORGE=forgejo: the handle of the job attempt its runner runs (its own job's, or the one a warm runner was given); null with Gitea, or a warm runner not given one yet",
     }),
+    replaced: z.number().int().nonnegative().meta({ description: "Runners replaced after their machine was taken back before the claim" }),
+    interrupted: z
+      .object({ at: timestamp, notice: timestamp, claimed: z.boolean(), by: z.enum(["runner", "sweep"]) })
+      .nullable()
+      .meta({ description: "Its latest runner's interruption (a Spot notice): when reported, the notice's time, whether its job had started, and who told" }),
   })
   .meta({ id: "Assignment" });
 

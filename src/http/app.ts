@@ -5,6 +5,7 @@ import { ConfigError } from "../app/config.ts";
 import type { Invocation } from "../domain/context.ts";
 import { giteaRunnerOf, parseId } from "../domain/operations.ts";
 import { releaseRunner } from "../domain/teardown.ts";
+import { interruptAssignment, MAX_NOTICE_BYTES, parseNotice } from "../domain/interrupt.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
 import { directPath, type RequestPath } from "../app/request-path.ts";
 import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";
@@ -88,6 +89,16 @@ export function createApp(deps: AppDeps) {
     const { held, changed: _changed, ...view } = await c.var.path.claim(c.var.id, c.var.incarnation);
     if (!held) reconcileSoon(c, d, "claim", view.backend);
     return c.json(view);
+  });
+
+  // A runner's watcher: its machine is being taken back (a Spot notice). Before the claim a new
+  // runner is asked for at once; after it, the job is listed for a rerun (domain/interrupt.ts).
+  app.post("/v1/assignments/:id/interrupt", claimToken(), async (c) => {
+    const d = c.var.d;
+    const { notice } = parseNotice(await readJsonBody(c.req.raw, MAX_NOTICE_BYTES));
+    const { outcome, view } = await interruptAssignment(d, c.var.id, { notice, by: "runner", incarnation: c.var.incarnation });
+    if (outcome === "replaced") reconcileSoon(c, d, "claim", view.backend);
+    return c.json({ outcome, ...view });
   });
 
   app.route("/", forgejoRoutes());

@@ -2,6 +2,7 @@
 // answer schemas (api-schemas.ts). Each route lists the errors its handler and the domain can give.
 import { OpenAPIRegistry, OpenApiGeneratorV31 } from "@asteasolutions/zod-to-openapi";
 import { z } from "zod";
+import { interruptBody } from "../domain/interrupt.ts";
 import { assignmentRequestSchema, assignmentIdSchema } from "../model/assignment.ts";
 import { workflowJobPayload } from "../forge/gitea/webhook.ts";
 import { actionRunPayload } from "../forge/forgejo/webhook.ts";
@@ -109,6 +110,19 @@ function build() {
       200: { description: "The job attempt's handle.", content: { "text/plain": { schema: z.string() } } },
       204: { description: "No job given to it yet: ask again." },
       ...pick(401, 403, 404, 409, 500, 503),
+    },
+  });
+  r.registerPath({
+    method: "post",
+    path: "/v1/assignments/{id}/interrupt",
+    summary: "The runner's machine is being taken back (a Spot interruption)",
+    security: sec(claim),
+    request: { params: idParam, body: { required: true, content: { "application/json": { schema: interruptBody } } } },
+    description:
+      "POSTed by the watcher beside the runner with its claim token and EC2's spot/instance-action document. Before the claim (`replaced`) a new runner is asked for under a new claim token, and the old token is refused from then on; after it (`lost`) the assignment ends and its job is listed for a rerun once its run has finished. A repeat of the same report answers `over`.",
+    responses: {
+      200: json(assignmentView.extend({ outcome: z.enum(["replaced", "lost", "over"]) }), "Handled (idempotent)."),
+      ...pick(400, 401, 403, 404, 409, 500, 503),
     },
   });
   r.registerPath({

@@ -66,6 +66,11 @@ export const EVENT_NAMES = [
   "bootstrap_taken",
   "orphan_deleted",
   "backend_full",
+  "interrupted_before_claim",
+  "interrupted_after_claim",
+  "rerun_asked",
+  "rerun_by_hand",
+  "rerun_refused",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

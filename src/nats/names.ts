@@ -109,6 +109,12 @@ export function teardownKey(id: string): string {
 }
 export const TEARDOWN_PREFIX = "t";
 
+/** A job lost with its interrupted runner, kept until it is rerun (or known to need a person): state/reruns.ts. */
+export function rerunKey(id: string): string {
+  return `${RERUN_PREFIX}.${subjectToken(id)}`;
+}
+export const RERUN_PREFIX = "rr";
+
 /** A one-time bootstrap entry (state/bootstraps.ts), keyed by its token's SHA-256 (base64url, key-safe). */
 export function bootstrapKey(tokenHash: string): string {
   return `${BOOTSTRAP_PREFIX}.${tokenHash}`;

@@ -4,9 +4,16 @@ import type { Assignment } from "../model/assignment.ts";
 import type { Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "./record.ts";
 
-/** What a record keeps of an assignment's job: where it comes from, for people to read. */
-export function recordJob(job: { repository: string; name?: string | undefined }): NonNullable<AssignmentRecord["job"]> {
-  return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}) };
+/** What a record keeps of an assignment's job: where it comes from, for people to read, and what a rerun names. */
+export function recordJob(job: {
+  repository: string;
+  name?: string | undefined;
+  id?: number;
+  runId?: number;
+  attempt?: number;
+}): NonNullable<AssignmentRecord["job"]> {
+  const rerun = job.id !== undefined && job.runId !== undefined && job.attempt !== undefined ? { id: job.id, run: job.runId, attempt: job.attempt } : {};
+  return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}), ...rerun };
 }
 
 /** An assignment's first record, received at `at`; `hash` is its content's (contentHash). */

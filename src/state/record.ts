@@ -20,8 +20,11 @@ export interface RecordCore {
    * content offered under its id, and is terminated from the start.
    */
   tombstone?: true;
-  /** Where the job comes from, for people looking at the status page (never a secret). */
-  job?: { repository: string; name?: string };
+  /**
+   * Where the job comes from, for people looking at the status page (never a secret); its forge
+   * ids (job, run, attempt) for a rerun after an interruption (absent in records from before).
+   */
+  job?: { repository: string; name?: string; id?: number; run?: number; attempt?: number };
 }
 
 /** Its runner: the identity registered for it, and its boot. */
@@ -63,6 +66,27 @@ export interface PlacementPart {
    * that repeats the same wait (a return from its hold, a pass repeated after it died) adds none.
    */
   waits?: number;
+}
+
+/** What a runner's interruption left: the runner replaced before its claim, or the job lost after it. */
+export interface InterruptPart {
+  /**
+   * Runners replaced because their machine was taken back before the claim: part of the
+   * incarnation (incarnationOf), so the claim token of a replaced runner is refused.
+   */
+  replaced?: number;
+  /** Its latest runner's interruption: when it was reported, the notice's time, and whether its job had started. */
+  interrupted?: Interruption;
+}
+
+export interface Interruption {
+  at: string;
+  /** When the cloud said it takes the machine back (the notice's time). */
+  notice: string;
+  /** Whether its job had started (the claim came first): then the job is lost with its runner. */
+  claimed: boolean;
+  /** Who told: the runner's watcher, or the sweep that found the machine ended by its cloud. */
+  by: "runner" | "sweep";
 }
 
 /** Its runner stands in a pool's warm position. */
@@ -124,7 +148,7 @@ export type Standing =
 export const STANDING_COVERS_EVERY_STATE: Exclude<AssignmentState, Standing["state"]> extends never ? true : never = true;
 
 /** An assignment's record: its core, where it stands, and its typed parts. */
-export type AssignmentRecord = RecordCore & Standing & RunnerPart & PlacementPart & WarmPart & ForgeBindingPart & SwapPart;
+export type AssignmentRecord = RecordCore & Standing & RunnerPart & PlacementPart & WarmPart & ForgeBindingPart & SwapPart & InterruptPart;
 
 export interface RunnerRef {
   id: number;

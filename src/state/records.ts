@@ -5,7 +5,19 @@ import { fingerprint, type Assignment } from "../model/assignment.ts";
 import { recordKey, type Backend } from "../nats/names.ts";
 import { canTransition } from "../model/states.ts";
 import { IllegalTransition } from "../model/errors.ts";
-export type { AssignmentRecord, ForgeBindingPart, PlacementPart, RecordCore, RunnerPart, RunnerRef, Standing, SwapPart, WarmPart } from "./record.ts";
+export type {
+  AssignmentRecord,
+  ForgeBindingPart,
+  InterruptPart,
+  Interruption,
+  PlacementPart,
+  RecordCore,
+  RunnerPart,
+  RunnerRef,
+  Standing,
+  SwapPart,
+  WarmPart,
+} from "./record.ts";
 import type { AssignmentRecord } from "./record.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 import type { RecordCache } from "./record-cache.ts";
@@ -81,11 +93,13 @@ export async function contentHash(assignment: Assignment): Promise<string> {
 }
 
 /**
- * Which life of an id a record is: its creation time, in base 36. An id used again after its
- * record expired gets another, and so do its claim tokens (see claimToken).
+ * Which life of an id a record is: its creation time, in base 36, and how many of its runners
+ * were replaced after an interruption. An id used again after its record expired gets another,
+ * and so does a replacement runner: the claim tokens of the ones before are refused (claimToken).
  */
-export function incarnationOf(record: Pick<AssignmentRecord, "receivedAt">): string {
-  return Date.parse(record.receivedAt).toString(36);
+export function incarnationOf(record: { receivedAt: string; replaced?: number | undefined }): string {
+  const base = Date.parse(record.receivedAt).toString(36);
+  return record.replaced ? `${base}r${record.replaced}` : base;
 }
 
 /** Whether content of hash `hash` is the assignment `record` stands for (a tombstone stands for any). */

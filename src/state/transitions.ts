@@ -6,7 +6,7 @@
 // store does (the one it refused to change, when it refused; null when there is none); `changed`
 // tells the caller whether this call made the change.
 import { SETTLED_STATES, TRANSITIONS, WAITING, type AssignmentState, type TransitionName } from "../model/states.ts";
-import type { AssignmentRecord, RecordStore } from "./records.ts";
+import type { AssignmentRecord, Interruption, RecordStore } from "./records.ts";
 
 type Records = Pick<RecordStore, "update">;
 type When = (r: AssignmentRecord) => boolean;
@@ -125,4 +125,35 @@ export function choose(records: Records, id: string): Promise<Stepped> {
 /** Marks an assignment whose runner waits for a job as a warm runner of its pool (it stands in a warm position). */
 export function markWarm(records: Records, id: string): Promise<Stepped> {
   return change(records, id, (r) => (isWaiting(r) && !r.warm ? { ...r, warm: true } : undefined));
+}
+
+/**
+ * ask_again after an interruption before the claim: its runner's machine is being taken back, so
+ * a new runner is asked for, under a new incarnation (the old runner's claim token is refused) and
+ * with its identity forgotten (the next delivery registers afresh). Only while no runner took it.
+ */
+export function replaceInterrupted(records: Records, id: string, interrupted: Interruption, when: When = always): Promise<Stepped> {
+  return change(records, id, (r) => {
+    if (!isWaiting(r) || !when(r)) return undefined;
+    const { runner: _gone, readyAt: _r, askedAt: _a, askedBy: _b, heldUntil: _h, ...rest } = r;
+    const asked = r.state === "backend_pending" || r.state === "backend_ready";
+    return { ...rest, state: asked ? "backend_pending" : r.state, replaced: (r.replaced ?? 0) + 1, interrupted };
+  });
+}
+
+/** terminate after an interruption after the claim: its job was lost with its runner. */
+export function endInterrupted(records: Records, id: string, interrupted: Interruption, when: When = always): Promise<Stepped> {
+  return step(
+    records,
+    id,
+    "terminate",
+    (r) => r.state === "claimed" && when(r),
+    (r) => ({
+      ...r,
+      state: "terminated",
+      terminatedAt: interrupted.at,
+      reason: "its runner's machine was taken back after its job started",
+      interrupted,
+    }),
+  );
 }

@@ -15,6 +15,8 @@ export function stubGitea({ registerMs = 0 } = {}): GiteaClient & { registration
     listQueuedJobs: async () => ({ total: 0, jobs: [] }),
     listRunners: async () => ({ total: 0, runners: [] }),
     getJob: async () => null,
+    getRun: async () => null,
+    rerunJob: async () => "absent",
     deleteRunner: async () => undefined,
     getRunner: async () => null,
     disableRunner: async () => false,

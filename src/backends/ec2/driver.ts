@@ -41,6 +41,10 @@ const LIMITS = new Set(["InstanceLimitExceeded", "VcpuLimitExceeded"]);
 /** States of an instance that will not run its runner. */
 const ENDED = new Set(["shutting-down", "terminated", "stopping", "stopped"]);
 const LIVE_STATES = ["pending", "running", "stopping", "stopped"];
+/** Listed by the sweep only to find interruptions: nothing is left to end. */
+const ENDED_BY_CLOUD = new Set(["shutting-down", "terminated"]);
+/** EC2's StateReason code of a Spot instance it took back. */
+export const SPOT_TAKEN = "Server.SpotInstanceTermination";
 
 /** The account's instance or vCPU limit: a full backend, not a failure. */
 export class AccountFull extends BackendError {
@@ -54,6 +58,11 @@ interface InstanceNote {
   round: number;
   /** The attempt asked for now (or last). */
   attempt: number;
+  /**
+   * The incarnation of the claim token it was made for: a request under another (its runner was
+   * interrupted before the claim) ends this instance and asks for a new one, in a new round.
+   */
+  incarnation?: string;
   instanceId?: string;
   /** Epoch ms the instance was asked for. */
   createdAt: number;
@@ -76,17 +85,21 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     { Name: "instance-state-name", Values: LIVE_STATES },
   ];
 
+  /** Ends the instance(s) of `label`; the note goes on to the next round, so that asking again makes a new instance. */
+  const end = async (kv: KV, label: string, note: InstanceNote | undefined, signal: AbortSignal, nextAttempt = 0) => {
+    // An attempt asked but not answered may have made one: found by its tags.
+    const ids = note?.instanceId ? [note.instanceId] : (await api.describeAll({ Filters: tagged(label) }, signal)).map((i) => i.id);
+    for (const instanceId of ids) await api.terminate(instanceId, signal);
+    if (note) await putNote(kv, label, { id: note.id, round: note.round + 1, attempt: nextAttempt, createdAt: deps.now() });
+  };
+
   const driver: RunnerBackend & { api: Ec2Api } = {
     api,
     accept: (request, signal) => withStores((s) => acceptWith(s, request, signal)),
     teardown: (id, signal) =>
       withStores(async ({ kv }) => {
         const { label } = await objectNames(deps.prefix, id);
-        const note = await noteOf(kv, label);
-        // An attempt asked but not answered may have made one: found by its tags.
-        const ids = note?.instanceId ? [note.instanceId] : (await api.describeAll({ Filters: tagged(label) }, signal)).map((i) => i.id);
-        for (const instanceId of ids) await api.terminate(instanceId, signal);
-        if (note) await kv.purge(driverNoteKey(backend, label));
+        await end(kv, label, await noteOf(kv, label), signal);
       }),
     tick: (ask) => withStores((s) => sweep(s, ask)),
   };
@@ -95,7 +108,15 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
   async function acceptWith({ kv, bootstraps, figures }: DriverStores, request: RunnerRequest, signal: AbortSignal): Promise<RunnerStatus> {
     const id = request.assignment.id;
     const { label } = await objectNames(deps.prefix, id);
-    const note = await noteOf(kv, label);
+    const incarnation = request.claimToken.slice(0, request.claimToken.indexOf("."));
+    let note = await noteOf(kv, label);
+    if (note?.incarnation !== undefined && note.incarnation !== incarnation) {
+      // Its runner was interrupted before the claim: the old instance ends before a new one is
+      // asked for (one runner at a time), on the next candidate unless the pool falls back to on-demand.
+      const next = request.pool?.market === "on-demand" ? 0 : (note.attempt + 1) % attemptsOf(request.pool).length;
+      await end(kv, label, note, signal, next);
+      note = await noteOf(kv, label);
+    }
     if (note?.instanceId) return lookOnce(kv, label, { ...note, instanceId: note.instanceId }, signal);
     const { launch, bootstrapUrl } = request;
     if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the ec2 driver needs a forge (GITEA_URL)");
@@ -104,13 +125,13 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     // A pass cut short resumes at its attempt with the same ClientToken and the same UserData (its
     // bootstrap token derived for the round), as an idempotent RunInstances must; a new round starts from the first.
     const round = note?.round ?? 0;
-    const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS, `ec2:${round}`);
+    const token = await bootstraps.issue(id, { script: launchScript(request, launch, { watch: "ec2-spot" }) }, BOOTSTRAP_TTL_MS, `ec2:${round}`);
     const userData = bootUserData(bootstrapUrl, token, runnerProgram(request), settings.download);
     const who = { label, pool: request.pool?.name, instance: deps.instance, backend };
     const attempts = attemptsOf(request.pool);
     let lastNoRoom: Ec2Error | undefined;
     for (let i = note?.attempt ?? 0; i < attempts.length; i++) {
-      const base: InstanceNote = { id, round, attempt: i, createdAt: deps.now() };
+      const base: InstanceNote = { id, round, attempt: i, incarnation, createdAt: deps.now() };
       await putNote(kv, label, base);
       try {
         const body = runBody(who, userData, [opts.template, request.pool?.template], attempts[i]!, await clientToken(deps.instance, id, round, i));
@@ -158,21 +179,34 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     );
   }
 
-  /** The orphan sweep: this dispatcher's live instances of this backend, every page; a list read in part ends nothing. */
+  /**
+   * The orphan sweep: this dispatcher's instances of this backend, every page; a list read in part
+   * ends nothing. An instance its cloud took back (StateReason Server.SpotInstanceTermination)
+   * whose assignment had not ended is an interruption nobody reported: handled as one.
+   */
   async function sweep({ kv, figures }: DriverStores, ask: TickAsk): Promise<{ listed: number; deleted: number }> {
     const filters = [
       { Name: `tag:${TAGS.instance}`, Values: [deps.instance] },
       { Name: `tag:${TAGS.backend}`, Values: [backend] },
-      { Name: "instance-state-name", Values: LIVE_STATES },
+      { Name: "instance-state-name", Values: [...LIVE_STATES, "shutting-down", "terminated"] },
     ];
-    const instances = await api.describeAll({ Filters: filters }, ask.signal);
+    const listed = await api.describeAll({ Filters: filters }, ask.signal);
     const noted = new Map<string, { id: string; label: string }>();
-    for (const i of instances) {
+    for (const i of listed) {
       const label = i.tags[TAGS.assignment];
       const note = label ? await noteOf(kv, label) : undefined;
       if (note?.instanceId === i.id) noted.set(i.id, { id: note.id, label: label! });
     }
     const records = await ask.records([...noted.values()].map((n) => n.id));
+    for (const i of listed) {
+      const n = noted.get(i.id);
+      if (!n || i.stateReason !== SPOT_TAKEN || records.get(n.id)?.ended !== false || !ask.interrupted) continue;
+      await ask.interrupted(n.id, new Date(deps.now()).toISOString());
+      // Its next request asks for a new instance; the next sweep finds this one noted no more.
+      const note = await noteOf(kv, n.label);
+      if (note) await putNote(kv, n.label, { id: note.id, round: note.round + 1, attempt: 0, createdAt: deps.now() });
+    }
+    const instances = listed.filter((i) => !ENDED_BY_CLOUD.has(i.state));
     let deleted = 0;
     for (const i of instances) {
       const n = noted.get(i.id);

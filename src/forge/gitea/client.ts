@@ -36,6 +36,8 @@ export const apiJobSchema = z.looseObject({
   created_at: zeroTime,
 });
 export type ApiJob = z.infer<typeof apiJobSchema>;
+const apiRun = z.looseObject({ id: z.number().int(), status: z.string(), run_attempt: z.number().int().optional(), html_url: z.string().optional() });
+export type ApiRun = z.infer<typeof apiRun>;
 const jobsPage = z.object({ total_count: z.number().int(), jobs: z.array(apiJobSchema).nullable() });
 const apiRunner = z.looseObject({ id: z.number().int(), name: z.string() });
 const runnerDetail = z.looseObject({ id: z.number().int(), name: z.string(), busy: z.boolean().optional(), disabled: z.boolean().optional() });
@@ -66,6 +68,13 @@ export interface GiteaClient {
   /** One job of a repository (Gitea 1.25+: GET /repos/{owner}/{repo}/actions/jobs/{job_id}); null when Gitea has none. */
   getJob(repository: string, id: number): Promise<ApiJob | null>;
   deleteRunner(runner: RunnerAt): Promise<void>;
+  /** A workflow run (GET /repos/{owner}/{repo}/actions/runs/{run}); null when Gitea has none. */
+  getRun(repository: string, run: number): Promise<ApiRun | null>;
+  /**
+   * Asks Gitea to run job `job` of run `run` again (POST …/actions/runs/{run}/jobs/{job_id}/rerun,
+   * Gitea after 1.25). "absent" when this Gitea has no such endpoint, run or job (404, 405).
+   */
+  rerunJob(repository: string, run: number, job: number): Promise<"asked" | "absent">;
   /** One runner (busy: it runs a task now); null when Gitea has none. */
   getRunner(runner: RunnerAt): Promise<RunnerDetail | null>;
   /**
@@ -195,6 +204,18 @@ export function createGiteaClient(
       if (!res.ok) return fail("get job", res);
       return json("get job", res, apiJobSchema);
     },
+    async getRun(repository, run) {
+      const res = await call("get run", `${repoPath(repository)}/actions/runs/${run}`, { method: "GET" });
+      if (res.status === 404) return drain(res, null);
+      if (!res.ok) return fail("get run", res);
+      return json("get run", res, apiRun);
+    },
+    async rerunJob(repository, run, job) {
+      const res = await call("rerun job", `${repoPath(repository)}/actions/runs/${run}/jobs/${job}/rerun`, { method: "POST" });
+      if (res.status === 404 || res.status === 405) return drain(res, "absent" as const);
+      if (!res.ok) return fail("rerun job", res);
+      return drain(res, "asked" as const);
+    },
     async getRunner({ id, scope }) {
       const res = await scoped("get runner", scope, `runners/${id}`, { method: "GET" });
       if (res.status === 404) return drain(res, null);
@@ -218,6 +239,12 @@ export function createGiteaClient(
       if (res.status !== 204 && res.status !== 200 && res.status !== 404) await fail("delete runner", res);
     },
   };
+}
+
+/** The API path of repository "owner/name". */
+function repoPath(repository: string): string {
+  const [owner = "", repo = ""] = repository.split("/");
+  return `/api/v1/repos/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}`;
 }
 
 async function drain<T>(res: Response, value: T): Promise<T> {

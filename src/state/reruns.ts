@@ -1,0 +1,72 @@
+// Jobs lost with an interrupted runner (after its claim), kept in the records bucket until their
+// rerun is asked for, or known to need a person: the to-do list of the tick's rerun step
+// (domain/reruns.ts) and what the status page and metrics count. One entry per interrupted
+// assignment (create: a second report finds the first); each change is a compare-and-set, so of
+// two ticks that read the same entry one moves it on. Entries expire with the bucket (7 days).
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import { rerunKey, RERUN_PREFIX } from "../nats/names.ts";
+import type { NatsHandle } from "../nats/connection.ts";
+import { casWrite, isWrongLastSequence, readJson, readManyJson, type Versioned } from "./kv.ts";
+
+/**
+ * - waiting: its run has not finished, or the rerun was not asked for yet;
+ * - asked: the forge took the rerun (or a later attempt of the run was found: asked before);
+ * - by_hand: this forge cannot rerun a job (Gitea 1.25, Forgejo), or its reruns are used up;
+ * - refused: the forge refused the rerun (`reason`).
+ */
+export type RerunState = "waiting" | "asked" | "by_hand" | "refused";
+
+export interface RerunEntry {
+  /** The interrupted assignment. */
+  id: string;
+  repository: string;
+  run: number;
+  job: number;
+  /** The run attempt the job was lost in: a later one means the rerun took. */
+  attempt: number;
+  pool?: string;
+  /** Where a person finds the job (its page in the forge), for the status page. */
+  link?: string;
+  since: string;
+  state: RerunState;
+  askedAt?: string;
+  reason?: string;
+}
+
+export interface RerunList {
+  /** Lists the job once; a second call for the same assignment gives the entry that stands. */
+  add(e: RerunEntry): Promise<RerunEntry>;
+  get(id: string): Promise<Versioned<RerunEntry> | null>;
+  list(): Promise<Versioned<RerunEntry>[]>;
+  /** Writes `next` if the entry is still at `revision`: its revision after, or null when another tick moved it first. */
+  move(next: RerunEntry, revision: number): Promise<number | null>;
+}
+
+export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): RerunList {
+  const get = (id: string) => readJson<RerunEntry>(kv, rerunKey(id));
+  return {
+    async add(e) {
+      try {
+        await kv.create(rerunKey(e.id), JSON.stringify(e));
+        return e;
+      } catch (err) {
+        if (!isWrongLastSequence(err)) throw err;
+        return (await get(e.id))?.value ?? e;
+      }
+    },
+    get,
+    async list() {
+      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+      const prefix = `$KV.${bucket}.`;
+      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${RERUN_PREFIX}.>` });
+      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
+      if (!keys.length) return [];
+      const found = await readManyJson<RerunEntry>(handle, bucket, keys);
+      return [...found.values()].sort((a, b) => a.value.since.localeCompare(b.value.since));
+    },
+    async move(next, revision) {
+      return casWrite(kv, rerunKey(next.id), next, revision);
+    },
+  };
+}
