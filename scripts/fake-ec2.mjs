@@ -31,12 +31,15 @@ const newAccount = () => ({
 export function startFakeEc2({ log } = {}) {
   return startTenantServer(newAccount, serve, { contentType: "text/xml;charset=UTF-8" });
 
-  async function serve({ req, res, text, path, tenant: a }) {
+  async function serve({ req, res, text, url, path, tenant: a }) {
+    // Where this account is served: its instances' IMDS is under it.
+    a.base ??= `http://${req.headers.host}/${url.pathname.split("/")[1]}`;
     const reply = (status, body) => {
       res.writeHead(status, { "content-type": "text/xml;charset=UTF-8" });
       res.end(body);
     };
     if (path.startsWith("/_control/")) return control(a, path.slice(10), req.method, text, (s, b) => reply(s, JSON.stringify(b)));
+    if (path.startsWith("/_imds/")) return imds(a, path.slice(7), req, res);
     const requestId = randomBytes(16).toString("hex");
     const entry = { method: req.method, path, body: text, at: Date.now() };
     a.requests.push(entry);
@@ -113,7 +116,10 @@ export function startFakeEc2({ log } = {}) {
     setTimeout(() => {
       if (instance.state !== "pending") return;
       instance.state = "running";
-      if (a.mode.simulate) void runSimulatedServer(instance, { ...a.mode.simulate, log, alive: () => instance.state === "running" }).catch(() => undefined);
+      if (a.mode.simulate)
+        void runSimulatedServer(instance, { ...a.mode.simulate, log, alive: () => instance.state === "running", imds: `${a.base}/_imds/${instance.id}` }).catch(
+          () => undefined,
+        );
     }, a.mode.bootMs);
     return reservation(instance);
   }
@@ -186,7 +192,37 @@ export function startFakeEc2({ log } = {}) {
     };
   }
 
+  // Each instance's IMDSv2, at /_imds/<instance id>: a session token (PUT), then spot/instance-action
+  // with it, 404 until EC2 gives notice; 401 without a token, as IMDSv2 with HttpTokens=required.
+  function imds(a, rest, req, res) {
+    const [id, ...tail] = rest.split("/");
+    const i = a.instances.get(id);
+    const what = `/${tail.join("/")}`;
+    const send = (status, body = "") => (res.writeHead(status, { "content-type": "text/plain" }), res.end(body));
+    if (!i || i.state !== "running") return send(404);
+    if (what === "/latest/api/token" && req.method === "PUT") {
+      if (!req.headers["x-aws-ec2-metadata-token-ttl-seconds"]) return send(400);
+      i.imdsToken ??= randomBytes(16).toString("hex");
+      return send(200, i.imdsToken);
+    }
+    if (req.headers["x-aws-ec2-metadata-token"] !== i.imdsToken || !i.imdsToken) return send(401);
+    if (what === "/latest/meta-data/spot/instance-action" && req.method === "GET") return i.notice ? send(200, JSON.stringify(i.notice)) : send(404);
+    return send(404);
+  }
+
   function control(a, what, method, text, send) {
+    // EC2 takes a Spot instance back: its IMDS shows the notice at once, and it ends `noticeMs`
+    // later (two minutes on EC2; test time here), with StateReason Server.SpotInstanceTermination.
+    if (what === "interrupt" && method === "POST") {
+      const { id, noticeMs = 120_000 } = JSON.parse(text);
+      const i = a.instances.get(id);
+      if (!i || i.market !== "spot" || i.state !== "running") return send(409, { error: "no running Spot instance of that id" });
+      i.notice = { action: "terminate", time: new Date(Date.now() + noticeMs).toISOString().replace(/\.\d+Z$/, "Z") };
+      setTimeout(() => {
+        if (i.state === "running" || i.state === "pending") Object.assign(i, { state: "terminated", stateReason: "Server.SpotInstanceTermination" });
+      }, noticeMs);
+      return send(200, { notice: i.notice });
+    }
     if (what === "mode" && method === "POST") {
       a.mode = { ...a.mode, ...JSON.parse(text || "{}") };
       a.calls = 0;

@@ -168,3 +168,52 @@ function emit(g, action, job) {
     .then((res) => res.body?.cancel())
     .catch(() => undefined);
 }
+
+/** A workflow run as Gitea's API gives it: its jobs' latest attempt, and completed once every job is. */
+export function runOf(g, repository, run) {
+  const jobs = g.jobs.filter((j) => j.run_id === run && (j.repository ?? "acme/widgets") === repository);
+  if (!jobs.length) return undefined;
+  const done = jobs.every((j) => j.status === "completed");
+  return {
+    id: run,
+    run_attempt: Math.max(...jobs.map((j) => j.run_attempt ?? 1)),
+    status: done ? "completed" : jobs.some((j) => j.status === "in_progress") ? "in_progress" : "queued",
+    ...(done ? { conclusion: jobs.every((j) => j.conclusion === "success") ? "success" : "failure" } : {}),
+    html_url: `https://gitea.example.com/${repository}/actions/runs/${run}`,
+  };
+}
+
+/**
+ * Gitea (main)'s job rerun: refused while the run is not done (as ValidateJobRerunEligible), else
+ * the job is queued again as the run's next attempt, with its queued webhook. Returns the status.
+ */
+export function rerunJob(g, repository, run, id) {
+  const found = runOf(g, repository, run);
+  const job = g.jobs.find((j) => j.id === id && j.run_id === run);
+  if (!found || !job) return 404;
+  if (found.status !== "completed") return 400;
+  const attempt = found.run_attempt + 1;
+  for (const j of g.jobs.filter((x) => x.run_id === run)) j.run_attempt = attempt;
+  Object.assign(job, {
+    status: "queued",
+    conclusion: undefined,
+    started_at: ZERO,
+    completed_at: ZERO,
+    queuedAt: Date.now(),
+    runner_id: undefined,
+    taskId: undefined,
+  });
+  delete job.conclusion;
+  g.actions.tasksVersion++;
+  g.actions.reruns = (g.actions.reruns ?? 0) + 1;
+  emit(g, "queued", job);
+  return 201;
+}
+
+/** Gitea gives up on a task whose runner went silent (its zombie-task timeout, fast-forwarded): the job fails. */
+export function failLostJob(g, id) {
+  const job = g.jobs.find((j) => j.id === id && j.status !== "completed");
+  if (!job) return undefined;
+  finish(g, job, "failure");
+  return job;
+}

@@ -4,7 +4,7 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
-import { cancelJob, inScope, newActions, publicJob, queueJob, runnerRpc } from "./fake-gitea-actions.mjs";
+import { cancelJob, failLostJob, inScope, newActions, publicJob, queueJob, rerunJob, runOf, runnerRpc } from "./fake-gitea-actions.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
@@ -133,6 +133,20 @@ export function startFakeGitea({ onTake } = {}) {
       const job = g.jobs.find((j) => j.id === Number(one[1]) && (!j.url || j.url.includes(`/api/v1/${repo}/`)));
       return job ? send(200, publicJob(job)) : notFound();
     }
+    // A run, and (Gitea after 1.25) one job's rerun; Gitea 1.25 has no such route.
+    const oneRun = /^runs\/(\d+)$/.exec(tail);
+    const repoOf = () => /^\/api\/v1\/repos\/([^/]+\/[^/]+)\//.exec(path)?.[1];
+    if (oneRun && req.method === "GET" && repoOf()) {
+      const found = modern ? runOf(g, repoOf(), Number(oneRun[1])) : undefined;
+      return found ? send(200, found) : notFound();
+    }
+    const rerun = /^runs\/(\d+)\/jobs\/(\d+)\/rerun$/.exec(tail);
+    if (rerun && req.method === "POST" && repoOf() && g.version >= "1.26") {
+      const status = rerunJob(g, repoOf(), Number(rerun[1]), Number(rerun[2]));
+      if (status === 404) return notFound();
+      if (status === 400) return send(400, { message: "run is not done", url: "http://gitea.example.com/api/swagger" });
+      return send(201, {});
+    }
     const del = /^runners\/(\d+)$/.exec(tail);
     if (del && req.method === "DELETE") {
       if (g.failDelete.includes(Number(del[1]))) return send(500, { message: "internal server error", url: "http://gitea.example.com/api/swagger" });
@@ -168,6 +182,7 @@ export function startFakeGitea({ onTake } = {}) {
   function control(g, what, method, text, send) {
     // A workflow run queues jobs: POST [{labels, runMs?, repository?, id?}] (queued webhooks follow).
     if (what === "queue" && method === "POST") return send(200, { jobs: JSON.parse(text).map((j) => queueJob(g, j).id) });
+    if (what === "fail-lost" && method === "POST") return send(200, { failed: failLostJob(g, JSON.parse(text).id)?.id ?? null });
     if (what === "cancel" && method === "POST") return send(200, { cancelled: cancelJob(g, JSON.parse(text).id)?.id ?? null });
     // Where webhooks go: {url, secret}; without a url they wait in /_control/deliveries.
     if (what === "webhook" && method === "POST") {
@@ -175,7 +190,7 @@ export function startFakeGitea({ onTake } = {}) {
       return send(200, {});
     }
     if (what === "deliveries" && method === "POST") return send(200, { deliveries: g.actions.outbox.splice(0) });
-    if (what === "actions") return send(200, { jobs: g.jobs, taken: g.actions.taken });
+    if (what === "actions") return send(200, { jobs: g.jobs, taken: g.actions.taken, reruns: g.actions.reruns ?? 0 });
     if (what === "jobs" && method === "POST") {
       g.jobs = JSON.parse(text);
       return send(200, { jobs: g.jobs.length });

@@ -64,7 +64,12 @@ export async function interruptAssignment(d: Deps, id: string, told: Interrupt):
     }
     if (isWaiting(before)) {
       const { record, changed } = await replaceInterrupted(state.records, id, { at, notice: told.notice, claimed: false, by: told.by }, mine);
-      if (changed && record) return { outcome: "replaced" as const, record, gone: before };
+      if (changed && record) {
+        // Its runner's identity is forgotten: the next delivery registers the replacement's now,
+        // not once the old registration's reservation has run out.
+        await state.admission.endRegistrations(placementOf(record).backend, [id]);
+        return { outcome: "replaced" as const, record, gone: before };
+      }
       return settledAfter(record, id);
     }
     if (before.state !== "claimed") return { outcome: "over" as const, record: before };
@@ -79,6 +84,10 @@ export async function interruptAssignment(d: Deps, id: string, told: Interrupt):
   });
   const { outcome, record } = result;
   const pool = record.placement?.pool;
+  if (outcome !== "over")
+    await d
+      .withState((s) => s.reruns.count(pool ?? "none", outcome === "replaced" ? "before" : "after"))
+      .catch((err: unknown) => d.sink.error("counting an interruption failed", { assignment: id, reason: (err as Error).message }));
   if (outcome === "replaced") {
     d.sink.event({ event: "interrupted_before_claim", assignment: id, backend: record.backend, ...(pool ? { pool } : {}), reason: told.by });
     // The old runner's identity is forgotten: it goes from the forge (its driver ends its machine

@@ -185,6 +185,24 @@ export function formatMetrics(s: Snapshot): string {
       cloud((c) => c.rate?.limit),
     );
   }
+  if (s.interruptions && s.reruns) {
+    const reruns = s.reruns;
+    metric(
+      "gdr_interruptions_total",
+      "counter",
+      "Runners whose machine its cloud took back (a Spot interruption), per pool, before their claim (replaced) and after it (job lost).",
+      s.interruptions.flatMap((i): Sample[] => [
+        [{ pool: i.pool, when: "before_claim" }, i.before],
+        [{ pool: i.pool, when: "after_claim" }, i.after],
+      ]),
+    );
+    metric(
+      "gdr_reruns",
+      "gauge",
+      "Jobs lost with an interrupted runner, by their rerun: waiting for the run to finish, asked, by_hand (the forge cannot: rerun it by hand) or refused.",
+      (["waiting", "asked", "by_hand", "refused"] as const).map((state): Sample => [{ state }, reruns.states[state]]),
+    );
+  }
   return `${lines.join("\n")}\n`;
 }
 

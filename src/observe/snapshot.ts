@@ -6,6 +6,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { Basics, ForgeAccess, Settings, StoreAccess } from "../domain/context.ts";
 import { consumerName, type Backend } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/records.ts";
+import type { RerunState } from "../state/reruns.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
 import { driverModule } from "../backends/drivers.ts";
@@ -49,6 +50,10 @@ export interface Snapshot {
   forgePoll?: { failuresTotal: number; failing: boolean };
   /** Backends of a cloud driver (one with a sweep): what it counted (state/driver-figures.ts). */
   cloud: CloudSnapshot[];
+  /** Runners whose machine was taken back, per pool, before and after their claim. */
+  interruptions?: { pool: string; before: number; after: number }[];
+  /** Jobs lost with an interrupted runner, by where their rerun stands; those a person must rerun, with their run's link. */
+  reruns?: { states: Record<RerunState, number>; byHand: { id: string; repository: string; run: number; link?: string; reason?: string }[] };
 }
 
 export interface CloudSnapshot {
@@ -66,7 +71,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
     const held: AssignmentRecord[] = [];
     const waiting = new Map<string, number>();
     const cloud = d.config.backends.filter((b) => driverModule(b.driver).figures).map((b) => b.backend);
-    const [stream, counted, histograms, forgeHealth, figures] = await Promise.all([
+    const [stream, counted, histograms, forgeHealth, figures, interrupted, rerunList] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }) => {
@@ -107,7 +112,20 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       d.config.pools.length ? state.startups.read(d.config.pools.map((p) => p.name)) : new Map(),
       d.forge?.polled ? state.forgeHealth.get() : null,
       cloud.length ? state.driverFigures.read(cloud) : new Map<string, DriverFigures>(),
+      cloud.length ? state.reruns.counts() : new Map<string, { before: number; after: number }>(),
+      cloud.length ? state.reruns.list() : [],
     ]);
+    const states: Record<RerunState, number> = { waiting: 0, asked: 0, by_hand: 0, refused: 0 };
+    for (const e of rerunList) states[e.value.state]++;
+    const byHand = rerunList
+      .filter((e) => e.value.state === "by_hand" || e.value.state === "refused")
+      .map(({ value: e }) => ({
+        id: e.id,
+        repository: e.repository,
+        run: e.run,
+        ...(d.forge?.runLink ? { link: d.forge.runLink(e.repository, e.run) } : {}),
+        ...(e.reason ? { reason: e.reason } : {}),
+      }));
     // Which jobs in the wait set a QUOTAS limit holds back depends on every backend's holders;
     // the others wait for capacity, as the delivered ones without a slot do.
     const limited = atQuotaLimit(held, d.config.quotas);
@@ -127,6 +145,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       backends,
       pools: poolSnapshots(d.config.pools, held, histograms, d.now()),
       owners: ownerRows(held, waiting, limited, d.config.statusTopOwners),
+      ...(cloud.length ? { interruptions: [...interrupted].map(([pool, c]) => ({ pool, ...c })), reruns: { states, byHand } } : {}),
       cloud: cloud.map((backend) => {
         const f = figures.get(backend);
         return {

@@ -7,7 +7,11 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { rerunKey, RERUN_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { casWrite, isWrongLastSequence, readJson, readManyJson, type Versioned } from "./kv.ts";
+import { casUpdate, casWrite, isWrongLastSequence, readJson, readManyJson, type Versioned } from "./kv.ts";
+
+/** Interruptions counted per pool, beside the entries (not under their prefix: listing entries skips them). */
+const COUNT_PREFIX = "rr-count";
+const countKey = (pool: string) => `${COUNT_PREFIX}.${pool}`;
 
 /**
  * - waiting: its run has not finished, or the rerun was not asked for yet;
@@ -39,6 +43,10 @@ export interface RerunList {
   add(e: RerunEntry): Promise<RerunEntry>;
   get(id: string): Promise<Versioned<RerunEntry> | null>;
   list(): Promise<Versioned<RerunEntry>[]>;
+  /** Counts an interruption of a runner of `pool`, before or after its claim (for /metrics and the status page). */
+  count(pool: string, when: "before" | "after"): Promise<void>;
+  /** Interruptions counted so far, per pool. */
+  counts(): Promise<Map<string, { before: number; after: number }>>;
   /** Writes `next` if the entry is still at `revision`: its revision after, or null when another tick moved it first. */
   move(next: RerunEntry, revision: number): Promise<number | null>;
 }
@@ -64,6 +72,21 @@ export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): Rer
       if (!keys.length) return [];
       const found = await readManyJson<RerunEntry>(handle, bucket, keys);
       return [...found.values()].sort((a, b) => a.value.since.localeCompare(b.value.since));
+    },
+    async count(pool, when) {
+      await casUpdate<{ before: number; after: number }, void>(kv, countKey(pool), (cur) => {
+        const c = cur?.value ?? { before: 0, after: 0 };
+        return { value: { ...c, [when]: c[when] + 1 }, result: undefined };
+      });
+    },
+    async counts() {
+      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+      const prefix = `$KV.${bucket}.`;
+      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${COUNT_PREFIX}.>` });
+      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
+      if (!keys.length) return new Map();
+      const found = await readManyJson<{ before: number; after: number }>(handle, bucket, keys);
+      return new Map([...found].map(([k, v]) => [k.slice(COUNT_PREFIX.length + 1), v.value]));
     },
     async move(next, revision) {
       return casWrite(kv, rerunKey(next.id), next, revision);
