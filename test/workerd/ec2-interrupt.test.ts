@@ -186,20 +186,30 @@ describe("spot interruptions on the ec2 driver", () => {
     expect(metrics).toContain('gdr_reruns{state="by_hand"} 1');
   });
 
-  it("an interruption nobody reported (no watcher) is found by the sweep from EC2's StateReason", async () => {
+  it("an interruption nobody reported (no watcher) is found by the sweep from EC2's StateReason; another end is none", { timeout: 60_000 }, async () => {
     const s = await scene();
-    const { jobs } = await s.gitea.queue([{ labels: ["ubuntu-latest"] }]);
-    const id = `gitea-${jobs[0]}-1`;
+    const { jobs } = await s.gitea.queue([{ labels: ["ubuntu-latest"] }, { labels: ["ubuntu-latest"] }]);
+    const [spot, other] = jobs.map((j) => `gitea-${j}-1`);
     await s.gitea.deliver();
-    await s.running();
-    const [first] = (await s.ec2()).instances;
-    // EC2 took it back; the watcher never told.
+    await tickUntil(s.env, async () => (await s.ec2()).instances.filter((i) => i.state === "running").length === 2, { timeoutMs: 10_000 });
+    const tagged = (await s.ec2()).instances as (Instance & { tags: Record<string, string> })[];
+    const of = (id: string) => tagged.find((i) => i.tags["gdr-assignment"] === id)!;
+    // EC2 took one back, and the watcher never told; the other ended as an instance can for other reasons.
     const account = s.env.EC2_API_URL!.replace(/\/$/, "");
-    await fetch(`${account}/_control/end`, { method: "POST", body: JSON.stringify({ id: first!.id, stateReason: "Server.SpotInstanceTermination" }) });
-    await tickUntil(s.env, async () => (await s.ec2()).instances.length === 2, { timeoutMs: 20_000 });
-    expect((await s.view(id)).interrupted).toMatchObject({ by: "sweep", claimed: false });
-    expect((await s.ec2()).instances[1]!.market).toBe("on-demand");
+    const end = (id: string, stateReason: string) => fetch(`${account}/_control/end`, { method: "POST", body: JSON.stringify({ id, stateReason }) });
+    await end(of(spot!).id, "Server.SpotInstanceTermination");
+    await end(of(other!).id, "Client.UserInitiatedShutdown");
+    await tickUntil(s.env, async () => (await s.view(spot!)).interrupted !== null, { timeoutMs: 20_000 });
+    expect((await s.view(spot!)).interrupted).toMatchObject({ by: "sweep", claimed: false });
+    expect((await s.view(other!)).interrupted).toBeNull();
+    await tickUntil(s.env, async () => (await s.ec2()).instances.length === 3, { timeoutMs: 20_000 });
+    expect((await s.ec2()).instances[2]!.market).toBe("on-demand");
     for (let i = 0; i < 3; i++) await tick(s.env);
-    expect(logs.events().filter((e) => e.event === "interrupted_before_claim")).toHaveLength(1);
+    expect(
+      logs
+        .events()
+        .filter((e) => e.event === "interrupted_before_claim")
+        .map((e) => e.assignment),
+    ).toEqual([spot]);
   });
 });
