@@ -161,7 +161,11 @@ describe("the rerun step", () => {
 
 describe("rerunEntryOf", () => {
   const record = (attempt: number) =>
-    ({ id: `gitea-42-${attempt}`, job: { repository: "acme/widgets", id: 42, run: 7, attempt }, placement: { pool: "spot", backend: "vm" } }) as AssignmentRecord;
+    ({
+      id: `gitea-42-${attempt}`,
+      job: { repository: "acme/widgets", id: 42, run: 7, attempt },
+      placement: { pool: "spot", backend: "vm" },
+    }) as AssignmentRecord;
   it("waits while the run's attempt is within MAX_RERUNS, else by hand; none for a runner without a job", () => {
     expect(rerunEntryOf(record(1), "t", true, 1)?.state).toBe("waiting");
     expect(rerunEntryOf(record(2), "t", true, 1)?.state).toBe("by_hand");
