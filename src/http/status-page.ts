@@ -86,6 +86,27 @@ function cloudLine(c: Status["cloud"][number] | undefined) {
   return html`${full}<p class="muted">Servers deleted by the sweep: ${c.swept}; creates refused for the project's limit: ${c.fullTotal}${rate}.</p>`;
 }
 
+/** Runners whose machine was taken back, per pool, and the jobs lost with them: where their reruns stand, and which a person must rerun. */
+function interruptionsSection(s: Status) {
+  const rows = s.interruptions ?? [];
+  const reruns = s.reruns;
+  if (!rows.length && !reruns?.byHand.length) return "";
+  const states = reruns?.states ?? { waiting: 0, asked: 0, by_hand: 0, refused: 0 };
+  const byHand = reruns?.byHand.length
+    ? html`<p class="problem">Interrupted after it started; rerun it by hand:</p><ul>${reruns.byHand.map(
+        (r) =>
+          html`<li>${r.link ? html`<a href="${r.link}">${r.repository} run ${r.run}</a>` : html`${r.repository} run ${r.run}`} (${r.id})${r.reason ? html`: ${r.reason}` : ""}</li>`,
+      )}</ul>`
+    : "";
+  return html`<section aria-label="interruptions"><h2>Interruptions</h2>
+<p class="muted">Runners whose machine its cloud took back (a Spot interruption). Before the claim a new runner took the job; after it the job was lost and is rerun once its run has finished (MAX_RERUNS).</p>
+<table><thead><tr><th>Pool</th><th>Before the claim</th><th>After the claim</th></tr></thead><tbody>
+${rows.map((r) => html`<tr>${textCell(r.pool)}<td class="n">${r.before}</td><td class="n">${r.after}</td></tr>`)}
+</tbody></table>
+<p>Reruns: ${states.waiting} waiting for their run to finish, ${states.asked} asked, ${states.by_hand + states.refused} left to a person.</p>
+${byHand}</section>`;
+}
+
 /** A recent assignment's state as the pool would say it: a job a warm runner ran reads so, not "terminated". */
 function stateText(r: Status["recent"][number]): string {
   if (r.note?.startsWith("ran on ")) return r.note;
@@ -131,6 +152,7 @@ ${s.recent.map((r) => html`<tr>${textCell(r.id)}${textCell(r.repository)}${textC
 ${backends}
 ${poolsSection(s.pools)}
 ${ownersSection(s.owners)}
+${interruptionsSection(s)}
 <h2>Most recent assignments</h2>${recent}
 </body></html>`;
 }

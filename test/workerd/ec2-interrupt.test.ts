@@ -163,7 +163,7 @@ describe("spot interruptions on the ec2 driver", () => {
 
   it("after the claim on Gitea 1.25 (no rerun endpoint): the job is left to a person, said by an event, the status and a metric", async () => {
     const s = await scene("1.25.0");
-    const env: Record<string, string> = { ...s.env, METRICS_TOKEN: "metrics-token-0000000" };
+    const env: Record<string, string> = { ...s.env, METRICS_TOKEN: "metrics-token-0000000", STATUS_TOKEN: "status-token-0123456789abcdef" };
     const { jobs } = await s.gitea.queue([{ labels: ["ubuntu-latest"] }]);
     const id = `gitea-${jobs[0]}-1`;
     await s.gitea.deliver();
@@ -184,6 +184,9 @@ describe("spot interruptions on the ec2 driver", () => {
     const metrics = await (await request(env, "/metrics", { headers: bearer("metrics-token-0000000") })).text();
     expect(metrics).toContain('gdr_interruptions_total{pool="spot",when="after_claim"} 1');
     expect(metrics).toContain('gdr_reruns{state="by_hand"} 1');
+    const page = await (await request(env, "/status", { headers: { authorization: `Basic ${btoa("ops:status-token-0123456789abcdef")}` } })).text();
+    expect(page).toContain("Interrupted after it started; rerun it by hand:");
+    expect(page).toContain(`<a href="${env.GITEA_URL}/acme/widgets/actions/runs/${jobs[0]}">acme/widgets run ${jobs[0]}</a> (${id})`);
   });
 
   it("an interruption nobody reported (no watcher) is found by the sweep from EC2's StateReason; another end is none", { timeout: 60_000 }, async () => {
