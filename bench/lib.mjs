@@ -84,7 +84,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
       const i = line.indexOf('{"event"');
       if (i >= 0) {
         try {
-          events.push(JSON.parse(line.slice(i)));
+          events.push({ ...JSON.parse(line.slice(i)), seenAt: Date.now() });
         } catch {
           // not one of ours
         }

@@ -117,9 +117,14 @@ export function startFakeEc2({ log } = {}) {
       if (instance.state !== "pending") return;
       instance.state = "running";
       if (a.mode.simulate)
-        void runSimulatedServer(instance, { ...a.mode.simulate, log, alive: () => instance.state === "running", imds: `${a.base}/_imds/${instance.id}` }).catch(
-          () => undefined,
-        );
+        void runSimulatedServer(instance, {
+          ...a.mode.simulate,
+          // A claim delay (a window for a notice before the claim) is a Spot instance's only: a replacement claims at once.
+          claimAfterMs: spot ? (a.mode.simulate.claimAfterMs ?? 0) : 0,
+          log,
+          alive: () => instance.state === "running",
+          imds: `${a.base}/_imds/${instance.id}`,
+        }).catch(() => undefined);
     }, a.mode.bootMs);
     return reservation(instance);
   }
