@@ -13,6 +13,7 @@ const EXAMPLES = [
   { file: "examples/wrangler.gitea-kubernetes.jsonc", envs: [undefined, "staging"] },
   { file: "examples/wrangler.forgejo.jsonc", envs: [undefined] },
   { file: "examples/wrangler.gitea-hetzner.jsonc", envs: [undefined] },
+  { file: "examples/wrangler.gitea-ec2.jsonc", envs: [undefined] },
 ];
 const VALUES: Record<string, string> = {
   RUNNER_IDENTITY_KEY: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
