@@ -1,3 +1,4 @@
+import { jetstreamManager } from "@nats-io/jetstream";
 // Compare-and-set helpers over a JetStream KV bucket holding JSON values.
 import type { StoredMsg } from "@nats-io/jetstream";
 // Internal, on purpose: the public direct batch (DirectStreamAPI.getBatch) is the leak readBatch
@@ -86,6 +87,15 @@ export function isKvValue(m: StoredMsg): boolean {
 }
 
 const MULTI_LAST_LIMIT = 1024;
+
+/** The keys of `bucket` under `prefix` (one stream info request), and their values: an entry per live key. */
+export async function readAllUnder<T>(handle: NatsHandle, bucket: string, prefix: string): Promise<Map<string, Versioned<T>>> {
+  const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
+  const subjects = `$KV.${bucket}.`;
+  const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${subjects}${prefix}.>` });
+  const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(subjects.length));
+  return readManyJson<T>(handle, bucket, keys);
+}
 
 /** One compare-and-set write at a known revision: the revision after, or null when another writer came first. */
 export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<number | null> {

@@ -3,11 +3,10 @@
 // (domain/reruns.ts) and what the status page and metrics count. One entry per interrupted
 // assignment (create: a second report finds the first); each change is a compare-and-set, so of
 // two ticks that read the same entry one moves it on. Entries expire with the bucket (7 days).
-import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { rerunKey, RERUN_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { casUpdate, casWrite, isWrongLastSequence, readJson, readManyJson, type Versioned } from "./kv.ts";
+import { casUpdate, casWrite, isWrongLastSequence, readAllUnder, readJson, type Versioned } from "./kv.ts";
 
 /** Interruptions counted per pool, beside the entries (not under their prefix: listing entries skips them). */
 const COUNT_PREFIX = "rr-count";
@@ -65,12 +64,7 @@ export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): Rer
     },
     get,
     async list() {
-      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
-      const prefix = `$KV.${bucket}.`;
-      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${RERUN_PREFIX}.>` });
-      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
-      if (!keys.length) return [];
-      const found = await readManyJson<RerunEntry>(handle, bucket, keys);
+      const found = await readAllUnder<RerunEntry>(handle, bucket, RERUN_PREFIX);
       return [...found.values()].sort((a, b) => a.value.since.localeCompare(b.value.since));
     },
     async count(pool, when) {
@@ -80,12 +74,7 @@ export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): Rer
       });
     },
     async counts() {
-      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
-      const prefix = `$KV.${bucket}.`;
-      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${COUNT_PREFIX}.>` });
-      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
-      if (!keys.length) return new Map();
-      const found = await readManyJson<{ before: number; after: number }>(handle, bucket, keys);
+      const found = await readAllUnder<{ before: number; after: number }>(handle, bucket, COUNT_PREFIX);
       return new Map([...found].map(([k, v]) => [k.slice(COUNT_PREFIX.length + 1), v.value]));
     },
     async move(next, revision) {

@@ -3,11 +3,10 @@
 // else remembers a workload left behind, and the caller must not be the one who retries (a
 // completion that changes nothing tears nothing down). Kept in the records bucket under their
 // own prefix: a tick that finds none pays one request.
-import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { teardownKey, TEARDOWN_PREFIX, type Backend } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { isWrongLastSequence, readManyJson } from "./kv.ts";
+import { isWrongLastSequence, readAllUnder } from "./kv.ts";
 
 export interface PendingTeardown {
   id: string;
@@ -34,12 +33,7 @@ export function createTeardownList(handle: NatsHandle, kv: KV, bucket: string): 
       });
     },
     async list(limit) {
-      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
-      const prefix = `$KV.${bucket}.`;
-      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${TEARDOWN_PREFIX}.>` });
-      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
-      if (!keys.length) return [];
-      const found = await readManyJson<PendingTeardown>(handle, bucket, keys);
+      const found = await readAllUnder<PendingTeardown>(handle, bucket, TEARDOWN_PREFIX);
       return [...found.values()]
         .map((v) => v.value)
         .sort((a, b) => a.since.localeCompare(b.since))
