@@ -123,6 +123,10 @@ describe("spot interruptions on the ec2 driver", () => {
     const fresh = await s.launchOf(instances[1]!, id);
     expect((await request(s.env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(fresh.claimToken) })).status).toBe(200);
     expect((await s.view(id)).replaced).toBe(1);
+    // The job ran once, on the replacement; nothing is left running.
+    expect((await request(s.env, `/v1/assignments/${id}/complete`, { method: "POST", headers: bearer(fresh.claimToken) })).status).toBe(200);
+    await tickUntil(s.env, async () => (await s.ec2()).instances.every((i) => i.state === "terminated"), { timeoutMs: 10_000 });
+    expect((await s.ec2()).instances.map((i) => i.state)).toEqual(["terminated", "terminated"]);
     expect(logs.events().filter((e) => e.event === "interrupted_before_claim")).toHaveLength(1);
     for (const line of logs.lines) expect(line).not.toContain(old.claimToken);
   });
@@ -158,7 +162,15 @@ describe("spot interruptions on the ec2 driver", () => {
     await tickUntil(s.env, async () => (await s.ec2()).instances.length === 2, { timeoutMs: 20_000 });
     const second = (await s.ec2()).instances[1]!;
     expect(second.market).toBe("on-demand");
-    expect((await s.view(`gitea-${job}-2`)).state).not.toBe("terminated");
+    // The rerun runs and completes; no tick asks again, and nothing is left running.
+    const rerun = `gitea-${job}-2`;
+    await tickUntil(s.env, async () => (await s.ec2()).instances[1]!.state === "running", { timeoutMs: 10_000 });
+    const again = await s.launchOf((await s.ec2()).instances[1]!, rerun);
+    for (const step of ["claim", "complete"])
+      expect((await request(s.env, `/v1/assignments/${rerun}/${step}`, { method: "POST", headers: bearer(again.claimToken) })).status).toBe(200);
+    for (let i = 0; i < 3; i++) await tick(s.env);
+    expect(((await (await fetch(`${s.env.GITEA_URL}/_control/actions`)).json()) as { reruns: number }).reruns).toBe(1);
+    expect((await s.ec2()).instances.map((i) => i.state)).toEqual(["terminated", "terminated"]);
   });
 
   it("after the claim on Gitea 1.25 (no rerun endpoint): the job is left to a person, said by an event, the status and a metric", async () => {
