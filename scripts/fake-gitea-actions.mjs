@@ -8,6 +8,7 @@
 import { createHmac, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { authenticatedRunner } from "./fake-http.mjs";
+import { MAX_RERUN_ATTEMPTS, numbersAtPickup, rerunKind, runAttemptShown } from "./fake-gitea-releases.mjs";
 
 const fixture = JSON.parse(readFileSync(new URL("../test/fixtures/gitea/workflow_job.queued.json", import.meta.url), "utf8"));
 const ZERO = "0001-01-01T00:00:00Z";
@@ -19,7 +20,11 @@ const labelName = (l) => (l.includes(":") ? l.slice(0, l.indexOf(":")) : l);
 
 export const newActions = (onTake) => ({ webhook: { url: undefined, secret: "" }, outbox: [], nextTask: 1, tasksVersion: 1, nextJob: 5000, taken: [], onTake });
 
-/** A job of a workflow run, as Gitea lists it; `repository` is "owner/name". */
+/**
+ * A job of a workflow run, as Gitea lists it; `repository` is "owner/name". Its attempt is what
+ * the release inserts (fake-gitea-releases.mjs numbersAtPickup): 0 before 1.27, the run's attempt
+ * (1 for a new run) on 1.27.
+ */
 export function queueJob(g, job) {
   const a = g.actions;
   const id = job.id ?? a.nextJob++;
@@ -28,7 +33,7 @@ export function queueJob(g, job) {
   const created = {
     id,
     run_id: run,
-    run_attempt: job.run_attempt ?? 1,
+    run_attempt: job.run_attempt ?? (numbersAtPickup(g.version) ? 0 : 1),
     name: job.name ?? "build",
     labels: job.labels ?? ["ubuntu-latest"],
     status: "queued",
@@ -95,6 +100,8 @@ function take(g, runner) {
     j.status === "queued" && inScope(runner.scope, j.repository ?? "acme/widgets") && j.labels?.length > 0 && j.labels.every((l) => names.has(l));
   const job = g.jobs.filter(fits).sort((a, b) => a.id - b.id)[0];
   if (!job) return undefined;
+  // Before 1.27 the row's attempt rises as a runner takes it (models/actions/task.go:275 at aedf4e84, `job.Attempt++`).
+  if (numbersAtPickup(g.version)) job.run_attempt++;
   Object.assign(job, {
     status: "in_progress",
     started_at: iso(),
@@ -169,14 +176,28 @@ function emit(g, action, job) {
     .catch(() => undefined);
 }
 
-/** A workflow run as Gitea's API gives it: its jobs' latest attempt, and completed once every job is. */
+/** The latest attempt of a run: its jobs' highest attempt (1.27 numbers every job of attempt n with n). */
+const latestOf = (jobs) => Math.max(1, ...jobs.map((j) => j.run_attempt ?? 0));
+
+const runJobs = (g, repository, run) => g.jobs.filter((j) => j.run_id === run && (j.repository ?? "acme/widgets") === repository);
+
+/** The jobs GET runs/{run}/jobs lists: 1.27 the latest attempt's (ListWorkflowRunJobs, LatestAttemptID at 82edc3da), before every job of the run. */
+export function jobsOfRun(g, repository, run) {
+  const jobs = runJobs(g, repository, run);
+  if (rerunKind(g.version) !== "new-job") return jobs;
+  const latest = latestOf(jobs);
+  return jobs.filter((j) => Math.max(1, j.run_attempt ?? 0) === latest);
+}
+
+/** A workflow run as Gitea's API gives it: completed once every job of its latest attempt is; run_attempt as the release shows it. */
 export function runOf(g, repository, run) {
-  const jobs = g.jobs.filter((j) => j.run_id === run && (j.repository ?? "acme/widgets") === repository);
-  if (!jobs.length) return undefined;
+  const all = runJobs(g, repository, run);
+  if (!all.length) return undefined;
+  const jobs = jobsOfRun(g, repository, run);
   const done = jobs.every((j) => j.status === "completed");
   return {
     id: run,
-    run_attempt: Math.max(...jobs.map((j) => j.run_attempt ?? 1)),
+    run_attempt: runAttemptShown(g.version, latestOf(all)),
     status: done ? "completed" : jobs.some((j) => j.status === "in_progress") ? "in_progress" : "queued",
     ...(done ? { conclusion: jobs.every((j) => j.conclusion === "success") ? "success" : "failure" } : {}),
     html_url: `https://gitea.example.com/${repository}/actions/runs/${run}`,
@@ -184,30 +205,48 @@ export function runOf(g, repository, run) {
 }
 
 /**
- * Gitea (main)'s job rerun: refused while the run is not done (as ValidateJobRerunEligible), else
- * the job is queued again as the run's next attempt, with its queued webhook. Returns the status.
+ * A job's rerun (POST runs/{run}/jobs/{job}/rerun) as the release does it (fake-gitea-releases.mjs
+ * rerunKind): { status, body } of Gitea's answer. Refused (400) while the run is not done. 1.26
+ * queues the same row again with its attempt untouched; 1.27 makes attempt n+1: every job of the
+ * latest attempt is copied into a new row, the job asked for is queued (it alone gets a webhook,
+ * rerun.go:358), the others pass through with their result and times (rerun.go:290-296).
  */
 export function rerunJob(g, repository, run, id) {
   const found = runOf(g, repository, run);
-  const job = g.jobs.find((j) => j.id === id && j.run_id === run);
-  if (!found || !job) return 404;
-  if (found.status !== "completed") return 400;
-  const attempt = found.run_attempt + 1;
-  for (const j of g.jobs.filter((x) => x.run_id === run)) j.run_attempt = attempt;
-  Object.assign(job, {
+  const kind = rerunKind(g.version);
+  const latest = found ? jobsOfRun(g, repository, run) : [];
+  const job = latest.find((j) => j.id === id);
+  // 1.27 looks the job up among the latest attempt's only (action.go:1294, 1563: "workflow job not found").
+  if (!found || !job || kind === "none") return { status: 404, body: { message: "workflow job not found" } };
+  if (found.status !== "completed") return { status: 400, body: { message: "this workflow run is not done" } };
+  const queued = {
     status: "queued",
     conclusion: undefined,
     started_at: ZERO,
     completed_at: ZERO,
     queuedAt: Date.now(),
     runner_id: undefined,
+    runner_name: undefined,
     taskId: undefined,
-  });
-  delete job.conclusion;
+  };
+  let rerun = job;
+  if (kind === "same-job") Object.assign(job, queued);
+  else {
+    const attempt = latestOf(latest) + 1;
+    if (attempt > MAX_RERUN_ATTEMPTS) return { status: 400, body: { message: `workflow run has reached the maximum of ${MAX_RERUN_ATTEMPTS} attempts` } };
+    for (const old of latest) {
+      const copy = { ...old, id: g.actions.nextJob++, run_attempt: attempt, runner_id: undefined, runner_name: undefined, taskId: undefined };
+      copy.url = old.url.replace(/\/jobs\/\d+$/, `/jobs/${copy.id}`);
+      if (old === job) rerun = Object.assign(copy, queued);
+      g.jobs.push(copy);
+    }
+  }
+  delete rerun.conclusion;
+  delete rerun.runner_name;
   g.actions.tasksVersion++;
   g.actions.reruns = (g.actions.reruns ?? 0) + 1;
-  emit(g, "queued", job);
-  return 201;
+  emit(g, "queued", rerun);
+  return { status: 201, body: publicJob(rerun) };
 }
 
 /** Gitea gives up on a task whose runner went silent (its zombie-task timeout, fast-forwarded): the job fails. */

@@ -4,7 +4,8 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
-import { cancelJob, failLostJob, inScope, newActions, publicJob, queueJob, rerunJob, runOf, runnerRpc } from "./fake-gitea-actions.mjs";
+import { cancelJob, failLostJob, inScope, jobsOfRun, newActions, publicJob, queueJob, rerunJob, runOf, runnerRpc } from "./fake-gitea-actions.mjs";
+import { canDisableRunners, DEFAULT_GITEA_VERSION, hasLists, hasRunApi } from "./fake-gitea-releases.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
 
@@ -12,7 +13,7 @@ function newInstance(onTake) {
   // `users`: owners that are users, not organisations (lower case); `scopeTokens`: registration
   // tokens of the scopes other than the instance's, by "org:x" | "user:x" | "repo:o/r".
   return {
-    version: "1.25.0",
+    version: DEFAULT_GITEA_VERSION,
     users: new Set(),
     scopeTokens: new Map(),
     runners: new Map(),
@@ -71,6 +72,8 @@ export function startFakeGitea({ onTake } = {}) {
 
     if (runnerRpc(g, path, req, text, send)) return;
     if (!path.startsWith("/api/v1/")) return notFound();
+    // Public on every release (routers/api/v1/api.go:973 at 99053ce4fa, :1029 at 82edc3da): setting.AppVer.
+    if (path === "/api/v1/version" && req.method === "GET") return send(200, { version: g.version });
     if (req.headers.authorization !== `token ${g.apiToken}`) return send(401, { message: "token is required", url: "http://gitea.example.com/api/swagger" });
     const scoped = /^\/api\/v1\/(admin|user|orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/(.*)$/.exec(path);
     if (!scoped) return notFound();
@@ -95,7 +98,7 @@ export function startFakeGitea({ onTake } = {}) {
     }
     // A runner is seen and changed only from its own scope, or the instance's (Gitea's EditableInContext).
     const editable = (r) => scope.kind === "admin" || ((r.scope ?? { kind: "admin" }).kind === scope.kind && keyOfScope(r.scope) === keyOfScope(scope));
-    const modern = g.version >= "1.25";
+    const modern = hasLists(g.version);
     if (tail === "jobs" && req.method === "GET") {
       if (!modern) return notFound();
       const status = url.searchParams.get("status");
@@ -117,7 +120,7 @@ export function startFakeGitea({ onTake } = {}) {
       return r && editable(r) ? send(200, apiRunner(r)) : notFound();
     }
     // Gitea after 1.25: a disabled runner is handed no task.
-    if (oneRunner && req.method === "PATCH" && g.version >= "1.26") {
+    if (oneRunner && req.method === "PATCH" && canDisableRunners(g.version)) {
       const r = g.runners.get(Number(oneRunner[1]));
       if (!r || !editable(r)) return notFound();
       const body = JSON.parse(text || "{}");
@@ -137,15 +140,23 @@ export function startFakeGitea({ onTake } = {}) {
     const oneRun = /^runs\/(\d+)$/.exec(tail);
     const repoOf = () => /^\/api\/v1\/repos\/([^/]+\/[^/]+)\//.exec(path)?.[1];
     if (oneRun && req.method === "GET" && repoOf()) {
-      const found = modern ? runOf(g, repoOf(), Number(oneRun[1])) : undefined;
+      const found = hasRunApi(g.version) ? runOf(g, repoOf(), Number(oneRun[1])) : undefined;
       return found ? send(200, found) : notFound();
     }
+    // The jobs of a run (1.27: of its latest attempt), paged as Gitea's ListJobs (page, limit).
+    const runJobList = /^runs\/(\d+)\/jobs$/.exec(tail);
+    if (runJobList && req.method === "GET" && repoOf() && hasRunApi(g.version)) {
+      if (!runOf(g, repoOf(), Number(runJobList[1]))) return notFound();
+      const all = jobsOfRun(g, repoOf(), Number(runJobList[1]));
+      const page = Number(url.searchParams.get("page") ?? 1);
+      const limit = Math.min(Number(url.searchParams.get("limit") ?? 30), g.maxResponseItems ?? 50);
+      return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit).map(publicJob) });
+    }
     const rerun = /^runs\/(\d+)\/jobs\/(\d+)\/rerun$/.exec(tail);
-    if (rerun && req.method === "POST" && repoOf() && g.version >= "1.26") {
-      const status = rerunJob(g, repoOf(), Number(rerun[1]), Number(rerun[2]));
-      if (status === 404) return notFound();
-      if (status === 400) return send(400, { message: "run is not done", url: "http://gitea.example.com/api/swagger" });
-      return send(201, {});
+    if (rerun && req.method === "POST" && repoOf()) {
+      const { status, body } = rerunJob(g, repoOf(), Number(rerun[1]), Number(rerun[2]));
+      if (status === 404) return send(404, { errors: null, message: body.message, url: "http://gitea.example.com/api/swagger" });
+      return send(status, status === 201 ? body : { message: body.message, url: "http://gitea.example.com/api/swagger" });
     }
     const del = /^runners\/(\d+)$/.exec(tail);
     if (del && req.method === "DELETE") {

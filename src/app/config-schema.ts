@@ -116,6 +116,10 @@ export const envSchema = z.object({
   RUNNER_IDENTITY_KEY: optionalString,
   WEBHOOK_MAX_BYTES: intFrom(1_024, 25 * 1024 * 1024).default(1024 * 1024),
   GITEA_JOB_PAGES: intFrom(0, 100).default(5),
+  GITEA_VERSION: z
+    .string()
+    .regex(/^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$/, { message: "must be a Gitea version such as 1.26.2 (or unset: Gitea is asked)" })
+    .optional(),
   CLEANUP_GRACE_MS: intFrom(0, 86_400_000).default(300_000),
   WARM_GRACE_MS: intFrom(0, 600_000).default(5_000),
   MAX_RERUNS: intFrom(0, 10).default(1),

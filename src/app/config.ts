@@ -195,6 +195,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
           webhookMaxBytes: e.WEBHOOK_MAX_BYTES,
           jobPages: e.GITEA_JOB_PAGES,
           cleanupGraceMs: e.CLEANUP_GRACE_MS,
+          ...(e.GITEA_VERSION ? { version: e.GITEA_VERSION } : {}),
         }
       : undefined;
   const forgejoConfig = e.FORGE === "forgejo" ? parseForgejoConfig(raw, e, pools, problems) : undefined;

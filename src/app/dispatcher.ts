@@ -26,7 +26,6 @@ import { createAdmission, type Placement } from "../state/admission.ts";
 import { bindBucket, readManyJson } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 import type { Assignment } from "../model/assignment.ts";
-import { jobAssignmentId } from "../forge/gitea/webhook.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
 import { createTurnSlots, type TurnSlots } from "../state/turn-slots.ts";
 import { createTeardownList } from "../state/teardowns.ts";
@@ -177,10 +176,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   // interrupted after it (the previous attempt's rerun entry): on-demand where the pool falls back.
   const afterInterruption = async (assignment: Assignment, record: AssignmentRecord): Promise<boolean> => {
     if (record.interrupted) return true;
-    const job = assignment.job;
-    if (!job || job.attempt < 2 || forge?.kind !== "gitea") return false;
-    const before = await dispatcher.withState((s) => s.reruns.get(jobAssignmentId(job.id, job.attempt - 1)));
-    return before?.value.state === "asked";
+    // Whatever the forge's attempt numbers say: a rerun the dispatcher asked for is noted under its assignment.
+    if (!assignment.job || assignment.job.attempt < 2 || !forge?.reruns) return false;
+    return (await dispatcher.withState((s) => s.reruns.rerunOf(assignment.id))) !== null;
   };
   const dispatcher: Dispatcher = {
     config,

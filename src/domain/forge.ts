@@ -71,18 +71,39 @@ export interface Forge<Ctx = unknown> {
   readonly polled: boolean;
   /** Whether the forge still has job `id` of `repository` waiting for a runner (or about to again); absent where it cannot be asked. */
   readonly jobWaiting?: ((repository: string, id: number) => Promise<boolean>) | undefined;
-  /** Reruns of a job lost with an interrupted runner; absent where the forge has no way to ask (Gitea 1.25 answers "absent"). */
+  /** Reruns of a job lost with an interrupted runner; absent where the forge has no way to ask (Forgejo, Gitea without an API token). */
   readonly reruns?: JobReruns | undefined;
   /** The web address of a workflow run, for people (the status page's "rerun it by hand"). */
   runLink?(repository: string, run: number): string;
 }
 
-/** What a forge says of a workflow run, and how it is asked to rerun one job of it. */
+/** A job lost with its runner, as the rerun list keeps it (state/reruns.ts). */
+export interface LostJob {
+  repository: string;
+  run: number;
+  /** The job's id in the forge when it was lost. */
+  job: number;
+  /** Which execution of the job was lost (1 for its first run). */
+  execution: number;
+}
+
+/**
+ * Where a lost job's rerun stands in the forge:
+ * - wait: not yet (its run has not finished, and the forge refuses a rerun before);
+ * - ask: it may be asked for now, with job `job` (Gitea 1.27: the job's copy in the run's latest attempt);
+ * - rerun: it runs again already (asked before, by a tick cut short or by a person): `next` is that execution's assignment;
+ * - by_hand: the forge cannot rerun it (no rerun API, no such run or job any more): a person must.
+ */
+export type RerunLook = { step: "wait" } | { step: "ask"; job: number } | { step: "rerun"; next: string } | { step: "by_hand"; reason: string };
+
+/** The forge's answer to a rerun asked for: it took it (`next`), not now (ask again later), refused it, or cannot. */
+export type RerunAsked =
+  { step: "rerun"; next: string } | { step: "wait"; reason: string } | { step: "refused"; reason: string } | { step: "by_hand"; reason: string };
+
+/** How a forge is asked to rerun one job lost with its runner. Each call throws when the forge cannot be asked now. */
 export interface JobReruns {
-  /** The run now: whether it finished, and its latest attempt; null when the forge has no such run. */
-  run(repository: string, run: number): Promise<{ done: boolean; attempt: number } | null>;
-  /** "absent" when the forge has no endpoint for it (Gitea 1.25) or no such job. */
-  rerun(repository: string, run: number, job: number): Promise<"asked" | "absent">;
+  look(job: LostJob): Promise<RerunLook>;
+  ask(job: LostJob, id: number): Promise<RerunAsked>;
 }
 
 /** A forge's answers about single runners. Each call throws when the forge cannot be asked. */

@@ -75,7 +75,8 @@ export async function interruptAssignment(d: Deps, id: string, told: Interrupt):
     if (before.state !== "claimed") return { outcome: "over" as const, record: before };
     const interrupted: Interruption = { at, notice: told.notice, claimed: true, by: told.by };
     // Listed first: an end written without its rerun would lose the job for good.
-    const entry = rerunEntryOf(before, at, d.forge !== undefined && d.forge.reruns !== undefined, d.config.maxReruns);
+    const prior = (await state.reruns.rerunOf(id))?.reruns ?? 0;
+    const entry = rerunEntryOf(before, at, d.forge !== undefined && d.forge.reruns !== undefined, d.config.maxReruns, prior);
     if (entry) await state.reruns.add(entry);
     const { record, changed } = await endInterrupted(state.records, id, interrupted, mine);
     if (!changed || !record) return settledAfter(record, id);
@@ -111,22 +112,24 @@ function settledAfter(record: AssignmentRecord | null, id: string): { outcome: "
 
 /**
  * The rerun entry of a job lost with its runner: waiting for its run to finish where the forge
- * can rerun a job and the run's attempt is within MAX_RERUNS, else one for a person to rerun.
+ * can rerun a job and the dispatcher asked fewer than MAX_RERUNS reruns of this job before
+ * (`prior`: the reruns behind this execution, state/reruns.ts rerunOf), else one for a person.
  * Undefined for a runner with no job of its own (warm, or a forge job without ids).
  */
-export function rerunEntryOf(r: AssignmentRecord, at: string, forgeReruns: boolean, maxReruns: number): RerunEntry | undefined {
+export function rerunEntryOf(r: AssignmentRecord, at: string, forgeReruns: boolean, maxReruns: number, prior = 0): RerunEntry | undefined {
   const job = r.job;
   if (!job || job.id === undefined || job.run === undefined || job.attempt === undefined) return undefined;
-  const within = job.attempt <= maxReruns;
+  const within = prior < maxReruns;
   const reason = !forgeReruns
     ? "this forge cannot rerun a job: rerun it by hand"
-    : `its run is on attempt ${job.attempt}, past MAX_RERUNS (${maxReruns}): rerun it by hand`;
+    : `the dispatcher reran this job ${prior} time${prior === 1 ? "" : "s"} already, MAX_RERUNS is ${maxReruns}: rerun it by hand`;
   return {
     id: r.id,
     repository: job.repository,
     run: job.run,
     job: job.id,
     attempt: job.attempt,
+    ...(prior ? { reruns: prior } : {}),
     ...(r.placement?.pool ? { pool: r.placement.pool } : {}),
     since: at,
     state: forgeReruns && within ? "waiting" : "by_hand",

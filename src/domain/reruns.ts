@@ -1,16 +1,18 @@
 // The cron tick's rerun step: each job lost with an interrupted runner (state/reruns.ts) is asked
 // to run again once its run has finished (Gitea refuses a rerun before), at most once: the entry
 // is marked as being asked (compare-and-set) before the forge is asked, and a rerun that took is
-// known by the run's later attempt, so a tick cut short after asking finds it asked and never asks
-// again. A forge with no rerun endpoint (Gitea 1.25, Forgejo) leaves it to a person: the status
-// page, an event and a metric say so, with the run's link.
+// found by the forge's look at the job itself (forge.ts JobReruns), so a tick cut short after
+// asking finds it rerun and never asks again. The execution a rerun made is noted before the entry
+// says so, for MAX_RERUNS and the pool's on-demand fallback. A forge with no rerun API (Gitea 1.24
+// and 1.25, Forgejo) leaves it to a person: the status page, an event and a metric say so.
 import type { Basics, ForgeAccess, StoreAccess } from "./context.ts";
+import type { LostJob } from "./forge.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { RerunEntry } from "../state/reruns.ts";
 
 type Deps = Basics & StoreAccess & ForgeAccess;
 
-/** Waiting entries one tick looks at: each costs one or two forge requests. */
+/** Waiting entries one tick looks at: each costs a few forge requests. */
 export const RERUNS_PER_TICK = 20;
 
 export type RerunStep = "asked" | "by_hand" | "refused" | "waiting" | "taken";
@@ -39,23 +41,24 @@ async function moveOn(d: Deps, { value: e, revision }: Versioned<RerunEntry>): P
     d.sink.event({ event, assignment: e.id, backend: undefined, ...(e.pool ? { pool: e.pool } : {}), ...(next.reason ? { reason: next.reason } : {}) });
     return next.state === "asked" || next.state === "by_hand" || next.state === "refused" ? next.state : "waiting";
   };
+  // The rerun is noted under its own execution first: an entry that says asked always has its note.
+  const rerun = async (from: RerunEntry, next: string, rev: number): Promise<RerunStep> => {
+    await d.withState((s) => s.reruns.noteRerun(next, e.id, (e.reruns ?? 0) + 1));
+    return settle({ ...from, state: "asked", next, askedAt: from.askedAt ?? at }, rev);
+  };
   if (!reruns) return settle({ ...e, state: "by_hand", reason: "this forge cannot rerun a job: rerun it by hand" }, revision);
-  const run = await reruns.run(e.repository, e.run);
-  if (!run) return settle({ ...e, state: "by_hand", reason: "the forge has no such run any more: rerun it by hand" }, revision);
-  // A later attempt: asked before (by a tick cut short after asking, or by a person).
-  if (run.attempt > e.attempt) return settle({ ...e, state: "asked", askedAt: e.askedAt ?? at }, revision);
-  if (!run.done) return "waiting";
+  const lost: LostJob = { repository: e.repository, run: e.run, job: e.job, execution: e.attempt };
+  const look = await reruns.look(lost);
+  if (look.step === "wait") return "waiting";
+  if (look.step === "by_hand") return settle({ ...e, state: "by_hand", reason: look.reason }, revision);
+  if (look.step === "rerun") return rerun(e, look.next, revision);
   // Marked before it is asked: of two ticks that read this entry, the one whose mark lands asks.
   const marked = { ...e, askedAt: at };
   const markedAt = await d.withState((s) => s.reruns.move(marked, revision));
   if (markedAt === null) return "taken";
-  const answer = await reruns.rerun(e.repository, e.run, e.job).catch((err: unknown) => {
-    const status = (err as { status?: number }).status;
-    // Refused for good (a 4xx other than 404/405: the token may not rerun, or the job cannot be): a person decides.
-    if (status !== undefined && status >= 400 && status < 500) return `refused (${status})` as const;
-    throw err;
-  });
-  if (answer === "asked") return settle({ ...marked, state: "asked" }, markedAt);
-  if (answer === "absent") return settle({ ...marked, state: "by_hand", reason: "this forge has no rerun endpoint (Gitea 1.25): rerun it by hand" }, markedAt);
-  return settle({ ...marked, state: "refused", reason: `the forge ${answer} the rerun: rerun it by hand` }, markedAt);
+  const answer = await reruns.ask(lost, look.job);
+  if (answer.step === "rerun") return rerun(marked, answer.next, markedAt);
+  // Not now (another rerun made the attempt first): the next tick looks again.
+  if (answer.step === "wait") return "waiting";
+  return settle({ ...marked, state: answer.step, reason: answer.reason }, markedAt);
 }

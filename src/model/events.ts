@@ -28,6 +28,7 @@ export const EVENT_NAMES = [
   "recovered",
   "runner_deleted",
   "gitea_sweep_disabled",
+  "gitea_version_unknown",
   "webhook_ignored",
   "runner_mismatch",
   "sweep_item_failed",

@@ -114,6 +114,10 @@ export function rerunKey(id: string): string {
   return `${RERUN_PREFIX}.${subjectToken(id)}`;
 }
 export const RERUN_PREFIX = "rr";
+/** The execution a rerun asked by the dispatcher made (its assignment id): which entry asked it, and how many reruns its job has had. */
+export function rerunOfKey(next: string): string {
+  return `rr-next.${subjectToken(next)}`;
+}
 
 /** A one-time bootstrap entry (state/bootstraps.ts), keyed by its token's SHA-256 (base64url, key-safe). */
 export function bootstrapKey(tokenHash: string): string {

@@ -4,7 +4,7 @@
 // assignment (create: a second report finds the first); each change is a compare-and-set, so of
 // two ticks that read the same entry one moves it on. Entries expire with the bucket (7 days).
 import type { KV } from "@nats-io/kv";
-import { rerunKey, RERUN_PREFIX } from "../nats/names.ts";
+import { rerunKey, rerunOfKey, RERUN_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
 import { casUpdate, casWrite, isWrongLastSequence, readAllUnder, readJson, type Versioned } from "./kv.ts";
 
@@ -14,8 +14,8 @@ const countKey = (pool: string) => `${COUNT_PREFIX}.${pool}`;
 
 /**
  * - waiting: its run has not finished, or the rerun was not asked for yet;
- * - asked: the forge took the rerun (or a later attempt of the run was found: asked before);
- * - by_hand: this forge cannot rerun a job (Gitea 1.25, Forgejo), or its reruns are used up;
+ * - asked: the forge took the rerun (or the job was found running again: asked before);
+ * - by_hand: this forge cannot rerun a job (Gitea 1.24 and 1.25, Forgejo), or its reruns are used up;
  * - refused: the forge refused the rerun (`reason`).
  */
 export type RerunState = "waiting" | "asked" | "by_hand" | "refused";
@@ -26,8 +26,12 @@ export interface RerunEntry {
   repository: string;
   run: number;
   job: number;
-  /** The run attempt the job was lost in: a later one means the rerun took. */
+  /** Which execution of the job was lost (1 for its first run; the assignment's job attempt). */
   attempt: number;
+  /** Reruns of this job the dispatcher asked for before this execution (MAX_RERUNS counts them). */
+  reruns?: number;
+  /** The execution its rerun made (its assignment id), once known. */
+  next?: string;
   pool?: string;
   /** Where a person finds the job (its page in the forge), for the status page. */
   link?: string;
@@ -48,6 +52,10 @@ export interface RerunList {
   counts(): Promise<Map<string, { before: number; after: number }>>;
   /** Writes `next` if the entry is still at `revision`: its revision after, or null when another tick moved it first. */
   move(next: RerunEntry, revision: number): Promise<number | null>;
+  /** Notes that assignment `next` is the rerun entry `of` asked for, its job's `reruns`th (idempotent). */
+  noteRerun(next: string, of: string, reruns: number): Promise<void>;
+  /** What noteRerun noted of assignment `id`; null for an execution the dispatcher did not ask for. */
+  rerunOf(id: string): Promise<{ of: string; reruns: number } | null>;
 }
 
 export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): RerunList {
@@ -79,6 +87,12 @@ export function createRerunList(handle: NatsHandle, kv: KV, bucket: string): Rer
     },
     async move(next, revision) {
       return casWrite(kv, rerunKey(next.id), next, revision);
+    },
+    async noteRerun(next, of, reruns) {
+      await kv.put(rerunOfKey(next), JSON.stringify({ of, reruns }));
+    },
+    async rerunOf(id) {
+      return (await readJson<{ of: string; reruns: number }>(kv, rerunOfKey(id)))?.value ?? null;
     },
   };
 }

@@ -228,9 +228,9 @@ describe("RUNNER_POOLS in the configuration", () => {
     );
     expect(config.pools.map((p) => p.name)).toEqual(["small", "large"]);
     const job = { id: 7, run_id: 3, labels: ["ubuntu-latest"] };
-    expect(jobAssignment(config.pools, job, "acme/widgets")).toMatchObject({ backend: "pod", labels: small.labels, pools: ["small", "large"] });
-    expect(jobAssignment(config.pools, { ...job, labels: ["large"] }, "acme/widgets")).toMatchObject({ backend: "vm", pools: ["large"] });
-    expect(jobAssignment(config.pools, { ...job, labels: ["gpu"] }, "acme/widgets")).toBeUndefined();
+    expect(jobAssignment(config.pools, job, "acme/widgets", 1)).toMatchObject({ backend: "pod", labels: small.labels, pools: ["small", "large"] });
+    expect(jobAssignment(config.pools, { ...job, labels: ["large"] }, "acme/widgets", 1)).toMatchObject({ backend: "vm", pools: ["large"] });
+    expect(jobAssignment(config.pools, { ...job, labels: ["gpu"] }, "acme/widgets", 1)).toBeUndefined();
   });
 
   it("refuses a template that would make an invalid Pod or VMI, naming the pool and the field", () => {

@@ -27,15 +27,19 @@ const zeroTime = z.string().optional();
 export const apiJobSchema = z.looseObject({
   id: z.number().int(),
   run_id: z.number().int(),
-  run_attempt: z.number().int().optional(),
+  // 0 on a job no runner took yet on Gitea 1.24–1.26 (versions.ts).
+  run_attempt: z.number().int().nonnegative().optional(),
   name: z.string().optional(),
   labels: z.array(z.string()).nullish(),
   status: z.string(),
+  runner_id: z.number().int().nullish(),
+  started_at: zeroTime,
   url: z.string().optional(),
   html_url: z.string().optional(),
   created_at: zeroTime,
 });
 export type ApiJob = z.infer<typeof apiJobSchema>;
+export type RerunAnswer = { asked: ApiJob } | { refused: number };
 const apiRun = z.looseObject({ id: z.number().int(), status: z.string(), run_attempt: z.number().int().optional(), html_url: z.string().optional() });
 export type ApiRun = z.infer<typeof apiRun>;
 const jobsPage = z.object({ total_count: z.number().int(), jobs: z.array(apiJobSchema).nullable() });
@@ -72,9 +76,11 @@ export interface GiteaClient {
   getRun(repository: string, run: number): Promise<ApiRun | null>;
   /**
    * Asks Gitea to run job `job` of run `run` again (POST …/actions/runs/{run}/jobs/{job_id}/rerun,
-   * Gitea after 1.25). "absent" when this Gitea has no such endpoint, run or job (404, 405).
+   * Gitea 1.26 and later): the job it queued (201: 1.26 the same row, 1.27 its copy in a new
+   * attempt), or the status of a refusal (400 not done or past MAX_RERUN_ATTEMPTS, 404 no such
+   * job in the latest attempt, 405 no such endpoint, 409 another rerun made the attempt first).
    */
-  rerunJob(repository: string, run: number, job: number): Promise<"asked" | "absent">;
+  rerunJob(repository: string, run: number, job: number): Promise<RerunAnswer>;
   /** One runner (busy: it runs a task now); null when Gitea has none. */
   getRunner(runner: RunnerAt): Promise<RunnerDetail | null>;
   /**
@@ -82,6 +88,13 @@ export interface GiteaClient {
    * when this Gitea cannot (404/405), or has no such runner.
    */
   disableRunner(runner: RunnerAt): Promise<boolean>;
+  /** The version Gitea reports (GET /api/v1/version, public on every release). */
+  version(): Promise<string>;
+  /**
+   * The jobs of a run's latest attempt (GET …/actions/runs/{run}/jobs; on 1.27 the latest attempt's
+   * only, routers/api/v1/repo/action.go ListWorkflowRunJobs at 82edc3da), every page; null when Gitea has no such run.
+   */
+  listRunJobs(repository: string, run: number): Promise<ApiJob[] | null>;
 }
 
 /**
@@ -212,9 +225,27 @@ export function createGiteaClient(
     },
     async rerunJob(repository, run, job) {
       const res = await call("rerun job", `${repoPath(repository)}/actions/runs/${run}/jobs/${job}/rerun`, { method: "POST" });
-      if (res.status === 404 || res.status === 405) return drain(res, "absent" as const);
+      if (res.status >= 400 && res.status < 500) return drain(res, { refused: res.status });
       if (!res.ok) return fail("rerun job", res);
-      return drain(res, "asked" as const);
+      return { asked: await json("rerun job", res, apiJobSchema) };
+    },
+    async version() {
+      const res = await call("version", "/api/v1/version", { method: "GET" }, cfg.apiToken !== undefined);
+      if (!res.ok) return fail("version", res);
+      return (await json("version", res, z.object({ version: z.string().max(100) }))).version;
+    },
+    async listRunJobs(repository, run) {
+      const jobs: ApiJob[] = [];
+      // Read until Gitea says it is done: a page may be shorter than asked ([api].MAX_RESPONSE_ITEMS).
+      for (let page = 1; page <= RUN_JOB_PAGES; page++) {
+        const res = await call("list run jobs", `${repoPath(repository)}/actions/runs/${run}/jobs?page=${page}&limit=50`, { method: "GET" });
+        if (res.status === 404) return drain(res, null);
+        if (!res.ok) return fail("list run jobs", res);
+        const body = await json("list run jobs", res, jobsPage);
+        jobs.push(...(body.jobs ?? []));
+        if (!body.jobs?.length || jobs.length >= body.total_count) return jobs;
+      }
+      return jobs;
     },
     async getRunner({ id, scope }) {
       const res = await scoped("get runner", scope, `runners/${id}`, { method: "GET" });
@@ -240,6 +271,9 @@ export function createGiteaClient(
     },
   };
 }
+
+/** A run has at most 256 jobs (a workflow's matrix limit); pages of 50, with room for a smaller page size. */
+const RUN_JOB_PAGES = 30;
 
 /** The API path of repository "owner/name". */
 function repoPath(repository: string): string {

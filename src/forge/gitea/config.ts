@@ -24,6 +24,8 @@ export interface GiteaConfig {
   webhookMaxBytes: number;
   jobPages: number;
   cleanupGraceMs: number;
+  /** GITEA_VERSION: the release to serve without asking Gitea (release.ts). */
+  version?: string | undefined;
 }
 
 type Secrets = Pick<GiteaConfig, "webhookSecret" | "registrationToken" | "apiToken" | "identityKey" | "previousIdentityKey" | "previousWebhookSecret">;

@@ -11,6 +11,9 @@ import { sweepGitea } from "./sweep.ts";
 import { keepClient } from "./client-of.ts";
 import { giteaLaunch } from "./launch.ts";
 import { stillWaiting } from "./stale.ts";
+import { giteaReruns } from "./reruns.ts";
+import { giteaRelease } from "./release.ts";
+import { consoleSink } from "../../model/events.ts";
 
 export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () => number): Forge<Context> {
   return keepClient<Forge<Context>>(gitea, {
@@ -38,21 +41,10 @@ export function createGiteaForge(cfg: GiteaConfig, gitea: GiteaClient, now: () =
     // A runner of one repository (RUNNER_SCOPE) would wait for that repository's jobs alone.
     fitsWarm: (scope, poolScope) => (scope ?? scopeKey(cfg.scope)) === warmScopeKey(poolScope, cfg.scope),
     jobWaiting: cfg.apiToken ? async (repository, id) => stillWaiting((await gitea.getJob(repository, id))?.status ?? "queued") : undefined,
-    reruns: cfg.apiToken
-      ? {
-          run: async (repository, run) => {
-            const found = await gitea.getRun(repository, run);
-            return found && { done: RUN_DONE.has(found.status), attempt: found.run_attempt ?? 1 };
-          },
-          rerun: (repository, run, job) => gitea.rerunJob(repository, run, job),
-        }
-      : undefined,
+    reruns: cfg.apiToken ? giteaReruns(gitea, () => giteaRelease({ config: { gitea: cfg }, now, sink: consoleSink }, gitea)) : undefined,
     runLink: (repository, run) => `${cfg.url}/${repository}/actions/runs/${run}`,
   });
 }
-
-/** A run's status once it finished: GitHub's word, and Gitea's own results. */
-const RUN_DONE = new Set(["completed", "success", "failure", "cancelled", "skipped"]);
 
 const PAGE = 50;
 

@@ -10,6 +10,8 @@ import { GiteaFeatureMissing, type GiteaClient, type RunnerAt } from "./client.t
 import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
+import { giteaRelease } from "./release.ts";
+import { executionOf } from "./versions.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
@@ -40,20 +42,23 @@ export async function sweepGitea(d: Deps, client: GiteaClient, { records, admiss
 }
 
 async function recoverJobs(d: Deps, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
+  const { numbering } = await giteaRelease(d, client);
   for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
     const { jobs } = await client.listQueuedJobs(page, PAGE_LIMIT);
     for (const job of jobs) {
       if (job.status !== "queued") continue;
+      // 1.24–1.26 list a waiting job with the count before its pickup (versions.ts).
+      const execution = executionOf(numbering, job);
       await eachItem(d, `job ${job.id}`, async () => {
         // A record is written only once its message is stored (see publishAssignment): a known
         // job is queued, even if it still waits behind MaxAckPending, and is not published again.
         // One whose runners never booted is, a while after it was given up on.
-        const id = jobAssignmentId(job.id, job.run_attempt);
+        const id = jobAssignmentId(job.id, execution);
         const known = await records.get(id);
         const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
         if (known && !(retry && (await serveAfresh(records, known, d.now())))) return;
         const again = retry ? { msgId: `${id}.retry-${Date.parse(known.gaveUpAt!)}` } : {};
-        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), again);
+        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), execution, again);
         if (published?.stored) {
           summary.recovered++;
           d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });

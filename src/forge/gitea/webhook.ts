@@ -14,6 +14,9 @@ import { routeJob } from "../../pools/route.ts";
 import { standInFor, type Started, type Taken } from "../../pools/taken.ts";
 import { staleReplay } from "./stale.ts";
 import { placementOf, recordJob, runnerAt } from "../../state/records.ts";
+import { giteaClientOf } from "./client-of.ts";
+import { giteaRelease } from "./release.ts";
+import { executionOf, type AttemptFacts } from "./versions.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
@@ -24,7 +27,8 @@ export const workflowJobPayload = z.looseObject({
   workflow_job: z.looseObject({
     id,
     run_id: id,
-    run_attempt: z.number().int().positive().optional(),
+    // 0 on a first queued delivery of Gitea 1.24–1.26 (versions.ts): its attempt rises at pickup.
+    run_attempt: z.number().int().nonnegative().optional(),
     name: z.string().optional(),
     labels: z.array(z.string()).nullish(),
     status: z.string().optional(),
@@ -63,8 +67,15 @@ export interface Teardown {
   giteaRunner: RunnerAt | undefined;
 }
 
-export function jobAssignmentId(jobId: number, attempt: number | undefined): string {
-  return `gitea-${jobId}-${attempt ?? 1}`;
+/** The assignment of one execution of a job (versions.ts executionOf): the same for every delivery of that execution. */
+export function jobAssignmentId(jobId: number, execution: number): string {
+  return `gitea-${jobId}-${execution}`;
+}
+
+/** Which execution of its job `job` is about, as the configured Gitea numbers them (versions.ts). */
+export async function executionFor(d: Basics & ForgeAccess & Settings, job: AttemptFacts, action?: string): Promise<number> {
+  const release = await giteaRelease(d, giteaClientOf(d.forge));
+  return executionOf(release.numbering, job, action);
 }
 
 export function parseWorkflowJob(value: unknown): WorkflowJobPayload {
@@ -80,7 +91,7 @@ type ListedJob = { id: number; run_id: number; run_attempt?: number; name?: stri
  * the queue of its first pool's backend and names every pool that can run it, in the order they
  * are tried (see pools/route.ts).
  */
-export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository: string): AssignmentRequest | undefined {
+export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository: string, execution: number): AssignmentRequest | undefined {
   const route = routeJob(pools, job.labels ?? []);
   if (!route) return undefined;
   // A time the assignment could not keep (Go's zero time, or none that parses) is left out: the
@@ -88,18 +99,18 @@ export function jobAssignment(pools: readonly Pool[], job: ListedJob, repository
   const created = job.created_at && !job.created_at.startsWith("0001-") && assignmentTime.safeParse(job.created_at).success ? job.created_at : undefined;
   return {
     version: 1,
-    id: jobAssignmentId(job.id, job.run_attempt),
+    id: jobAssignmentId(job.id, execution),
     ...route,
-    job: { id: job.id, runId: job.run_id, attempt: job.run_attempt ?? 1, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
+    job: { id: job.id, runId: job.run_id, attempt: execution, repository, ...(job.name ? { name: job.name.slice(0, 256) } : {}) },
     ...(created ? { createdAt: created } : {}),
   };
 }
 
 /** Publishes the assignment of a queued job; undefined when no route matches it. */
-export async function publishJob(d: Deps, job: ListedJob, repository: string, opts: PublishOptions = {}): Promise<Published | undefined> {
-  const request = jobAssignment(d.config.pools, job, repository);
+export async function publishJob(d: Deps, job: ListedJob, repository: string, execution: number, opts: PublishOptions = {}): Promise<Published | undefined> {
+  const request = jobAssignment(d.config.pools, job, repository, execution);
   if (!request) {
-    d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined });
+    d.sink.event({ event: "no_route", assignment: jobAssignmentId(job.id, execution), backend: undefined });
     return undefined;
   }
   return publishAssignment(d, request, opts);
@@ -112,14 +123,19 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
   const ours = assignmentOfRunner(gitea.runnerNamePrefix, named);
   // The runner must be the one we registered: a name is not proof, any admin can pick it.
   const runner = { runnerId: job.runner_id ?? null };
+  // Every delivery of one execution names one assignment, however this Gitea numbers attempts
+  // (read once per isolate and kept: release.ts). Never rejects.
+  const counted = executionFor(d, job, payload.action);
   switch (payload.action) {
     case "queued": {
-      const stale = await staleReplay(d, job, payload.repository.full_name);
+      // A replay's check and the release's read ask Gitea at once: a slow Gitea is waited for once.
+      const [stale, execution] = await Promise.all([staleReplay(d, job, payload.repository.full_name), counted]);
+      const own = jobAssignmentId(job.id, execution);
       if (stale) {
-        d.sink.event({ event: "stale_delivery", assignment: jobAssignmentId(job.id, job.run_attempt), backend: undefined, reason: stale });
+        d.sink.event({ event: "stale_delivery", assignment: own, backend: undefined, reason: stale });
         return { status: 200, body: { ignored: stale } };
       }
-      const published = await publishJob(d, job, payload.repository.full_name, opts);
+      const published = await publishJob(d, job, payload.repository.full_name, execution, opts);
       if (!published) return { status: 202, body: { ignored: "no_route" } };
       if (published.ended) {
         // Its completed came first: the job is over in Gitea; its message is termed at delivery.
@@ -132,11 +148,11 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
     }
     case "in_progress": {
       if (!ours) return ignore(d, named ? "runner is not ours" : "no runner");
+      const own = jobAssignmentId(job.id, await counted);
       // Counted by runner: an ephemeral runner may have taken another matching job than its own.
-      const view = await claimAssignment(d, ours, runner, jobAssignmentId(job.id, job.run_attempt)).catch(refusal(d, ours));
+      const view = await claimAssignment(d, ours, runner, own).catch(refusal(d, ours));
       if (typeof view === "string") return ignore(d, view === MISMATCH ? `runner is not the one registered for ${ours}` : view, ours);
       // Gitea hands a runner the oldest job it can take, which need not be the one it was made for.
-      const own = jobAssignmentId(job.id, job.run_attempt);
       // A warm runner's take leaves a runner too many, settled after answering; a cold runner's
       // swap is written with its claim.
       const taken = own !== ours && view.warm ? { taken: { own, by: ours, warm: view.warm, pool: view.pool } } : {};
@@ -147,6 +163,7 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
       return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken, ...started };
     }
     case "completed": {
+      const execution = await counted;
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
@@ -157,15 +174,15 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
       }
       // No runner of ours ran it (cancelled or skipped before pickup, or another runner did): its
       // own assignment goes; when its runner already runs another job, the one standing for it.
-      const own = await standInFor(d, jobAssignmentId(job.id, job.run_attempt));
-      const cancelled = await cancelAssignment(d, own, "cancelled", tombstoneOf(d.config.pools, job, payload.repository.full_name));
-      if (!cancelled) return ignore(d, `nothing to cancel for ${own}`);
-      if (cancelled.tombstoned) return { status: 200, body: { tombstone: own } };
+      const standing = await standInFor(d, jobAssignmentId(job.id, execution));
+      const cancelled = await cancelAssignment(d, standing, "cancelled", tombstoneOf(d.config.pools, job, payload.repository.full_name, execution));
+      if (!cancelled) return ignore(d, `nothing to cancel for ${standing}`);
+      if (cancelled.tombstoned) return { status: 200, body: { tombstone: standing } };
       const { record, contended } = cancelled;
       return {
         status: 200,
-        body: { cancelled: own },
-        teardown: { id: own, backend: placementOf(record).backend, giteaRunner: runnerAt(record) },
+        body: { cancelled: standing },
+        teardown: { id: standing, backend: placementOf(record).backend, giteaRunner: runnerAt(record) },
         ...(contended ? { reconcile: record.backend, after: "release" } : {}),
       };
     }
@@ -180,8 +197,8 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
  * so a job cancelled at once can have its `queued` arrive after. Undefined when no route serves
  * its labels (its queued would publish nothing either).
  */
-function tombstoneOf(pools: readonly Pool[], job: WorkflowJobPayload["workflow_job"], repository: string): Tombstone | undefined {
-  const request = jobAssignment(pools, job, repository);
+function tombstoneOf(pools: readonly Pool[], job: WorkflowJobPayload["workflow_job"], repository: string, execution: number): Tombstone | undefined {
+  const request = jobAssignment(pools, job, repository, execution);
   if (!request) return undefined;
   const conclusion = /^[a-z_]{1,32}$/.test(job.conclusion ?? "") ? job.conclusion : "unknown conclusion";
   const reason = `completed in Gitea (${conclusion}) before its queued delivery`;
