@@ -75,13 +75,14 @@ async function provisioned(vars) {
 const account = (vars) => vars.EC2_API_URL.replace(/\/$/, "");
 const ctl = async (base, what, body) => (await fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json();
 
-/** A fresh scene: the Worker, Gitea (main, delivering its webhooks to the Worker) and the account's mode. */
+/** A fresh scene: the Worker, Gitea (1.27, delivering its webhooks to the Worker) and the account's mode. */
 async function scene(name, capacity, mode) {
   const vars = varsFor(name, capacity);
   await provisioned(vars);
   await ctl(account(vars), "mode", { bootMs: 300, ...mode });
   const worker = await startWorker(vars, undefined, "miniflare");
-  await ctl(vars.GITEA_URL, "version", { version: "1.26.0" });
+  // 1.27: its simulated runners claim through the Worker only, never a FetchTask, which is where 1.26 numbers a job.
+  await ctl(vars.GITEA_URL, "version", { version: "1.27.0" });
   await ctl(vars.GITEA_URL, "webhook", { url: `${worker.url}/v1/gitea/webhook`, secret });
   const state = () => ctl(account(vars), "state");
   const queue = async (k) =>

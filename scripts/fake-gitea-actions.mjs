@@ -93,6 +93,14 @@ export function inScope(scope = { kind: "admin" }, repository) {
   return scope.owner === owner && (scope.kind !== "repo" || scope.repo === repo);
 }
 
+/** The runner named `name` polls once (FetchTask) and is given what Gitea's pick gives it; the job taken, or undefined. */
+export function pickUp(g, name) {
+  const runner = [...g.runners.values()].find((r) => r.name === name);
+  if (!runner || runner.task) return undefined;
+  take(g, runner);
+  return g.jobs.find((j) => j.taskId === runner.task);
+}
+
 /** Gitea's pick: the oldest queued job of the runner's scope whose every runs-on label is one of the runner's label names. */
 function take(g, runner) {
   const names = new Set(runner.labels.map(labelName));

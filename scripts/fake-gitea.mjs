@@ -4,7 +4,7 @@
 // Tests share one server; each uses a path prefix (a sub-path install of Gitea) of its own.
 import { startTenantServer } from "./fake-http.mjs";
 import { randomUUID, randomBytes } from "node:crypto";
-import { cancelJob, failLostJob, inScope, jobsOfRun, newActions, publicJob, queueJob, rerunJob, runOf, runnerRpc } from "./fake-gitea-actions.mjs";
+import { cancelJob, failLostJob, inScope, jobsOfRun, newActions, pickUp, publicJob, queueJob, rerunJob, runOf, runnerRpc } from "./fake-gitea-actions.mjs";
 import { canDisableRunners, DEFAULT_GITEA_VERSION, hasLists, hasRunApi } from "./fake-gitea-releases.mjs";
 
 export const FAKE_GITEA = { apiToken: "gitea-api-token-0000", registrationToken: "gitea-registration-token-0000" };
@@ -193,6 +193,8 @@ export function startFakeGitea({ onTake } = {}) {
   function control(g, what, method, text, send) {
     // A workflow run queues jobs: POST [{labels, runMs?, repository?, id?}] (queued webhooks follow).
     if (what === "queue" && method === "POST") return send(200, { jobs: JSON.parse(text).map((j) => queueJob(g, j).id) });
+    // The runner named {runner} polls once, as act_runner's FetchTask would (its in_progress webhook follows).
+    if (what === "pickup" && method === "POST") return send(200, { job: pickUp(g, JSON.parse(text).runner)?.id ?? null });
     if (what === "fail-lost" && method === "POST") return send(200, { failed: failLostJob(g, JSON.parse(text).id)?.id ?? null });
     if (what === "cancel" && method === "POST") return send(200, { cancelled: cancelJob(g, JSON.parse(text).id)?.id ?? null });
     // Where webhooks go: {url, secret}; without a url they wait in /_control/deliveries.

@@ -46,10 +46,6 @@ export function releaseDeliveries(version: string, scenario: ReleaseScenario): (
 
 /** The first run's queued, in_progress and completed payloads as Gitea `version` sends them. */
 export function fixturesFor(version: string) {
-  const [queued, inProgress, completed] = releaseDeliveries(version, "first-run").map((d) => d.payload) as [
-    typeof queuedFixture,
-    typeof queuedFixture,
-    typeof queuedFixture,
-  ];
-  return { queued, inProgress, completed };
+  const [queued, inProgress, completed] = releaseDeliveries(version, "first-run").map((d) => d.payload) as unknown[];
+  return { queued: queued as typeof queuedFixture, inProgress: inProgress as typeof inProgressFixture, completed: completed as typeof completedFixture };
 }

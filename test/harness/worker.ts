@@ -143,6 +143,8 @@ export function giteaControl(env: Record<string, string>) {
   return {
     jobs: (jobs: unknown[]) => post("jobs", jobs),
     version: (version: string) => post("version", { version }),
+    /** The runner named `runner` polls once and takes what Gitea gives it (its in_progress webhook waits in the outbox). */
+    pickup: (runner: string) => post("pickup", { runner }) as Promise<{ job: number | null }>,
     runners: (runners: { id: number; name: string }[]) => post("runners", runners),
     /** Every REST API answer comes `ms` late, and every runner registration `registerMs` late. */
     delay: (ms: number, registerMs = 0) => post("delay", { ms, registerMs }),
