@@ -14,8 +14,12 @@ export interface RunnerDownload {
   sha256: string;
 }
 
-/** The program a request's forge runs: act_runner for Gitea, forgejo-runner for Forgejo. */
-export const runnerProgram = (request: RunnerRequest) => (request.forgejo ? "forgejo-runner" : "act_runner");
+/**
+ * The program a request's forge runs, as HCLOUD_RUNNER_URL / EC2_RUNNER_URL install it when the
+ * image lacks it: gitea-runner (Gitea Runner 2.x; the launch falls back to an act_runner the
+ * image has) for Gitea, forgejo-runner for Forgejo.
+ */
+export const runnerProgram = (request: RunnerRequest) => (request.forgejo ? "forgejo-runner" : "gitea-runner");
 
 /** user_data for one boot: fetch the launch once, then run it. Under Hetzner's 32 KiB by far. */
 export function bootUserData(bootstrapUrl: string, token: string, program: string, download?: RunnerDownload): string {

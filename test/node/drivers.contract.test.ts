@@ -264,7 +264,7 @@ describe.each([
       // The service gets the identity as documented (`runner`), not the launch the other drivers render.
       expect(received).toContain(identity.token);
       expect(received).not.toContain('"launch"');
-      expect(received).not.toContain("act_runner daemon");
+      expect(received).not.toContain("command -v gitea-runner");
     }
   });
 });

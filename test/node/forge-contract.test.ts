@@ -25,7 +25,7 @@ describe("Gitea's answers", () => {
     expect(gitea().listsAtHome("repo:acme/widgets")).toBe(true);
   });
 
-  it("hands the drivers a launch for its runner: the .runner file and claim token as files, act_runner's command with no secret in it; no fields for another forge's identity", () => {
+  it("hands the drivers a launch for its runner: the .runner file and claim token as files, the runner's command (gitea-runner, else act_runner) with no secret in it; no fields for another forge's identity", () => {
     const file = { WARNING: "w", id: 7, uuid: "u", name: "gdr-a1", token: "runner-token-secret", address: "https://g", labels: ["l"], ephemeral: true };
     const fields = gitea().runnerFields(
       { forge: "gitea", file },
@@ -35,7 +35,8 @@ describe("Gitea's answers", () => {
     expect(fields.handleUrl).toBeUndefined();
     expect(fields.launch?.files).toEqual({ ".runner": JSON.stringify(file), "claim-token": "claim-secret" });
     expect(JSON.stringify(fields.launch?.command)).not.toMatch(/runner-token-secret|claim-secret/);
-    expect(fields.launch?.userData).toContain("act_runner daemon");
+    expect(fields.launch?.userData).toContain(`"$R" daemon`);
+    expect(fields.launch?.userData).toContain("command -v gitea-runner || command -v act_runner");
     const other = { forge: "forgejo" as const, runner: { url: "https://f", uuid: "u", token: "t", labels: ["l"], handle: "h" } };
     expect(gitea().runnerFields(other, { claimToken: "c", completeUrl: "x", handleUrl: "y" })).toEqual({});
   });

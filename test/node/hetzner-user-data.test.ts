@@ -19,7 +19,7 @@ describe("hetzner user_data and launch", () => {
     });
     expect(bootOf(data)).toEqual({ url: `${url}/bootstrap`, token: "T".repeat(43) });
     for (const secret of [identity.token, identity.uuid, "claim-gitea-7-1"]) expect(data).not.toContain(secret);
-    expect(data).toContain(`echo '${"a".repeat(64)}  /usr/local/bin/act_runner.part' | sha256sum -c -`);
+    expect(data).toContain(`echo '${"a".repeat(64)}  /usr/local/bin/gitea-runner.part' | sha256sum -c -`);
     expect(data.startsWith("#!/bin/sh\n")).toBe(true);
     expect(new TextEncoder().encode(data).length).toBeLessThan(4096);
     expect(runnerProgram({ ...request, runner: undefined, forgejo: { url: "u", uuid: "u", token: "t", labels: [] } } as RunnerRequest)).toBe("forgejo-runner");

@@ -113,7 +113,7 @@ describe("kubevirt manifest", () => {
     expect(userData.startsWith("#cloud-config\n")).toBe(true);
     const encoded = /content: (\S+)/.exec(userData)![1]!;
     expect(JSON.parse(atob(encoded))).toEqual(request.runner);
-    expect(userData).toContain("act_runner daemon");
+    expect(userData).toContain(`"$R" daemon`);
     expect(userData).not.toContain("runner-token-secret");
   });
 });

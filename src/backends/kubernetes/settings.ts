@@ -2,8 +2,11 @@
 // namespace and images), read once when an enabled backend uses either.
 import type { BackendConfig, DriverEnv } from "../driver-module.ts";
 
-/** The runner image of the kubernetes driver (RUNNER_IMAGE); a short name, resolved by the cluster. */
-export const DEFAULT_RUNNER_IMAGE = "gitea/act_runner:latest";
+/**
+ * The runner image of the kubernetes driver (RUNNER_IMAGE); a short name, resolved by the cluster.
+ * Gitea Runner 2.x, pinned: gitea/act_runner stopped at 0.6.1 when the project was renamed.
+ */
+export const DEFAULT_RUNNER_IMAGE = "gitea/runner:2.0.0";
 
 export interface KubernetesConfig {
   url: string;

@@ -1,6 +1,6 @@
-// How a workload runs act_runner from its registered identity (FORGE=gitea), as the kubernetes
+// How a workload runs Gitea's runner from its registered identity (FORGE=gitea), as the kubernetes
 // and kubevirt drivers are told (RunnerLaunch): the `.runner` file and the claim token in the
-// Secret, act_runner for one job, then the completion reported with the claim token.
+// Secret, gitea-runner (or act_runner) for one job, then the completion reported with the claim token.
 import type { RunnerFile } from "../../domain/runner-identity.ts";
 import type { LaunchInput, RunnerLaunch } from "../../domain/backend.ts";
 import { base64 } from "../../model/crypto.ts";
@@ -8,16 +8,40 @@ import { base64 } from "../../model/crypto.ts";
 /** Where the Pod mounts the Secret (`.runner`, `claim-token`). */
 const SECRET_DIR = "/etc/gitea-runner";
 
-// act_runner's image registers when /data/.runner is missing; copying the identity in first makes it
-// start straight away. It exits after its one job (ephemeral); complete is then reported, best effort.
-const RUN_SCRIPT = [
-  "set -u",
-  `cp ${SECRET_DIR}/.runner /data/.runner`,
-  "cd /data",
-  "act_runner daemon; rc=$?",
-  `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${SECRET_DIR}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
-  "exit $rc",
-].join("\n");
+/** Where the runner keeps its `.runner` and works (the image's /data). */
+const DATA_DIR = "/data";
+
+/**
+ * The runner program: Gitea Runner 2.x is `gitea-runner` (image gitea/runner; the project renamed
+ * act_runner on 2026-04-30), act_runner 0.x (gitea/act_runner, frozen at 0.6.1) where it is the
+ * only one. Exits 127, saying so, when neither is installed.
+ */
+export const PICK_RUNNER =
+  'R=$(command -v gitea-runner || command -v act_runner) || { echo "gdr: neither gitea-runner nor act_runner is installed" >&2; exit 127; }';
+
+/**
+ * How the runner starts from the identity at `secretDir` (`.runner`, `claim-token`), working in
+ * `dataDir`: the image registers when `.runner` is missing, so copying the identity in first
+ * makes it start straight away; it exits after its one job (ephemeral); complete is then
+ * reported, best effort. `.runner` is copied as a regular file only its owner reads (0600): newer
+ * runners refuse one that group or other may read, and rewrite it when their labels differ.
+ * GITEA_RUNNER_LABELS goes: Gitea Runner 2.x takes it (the default of `daemon --labels`) over the
+ * labels `.runner` was registered with, so an image setting it would change them.
+ */
+export function runScript(secretDir: string, dataDir: string): string {
+  return [
+    "set -u",
+    PICK_RUNNER,
+    "unset GITEA_RUNNER_LABELS",
+    `cp ${secretDir}/.runner ${dataDir}/.runner && chmod 600 ${dataDir}/.runner || exit 1`,
+    `cd ${dataDir}`,
+    '"$R" daemon; rc=$?',
+    `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${secretDir}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
+    "exit $rc",
+  ].join("\n");
+}
+
+const RUN_SCRIPT = runScript(SECRET_DIR, DATA_DIR);
 
 export function giteaLaunch(file: RunnerFile, input: LaunchInput): RunnerLaunch {
   return {
@@ -28,21 +52,22 @@ export function giteaLaunch(file: RunnerFile, input: LaunchInput): RunnerLaunch 
   };
 }
 
-/** cloud-init user data: identity and claim token to files (0600), act_runner once, then power off. */
+/** cloud-init user data: identity and claim token to files (0600), the runner once, then power off. */
 function cloudInit(file: RunnerFile, input: LaunchInput): string {
+  const dir = "/var/lib/gitea-runner";
   return [
     "#cloud-config",
     "write_files:",
-    "  - path: /var/lib/act_runner/.runner",
+    `  - path: ${dir}/.runner`,
     "    permissions: '0600'",
     "    encoding: b64",
     `    content: ${base64(JSON.stringify(file))}`,
-    "  - path: /var/lib/act_runner/claim-token",
+    `  - path: ${dir}/claim-token`,
     "    permissions: '0600'",
     "    encoding: b64",
     `    content: ${base64(input.claimToken)}`,
     "runcmd:",
-    `  - [sh, -c, 'cd /var/lib/act_runner && act_runner daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(input.completeUrl)}; poweroff']`,
+    `  - [sh, -c, 'cd ${dir} && ${PICK_RUNNER.replaceAll("'", "''")} && unset GITEA_RUNNER_LABELS && "$R" daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(input.completeUrl)}; poweroff']`,
     "",
   ].join("\n");
 }
