@@ -126,7 +126,8 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
   }
   if (tail === "" && req.method === "GET") {
     const page = Number(url.searchParams.get("page") ?? 1);
-    const limit = Number(url.searchParams.get("limit") ?? 30);
+    // Clamped to [api].MAX_RESPONSE_ITEMS (services/convert/utils.go:15-22 at v15.0.3; 50 by default, 30 when no limit is given: modules/setting/api.go:24-25).
+    const limit = Math.min(Number(url.searchParams.get("limit") ?? 30), g.maxResponseItems ?? 50);
     const all = [...g.runners.values()].filter(visible).map(apiRunner);
     res.writeHead(200, { "content-type": "application/json;charset=utf-8", "x-total-count": String(all.length) });
     return res.end(JSON.stringify(all.slice((page - 1) * limit, page * limit)));
@@ -303,6 +304,8 @@ const ownerId = (name) => [...name].reduce((h, c) => (h * 31 + c.charCodeAt(0)) 
 
 function control(g, what, method, text, send) {
   const body = () => JSON.parse(text || "{}");
+  // An instance's [api].MAX_RESPONSE_ITEMS: {"max": n}.
+  if (what === "max-response-items" && method === "POST") return send(200, { max: (g.maxResponseItems = body().max) });
   if (what === "queue" && method === "POST") return send(200, { jobs: queue(g, body()).map(publicJob) });
   if (what === "cancel" && method === "POST") {
     const job = g.jobs.find((j) => j.id === body().id && !DONE.has(j.status));

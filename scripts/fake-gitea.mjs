@@ -103,14 +103,16 @@ export function startFakeGitea({ onTake } = {}) {
       if (!modern) return notFound();
       const status = url.searchParams.get("status");
       const page = Number(url.searchParams.get("page") ?? 1);
-      const limit = Number(url.searchParams.get("limit") ?? 30);
+      // Clamped to [api].MAX_RESPONSE_ITEMS (default 50), as Gitea's and Forgejo's ListOptions are.
+      const limit = Math.min(Number(url.searchParams.get("limit") ?? 30), g.maxResponseItems ?? 50);
       const all = g.jobs.filter((j) => (!status || j.status === status) && inScope(scope, j.repository ?? "acme/widgets"));
       return send(200, { total_count: all.length, jobs: all.slice((page - 1) * limit, page * limit).map(publicJob) });
     }
     if (tail === "runners" && req.method === "GET") {
       if (!modern) return notFound();
       const page = Number(url.searchParams.get("page") ?? 1);
-      const limit = Number(url.searchParams.get("limit") ?? 30);
+      // Clamped to [api].MAX_RESPONSE_ITEMS (default 50), as Gitea's and Forgejo's ListOptions are.
+      const limit = Math.min(Number(url.searchParams.get("limit") ?? 30), g.maxResponseItems ?? 50);
       const all = [...g.runners.values()].filter(editable).map(apiRunner);
       return send(200, { total_count: all.length, runners: all.slice((page - 1) * limit, page * limit) });
     }
@@ -195,6 +197,7 @@ export function startFakeGitea({ onTake } = {}) {
     if (what === "queue" && method === "POST") return send(200, { jobs: JSON.parse(text).map((j) => queueJob(g, j).id) });
     // The runner named {runner} polls once, as act_runner's FetchTask would (its in_progress webhook follows).
     if (what === "pickup" && method === "POST") return send(200, { job: pickUp(g, JSON.parse(text).runner)?.id ?? null });
+    if (what === "max-response-items" && method === "POST") return send(200, { max: (g.maxResponseItems = JSON.parse(text).max) });
     if (what === "fail-lost" && method === "POST") return send(200, { failed: failLostJob(g, JSON.parse(text).id)?.id ?? null });
     if (what === "cancel" && method === "POST") return send(200, { cancelled: cancelJob(g, JSON.parse(text).id)?.id ?? null });
     // Where webhooks go: {url, secret}; without a url they wait in /_control/deliveries.

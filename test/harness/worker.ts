@@ -143,6 +143,8 @@ export function giteaControl(env: Record<string, string>) {
   return {
     jobs: (jobs: unknown[]) => post("jobs", jobs),
     version: (version: string) => post("version", { version }),
+    /** The instance's [api].MAX_RESPONSE_ITEMS: no page is longer, whatever is asked. */
+    maxResponseItems: (max: number) => post("max-response-items", { max }),
     /** The runner named `runner` polls once and takes what Gitea gives it (its in_progress webhook waits in the outbox). */
     pickup: (runner: string) => post("pickup", { runner }) as Promise<{ job: number | null }>,
     runners: (runners: { id: number; name: string }[]) => post("runners", runners),

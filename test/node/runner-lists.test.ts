@@ -31,7 +31,8 @@ describe("Gitea: a warm runner the list does not show", () => {
     await provisionEnv(env);
     const gitea = stubGitea();
     const asked: number[] = [];
-    gitea.listRunners = async (page) => ({ total: 0, runners: pages[page - 1] ?? [] });
+    // Gitea's total_count: every runner of the scope, whatever the page size.
+    gitea.listRunners = async (page) => ({ total: pages.flat().length, runners: pages[page - 1] ?? [] });
     gitea.getRunner = async ({ id }) => {
       asked.push(id);
       const answer = seen();
@@ -75,12 +76,12 @@ describe("Gitea: a warm runner the list does not show", () => {
 });
 
 describe("Forgejo: a runner an assignment waits on that the list does not show", () => {
-  async function waitingOnRunner(pages: ListedRunner[][], seen: () => boolean, read: number[] = []) {
+  async function waitingOnRunner(pages: ListedRunner[][], seen: () => boolean, read: number[] = [], total?: number) {
     const env = forgejoTestEnv(nats, backendUrl, "http://127.0.0.1:9", { CLEANUP_GRACE_MS: 0 });
     const config = await provisionEnv(env);
     const asked: number[] = [];
     const client = {
-      listRunners: async (_scope: unknown, page: number) => (read.push(page), pages[page - 1] ?? []),
+      listRunners: async (_scope: unknown, page: number) => (read.push(page), { items: pages[page - 1] ?? [], ...(total === undefined ? {} : { total }) }),
       getRunner: async (_scope: unknown, id: number) => (asked.push(id), seen() ? { id } : null),
       deleteRunner: async () => undefined,
     } as unknown as ForgejoClient;
@@ -112,12 +113,27 @@ describe("Forgejo: a runner an assignment waits on that the list does not show",
   it("a first page of exactly 50 is not the whole list: the next page is read, and a runner found there is present", async () => {
     const read: number[] = [];
     expect(await waitingOnRunner([others(100, 50), [{ id: 5, name: "listed-5" }]], () => false, read)).toEqual({ forgotten: 0, asked: [], runner: 5 });
-    expect(read).toEqual([1, 2]);
+    // Without X-Total-Count only an empty page says the list is done.
+    expect(read).toEqual([1, 2, 3]);
   });
 
   it("near miss: exactly 50 then none: the list is whole after the empty page, and absence is asked about", async () => {
     const read: number[] = [];
     expect(await waitingOnRunner([others(100, 50), []], () => true, read)).toEqual({ forgotten: 0, asked: [5], runner: 5 });
+    expect(read).toEqual([1, 2]);
+  });
+
+  // Forgejo caps a page at [api].MAX_RESPONSE_ITEMS (services/convert/utils.go:15-22 at v15.0.3; default 50, often lower).
+  it("pages shorter than asked (MAX_RESPONSE_ITEMS 20) are read on until an empty page: a runner on the third is present", async () => {
+    const read: number[] = [];
+    const pages = [others(100, 20), others(120, 20), [...others(140, 19), { id: 5, name: "listed-5" }], []];
+    expect(await waitingOnRunner(pages, () => false, read)).toEqual({ forgotten: 0, asked: [], runner: 5 });
+    expect(read).toEqual([1, 2, 3, 4]);
+  });
+
+  it("with X-Total-Count the last short page ends the list: no empty page is asked for", async () => {
+    const read: number[] = [];
+    expect(await waitingOnRunner([others(100, 20), others(120, 5)], () => true, read, 25)).toEqual({ forgotten: 0, asked: [5], runner: 5 });
     expect(read).toEqual([1, 2]);
   });
 

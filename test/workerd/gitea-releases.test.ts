@@ -124,3 +124,20 @@ describe("a Gitea release this dispatcher does not know", () => {
     expect((await gitea.state()).requests.filter((r) => r.path === "/api/v1/version")).toEqual([]);
   });
 });
+
+describe("a Gitea whose pages are shorter than asked ([api].MAX_RESPONSE_ITEMS 20)", () => {
+  it("the sweep reads on past short pages: a runner of ours on the third page is deleted, a job on the second is found", async () => {
+    const { env, gitea } = await setup("1.27.0", { GITEA_JOB_PAGES: 5, CLEANUP_GRACE_MS: 0 });
+    await gitea.maxResponseItems(20);
+    const theirs = Array.from({ length: 45 }, (_, i) => ({ id: 500 + i, name: `someone-${i}` }));
+    await gitea.runners([...theirs, { id: 900, name: "gdr-gitea-9999-1" }]);
+    const [queued] = releaseDeliveries("1.27.0", "first-run");
+    const job = (id: number) => ({ ...queued!.payload.workflow_job, id, status: id === 3025 ? "queued" : "in_progress" });
+    await gitea.jobs(Array.from({ length: 26 }, (_, i) => job(3000 + i)));
+    await tick(env);
+    expect(events("recovered").map((e) => e.assignment)).toEqual(["gitea-3025-1"]);
+    const g = await gitea.state();
+    expect(g.runners.map((r) => r.id)).not.toContain(900);
+    expect(g.runners.filter((r) => r.name.startsWith("someone-"))).toHaveLength(45);
+  });
+});

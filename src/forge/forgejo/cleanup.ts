@@ -15,6 +15,7 @@ import { forgetRunner } from "../../state/transitions.ts";
 import { runnerScope } from "./config.ts";
 import { assignmentOfRunner } from "../../domain/runner-identity.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
+import { forEachPage } from "../pages.ts";
 import type { ForgejoClient, ListedRunner } from "./client.ts";
 import type { ForgejoConfig } from "./config.ts";
 
@@ -55,15 +56,12 @@ export async function cleanForgejoRunners(d: Deps, client: ForgejoClient, cfg: F
     deleteRunner: (at: { id: number }) => client.deleteRunner(cfg.scope, at.id),
   };
   const listed: ListedRunner[] = [];
-  let complete = false;
-  for (let page = 1; page <= MAX_PAGES; page++) {
-    const runners = await client.listRunners(cfg.scope, page, PAGE_LIMIT);
-    listed.push(...runners);
-    if (runners.length < PAGE_LIMIT) {
-      complete = true;
-      break;
-    }
-  }
+  // Until Forgejo says it is done: its pages may be shorter than asked (MAX_RESPONSE_ITEMS).
+  const complete = await forEachPage(
+    (page) => client.listRunners(cfg.scope, page, PAGE_LIMIT),
+    MAX_PAGES,
+    (runners) => void listed.push(...runners),
+  );
   summary.listed = true;
   for (const runner of listed) {
     const id = assignmentOfRunner(cfg.runnerNamePrefix, runner.name);

@@ -2,6 +2,7 @@
 // swagger does not show: test/fixtures/upstream-schemas/forgejo-v15-webhooks.md §3): the
 // waiting and running jobs of a scope, each attempt with its handle, and ephemeral runners
 // registered and deleted over REST. `Authorization: token …`, as for Gitea.
+import type { Page } from "../pages.ts";
 import { z } from "zod";
 import { withTimeout } from "../../model/limit.ts";
 import { UpstreamError } from "../../model/status-error.ts";
@@ -66,8 +67,8 @@ export interface ForgejoClient {
   deleteRunner(scope: ForgejoScope, id: number): Promise<void>;
   /** One runner of the scope; null when Forgejo has none (an ephemeral runner is deleted after its job). */
   getRunner(scope: ForgejoScope, id: number): Promise<ListedRunner | null>;
-  /** One page of the scope's own runners (a bare array; `page` from 1). */
-  listRunners(scope: ForgejoScope, page: number, limit: number): Promise<ListedRunner[]>;
+  /** One page of the scope's own runners (a bare array; `page` from 1), and their total (X-Total-Count, shared/runners.go:128-129). */
+  listRunners(scope: ForgejoScope, page: number, limit: number): Promise<Page<ListedRunner>>;
   /** The server's version string (`GET /version`), e.g. "15.0.3+gitea-1.22.0". */
   version(): Promise<string>;
   /** A repository's "owner/name" by its id (`GET /repositories/{id}`, repoGetByID); null when Forgejo has none the token sees (404). */
@@ -146,7 +147,8 @@ export function createForgejoClient(opts: ForgejoClientOptions): ForgejoClient {
       const path = `${forgejoScopePath(scope)}/actions/runners`;
       const res = await call("GET", `${path}?page=${page}&limit=${limit}`);
       if (!res.ok) return refuse(res, `GET ${path}`);
-      return json(res, z.array(listedRunner), `GET ${path}`);
+      const total = Number(res.headers.get("x-total-count") ?? NaN);
+      return { items: await json(res, z.array(listedRunner), `GET ${path}`), ...(Number.isSafeInteger(total) && total >= 0 ? { total } : {}) };
     },
     async repositoryName(id) {
       const path = `/repositories/${id}`;

@@ -12,6 +12,7 @@ import { keepClient } from "./client-of.ts";
 import { giteaLaunch } from "./launch.ts";
 import { stillWaiting } from "./stale.ts";
 import { giteaReruns } from "./reruns.ts";
+import { forEachPage } from "../pages.ts";
 import { giteaRelease } from "./release.ts";
 import { consoleSink } from "../../model/events.ts";
 
@@ -51,10 +52,10 @@ const PAGE = 50;
 /** Ids of the runners Gitea lists at `scope`; undefined when the list is longer than `pages` pages. */
 async function listAll(gitea: GiteaClient, pages: number, scope: string | undefined): Promise<Set<number> | undefined> {
   const listed = new Set<number>();
-  for (let page = 1; page <= pages; page++) {
-    const { runners } = await gitea.listRunners(page, PAGE, scope);
-    for (const r of runners) listed.add(r.id);
-    if (runners.length < PAGE) return listed;
-  }
-  return undefined;
+  const read = async (page: number) => {
+    const { runners, total } = await gitea.listRunners(page, PAGE, scope);
+    return { items: runners, total };
+  };
+  const complete = await forEachPage(read, pages, (runners) => runners.forEach((r) => listed.add(r.id)));
+  return complete ? listed : undefined;
 }

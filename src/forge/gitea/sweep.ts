@@ -12,6 +12,7 @@ import { jobAssignmentId, publishJob } from "./webhook.ts";
 import { cleanRunner, eachItem } from "../runner-cleanup.ts";
 import { giteaRelease } from "./release.ts";
 import { executionOf } from "./versions.ts";
+import { forEachPage } from "../pages.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
@@ -43,8 +44,12 @@ export async function sweepGitea(d: Deps, client: GiteaClient, { records, admiss
 
 async function recoverJobs(d: Deps, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
   const { numbering } = await giteaRelease(d, client);
-  for (let page = 1; page <= d.config.gitea!.jobPages; page++) {
-    const { jobs } = await client.listQueuedJobs(page, PAGE_LIMIT);
+  const read = async (page: number) => {
+    const { jobs, total } = await client.listQueuedJobs(page, PAGE_LIMIT);
+    return { items: jobs, total };
+  };
+  // Until Gitea says it is done: a page may be shorter than asked ([api].MAX_RESPONSE_ITEMS).
+  await forEachPage(read, d.config.gitea!.jobPages, async (jobs) => {
     for (const job of jobs) {
       if (job.status !== "queued") continue;
       // 1.24–1.26 list a waiting job with the count before its pickup (versions.ts).
@@ -65,8 +70,7 @@ async function recoverJobs(d: Deps, client: GiteaClient, records: RecordStore, s
         }
       });
     }
-    if (jobs.length < PAGE_LIMIT) break;
-  }
+  });
 }
 
 async function cleanRunners(d: Deps, client: GiteaClient, records: RecordStore, admission: Admission, summary: SweepSummary) {
@@ -80,16 +84,18 @@ async function cleanRunners(d: Deps, client: GiteaClient, records: RecordStore, 
       );
     return reservations.get(backend)!;
   };
-  for (let page = 1; page <= gitea.jobPages; page++) {
-    const { runners } = await client.listRunners(page, PAGE_LIMIT);
+  const read = async (page: number) => {
+    const { runners, total } = await client.listRunners(page, PAGE_LIMIT);
+    return { items: runners, total };
+  };
+  await forEachPage(read, gitea.jobPages, async (runners) => {
     for (const runner of runners) {
       // Names are anybody's to choose: what does not name a valid assignment id is not ours.
       const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
       const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => client.deleteRunner(at) };
       if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
     }
-    if (runners.length < PAGE_LIMIT) break;
-  }
+  });
 }
 
 /** A job whose runners never booted (MAX_BOOT_ATTEMPTS) is published again this long after. */
