@@ -94,7 +94,7 @@ function serve({ req, res, text, url, path, tenant: g, send }) {
       .filter((j) => (j.status === "waiting" || j.status === "running") && inScope(scope, j))
       .filter((j) => labels === null || (labels === "" ? j.runs_on.length === 0 : runsOn(j, labels.split(","))))
       .sort((a, b) => b.id - a.id)
-      .map(publicJob);
+      .map((j) => publicJob(j, g.version));
     // `var res []*structs.ActionRunJob` encoded as is: no match is null, with a trailing newline.
     res.writeHead(200, { "content-type": "application/json;charset=utf-8" });
     return res.end(`${JSON.stringify(listed.length ? listed : null)}\n`);
@@ -151,9 +151,15 @@ const sameScope = (a, b) => (b.kind === "admin" ? a.kind === "admin" : a.kind ==
 /** `ItRunsOn`: every runs_on label among the runner's; false when either is empty. */
 const runsOn = (job, labels) => job.runs_on.length > 0 && labels.length > 0 && job.runs_on.every((l) => labels.includes(l));
 
-function publicJob(j) {
+/**
+ * A job as the runners' jobs list gives it (modules/structs/action.go:12-33 at v15.0.3); Forgejo 16
+ * adds its run's id (92863bb1, #12480: modules/structs/action.go:15-16, services/convert/action.go:67-84
+ * on v16.0/forgejo), which 15 does not list.
+ */
+function publicJob(j, version = "15") {
   return {
     id: j.id,
+    ...(Number(/^v?(\d+)/.exec(version)?.[1] ?? 0) >= 16 ? { run_id: j.run } : {}),
     attempt: j.attempt,
     handle: j.handle,
     name: j.name,
@@ -165,8 +171,9 @@ function publicJob(j) {
     task_id: j.task_id,
   };
 }
+/** A runner unheard of for a minute is offline (RunnerOfflineTime, models/actions/runner.go), one with a task active. */
 function apiRunner(r) {
-  const status = r.task !== undefined ? "active" : r.lastOnline !== undefined ? "idle" : "offline";
+  const status = r.task !== undefined ? "active" : r.lastOnline !== undefined && Date.now() - r.lastOnline < 60_000 ? "idle" : "offline";
   return {
     id: r.id,
     uuid: r.uuid,
@@ -207,10 +214,28 @@ function runnerRpc(g, rpc, req, text, send) {
   return send(404, { code: "unimplemented", message: `no procedure ${rpc}` });
 }
 
+/**
+ * A job of a `concurrency` group with cancel-in-progress false (queue({concurrency})) is listed
+ * `waiting` but not picked while an earlier run's job of its group in the repository is waiting or
+ * running: CONCURRENCY_GROUP_QUEUE_ENABLED is on by default (modules/setting/actions.go:39 at
+ * v15.0.3), such a run gets QueueBehind (services/actions/workflows.go:247-265) and
+ * getConcurrencyCondition keeps its jobs out of the pick (models/actions/task.go:253-291, applied at :310-312).
+ */
+const queuedBehind = (g, j) =>
+  j.concurrency !== undefined &&
+  g.jobs.some(
+    (k) => k !== j && k.concurrency === j.concurrency && k.repo_id === j.repo_id && k.run < j.run && (k.status === "waiting" || k.status === "running"),
+  );
+
 /** Forgejo's pick: waiting, no task, in the runner's scope, oldest (updated, id) first; with a handle, only that attempt. */
 function take(g, runner, handle) {
   const fits = (j) =>
-    j.status === "waiting" && j.task_id === 0 && inScope(runner.scope, j) && (handle === undefined || j.handle === handle) && runsOn(j, runner.labels);
+    j.status === "waiting" &&
+    j.task_id === 0 &&
+    inScope(runner.scope, j) &&
+    (handle === undefined || j.handle === handle) &&
+    runsOn(j, runner.labels) &&
+    !queuedBehind(g, j);
   const job = g.jobs.filter(fits).sort((a, b) => a.updated - b.updated || a.id - b.id)[0];
   if (!job) return undefined;
   Object.assign(job, { status: "running", task_id: g.nextTask++, runnerId: runner.id, startedMs: Date.now() });
@@ -294,6 +319,7 @@ function queue(g, specs) {
       updated: Date.now(),
       queuedAt: Date.now(),
       runMs: s.runMs,
+      ...(s.concurrency ? { concurrency: s.concurrency } : {}),
     };
     g.jobs.push(job);
     g.tasksVersion++;

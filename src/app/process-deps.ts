@@ -28,6 +28,7 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
     ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
+    ...(d.forge?.claimHeld ? { claimHeld: d.forge.claimHeld } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
     takeIdleWarm: async (pool) => {

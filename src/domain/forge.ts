@@ -71,6 +71,13 @@ export interface Forge<Ctx = unknown> {
   readonly polled: boolean;
   /** Whether the forge still has job `id` of `repository` waiting for a runner (or about to again); absent where it cannot be asked. */
   readonly jobWaiting?: ((repository: string, id: number) => Promise<boolean>) | undefined;
+  /**
+   * Why a job whose runner reached its claim timeout cannot be taken yet though that runner is
+   * alive, or undefined (then the runner goes and the job is given a new one): Forgejo lists a job
+   * of a concurrency group `waiting` while an earlier run of its group holds it, and its runner,
+   * polling for that one job, takes it once the group frees. Absent where the forge cannot say.
+   */
+  readonly claimHeld?: ((job: { id: number; handle?: string | undefined }, runner: ForgeRunner) => Promise<string | undefined>) | undefined;
   /** Reruns of a job lost with an interrupted runner; absent where the forge has no way to ask (Forgejo, Gitea without an API token). */
   readonly reruns?: JobReruns | undefined;
   /** The web address of a workflow run, for people (the status page's "rerun it by hand"). */

@@ -29,6 +29,7 @@ export const EVENT_NAMES = [
   "runner_deleted",
   "gitea_sweep_disabled",
   "gitea_version_unknown",
+  "claim_held",
   "webhook_ignored",
   "runner_mismatch",
   "sweep_item_failed",

@@ -66,6 +66,7 @@ export const EFFECTS = [
   "boot_retry",
   "give_up_boot",
   "end_unneeded",
+  "renew_ready",
 ] as const;
 export type Effect = (typeof EFFECTS)[number];
 

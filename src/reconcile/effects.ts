@@ -162,6 +162,9 @@ function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy }: 
     }
     case "end_unneeded":
       return { ...r, state: "terminated", terminatedAt: at, reason: "its job started on another runner" };
+    // Its job cannot be taken yet, but its runner is alive: a new claim window, the same runner.
+    case "renew_ready":
+      return r.state === "backend_ready" ? { ...r, readyAt: at } : r;
     case "give_up_boot": {
       const bootAttempts = (r.bootAttempts ?? 0) + 1;
       return { ...r, state: "terminated", terminatedAt: at, reason: `its runner did not boot in ${bootAttempts} attempts`, gaveUpAt: at, bootAttempts };

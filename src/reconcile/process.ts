@@ -77,6 +77,15 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       p.msg.term(ended.action.kind === "term" ? ended.action.reason : "");
       return ended;
     }
+    const held = step.effects.includes("forget_ready_and_teardown") ? await heldByForge(deps, p) : undefined;
+    if (held) {
+      // Not made again: its runner waits for the job, which waits its turn in the forge.
+      const kept: Verdict = { next: "done", action: { kind: "nak", delayMs: DEFAULT_DELAYS.claim }, events: ["claim_held"], effects: ["renew_ready"] };
+      await applyEffects(deps, p, kept.effects, ref);
+      deps.sink.event({ event: "claim_held", assignment: idOf(p), backend: deps.backend, retryDelayMs: DEFAULT_DELAYS.claim, reason: held });
+      p.msg.nak(DEFAULT_DELAYS.claim);
+      return kept;
+    }
     const holding = holdUntil !== undefined && step.events.at(-1) === "claim_pending";
     const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined);
     if (asked) {
@@ -147,6 +156,14 @@ function backendFailed(deps: ProcessDeps, p: Prepared, err: unknown) {
  * another runner took the job (a swap whose settling was lost) or it ended. A Gitea that cannot
  * say keeps the usual course.
  */
+/** The forge's reason to keep a cold runner past its claim timeout (forge.ts claimHeld); undefined when it gives none, or cannot be asked. */
+async function heldByForge(deps: ProcessDeps, p: Prepared): Promise<string | undefined> {
+  const job = p.assignment?.job;
+  const runner = p.known?.value.runner;
+  if (!job || !runner || p.known?.value.warm || !deps.claimHeld) return undefined;
+  return deps.claimHeld({ id: job.id, handle: job.handle }, { id: runner.id, scope: runner.scope }).catch(() => undefined);
+}
+
 async function startedElsewhere(deps: ProcessDeps, p: Prepared): Promise<boolean> {
   const job = p.assignment?.job;
   if (!job || p.known?.value.warm || !deps.jobQueued) return false;

@@ -10,6 +10,7 @@ import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { Facts, Policy } from "./decide.ts";
 import type { WaitSet } from "../state/wait-set.ts";
+import type { Forge } from "../domain/forge.ts";
 import type { RememberedWaitSet } from "../state/waiting-seen.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { ShareRules } from "../quotas/fair-share.ts";
@@ -54,6 +55,8 @@ export interface ProcessDeps {
   warmPools: ReadonlySet<string>;
   /** Whether Gitea still lists the job as queued; undefined without the Gitea API (a Gitea that cannot say answers true). */
   jobQueued?: (repository: string, id: number) => Promise<boolean>;
+  /** Why a job past its claim timeout keeps its runner (forge.ts Forge.claimHeld); absent where the forge cannot say. */
+  claimHeld?: Forge<never>["claimHeld"];
   /** Counts a runner given up on (never booted) in its pool's durable figures. */
   countGiveUp(pool: string): Promise<void>;
   /**

@@ -33,7 +33,7 @@ export function forgejoControl(env: Record<string, string>) {
   const base = `${env.GITEA_URL}/_control`;
   const post = async (what: string, body: unknown) => (await fetch(`${base}/${what}`, { method: "POST", body: JSON.stringify(body) })).json();
   return {
-    queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number }[]) =>
+    queue: async (jobs: { runs_on?: string[]; repository?: string; runMs?: number; handle?: string; id?: number; run?: number; concurrency?: string }[]) =>
       ((await post("queue", jobs)) as { jobs: FakeForgejoJob[] }).jobs,
     cancel: (id: number) => post("cancel", { id }),
     rerun: (id: number, handle?: string, sameAttempt = false) => post("rerun", { id, ...(handle ? { handle } : {}), sameAttempt }) as Promise<FakeForgejoJob>,

@@ -119,6 +119,11 @@ describe("a Forgejo job as an assignment", () => {
     expect(forgejoAssignment(pools, { kind: "admin" }, job({ runs_on: [] }))).toBeUndefined();
   });
 
+  it("keeps the run id Forgejo 16 lists (run_id, #12480); 15 lists none, and 0 says so", () => {
+    expect(forgejoAssignment(pools, { kind: "admin" }, job({ run_id: 311 }))!.job).toMatchObject({ runId: 311 });
+    expect(forgejoAssignment(pools, { kind: "admin" }, job())!.job).toMatchObject({ runId: 0 });
+  });
+
   it("belongs to the names the scope gives, else to ids, in characters a NATS key keeps", () => {
     expect(repositoryOfJob({ kind: "repo", owner: "Acme", repo: "widgets" }, job())).toBe("Acme/widgets");
     expect(repositoryOfJob({ kind: "org", org: "acme" }, job())).toBe("acme/id-7");

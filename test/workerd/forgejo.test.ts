@@ -174,6 +174,69 @@ describe("FORGE=forgejo", () => {
     expect(await knownOf(env)).toEqual([]);
   });
 
+  it("a job queued behind its concurrency group keeps its one runner past the claim timeout while that runner polls, and runs once the group frees; near miss: a runner that never polled is made again", async () => {
+    const { env, forgejo, backend } = await setup({ CLAIM_TIMEOUT_MS: 1_000 });
+    // Two runs of one group (cancel-in-progress false): b waits for a, listed `waiting` all along.
+    const [a] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], concurrency: "deploy" }]);
+    const [b] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], concurrency: "deploy" }]);
+    const [ida, idb] = [`forgejo-${a!.id}-1`, `forgejo-${b!.id}-1`];
+    await poll(env);
+    await until(async () => (await view(env, ida))?.state === "backend_ready" && (await view(env, idb))?.state === "backend_ready");
+    const runnerOf = async (id: string) => (await forgejo.state()).runners.find((r) => r.name === `gdr-${id}`)!;
+    expect(await runAsRunner(env, await runnerOf(ida), ["ubuntu-latest"], a!.handle, null)).toBeGreaterThan(0);
+    expect((await poll(env)).claimed).toBe(1);
+    // b's runner polls for its handle and is given nothing: the group holds b.
+    const rb = await runnerOf(idb);
+    expect(await runAsRunner(env, rb, ["ubuntu-latest"], b!.handle, null)).toBeUndefined();
+    await sleep(1_100);
+    await tick(env);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "claim_held")
+        .map((e) => e.assignment),
+    ).toEqual([idb]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "claim_timeout"),
+    ).toEqual([]);
+    expect((await forgejo.state()).registrations).toBe(2);
+    expect((await backend.state()).requests.filter((r) => r.method === "DELETE")).toEqual([]);
+    // a ends; b's runner, polling on, takes b: its claim, with the one runner it had.
+    const task = (await forgejo.state()).jobs.find((j) => j.id === a!.id)!.task_id;
+    const ra = await runnerOf(ida);
+    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-runner-uuid": ra.uuid, "x-runner-token": ra.token },
+      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
+    });
+    expect(await runAsRunner(env, rb, ["ubuntu-latest"], b!.handle, null)).toBeGreaterThan(0);
+    await poll(env);
+    expect((await view(env, idb))?.state).toBe("claimed");
+    expect((await forgejo.state()).registrations).toBe(2);
+
+    // Near miss: a third run of the group whose runner never polls (offline) is made again at its claim timeout.
+    const [c] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], concurrency: "deploy" }]);
+    const idc = `forgejo-${c!.id}-1`;
+    await poll(env);
+    await until(async () => (await view(env, idc))?.state === "backend_ready");
+    await sleep(1_100);
+    await tick(env);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "claim_timeout")
+        .map((e) => e.assignment),
+    ).toEqual([idc]);
+    expect(
+      logs()
+        .events()
+        .filter((e) => e.event === "claim_held")
+        .map((e) => e.assignment),
+    ).toEqual([idb]);
+  });
+
   it("a fast job that ran between two polls completes: never seen running, its runner gone", async () => {
     const { env, forgejo } = await setup();
     const [job] = await forgejo.queue([{ runs_on: ["ubuntu-latest"] }]);

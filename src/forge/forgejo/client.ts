@@ -47,6 +47,8 @@ export const forgejoJobSchema = z.looseObject({
   runs_on: z.array(z.string()).nullish(),
   status: z.string(),
   task_id: int64.optional(),
+  // Forgejo 16 and later (modules/structs/action.go:15-16 on v16.0/forgejo); 15 lists none.
+  run_id: int64.optional(),
 });
 export type ForgejoJob = z.infer<typeof forgejoJobSchema>;
 // "No match gives the body null, not []".

@@ -91,6 +91,19 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
     deleteRunner: (runner) => client.deleteRunner(runnerScope(cfg, runner), runner.id),
     // Forgejo says of no runner whether it runs a task: busy runners are found by their claims.
     runners: undefined,
+    // A job of a concurrency group (cancel-in-progress false) is listed waiting but not handed out
+    // while an earlier run of its group holds it (getConcurrencyCondition, models/actions/task.go:253-291
+    // at v15.0.3): while Forgejo still lists it waiting for its handle and its runner polls (not
+    // offline: heard within a minute), that runner is kept, to take it when the group frees.
+    async claimHeld(job, runner) {
+      const seen = await client.getRunner(runnerScope(cfg, runner), runner.id);
+      if (!seen?.status || seen.status === "offline") return undefined;
+      const listed = (await client.jobs(cfg.scope)).find((j) => j.id === job.id);
+      const waiting = listed?.status === "waiting" && (listed.task_id ?? 0) === 0 && (!job.handle || listed.handle === job.handle);
+      return waiting
+        ? `Forgejo still lists job ${job.id} waiting and its runner polls (${seen.status}): it waits its turn (a concurrency group), so its runner is kept`
+        : undefined;
+    },
     polled: true,
     // Its cleanup lists GITEA_SCOPE: a runner registered at its job's repository is not there.
     listsAtHome: (scope) => scope === undefined,

@@ -37,10 +37,10 @@ export function forgejoAssignment(
     version: 1,
     id: forgejoAssignmentId(job.id, job.attempt),
     ...route,
-    // Forgejo lists no run id with a job; 0 says so.
+    // Forgejo 15 lists no run id with a job (0 says so); 16 does (92863bb1, #12480).
     job: {
       id: job.id,
-      runId: 0,
+      runId: job.run_id ?? 0,
       attempt: job.attempt ?? 1,
       repository,
       ...(job.name ? { name: job.name.slice(0, 256) } : {}),
