@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { startFakeBackend } from "./fake-backend.mjs";
 import { startFakeGitea, FAKE_GITEA } from "./fake-gitea.mjs";
+import { DEFAULT_GITEA_VERSION, numbersAtPickup } from "./fake-gitea-releases.mjs";
 import { startFakeForgejo, FAKE_FORGEJO } from "./fake-forgejo.mjs";
 import { startFakeKubernetes, FAKE_K8S_TOKEN } from "./fake-kubernetes.mjs";
 import { startFakeHetzner, FAKE_HCLOUD_TOKEN } from "./fake-hetzner.mjs";
@@ -137,6 +138,7 @@ if (forgejo && !vars.GITEA_URL) {
     body: JSON.stringify({ url: `${base}/v1/forgejo/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }),
   });
 }
+let giteaVersion;
 if (!vars.GITEA_URL) {
   fakeGitea = await startFakeGitea({ onTake });
   stops.push(() => fakeGitea.close());
@@ -153,6 +155,11 @@ if (!vars.GITEA_URL) {
     if (needsCluster || cloud) vars.RUNS_ON_ROUTES = JSON.stringify([{ backend: backendOf, labels }]);
     else vars.RUNNER_POOLS = JSON.stringify([{ ...DEMO_POOL, backend: backendOf, labels }]);
   }
+  // The release the fake plays (GITEA_VERSION, default 1.27): the Worker reads it from the fake's
+  // GET /api/v1/version, as from a real Gitea, rather than being told.
+  giteaVersion = vars.GITEA_VERSION ?? DEFAULT_GITEA_VERSION;
+  delete vars.GITEA_VERSION;
+  await fetch(`${vars.GITEA_URL}/_control/version`, { method: "POST", body: JSON.stringify({ version: giteaVersion }) });
   // Gitea's webhook: the fake delivers each workflow_job to the Worker, signed with its secret.
   await fetch(`${vars.GITEA_URL}/_control/webhook`, {
     method: "POST",
@@ -273,7 +280,7 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
     console.log(`  # a workflow run queues a job in the embedded Forgejo; the poller finds it within ${Number(vars.FORGEJO_POLL_MS ?? 3000) / 1000} s:
   curl -s -X POST ${vars.GITEA_URL}/_control/queue -d '[{"runs_on":["ubuntu-latest"]}]'`);
   } else if (fakeGitea) {
-    console.log(`  # a workflow run queues a job in the embedded Gitea, which sends the webhook and hands the job to a runner:
+    console.log(`  # a workflow run queues a job in the embedded Gitea ${giteaVersion} (GITEA_VERSION picks another), which sends the webhook and hands the job to a runner:
   curl -s -X POST ${vars.GITEA_URL}/_control/queue -d '[{"labels":["ubuntu-latest"]}]'`);
   }
   demo();
@@ -282,7 +289,8 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
     const file = join(varsDir, "queued.json");
     const body = JSON.stringify({
       action: "queued",
-      workflow_job: { id: 1187, run_id: 311, run_attempt: 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },
+      // A first run's queued: 0 before 1.27 (attempts numbered at pickup), 1 on 1.27.
+      workflow_job: { id: 1187, run_id: 311, run_attempt: giteaVersion && numbersAtPickup(giteaVersion) ? 0 : 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },
       repository: { full_name: "acme/widgets" },
     });
     writeFileSync(file, body);
