@@ -7,6 +7,8 @@ import { forgejoAssignment, forgejoMsgId, jobKey, MAX_PER_POLL, planPoll, reposi
 import { versionProblem } from "../../src/forge/forgejo/version.ts";
 import { parsePools } from "../../src/pools/config.ts";
 import { forgejoTestEnv, TEST_ROUTES } from "../harness/env.ts";
+import { createForgejoForge } from "../../src/forge/forgejo/forge.ts";
+import type { ForgejoClient } from "../../src/forge/forgejo/client.ts";
 
 const H1 = "3f0c7a2e-5d2b-4a51-9a77-0d1f6b1c2d3e";
 const H2 = "9b2f7a8e-0c1d-4e2f-8a3b-4c5d6e7f8a9b";
@@ -130,6 +132,39 @@ describe("a Forgejo job as an assignment", () => {
     expect(repositoryOfJob({ kind: "admin" }, job())).toBe("id-2/id-7");
     expect(repositoryOfJob({ kind: "user" }, job({ owner_id: 5, repo_id: 9 }))).toBe("id-5/id-9");
     for (const r of ["acme/id-7", "id-2/id-7"]) expect(r).toMatch(/^[-\w/=.]+$/);
+  });
+});
+
+describe("a Forgejo job past its claim timeout (claimHeld)", () => {
+  const cfg = loadConfig(forgejoTestEnv("ws://x:1", "http://b", "https://forgejo.example.com")).forgejo!;
+  const held = (status: string | undefined, listed: ForgejoJob[] | "unasked") => {
+    const asked: string[] = [];
+    const client = {
+      getRunner: async () => (asked.push("runner"), status === "gone" ? null : { id: 5, ...(status ? { status } : {}) }),
+      jobs: async () => (asked.push("jobs"), listed === "unasked" ? [] : listed),
+    } as unknown as ForgejoClient;
+    const forge = createForgejoForge(cfg, client, Date.now);
+    return forge.claimHeld!({ id: 41, handle: H1 }, { id: 5 }).then((reason) => ({ reason, asked }));
+  };
+  it("keeps the runner while Forgejo lists its job waiting under its handle and the runner polls", async () => {
+    expect(await held("idle", [job()])).toEqual({ reason: expect.stringContaining("job 41 waiting"), asked: ["runner", "jobs"] });
+    expect((await held("active", [job()])).reason).toBeDefined();
+  });
+  it.each([
+    ["an offline runner", "offline", "unasked"],
+    ["a runner Forgejo no longer has", "gone", "unasked"],
+    ["a runner without a status", undefined, "unasked"],
+  ] as const)("near miss, %s: not held, and the jobs are not asked for", async (_, status, listed) => {
+    expect(await held(status, listed)).toEqual({ reason: undefined, asked: ["runner"] });
+  });
+  it.each([
+    ["taken (a task)", [job({ task_id: 9, status: "running" })]],
+    ["given a task while still said waiting", [job({ task_id: 9 })]],
+    ["under another handle (a rerun)", [job({ handle: H2 })]],
+    ["not listed (ended)", []],
+    ["another job waiting", [job({ id: 42 })]],
+  ])("near miss, its job %s: not held", async (_, listed) => {
+    expect((await held("idle", listed)).reason).toBeUndefined();
   });
 });
 
