@@ -54,9 +54,14 @@ export const healthBody = z
     warnings: z.array(z.string()).optional().describe("What works, but not as configured (a missing NATS gateway binding)."),
     error: z.string().optional(),
     forge: z
-      .object({ kind: z.enum(["gitea", "forgejo"]), version: z.string().optional(), ok: z.boolean() })
+      .object({
+        kind: z.enum(["gitea", "forgejo"]),
+        version: z.string().optional(),
+        servedAs: z.string().optional().describe("Gitea: why a release this dispatcher does not know is served as the newest it knows."),
+        ok: z.boolean(),
+      })
       .optional()
-      .describe("FORGE=forgejo: the version Forgejo reports, read at start-up and every 10 minutes."),
+      .describe("The version the forge reports (Gitea: the release served, GITEA_VERSION when set), read at start-up and every 10 minutes."),
     stream: z.object({ name: z.string(), messages: z.number().int(), replicas: z.number().int(), leader: z.string().optional() }).optional(),
     consumers: z.record(z.string(), z.object({ pending: z.number().int(), ackPending: z.number().int(), redelivered: z.number().int() })).optional(),
   })

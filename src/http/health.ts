@@ -5,6 +5,9 @@ import { inspect } from "../nats/layout-inspect.ts";
 import { natsHosts, withNats } from "../nats/connection.ts";
 import { createForgejoClient } from "../forge/forgejo/client.ts";
 import { forgejoVersion } from "../forge/forgejo/version.ts";
+import { createGiteaClient } from "../forge/gitea/client.ts";
+import { giteaRelease } from "../forge/gitea/release.ts";
+import { consoleSink } from "../model/events.ts";
 
 /** How long one answer serves every unauthenticated /healthz of an isolate. */
 export const HEALTH_TTL_MS = 3_000;
@@ -50,16 +53,32 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
   const forge = await forgeCheck(config);
   const problems = [...report.problems, ...(forge?.problem ? [forge.problem] : [])];
   const ok = report.ok && !forge?.problem;
-  const forgeBody = forge ? { forge: { kind: config.forge, ...(forge.version ? { version: forge.version } : {}), ok: !forge.problem } } : {};
+  const forgeBody = forge
+    ? {
+        forge: {
+          kind: config.forge,
+          ...(forge.version ? { version: forge.version } : {}),
+          ...(forge.servedAs ? { servedAs: forge.servedAs } : {}),
+          ok: !forge.problem,
+        },
+      }
+    : {};
   return {
     status: ok ? 200 : 503,
     body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody },
   };
 }
 
-/** FORGE=forgejo: the version Forgejo reports, and what is wrong with it (see forge/forgejo/version.ts). */
-function forgeCheck(config: Config): Promise<{ version?: string; problem?: string }> | undefined {
+/**
+ * The forge's version: FORGE=forgejo, what Forgejo reports and what is wrong with it (see
+ * forge/forgejo/version.ts); Gitea, the release served (forge/gitea/release.ts), never a problem.
+ */
+async function forgeCheck(config: Config): Promise<{ version?: string; problem?: string; servedAs?: string } | undefined> {
+  const timeoutMs = Math.min(config.backendTimeoutMs, 2_000);
   const f = config.forgejo;
-  if (!f) return undefined;
-  return forgejoVersion(f.url, createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs: Math.min(config.backendTimeoutMs, 2_000) }));
+  if (f) return forgejoVersion(f.url, createForgejoClient({ url: f.url, apiToken: f.apiToken, timeoutMs }));
+  const g = config.gitea;
+  if (!g) return undefined;
+  const release = await giteaRelease({ config, now: Date.now, sink: consoleSink }, createGiteaClient(g, timeoutMs));
+  return { version: release.version, ...(release.unknown ? { servedAs: release.unknown } : {}) };
 }

@@ -2,6 +2,7 @@
 // hands each polling runner the oldest job of its own repository (RUNNER_SCOPE=repository) and
 // fake act_runners: a one-job fix queued behind a 200-job backlog gets the first slot freed after
 // it, a third repository's jobs the next ones, and every job runs exactly once.
+import { GITEA_RELEASES } from "../harness/fixtures.ts";
 import { describe, expect, inject, it } from "vitest";
 import { giteaTestEnv, poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, giteaControl, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
@@ -17,10 +18,12 @@ const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 const LONG_MS = 40_000;
 const runMs = () => 2_000 + Math.floor(Math.random() * 2_000);
 
-async function setup(vars: Record<string, unknown>) {
+/** `release`: the Gitea the fake plays (its attempt numbering reaches the Worker through its webhooks). */
+async function setup(vars: Record<string, unknown>, release = "1.27.0") {
   const env = giteaTestEnv(nats, backendUrl, giteaUrl, { RETRY_DELAY_MS: 50, CAPACITY_POD: CAPACITY, RUNNER_SCOPE: "repository", GITEA_JOB_PAGES: 0, ...vars });
   await provisionEnv(env);
   const gitea = giteaControl(env);
+  await gitea.version(release);
   await gitea.webhook({ secret: TEST_SECRETS.WEBHOOK_SECRET });
   await backendControl(env).mode({ runner: true, bootMs: 100, fetchIntervalMs: 200, jobMs: 2_000 });
   return { env, gitea, backend: backendControl(env) };
@@ -124,44 +127,48 @@ describe("fair share of a full backend", () => {
     expect(utilisation).toBeGreaterThanOrEqual(0.7);
   }, 240_000);
 
-  it("a job cancelled while it waits its turn is never provisioned, and leaves the wait set; the others run once; no message is redelivered while waiting", async () => {
-    const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", CAPACITY_POD: 1 });
-    const [first, second, third] = (
-      await gitea.queue(["a/one", "b/two", "c/three"].map((repository) => ({ labels: ["ubuntu-latest"], repository, runMs: 1_500 })))
-    ).jobs as [number, number, number];
-    await gitea.deliver();
-    await until(async () => {
+  it.each(GITEA_RELEASES)(
+    "on Gitea %s: a job cancelled while it waits its turn is never provisioned, and leaves the wait set; the others run once; no message is redelivered while waiting",
+    async (release) => {
+      const { env, gitea, backend } = await setup({ FAIR_SHARE: "on", CAPACITY_POD: 1 }, release);
+      const [first, second, third] = (
+        await gitea.queue(["a/one", "b/two", "c/three"].map((repository) => ({ labels: ["ubuntu-latest"], repository, runMs: 1_500 })))
+      ).jobs as [number, number, number];
       await gitea.deliver();
+      await until(async () => {
+        await gitea.deliver();
+        await tick(env);
+        return (await stateOf(env, `gitea-${third}-1`)) === "capacity_wait" && (await stateOf(env, `gitea-${second}-1`)) === "capacity_wait";
+      }, 15_000);
+      // Both wait their turn, out of the consumer: /v1/status counts them.
+      const status = async () =>
+        (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
+          backends: { waitingForCapacity: number; redelivered: number }[];
+        };
+      expect((await status()).backends[0]!.waitingForCapacity).toBe(2);
+      await gitea.cancel(second);
+      await runAll(env, gitea, 30_000);
+      expect(await stateOf(env, `gitea-${second}-1`)).toBe("terminated");
+      await until(async () => {
+        await gitea.deliver();
+        await tick(env);
+        return (await backend.state()).runners.length === 0;
+      }, 15_000);
+      expect((await backend.state()).created).toBe(2);
+      expect((await gitea.actions()).taken.map((t) => t.job).sort()).toEqual([first, third].sort());
+      // The cancelled one's entry is gone once a pass gives turns again; nothing waits.
       await tick(env);
-      return (await stateOf(env, `gitea-${third}-1`)) === "capacity_wait" && (await stateOf(env, `gitea-${second}-1`)) === "capacity_wait";
-    }, 15_000);
-    // Both wait their turn, out of the consumer: /v1/status counts them.
-    const status = async () =>
-      (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {
-        backends: { waitingForCapacity: number; redelivered: number }[];
-      };
-    expect((await status()).backends[0]!.waitingForCapacity).toBe(2);
-    await gitea.cancel(second);
-    await runAll(env, gitea, 30_000);
-    expect(await stateOf(env, `gitea-${second}-1`)).toBe("terminated");
-    await until(async () => {
-      await gitea.deliver();
-      await tick(env);
-      return (await backend.state()).runners.length === 0;
-    }, 15_000);
-    expect((await backend.state()).created).toBe(2);
-    expect((await gitea.actions()).taken.map((t) => t.job).sort()).toEqual([first, third].sort());
-    // The cancelled one's entry is gone once a pass gives turns again; nothing waits.
-    await tick(env);
-    expect((await status()).backends[0]!.redelivered).toBe(0);
-    expect((await status()).backends[0]!.waitingForCapacity).toBe(0);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "turn_given")
-        .map((e) => e.assignment),
-    ).toEqual([`gitea-${third}-1`]);
-  }, 60_000);
+      expect((await status()).backends[0]!.redelivered).toBe(0);
+      expect((await status()).backends[0]!.waitingForCapacity).toBe(0);
+      expect(
+        logs()
+          .events()
+          .filter((e) => e.event === "turn_given")
+          .map((e) => e.assignment),
+      ).toEqual([`gitea-${third}-1`]);
+    },
+    60_000,
+  );
 
   it("QUOTAS: an owner at its limit waits (quota_wait) while others run; a lowered limit ends no runner, and admits none until under it", async () => {
     const quotas = (limit: number) => JSON.stringify({ owners: { A: { limit } } });
@@ -244,27 +251,31 @@ describe("fair share of a full backend", () => {
     expect(mostUnder).toBe(1);
   }, 60_000);
 
-  it("a job at its owner's QUOTAS limit gets the place its owner's finished runner gives back at once, without a cron tick, though the backend was never full", async () => {
-    const { env, gitea } = await setup({ QUOTAS: JSON.stringify({ owners: { a: { limit: 1 } } }) });
-    const [first, second] = (await gitea.queue([1, 2].map(() => ({ labels: ["ubuntu-latest"], repository: "a/x", runMs: 1_500 })))).jobs as [number, number];
-    // Webhooks only: the queued ones' passes, the runner's claim, its completion's release.
-    await until(async () => {
-      await gitea.deliver();
-      return (await stateOf(env, `gitea-${second}-1`)) === "quota_wait";
-    }, 15_000);
-    await until(async () => {
-      await gitea.deliver();
-      return (await gitea.actions()).jobs.every((j) => j.status === "completed");
-    }, 20_000);
-    const { taken } = await gitea.actions();
-    expect(taken.map((t) => t.job)).toEqual([first, second]);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "turn_given")
-        .map((e) => e.assignment),
-    ).toEqual([`gitea-${second}-1`]);
-  }, 60_000);
+  it.each(GITEA_RELEASES)(
+    "on Gitea %s: a job at its owner's QUOTAS limit gets the place its owner's finished runner gives back at once, without a cron tick, though the backend was never full",
+    async (release) => {
+      const { env, gitea } = await setup({ QUOTAS: JSON.stringify({ owners: { a: { limit: 1 } } }) }, release);
+      const [first, second] = (await gitea.queue([1, 2].map(() => ({ labels: ["ubuntu-latest"], repository: "a/x", runMs: 1_500 })))).jobs as [number, number];
+      // Webhooks only: the queued ones' passes, the runner's claim, its completion's release.
+      await until(async () => {
+        await gitea.deliver();
+        return (await stateOf(env, `gitea-${second}-1`)) === "quota_wait";
+      }, 15_000);
+      await until(async () => {
+        await gitea.deliver();
+        return (await gitea.actions()).jobs.every((j) => j.status === "completed");
+      }, 20_000);
+      const { taken } = await gitea.actions();
+      expect(taken.map((t) => t.job)).toEqual([first, second]);
+      expect(
+        logs()
+          .events()
+          .filter((e) => e.event === "turn_given")
+          .map((e) => e.assignment),
+      ).toEqual([`gitea-${second}-1`]);
+    },
+    60_000,
+  );
 
   it("a pool at its maxRunners holds back its own jobs, not the backend's other pools' waiting behind them", async () => {
     const pools = [

@@ -114,6 +114,17 @@ describe("a Gitea release this dispatcher does not know", () => {
     again.workflow_job.id = 1189;
     expect((await deliverJob(env, again)).status).toBe(202);
     expect(events("gitea_version_unknown")).toEqual([expect.objectContaining({ reason: expect.stringContaining("served as 1.27") })]);
+    // /healthz says which release answers and how it is served; healthy all the same.
+    const health = await request(env, "/healthz");
+    expect([health.status, ((await health.json()) as { forge: unknown }).forge]).toEqual([
+      200,
+      { kind: "gitea", version, servedAs: expect.stringContaining("served as 1.27"), ok: true },
+    ]);
+  });
+
+  it("/healthz names a known release without more", async () => {
+    const { env } = await setup("1.26.2");
+    expect(((await (await request(env, "/healthz")).json()) as { forge: unknown }).forge).toEqual({ kind: "gitea", version: "1.26.2", ok: true });
   });
 
   it("GITEA_VERSION pins the release without asking Gitea", async () => {

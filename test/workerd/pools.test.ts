@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { poolsTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
 import { backendControl, bearer, captureLogs, giteaControl, request, tickUntil, type Captured, type FakeBackendState } from "../harness/worker.ts";
-import { queuedFixture } from "../harness/fixtures.ts";
+import { fixturesFor, GITEA_RELEASES } from "../harness/fixtures.ts";
 
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
@@ -19,8 +19,8 @@ afterEach(() => logs.restore());
 
 type Env = Record<string, string>;
 
-async function deliverQueued(env: Env, id: number, labels: string[]) {
-  const payload = structuredClone(queuedFixture);
+async function deliverQueued(env: Env, id: number, labels: string[], release = "1.27.0") {
+  const payload = structuredClone(fixturesFor(release).queued);
   Object.assign(payload.workflow_job, { id, labels });
   const raw = JSON.stringify(payload);
   const signature = await giteaSignature(TEST_SECRETS.WEBHOOK_SECRET, new TextEncoder().encode(raw));
@@ -33,37 +33,41 @@ const view = async (env: Env, id: string) =>
   (await (await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string; backend: string };
 
 describe("runner pools", () => {
-  it("fill the first pool up to its cap and spill to the next, each runner with its own pool's labels, backend and template", async () => {
-    const pods = { name: "pods", backend: "pod", labels: ["ubuntu-latest", "pods"], maxRunners: 1, template: { size: "small" } };
-    const vms = { name: "vms", backend: "vm", labels: ["ubuntu-latest", "vms"], priority: 200, template: { size: "large" } };
-    const env = poolsTestEnv(nats, backendUrl, giteaUrl, [pods, vms], { RETRY_DELAY_MS: 30, CAPACITY_POD: 5, CAPACITY_VM: 5 });
-    await provisionEnv(env);
-    for (const id of [501, 502, 503]) expect((await deliverQueued(env, id, ["ubuntu-latest"])).status).toBe(202);
-    // A job only the second pool can run goes there straight away, though the first has no room either way.
-    expect((await deliverQueued(env, 504, ["vms"])).status).toBe(202);
-    await tickUntil(env, async () => (await backendControl(env).state()).runners.length + (await vmState(env)).runners.length >= 4);
+  it.each(GITEA_RELEASES)(
+    "on Gitea %s: fill the first pool up to its cap and spill to the next, each runner with its own pool's labels, backend and template",
+    async (release) => {
+      const pods = { name: "pods", backend: "pod", labels: ["ubuntu-latest", "pods"], maxRunners: 1, template: { size: "small" } };
+      const vms = { name: "vms", backend: "vm", labels: ["ubuntu-latest", "vms"], priority: 200, template: { size: "large" } };
+      const env = poolsTestEnv(nats, backendUrl, giteaUrl, [pods, vms], { RETRY_DELAY_MS: 30, CAPACITY_POD: 5, CAPACITY_VM: 5 });
+      await provisionEnv(env);
+      await giteaControl(env).version(release);
+      for (const id of [501, 502, 503]) expect((await deliverQueued(env, id, ["ubuntu-latest"], release)).status).toBe(202);
+      // A job only the second pool can run goes there straight away, though the first has no room either way.
+      expect((await deliverQueued(env, 504, ["vms"], release)).status).toBe(202);
+      await tickUntil(env, async () => (await backendControl(env).state()).runners.length + (await vmState(env)).runners.length >= 4);
 
-    const pod = await backendControl(env).state();
-    const vm = await vmState(env);
-    // The pod pool holds one runner (its cap) though CAPACITY_POD is 5; the rest spilled to the vm pool.
-    expect(pod.runners).toHaveLength(1);
-    expect(vm.runners.map((r) => r.id).sort()).toEqual(expect.arrayContaining(["gitea-504-1"]));
-    expect(vm.runners).toHaveLength(3);
-    const body = (state: FakeBackendState, id: string) => JSON.parse(state.requests.find((r) => r.method === "PUT" && r.path.endsWith(`/${id}`))!.body);
-    expect(body(pod, pod.runners[0]!.id).pool).toEqual({ name: "pods", template: { size: "small" } });
-    for (const r of vm.runners) expect(body(vm, r.id).pool).toEqual({ name: "vms", template: { size: "large" } });
+      const pod = await backendControl(env).state();
+      const vm = await vmState(env);
+      // The pod pool holds one runner (its cap) though CAPACITY_POD is 5; the rest spilled to the vm pool.
+      expect(pod.runners).toHaveLength(1);
+      expect(vm.runners.map((r) => r.id).sort()).toEqual(expect.arrayContaining(["gitea-504-1"]));
+      expect(vm.runners).toHaveLength(3);
+      const body = (state: FakeBackendState, id: string) => JSON.parse(state.requests.find((r) => r.method === "PUT" && r.path.endsWith(`/${id}`))!.body);
+      expect(body(pod, pod.runners[0]!.id).pool).toEqual({ name: "pods", template: { size: "small" } });
+      for (const r of vm.runners) expect(body(vm, r.id).pool).toEqual({ name: "vms", template: { size: "large" } });
 
-    // Registered in Gitea with the labels of the pool that runs it, not the first pool's.
-    const gitea = await giteaControl(env).state();
-    const labelsOf = (id: string) => gitea.runners.find((r) => r.name === `gdr-${id}`)?.labels;
-    expect(labelsOf(pod.runners[0]!.id)).toEqual(pods.labels);
-    for (const r of vm.runners) expect(labelsOf(r.id)).toEqual(vms.labels);
-    expect(gitea.registrations).toBe(4);
+      // Registered in Gitea with the labels of the pool that runs it, not the first pool's.
+      const gitea = await giteaControl(env).state();
+      const labelsOf = (id: string) => gitea.runners.find((r) => r.name === `gdr-${id}`)?.labels;
+      expect(labelsOf(pod.runners[0]!.id)).toEqual(pods.labels);
+      for (const r of vm.runners) expect(labelsOf(r.id)).toEqual(vms.labels);
+      expect(gitea.registrations).toBe(4);
 
-    // Every one of them still waits in the queue of its first pool's backend.
-    for (const id of ["gitea-501-1", "gitea-502-1", "gitea-503-1"]) expect((await view(env, id)).backend).toBe("pod");
-    expect((await view(env, "gitea-504-1")).backend).toBe("vm");
-  });
+      // Every one of them still waits in the queue of its first pool's backend.
+      for (const id of ["gitea-501-1", "gitea-502-1", "gitea-503-1"]) expect((await view(env, id)).backend).toBe("pod");
+      expect((await view(env, "gitea-504-1")).backend).toBe("vm");
+    },
+  );
 });
 
 describe("a pool's schedule in workerd", () => {
