@@ -105,3 +105,13 @@ export async function runAsRunner(
   if (result) await call("UpdateTask", { state: { id: task.id, result } });
   return Number(task.id);
 }
+
+/** The runner reports its task done (UpdateTask with a result), as a runner whose job ended does. */
+export async function finishTask(env: Record<string, string>, runner: { uuid: string; token: string }, task: number, result = "RESULT_SUCCESS"): Promise<void> {
+  const res = await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
+    body: JSON.stringify({ state: { id: String(task), result } }),
+  });
+  await res.body?.cancel();
+}

@@ -9,7 +9,7 @@ import { createForgejoClient } from "../../src/forge/forgejo/client.ts";
 import { pollForgejo, type KnownStore } from "../../src/forge/forgejo/poller.ts";
 import { MAX_PER_POLL, type KnownJob } from "../../src/forge/forgejo/jobs.ts";
 import { forgejoTestEnv, provisionEnv, TEST_SECRETS, testClaimToken } from "../harness/env.ts";
-import { deliverRuns, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runAsRunner } from "../harness/forgejo.ts";
+import { deliverRuns, finishTask, fireAlarm, forgejoControl, knownOf, poll, pollerStub, runAsRunner } from "../harness/forgejo.ts";
 import { checkForgejoRequests } from "../harness/forgejo-contract.ts";
 import { backendControl, bearer, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 import { runInDurableObject } from "cloudflare:test";
@@ -162,11 +162,7 @@ describe("FORGE=forgejo", () => {
     expect((await view(env, id))?.state).toBe("claimed");
     // Its job ends without the runner calling complete (a pod killed after its job): Forgejo deleted the ephemeral runner.
     const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
-    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
-      method: "POST",
-      headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
-      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
-    });
+    await finishTask(env, runner, task);
     expect((await forgejo.state()).runners).toEqual([]);
     expect((await poll(env)).ended).toBe(1);
     expect((await view(env, id))?.state).toBe("completed");
@@ -176,6 +172,11 @@ describe("FORGE=forgejo", () => {
 
   it("a job queued behind its concurrency group keeps its one runner past the claim timeout while that runner polls, and runs once the group frees; near miss: a runner that never polled is made again", async () => {
     const { env, forgejo, backend } = await setup({ CLAIM_TIMEOUT_MS: 1_000 });
+    const said = (event: string) =>
+      logs()
+        .events()
+        .filter((e) => e.event === event)
+        .map((e) => e.assignment);
     // Two runs of one group (cancel-in-progress false): b waits for a, listed `waiting` all along.
     const [a] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], concurrency: "deploy" }]);
     const [b] = await forgejo.queue([{ runs_on: ["ubuntu-latest"], concurrency: "deploy" }]);
@@ -190,27 +191,14 @@ describe("FORGE=forgejo", () => {
     expect(await runAsRunner(env, rb, ["ubuntu-latest"], b!.handle, null)).toBeUndefined();
     await sleep(1_100);
     await tick(env);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "claim_held")
-        .map((e) => e.assignment),
-    ).toEqual([idb]);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "claim_timeout"),
-    ).toEqual([]);
+    expect(said("claim_held")).toEqual([idb]);
+    expect(said("claim_timeout")).toEqual([]);
     expect((await forgejo.state()).registrations).toBe(2);
     expect((await backend.state()).requests.filter((r) => r.method === "DELETE")).toEqual([]);
     // a ends; b's runner, polling on, takes b: its claim, with the one runner it had.
     const task = (await forgejo.state()).jobs.find((j) => j.id === a!.id)!.task_id;
     const ra = await runnerOf(ida);
-    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
-      method: "POST",
-      headers: { "content-type": "application/json", "x-runner-uuid": ra.uuid, "x-runner-token": ra.token },
-      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
-    });
+    await finishTask(env, ra, task);
     expect(await runAsRunner(env, rb, ["ubuntu-latest"], b!.handle, null)).toBeGreaterThan(0);
     await poll(env);
     expect((await view(env, idb))?.state).toBe("claimed");
@@ -223,18 +211,8 @@ describe("FORGE=forgejo", () => {
     await until(async () => (await view(env, idc))?.state === "backend_ready");
     await sleep(1_100);
     await tick(env);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "claim_timeout")
-        .map((e) => e.assignment),
-    ).toEqual([idc]);
-    expect(
-      logs()
-        .events()
-        .filter((e) => e.event === "claim_held")
-        .map((e) => e.assignment),
-    ).toEqual([idb]);
+    expect(said("claim_timeout")).toEqual([idc]);
+    expect(said("claim_held")).toEqual([idb]);
   });
 
   it("a fast job that ran between two polls completes: never seen running, its runner gone", async () => {
@@ -601,11 +579,7 @@ describe("FORGE=forgejo", () => {
     expect((await forgejo.state()).taken).toEqual([expect.objectContaining({ job: job!.id, runner: `gdr-${wid}` })]);
     await poll(env);
     const task = (await forgejo.state()).jobs.find((j) => j.id === job!.id)!.task_id;
-    await fetch(`${env.GITEA_URL}/api/actions/runner.v1.RunnerService/UpdateTask`, {
-      method: "POST",
-      headers: { "content-type": "application/json", "x-runner-uuid": runner.uuid, "x-runner-token": runner.token },
-      body: JSON.stringify({ state: { id: String(task), result: "RESULT_SUCCESS" } }),
-    });
+    await finishTask(env, runner, task);
     expect((await poll(env)).ended).toBe(1);
     expect((await view(env, wid))?.state).toBe("completed");
     expect((await ask(w!.claimToken)).status).toBe(409);
