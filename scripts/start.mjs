@@ -290,7 +290,15 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
     const body = JSON.stringify({
       action: "queued",
       // A first run's queued: 0 before 1.27 (attempts numbered at pickup), 1 on 1.27.
-      workflow_job: { id: 1187, run_id: 311, run_attempt: giteaVersion && numbersAtPickup(giteaVersion) ? 0 : 1, name: "build", labels: ["ubuntu-latest"], status: "queued", created_at: new Date().toISOString() },
+      workflow_job: {
+        id: 1187,
+        run_id: 311,
+        run_attempt: giteaVersion && numbersAtPickup(giteaVersion) ? 0 : 1,
+        name: "build",
+        labels: ["ubuntu-latest"],
+        status: "queued",
+        created_at: new Date().toISOString(),
+      },
       repository: { full_name: "acme/widgets" },
     });
     writeFileSync(file, body);
