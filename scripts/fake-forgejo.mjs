@@ -171,7 +171,10 @@ function publicJob(j, version = "15") {
     task_id: j.task_id,
   };
 }
-/** A runner unheard of for a minute is offline (RunnerOfflineTime, models/actions/runner.go), one with a task active. */
+/**
+ * A runner unheard of for a minute is offline, one with a task active, else idle (RunnerOfflineTime
+ * and Status(), models/actions/runner.go:73,104-112 at v15.0.3; the names, modules/structs/repo_actions.go:36-52).
+ */
 function apiRunner(r) {
   const status = r.task !== undefined ? "active" : r.lastOnline !== undefined && Date.now() - r.lastOnline < 60_000 ? "idle" : "offline";
   return {

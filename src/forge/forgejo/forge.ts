@@ -94,7 +94,8 @@ export function createForgejoForge(cfg: ForgejoConfig, client: ForgejoClient, no
     // A job of a concurrency group (cancel-in-progress false) is listed waiting but not handed out
     // while an earlier run of its group holds it (getConcurrencyCondition, models/actions/task.go:253-291
     // at v15.0.3): while Forgejo still lists it waiting for its handle and its runner polls (not
-    // offline: heard within a minute), that runner is kept, to take it when the group frees.
+    // "offline": heard within RunnerOfflineTime, a minute, models/actions/runner.go:73,104-112), that
+    // runner is kept, to take it when the group frees.
     async claimHeld(job, runner) {
       const seen = await client.getRunner(runnerScope(cfg, runner), runner.id);
       if (!seen?.status || seen.status === "offline") return undefined;
