@@ -3,9 +3,9 @@
 // of one execution reaches the assignment its queued made, our runner's and a foreign runner's; a
 // rerun is another assignment; a cancel before pickup ends it; the sweep names it the same; a
 // release this dispatcher does not know is served as the newest, and said.
-import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { backendControl, bearer, giteaControl, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
 import { deliverJob } from "../harness/jobs.ts";
 import { GITEA_RELEASES, releaseDeliveries, type ReleaseScenario } from "../harness/fixtures.ts";
 import { streamState } from "../harness/nats.ts";
@@ -13,12 +13,11 @@ import { streamState } from "../harness/nats.ts";
 const nats = inject("natsWsUrl");
 const backendUrl = inject("backendUrl");
 const giteaUrl = inject("giteaUrl");
-let logs: Captured;
-beforeEach(() => {
-  logs = captureLogs();
-});
-afterEach(() => logs.restore());
-const events = (name: string) => logs.events().filter((e) => e.event === name);
+const logs = logsOfEachTest();
+const events = (name: string) =>
+  logs()
+    .events()
+    .filter((e) => e.event === name);
 
 async function setup(version: string, overrides: Record<string, unknown> = {}) {
   const env = giteaTestEnv(nats, backendUrl, giteaUrl, { RETRY_DELAY_MS: 30, ...overrides });
