@@ -12,8 +12,8 @@ export function stubGitea({ registerMs = 0 } = {}): GiteaClient & { registration
       if (registerMs) await new Promise((r) => setTimeout(r, registerMs));
       return { id: n, uuid: `u${n}`, token: `t${n}`, name: req.name, labels: req.labels, scope: { kind: "admin" } };
     },
-    listQueuedJobs: async () => ({ total: 0, jobs: [] }),
-    listRunners: async () => ({ total: 0, runners: [] }),
+    listQueuedJobs: async () => ({ total: 0, items: [] }),
+    listRunners: async () => ({ total: 0, items: [] }),
     getJob: async () => null,
     getRun: async () => null,
     rerunJob: async () => ({ refused: 404 }),

@@ -2,11 +2,11 @@
 // backend's control API.
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from "cloudflare:test";
 import { env as bindings } from "cloudflare:workers";
-import { afterEach, beforeEach, vi } from "vitest";
+import { afterEach, beforeEach, inject, vi } from "vitest";
 import worker from "../../src/index.ts";
 import { GATEWAY_BINDING } from "../../src/gateway/client.ts";
 import { POLLER_BINDING } from "../../src/app/forgejo-binding.ts";
-import { currentClaimToken, TEST_SECRETS } from "./env.ts";
+import { currentClaimToken, giteaTestEnv, provisionEnv, TEST_SECRETS } from "./env.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
 
 /** The test's variables, with the gateway's Durable Object binding of wrangler.jsonc (NATS_GATEWAY decides whether it is used). */
@@ -135,6 +135,15 @@ export interface Delivery {
   job: number;
   headers: Record<string, string>;
   body: string;
+}
+
+/** A provisioned Worker on the fake Gitea playing `release`, and the controls of Gitea and the backend. */
+export async function giteaScene(release: string, overrides: Record<string, unknown> = {}) {
+  const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), inject("giteaUrl"), { RETRY_DELAY_MS: 30, ...overrides });
+  await provisionEnv(env);
+  const gitea = giteaControl(env);
+  await gitea.version(release);
+  return { env, gitea, backend: backendControl(env) };
 }
 
 export function giteaControl(env: Record<string, string>) {

@@ -58,7 +58,7 @@ describe("Gitea's answers", () => {
     const runners = Array.from({ length: 120 }, (_, i) => ({ id: i + 1, name: `r${i + 1}` }));
     const client = {
       ...stubGitea(),
-      listRunners: async (page: number, limit: number) => ({ total: 120, runners: runners.slice((page - 1) * limit, page * limit) }),
+      listRunners: async (page: number, limit: number) => ({ total: 120, items: runners.slice((page - 1) * limit, page * limit) }),
     };
     const three = await gitea({ GITEA_JOB_PAGES: 3 }, client).runners!.list!(undefined);
     expect([...three!].sort((a, b) => a - b)).toEqual(runners.map((r) => r.id));

@@ -32,7 +32,7 @@ describe("Gitea: a warm runner the list does not show", () => {
     const gitea = stubGitea();
     const asked: number[] = [];
     // Gitea's total_count: every runner of the scope, whatever the page size.
-    gitea.listRunners = async (page) => ({ total: pages.flat().length, runners: pages[page - 1] ?? [] });
+    gitea.listRunners = async (page) => ({ total: pages.flat().length, items: pages[page - 1] ?? [] });
     gitea.getRunner = async ({ id }) => {
       asked.push(id);
       const answer = seen();

@@ -3,29 +3,20 @@
 // of one execution reaches the assignment its queued made, our runner's and a foreign runner's; a
 // rerun is another assignment; a cancel before pickup ends it; the sweep names it the same; a
 // release this dispatcher does not know is served as the newest, and said.
-import { describe, expect, inject, it } from "vitest";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
-import { backendControl, bearer, giteaControl, logsOfEachTest, request, sleep, tick } from "../harness/worker.ts";
+import { describe, expect, it } from "vitest";
+import { TEST_SECRETS } from "../harness/env.ts";
+import { bearer, giteaScene, logsOfEachTest, request, sleep, tick, type giteaControl } from "../harness/worker.ts";
 import { deliverJob } from "../harness/jobs.ts";
 import { GITEA_RELEASES, releaseDeliveries, type ReleaseScenario } from "../harness/fixtures.ts";
 import { streamState } from "../harness/nats.ts";
 
-const nats = inject("natsWsUrl");
-const backendUrl = inject("backendUrl");
-const giteaUrl = inject("giteaUrl");
 const logs = logsOfEachTest();
 const events = (name: string) =>
   logs()
     .events()
     .filter((e) => e.event === name);
 
-async function setup(version: string, overrides: Record<string, unknown> = {}) {
-  const env = giteaTestEnv(nats, backendUrl, giteaUrl, { RETRY_DELAY_MS: 30, ...overrides });
-  await provisionEnv(env);
-  const gitea = giteaControl(env);
-  await gitea.version(version);
-  return { env, gitea, backend: backendControl(env) };
-}
+const setup = giteaScene;
 
 const view = async (env: Record<string, string>, id: string) => {
   const res = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });

@@ -1,18 +1,15 @@
 // Gitea integration inside workerd: signed webhooks, JIT ephemeral runners, the sweep for missed
 // deliveries and stale runners. Against the real nats-server, a fake Gitea and the fake backend.
-import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { loadConfig } from "../../src/app/config.ts";
 import { withNats } from "../../src/nats/connection.ts";
-import { giteaTestEnv, provisionEnv, TEST_SECRETS } from "../harness/env.ts";
+import { TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
-import { backendControl, bearer, captureLogs, giteaControl, request, sleep, tick, type Captured } from "../harness/worker.ts";
+import { bearer, captureLogs, giteaScene, request, sleep, tick, type Captured } from "../harness/worker.ts";
 import { fixturesFor, GITEA_RELEASES, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 
-const nats = inject("natsWsUrl");
-const backendUrl = inject("backendUrl");
-const giteaUrl = inject("giteaUrl");
 const REGISTRATION_TOKEN = "gitea-registration-token-0000";
 let logs: Captured;
 beforeEach(() => {
@@ -46,14 +43,7 @@ const view = async (env: Env, id: string) => {
 };
 const events = (name: string) => logs.events().filter((e) => e.event === name);
 
-async function setupAt(release: string, overrides: Record<string, unknown> = {}) {
-  const env = giteaTestEnv(nats, backendUrl, giteaUrl, { RETRY_DELAY_MS: 30, ...overrides });
-  await provisionEnv(env);
-  const gitea = giteaControl(env);
-  await gitea.version(release);
-  return { env, gitea, backend: backendControl(env) };
-}
-const setup = (overrides: Record<string, unknown> = {}) => setupAt("1.27.0", overrides);
+const setup = (overrides: Record<string, unknown> = {}) => giteaScene("1.27.0", overrides);
 
 /** The completed delivery of a job cancelled before any runner took it: no runner, the count it was queued with (any release). */
 function cancelledOf<T extends { action: string; workflow_job: Record<string, unknown> }>(queued: T): T {
@@ -66,7 +56,7 @@ function cancelledOf<T extends { action: string; workflow_job: Record<string, un
 // Each as Gitea 1.26 (attempts numbered at pickup: a queued job says 0) and 1.27 (per run) send it.
 describe.each(GITEA_RELEASES)("on Gitea %s", (release) => {
   const { queued: queuedFixture, inProgress: inProgressFixture, completed: completedFixture } = fixturesFor(release);
-  const setup = (overrides: Record<string, unknown> = {}) => setupAt(release, overrides);
+  const setup = (overrides: Record<string, unknown> = {}) => giteaScene(release, overrides);
 
   describe("Gitea webhook", () => {
     it("turns a signed queued job into one assignment and one JIT runner, however often it is delivered", async () => {

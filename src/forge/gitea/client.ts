@@ -5,6 +5,7 @@ import type { GiteaConfig } from "./config.ts";
 import { parseScope, scopeKey, scopePath, type GiteaScope, type RegistrationScope } from "./scope.ts";
 import { withTimeout } from "../../model/limit.ts";
 import { UpstreamError } from "../../model/status-error.ts";
+import type { Page } from "../pages.ts";
 
 export class GiteaError extends UpstreamError {
   override readonly name: string = "GiteaError";
@@ -66,9 +67,10 @@ export interface GiteaClient {
    */
   registrationToken(scope?: RegistrationScope): Promise<{ token: string; scope: GiteaScope }>;
   register(req: { name: string; labels: string[]; version: string; scope?: RegistrationScope | undefined }): Promise<RegisteredRunner & { scope: GiteaScope }>;
-  listQueuedJobs(page: number, limit: number): Promise<{ total: number; jobs: ApiJob[] }>;
+  /** One page of queued jobs and Gitea's `total_count` (forge/pages.ts reads them all). */
+  listQueuedJobs(page: number, limit: number): Promise<Page<ApiJob>>;
   /** Runners of `scope` (scope key; default GITEA_SCOPE). */
-  listRunners(page: number, limit: number, scope?: string): Promise<{ total: number; runners: { id: number; name: string }[] }>;
+  listRunners(page: number, limit: number, scope?: string): Promise<Page<{ id: number; name: string }>>;
   /** One job of a repository (Gitea 1.25+: GET /repos/{owner}/{repo}/actions/jobs/{job_id}); null when Gitea has none. */
   getJob(repository: string, id: number): Promise<ApiJob | null>;
   deleteRunner(runner: RunnerAt): Promise<void>;
@@ -201,14 +203,14 @@ export function createGiteaClient(
       if (res.status === 404) throw new GiteaFeatureMissing("list queued jobs: Gitea answered 404 (needs Gitea 1.25+)", 404);
       if (!res.ok) return fail("list queued jobs", res);
       const body = await json("list queued jobs", res, jobsPage);
-      return { total: body.total_count, jobs: body.jobs ?? [] };
+      return { total: body.total_count, items: body.jobs ?? [] };
     },
     async listRunners(page, limit, scope) {
       const res = await scoped("list runners", scope, `runners?page=${page}&limit=${limit}`, { method: "GET" });
       if (res.status === 404) throw new GiteaFeatureMissing("list runners: Gitea answered 404 (needs Gitea 1.25+)", 404);
       if (!res.ok) return fail("list runners", res);
       const body = await json("list runners", res, runnersPage);
-      return { total: body.total_count, runners: body.runners ?? [] };
+      return { total: body.total_count, items: body.runners ?? [] };
     },
     async getJob(repository, id) {
       const [owner = "", repo = ""] = repository.split("/");

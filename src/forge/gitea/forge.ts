@@ -52,10 +52,10 @@ const PAGE = 50;
 /** Ids of the runners Gitea lists at `scope`; undefined when the list is longer than `pages` pages. */
 async function listAll(gitea: GiteaClient, pages: number, scope: string | undefined): Promise<Set<number> | undefined> {
   const listed = new Set<number>();
-  const read = async (page: number) => {
-    const { runners, total } = await gitea.listRunners(page, PAGE, scope);
-    return { items: runners, total };
-  };
-  const complete = await forEachPage(read, pages, (runners) => runners.forEach((r) => listed.add(r.id)));
+  const complete = await forEachPage(
+    (page) => gitea.listRunners(page, PAGE, scope),
+    pages,
+    (runners) => runners.forEach((r) => listed.add(r.id)),
+  );
   return complete ? listed : undefined;
 }

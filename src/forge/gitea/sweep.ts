@@ -44,33 +44,33 @@ export async function sweepGitea(d: Deps, client: GiteaClient, { records, admiss
 
 async function recoverJobs(d: Deps, client: GiteaClient, records: RecordStore, summary: SweepSummary) {
   const { numbering } = await giteaRelease(d, client);
-  const read = async (page: number) => {
-    const { jobs, total } = await client.listQueuedJobs(page, PAGE_LIMIT);
-    return { items: jobs, total };
-  };
   // Until Gitea says it is done: a page may be shorter than asked ([api].MAX_RESPONSE_ITEMS).
-  await forEachPage(read, d.config.gitea!.jobPages, async (jobs) => {
-    for (const job of jobs) {
-      if (job.status !== "queued") continue;
-      // 1.24–1.26 list a waiting job with the count before its pickup (versions.ts).
-      const execution = executionOf(numbering, job);
-      await eachItem(d, `job ${job.id}`, async () => {
-        // A record is written only once its message is stored (see publishAssignment): a known
-        // job is queued, even if it still waits behind MaxAckPending, and is not published again.
-        // One whose runners never booted is, a while after it was given up on.
-        const id = jobAssignmentId(job.id, execution);
-        const known = await records.get(id);
-        const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
-        if (known && !(retry && (await serveAfresh(records, known, d.now())))) return;
-        const again = retry ? { msgId: `${id}.retry-${Date.parse(known.gaveUpAt!)}` } : {};
-        const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), execution, again);
-        if (published?.stored) {
-          summary.recovered++;
-          d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
-        }
-      });
-    }
-  });
+  await forEachPage(
+    (page) => client.listQueuedJobs(page, PAGE_LIMIT),
+    d.config.gitea!.jobPages,
+    async (jobs) => {
+      for (const job of jobs) {
+        if (job.status !== "queued") continue;
+        // 1.24–1.26 list a waiting job with the count before its pickup (versions.ts).
+        const execution = executionOf(numbering, job);
+        await eachItem(d, `job ${job.id}`, async () => {
+          // A record is written only once its message is stored (see publishAssignment): a known
+          // job is queued, even if it still waits behind MaxAckPending, and is not published again.
+          // One whose runners never booted is, a while after it was given up on.
+          const id = jobAssignmentId(job.id, execution);
+          const known = await records.get(id);
+          const retry = known?.gaveUpAt !== undefined && d.now() - Date.parse(known.gaveUpAt) > RETRY_GIVEN_UP_MS;
+          if (known && !(retry && (await serveAfresh(records, known, d.now())))) return;
+          const again = retry ? { msgId: `${id}.retry-${Date.parse(known.gaveUpAt!)}` } : {};
+          const published = await publishJob(d, job, repositoryOf(job.url ?? job.html_url ?? ""), execution, again);
+          if (published?.stored) {
+            summary.recovered++;
+            d.sink.event({ event: "recovered", assignment: published.id, backend: published.backend });
+          }
+        });
+      }
+    },
+  );
 }
 
 async function cleanRunners(d: Deps, client: GiteaClient, records: RecordStore, admission: Admission, summary: SweepSummary) {
@@ -84,18 +84,18 @@ async function cleanRunners(d: Deps, client: GiteaClient, records: RecordStore, 
       );
     return reservations.get(backend)!;
   };
-  const read = async (page: number) => {
-    const { runners, total } = await client.listRunners(page, PAGE_LIMIT);
-    return { items: runners, total };
-  };
-  await forEachPage(read, gitea.jobPages, async (runners) => {
-    for (const runner of runners) {
-      // Names are anybody's to choose: what does not name a valid assignment id is not ours.
-      const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
-      const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => client.deleteRunner(at) };
-      if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
-    }
-  });
+  await forEachPage(
+    (page) => client.listRunners(page, PAGE_LIMIT),
+    gitea.jobPages,
+    async (runners) => {
+      for (const runner of runners) {
+        // Names are anybody's to choose: what does not name a valid assignment id is not ours.
+        const id = assignmentOfRunner(gitea.runnerNamePrefix, runner.name);
+        const context = { d, records, admission, registering, summary, graceMs: gitea.cleanupGraceMs, deleteRunner: (at: RunnerAt) => client.deleteRunner(at) };
+        if (id) await eachItem(d, `runner ${runner.id}`, () => cleanRunner(context, runner.id, id));
+      }
+    },
+  );
 }
 
 /** A job whose runners never booted (MAX_BOOT_ATTEMPTS) is published again this long after. */
