@@ -175,6 +175,8 @@ export function startFakeEc2({ log } = {}) {
     if (Name.startsWith("tag:")) return Values.includes(i.tags[Name.slice(4)]);
     if (Name === "instance-state-name") return Values.includes(i.state);
     if (Name === "instance-id") return Values.includes(i.id);
+    // DescribeInstances' "client-token" filter: "The idempotency token you provided when you launched the instance."
+    if (Name === "client-token") return Values.includes(i.clientToken);
     throw new Refusal(400, "InvalidParameterValue", `The filter '${Name}' is invalid`);
   }
 

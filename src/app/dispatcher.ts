@@ -125,7 +125,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   };
   const runners = new Map<Backend, RunnerBackend>();
   // Drivers that keep notes between passes (hetzner) use the invocation's stores, on its connection.
-  const withStores: DriverDeps["withStores"] = (fn) => dispatcher.withState((s) => fn({ kv: s.driverKv, bootstraps: s.bootstraps, figures: s.driverFigures }));
+  const withStores: DriverDeps["withStores"] = (fn) =>
+    dispatcher.withState((s) => fn({ kv: s.driverKv, readMany: s.driverRead, bootstraps: s.bootstraps, figures: s.driverFigures }));
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b, deps.fetch, { now, withStores }));
 
   const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
@@ -165,6 +166,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       forgeHealth: createForgeHealthStore(recordsKv),
       bootstraps: createBootstraps(recordsKv, await sealKeys.current, now, await sealKeys.previous),
       driverKv: recordsKv,
+      driverRead: (keys) => readManyJson(handle, recordsBucket(names), keys),
       driverFigures: createDriverFigures(recordsKv, figureReader(handle, recordsBucket(names))),
     };
     if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
@@ -245,7 +247,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       await forge?.tick(dispatcher);
       await retryTeardowns(dispatcher).catch((err) => sink.error("teardown retries failed", { reason: (err as Error).name }));
       if (forge) await askReruns(dispatcher).catch((err) => sink.error("reruns failed", { reason: (err as Error).name }));
-      await tickDrivers(dispatcher, config);
+      await tickDrivers(dispatcher, config, now);
       if (config.pools.length) await tendPools(dispatcher);
       return dispatcher.reconcile(trigger, Math.max(0, config.reconcileBudgetMs - (now() - started)), { holdClaims: true });
     },

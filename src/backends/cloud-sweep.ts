@@ -15,25 +15,45 @@ export const ORPHAN_GRACE_MS = 10 * 60_000;
 /** The age cap of a workload of no pool (the pools' default maxLifetimeMs). */
 export const DEFAULT_LIFETIME_MS = 6 * 3_600_000;
 
-export type SweepVerdict = { delete: false } | { delete: true; reason: string };
+export type SweepVerdict = { delete: false; adopt?: true } | { delete: true; reason: string };
 
-/** Whether a listed workload goes: a pure decision over what the sweep read. */
+/** What the sweep knows of a listed workload's assignment. */
+export interface Known {
+  id: string;
+  /**
+   * "noted": the driver's note names this workload. "adoptable": its label or tag and its note's
+   * pending create name it (or, with no note, its label is a plain assignment id), but no note names
+   * it yet: its create was answered to a Worker that died. "superseded": the note names another
+   * workload (this one's bootstrap was revoked before that one's was issued).
+   */
+  how: "noted" | "adoptable" | "superseded";
+  /** Epoch ms its current assignment began on it: a reused server's job counts from its own start. */
+  since?: number | undefined;
+}
+
+/**
+ * Whether a listed workload goes: a pure decision over what the sweep read. A workload whose label
+ * names a live assignment of this deployment is adopted, never deleted as unknown.
+ */
 export function judgeWorkload(
   w: Workload,
   now: number,
-  noted: { id: string } | undefined,
+  known: Known | undefined,
   record: { ended: boolean } | undefined,
   lifetimes: ReadonlyMap<string, number>,
 ): SweepVerdict {
-  const age = now - Date.parse(w.created);
+  const created = Date.parse(w.created);
+  const age = now - (known && known.how !== "superseded" && known.since !== undefined ? known.since : created);
   const cap = lifetimeOf(w.pool, lifetimes);
   // Its teardown failed (or has not come yet): nothing needs it, whatever its age.
-  if (noted && record?.ended) return { delete: true, reason: "its assignment has ended" };
+  if (known && record?.ended) return { delete: true, reason: "its assignment has ended" };
   if (!(age >= 0)) return { delete: false };
   if (age > cap + ORPHAN_GRACE_MS) return { delete: true, reason: `older than its lifetime (${Math.round(cap / 60_000)} min)` };
+  if (known?.how === "adoptable" && record) return { delete: false, adopt: true };
   // One not (yet) known may be a create whose note is on its way, or whose record is.
-  if (age <= ORPHAN_GRACE_MS) return { delete: false };
-  if (!noted) return { delete: true, reason: "no assignment of this dispatcher knows it" };
+  if (!(now - created > ORPHAN_GRACE_MS)) return { delete: false };
+  if (!known) return { delete: true, reason: "no assignment of this dispatcher knows it" };
+  if (known.how === "superseded") return { delete: true, reason: "another workload runs its assignment" };
   if (!record) return { delete: true, reason: "its assignment is unknown" };
   return { delete: false };
 }

@@ -54,6 +54,8 @@ export interface PoolView {
 /** The stores a driver may keep its own notes in (the records bucket), for those that need them. */
 export interface DriverStores {
   kv: KV;
+  /** The latest values of many keys in one request; without it, keys are read a few at a time. */
+  readMany?: ((keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>) | undefined;
   bootstraps: BootstrapStore;
   figures: DriverFigureStore;
 }

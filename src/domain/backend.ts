@@ -83,7 +83,12 @@ export interface TickAsk {
   event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
   /** The cloud took back the machine of assignment `id` and nobody told (no watcher): handled as an interruption its runner reported. */
   interrupted?(id: string, notice: string): Promise<void>;
+  /** Aborted at `deadline`: a list not read by then deletes nothing. */
   signal: AbortSignal;
+  /** Epoch ms by which the tick's work ends: what is judged by then is deleted, each call within its own bound. */
+  deadline: number;
+  /** One backend call (a delete) within its own time bound and the invocation's connection limit. */
+  call<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
 }
 
 /** A failed backend call; the reconciliation naks and retries (401/403 also emit backend_auth). */

@@ -52,6 +52,8 @@ export interface State {
   bootstraps: BootstrapStore;
   /** The records bucket, for drivers' own notes (backends/driver-module.ts DriverStores). */
   driverKv: KV;
+  /** The latest values of many keys of the records bucket in one request (a driver's notes, read in batches). */
+  driverRead: (keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>;
   /** What cloud drivers count per backend (sweeps, a full project, the rate budget), for /metrics. */
   driverFigures: DriverFigureStore;
 }

@@ -41,6 +41,29 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
   return found;
 }
 
+/** Many keys' latest values in one request (readManyJson on the invocation's connection). */
+export type ReadMany = (keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>;
+
+/** Keys read in one request when a batch reader is given, else a few at a time: never one round trip per key. */
+export const MANY_AT_ONCE = 32;
+
+/** A reader of many keys' values (a missing or deleted key is absent from its answer). */
+export function manyReader(kv: KV, readMany?: ReadMany) {
+  return async <T>(keys: readonly string[]): Promise<Map<string, T>> => {
+    const out = new Map<string, T>();
+    if (readMany) {
+      for (const [k, v] of await readMany(keys)) out.set(k, v.value as T);
+      return out;
+    }
+    for (let i = 0; i < keys.length; i += MANY_AT_ONCE) {
+      const chunk = keys.slice(i, i + MANY_AT_ONCE);
+      const read = await Promise.all(chunk.map((k) => readJson<T>(kv, k)));
+      read.forEach((r, j) => r && out.set(chunk[j]!, r.value));
+    }
+    return out;
+  };
+}
+
 /**
  * A batch direct get: the last message of each subject (multi_last), or `batch` messages from
  * `seq` or from `start_time`, of the subjects `next_by_subj` matches when given.

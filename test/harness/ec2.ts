@@ -42,7 +42,7 @@ export interface Ec2Scene {
 }
 
 export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneWrap = {}): Promise<Ec2Scene> {
-  const base = `${inject("ec2Url")}/${uniqueName("ec2")}`;
+  const base = wrap.base ?? `${inject("ec2Url")}/${uniqueName("ec2")}`;
   const ctl = async (what: string, body?: unknown) =>
     (await (await fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json()) as Record<string, unknown>;
   const config = await provisionEnv(
@@ -60,7 +60,12 @@ export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneW
   const bound = await bindBucket(handle, recordsBucket(config));
   const kv = wrap.kv ? wrap.kv(bound) : bound;
   const clock = { t: Date.now() };
-  const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(9), () => clock.t), figures: createDriverFigures(kv) };
+  const stores: DriverStores = {
+    kv,
+    readMany: wrap.readMany,
+    bootstraps: createBootstraps(kv, new Uint8Array(32).fill(9), () => clock.t),
+    figures: createDriverFigures(kv),
+  };
   const more = { now: () => clock.t, withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const driver = createRunnerBackend(config, config.backends[0]!, wrap.fetch, more);
   const state = () => ctl("state") as ReturnType<Ec2Scene["state"]>;
@@ -73,7 +78,7 @@ export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneW
     ctl,
     state,
     live: async () => (await state()).instances.filter((i) => i.state !== "terminated"),
-    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes),
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now),
     close: () => closeNats(handle.nc),
   };
 }

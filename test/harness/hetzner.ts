@@ -45,16 +45,28 @@ export interface HetznerScene {
 export interface SceneWrap {
   fetch?: typeof fetch;
   kv?: (kv: KV) => KV;
+  /** Another scene's project or account (its `base`): two deployments in one. */
+  base?: string;
+  /** The records bucket's batch reader the dispatcher gives drivers (readManyJson); none: keys are read a few at a time. */
+  readMany?: DriverStores["readMany"];
 }
 
 /** Runs a cloud driver's orphan sweep as the cron tick does; `records` answers what the dispatcher's records would. */
-export async function sweepOnce(driver: RunnerBackend, records = new Map<string, { ended: boolean }>(), lifetimes = new Map<string, number>()) {
+export async function sweepOnce(
+  driver: RunnerBackend,
+  records = new Map<string, { ended: boolean }>(),
+  lifetimes = new Map<string, number>(),
+  budgetMs = 10_000,
+  now: () => number = Date.now,
+) {
   const events: Record<string, unknown>[] = [];
   const done = await driver.tick!({
+    deadline: now() + budgetMs,
+    call: (fn) => fn(AbortSignal.timeout(3_000)),
     records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
     lifetimes,
     event: (event, fields) => void events.push({ event, ...fields }),
-    signal: AbortSignal.timeout(10_000),
+    signal: AbortSignal.timeout(budgetMs),
   });
   return { deleted: done.deleted, events };
 }
@@ -72,7 +84,7 @@ export function aroundKv(real: KV, methods: ReadonlySet<string>, around: <T>(cal
 }
 
 export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: SceneWrap = {}): Promise<HetznerScene> {
-  const base = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+  const base = wrap.base ?? `${inject("hetznerUrl")}/${uniqueName("hz")}`;
   const ctl = async (what: string, body?: unknown) =>
     (await (await fetch(`${base}/_control/${what}`, body ? { method: "POST", body: JSON.stringify(body) } : {})).json()) as Record<string, unknown>;
   const config = await provisionEnv(
@@ -89,7 +101,12 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
   const kv = wrap.kv ? wrap.kv(bound) : bound;
   // `real`: the clock is the machine's (a test that waits for the budget to refill).
   const clock = { t: Date.now(), real: false };
-  const stores: DriverStores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t), figures: createDriverFigures(kv) };
+  const stores: DriverStores = {
+    kv,
+    readMany: wrap.readMany,
+    bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t),
+    figures: createDriverFigures(kv),
+  };
   const more = { now: () => (clock.real ? Date.now() : clock.t), withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;
   const driver = createRunnerBackend(config, b, wrap.fetch, more);
@@ -101,7 +118,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
     base,
     ctl,
     state: () => ctl("state") as ReturnType<HetznerScene["state"]>,
-    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes),
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now),
     close: () => closeNats(handle.nc),
   };
 }

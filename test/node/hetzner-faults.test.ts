@@ -7,6 +7,8 @@ import { FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "../../src/ba
 import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { objectNames } from "../../src/backends/kubernetes/names.ts";
+import { serverName } from "../../src/backends/hetzner/server-body.ts";
+import { deploymentInstance } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
@@ -28,9 +30,14 @@ const failure = (p: Promise<unknown>) =>
     (e: unknown) => e,
   );
 
-/** A server of that name made straight through the API, as a create whose answer was lost. */
-async function createdBehindOurBack(s: HetznerScene, id: string, labels: Record<string, string>) {
-  const { name } = await objectNames("gdr", id);
+/** This driver's deployment instance, as its labels carry it: read from a server it made in a scene of the same environment. */
+async function instanceOf(s: HetznerScene) {
+  return { instance: deploymentInstance(s.config.stream, s.config.publicUrl) };
+}
+
+/** A server made straight through the API (another deployment's, or one of ours whose note is lost). */
+async function createdBehindOurBack(s: HetznerScene, idOrName: string, labels: Record<string, string>) {
+  const name = idOrName.startsWith("gdr-") ? idOrName : (await objectNames("gdr", idOrName)).name;
   const res = await fetch(`${s.base}/servers`, {
     method: "POST",
     headers: { authorization: `Bearer ${FAKE_HCLOUD_TOKEN}`, "content-type": "application/json" },
@@ -40,17 +47,42 @@ async function createdBehindOurBack(s: HetznerScene, id: string, labels: Record<
 }
 
 describe("hetzner driver faults", () => {
-  it("uniqueness (a create whose answer was lost, a pass that died after it): the server is adopted, never doubled, and torn down by its note", async () => {
-    const s = await scene();
-    await createdBehindOurBack(s, "u-1", {});
+  it("a create whose answer was lost: the pass after adopts the server that carries its bootstrap, never a second one, and tears it down by its note", async () => {
+    const lost = { armed: true };
+    const s = await hetznerScene(
+      {},
+      {
+        fetch: async (input, init) => {
+          const res = await fetch(input, init);
+          if (lost.armed && init?.method === "POST" && new URL(String(input instanceof Request ? input.url : input)).pathname.endsWith("/servers"))
+            throw ((lost.armed = false), new Error("the answer was lost"));
+          return res;
+        },
+      },
+    );
+    scenes.push(s);
+    await expect(s.driver.accept(request("u-1"), within())).rejects.toThrow();
     expect(await s.driver.accept(request("u-1"), within())).toBe("pending");
     expect(await s.driver.accept(request("u-1"), within())).toBe("pending");
     const st = await s.state();
     expect(st.servers).toHaveLength(1);
-    // Ours behind its back, and its one create, refused by the name: none after the note.
-    expect(st.requests.filter((r) => r.method === "POST")).toHaveLength(2);
+    // One create, then one look by name: the server's bootstrap mark is the noted create's.
+    expect(st.requests.filter((r) => r.method === "POST")).toHaveLength(1);
+    expect(st.requests.filter((r) => r.method === "GET" && r.query.includes("name="))).toHaveLength(1);
     await s.driver.teardown("u-1", within());
     expect((await s.state()).servers).toHaveLength(0);
+  });
+
+  it("a server of the assignment's name that is not this deployment's (a name taken in the project) is never adopted, parked or deleted", async () => {
+    const s = await scene();
+    const name = await serverName("gdr", "n-1", (await instanceOf(s)).instance, "pod");
+    const foreign = { "managed-by": "gitea-edge-dispatcher", "gdr-instance": "someone-else", "gdr-backend": "pod", "gdr-assignment": "n-1" };
+    await createdBehindOurBack(s, name, foreign);
+    await expect(s.driver.accept(request("n-1"), within())).rejects.toThrow(/name is taken/);
+    await s.driver.teardown("n-1", within());
+    s.clock.t += 2 * ORPHAN_GRACE_MS;
+    await s.sweep(new Map([["n-1", { ended: true }]]));
+    expect((await s.state()).servers.map((v) => v.labels)).toEqual([foreign]);
   });
 
   it("the first candidate unavailable, the second full of placements: the third is made in the same pass", async () => {
@@ -166,7 +198,8 @@ describe("hetzner driver faults", () => {
     const swept = await s.sweep(new Map([["keep-1", { ended: false }]]));
     expect(swept.deleted).toBe(60);
     expect(await s.stores.figures.get("pod")).toMatchObject({ swept: 60, rate: { limit: 3600 } });
-    expect(swept.events[0]).toMatchObject({ event: "orphan_deleted", reason: "no assignment of this dispatcher knows it" });
+    // Their labels are plain ids with no note and no record: unknown assignments.
+    expect(swept.events[0]).toMatchObject({ event: "orphan_deleted", reason: "its assignment is unknown" });
     expect((await s.state()).servers.map((v) => v.labels["gdr-assignment"]).sort()).toEqual(["keep-1", "other-backend", "other-instance"]);
   });
 

@@ -93,7 +93,7 @@ describe("reuse: rebuild", () => {
     expect(await s.driver.accept(request("r-4"), within())).toBe("pending");
     const left = (await s.state()).servers;
     expect(left).toHaveLength(2);
-    expect(left.map((v) => v.name)).toContain("gdr-r-4");
+    expect(left.map((v) => v.labels["gdr-assignment"])).toContain("r-4");
     expect(await createNotes(s.stores.kv).parked("pod")).toEqual([]);
   });
 

@@ -44,7 +44,7 @@ describe("hetzner driver in workerd", () => {
     expect(await deliver(env, queuedFixture)).toEqual({ status: 202, body: { assignment: "gitea-1187-1", duplicate: false } });
     const [server, ...others] = (await hz("state")).servers;
     expect(others).toEqual([]);
-    expect(server!.name).toBe("gdr-gitea-1187-1");
+    expect(server!.name).toMatch(/^gdr-[0-9a-f]{6}-gitea-1187-1$/);
     expect(server!.labels).toMatchObject({ team: "ci", "managed-by": "gitea-edge-dispatcher", "gdr-assignment": "gitea-1187-1", "gdr-backend": "vm" });
     const registered = (await giteaControl(env).state()).runners[0]!;
     expect(server!.userData).not.toContain(registered.token);

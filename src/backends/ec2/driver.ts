@@ -7,12 +7,12 @@ import type { KV } from "@nats-io/kv";
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import { driverNoteKey } from "../../nats/names.ts";
 import { readJson } from "../../state/kv.ts";
-import { judgeWorkload } from "../cloud-sweep.ts";
-import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
+import type { DriverDeps, DriverStores } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
 import { createEc2Api, Ec2Error, type Ec2Api } from "./client.ts";
 import { attemptsOf, clientToken, runBody, TAGS } from "./run-body.ts";
+import { LIVE_STATES, sweepInstances } from "./sweep.ts";
 
 export interface Ec2Settings {
   url: string;
@@ -40,11 +40,8 @@ export const NO_ROOM = new Set([
 const LIMITS = new Set(["InstanceLimitExceeded", "VcpuLimitExceeded"]);
 /** States of an instance that will not run its runner. */
 const ENDED = new Set(["shutting-down", "terminated", "stopping", "stopped"]);
-const LIVE_STATES = ["pending", "running", "stopping", "stopped"];
-/** Listed by the sweep only to find interruptions: nothing is left to end. */
-const ENDED_BY_CLOUD = new Set(["shutting-down", "terminated"]);
-/** EC2's StateReason code of a Spot instance it took back. */
-export const SPOT_TAKEN = "Server.SpotInstanceTermination";
+/** A round's bootstrap is renewed (a new round) once less than this is left of it: an instance made with it has this long to boot. */
+export const BOOT_ALLOWANCE_MS = 10 * 60_000;
 
 /** The account's instance or vCPU limit: a full backend, not a failure. */
 export class AccountFull extends BackendError {
@@ -52,7 +49,7 @@ export class AccountFull extends BackendError {
 }
 
 /** What the driver keeps of an assignment between passes, in the records bucket. */
-interface InstanceNote {
+export interface InstanceNote {
   id: string;
   /** Rounds of attempts made so far (every attempt of a round had no room): part of the ClientToken. */
   round: number;
@@ -64,7 +61,11 @@ interface InstanceNote {
    */
   incarnation?: string;
   instanceId?: string;
-  /** Epoch ms the instance was asked for. */
+  /** The key of the round's bootstrap (no secret): a pass whose token differs (a key rotation) settles the attempt in flight first. */
+  boot?: string;
+  /** Epoch ms the round's bootstrap was issued: a round is renewed before it could boot an instance with an expired one. */
+  issuedAt?: number;
+  /** Epoch ms the instance was asked for: its job's lifetime counts from here. */
   createdAt: number;
   checked?: boolean;
   ready?: boolean;
@@ -81,6 +82,7 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
   const putNote = (kv: KV, label: string, note: InstanceNote) => kv.put(driverNoteKey(backend, label), JSON.stringify(note)).then(() => undefined);
   const tagged = (label: string) => [
     { Name: `tag:${TAGS.instance}`, Values: [deps.instance] },
+    { Name: `tag:${TAGS.backend}`, Values: [backend] },
     { Name: `tag:${TAGS.assignment}`, Values: [label] },
     { Name: "instance-state-name", Values: LIVE_STATES },
   ];
@@ -101,7 +103,7 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
         const { label } = await objectNames(deps.prefix, id);
         await end(kv, label, await noteOf(kv, label), signal);
       }),
-    tick: (ask) => withStores((s) => sweep(s, ask)),
+    tick: (ask) => withStores((s) => sweepInstances({ api, backend, instance: deps.instance, now: deps.now, putNote }, s, ask)),
   };
   return driver;
 
@@ -124,14 +126,27 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     if (deps.now() < fullUntil) throw new AccountFull(`the EC2 account's limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
     // A pass cut short resumes at its attempt with the same ClientToken and the same UserData (its
     // bootstrap token derived for the round), as an idempotent RunInstances must; a new round starts from the first.
-    const round = note?.round ?? 0;
-    const token = await bootstraps.issue(id, { script: launchScript(request, launch, { watch: "ec2-spot" }) }, BOOTSTRAP_TTL_MS, `ec2:${round}`);
+    const issue = async (round: number) => {
+      const token = await bootstraps.issue(id, { script: launchScript(request, launch, { watch: "ec2-spot" }) }, BOOTSTRAP_TTL_MS, `ec2:${round}`);
+      return { token, key: await bootstraps.keyOf(token) };
+    };
+    let round = note?.round ?? 0;
+    let { token, key } = await issue(round);
+    const stale = note?.boot !== undefined && deps.now() - (note.issuedAt ?? 0) > BOOTSTRAP_TTL_MS - BOOT_ALLOWANCE_MS;
+    if (note?.boot !== undefined && (note.boot !== key || stale)) {
+      // The attempt in flight was made with another token (a key rotation) or one about to expire: its instance, if it made one, is kept; else a new round.
+      if (note.boot !== key) await bootstraps.revoke(key);
+      if (await settle(kv, label, note, bootstraps, signal)) return "pending";
+      round = note.round + 1;
+      ({ token, key } = await issue(round));
+    }
+    const issuedAt = note?.boot === key && note.round === round ? (note.issuedAt ?? deps.now()) : deps.now();
     const userData = bootUserData(bootstrapUrl, token, runnerProgram(request), settings.download);
     const who = { label, pool: request.pool?.name, instance: deps.instance, backend };
     const attempts = attemptsOf(request.pool);
     let lastNoRoom: Ec2Error | undefined;
-    for (let i = note?.attempt ?? 0; i < attempts.length; i++) {
-      const base: InstanceNote = { id, round, attempt: i, incarnation, createdAt: deps.now() };
+    for (let i = note?.round === round ? note.attempt : 0; i < attempts.length; i++) {
+      const base: InstanceNote = { id, round, attempt: i, incarnation, boot: key, issuedAt, createdAt: deps.now() };
       await putNote(kv, label, base);
       try {
         const body = runBody(who, userData, [opts.template, request.pool?.template], attempts[i]!, await clientToken(deps.instance, id, round, i));
@@ -139,6 +154,11 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
         await putNote(kv, label, { ...base, instanceId: instance.id });
         return "pending";
       } catch (err) {
+        if (err instanceof Ec2Error && err.code === "IdempotentParameterMismatch") {
+          // This attempt's ClientToken was used with other parameters (a new template, a deploy between): never asked again as it is.
+          if (await settle(kv, label, base, bootstraps, signal)) return "pending";
+          throw new BackendError("an earlier request of this attempt had other parameters and made no live instance; asking again in a new round");
+        }
         if (err instanceof Ec2Error && NO_ROOM.has(err.code)) {
           lastNoRoom = err;
           continue;
@@ -156,6 +176,25 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     }
     await putNote(kv, label, { id, round: round + 1, attempt: 0, createdAt: deps.now() });
     throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
+  }
+
+  /**
+   * The attempt `note` names may have made an instance (a lost answer, a deploy between): found by
+   * its ClientToken, it is kept (noted) if live. Else its bootstrap is revoked and the next pass asks
+   * in a new round, with a new token: no refused request is ever repeated.
+   */
+  async function settle(kv: KV, label: string, note: InstanceNote, bootstraps: DriverStores["bootstraps"], signal: AbortSignal): Promise<boolean> {
+    const token = await clientToken(deps.instance, note.id, note.round, note.attempt);
+    const made = await api.describeAll({ Filters: [...tagged(label), { Name: "client-token", Values: [token] }] }, signal);
+    const live = made.find((i) => i.state === "pending" || i.state === "running");
+    if (live) {
+      await putNote(kv, label, { ...note, instanceId: live.id, createdAt: Math.min(deps.now(), Date.parse(live.launchTime) || deps.now()) });
+      return true;
+    }
+    for (const i of made) await api.terminate(i.id, signal);
+    if (note.boot !== undefined) await bootstraps.revoke(note.boot);
+    await putNote(kv, label, { id: note.id, round: note.round + 1, attempt: 0, createdAt: deps.now() });
+    return false;
   }
 
   /** Pending until its claim, with one status read once it should be up: an instance that ended is asked for again. */
@@ -177,47 +216,5 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     throw new BackendError(
       `instance ${instance ? instance.state : "gone"} before the claim${instance?.stateReason ? ` (${instance.stateReason})` : ""}; recreating`,
     );
-  }
-
-  /**
-   * The orphan sweep: this dispatcher's instances of this backend, every page; a list read in part
-   * ends nothing. An instance its cloud took back (StateReason Server.SpotInstanceTermination)
-   * whose assignment had not ended is an interruption nobody reported: handled as one.
-   */
-  async function sweep({ kv, figures }: DriverStores, ask: TickAsk): Promise<{ listed: number; deleted: number }> {
-    const filters = [
-      { Name: `tag:${TAGS.instance}`, Values: [deps.instance] },
-      { Name: `tag:${TAGS.backend}`, Values: [backend] },
-      { Name: "instance-state-name", Values: [...LIVE_STATES, "shutting-down", "terminated"] },
-    ];
-    const listed = await api.describeAll({ Filters: filters }, ask.signal);
-    const noted = new Map<string, { id: string; label: string }>();
-    for (const i of listed) {
-      const label = i.tags[TAGS.assignment];
-      const note = label ? await noteOf(kv, label) : undefined;
-      if (note?.instanceId === i.id) noted.set(i.id, { id: note.id, label: label! });
-    }
-    const records = await ask.records([...noted.values()].map((n) => n.id));
-    for (const i of listed) {
-      const n = noted.get(i.id);
-      if (!n || i.stateReason !== SPOT_TAKEN || records.get(n.id)?.ended !== false || !ask.interrupted) continue;
-      await ask.interrupted(n.id, new Date(deps.now()).toISOString());
-      // Its next request asks for a new instance; the next sweep finds this one noted no more.
-      const note = await noteOf(kv, n.label);
-      if (note) await putNote(kv, n.label, { id: note.id, round: note.round + 1, attempt: 0, createdAt: deps.now() });
-    }
-    const instances = listed.filter((i) => !ENDED_BY_CLOUD.has(i.state));
-    let deleted = 0;
-    for (const i of instances) {
-      const n = noted.get(i.id);
-      const verdict = judgeWorkload({ created: i.launchTime, pool: i.tags[TAGS.pool] }, deps.now(), n, n && records.get(n.id), ask.lifetimes);
-      if (!verdict.delete) continue;
-      await api.terminate(i.id, ask.signal);
-      if (n) await kv.purge(driverNoteKey(backend, n.label));
-      ask.event("orphan_deleted", { assignment: n?.id ?? i.tags[TAGS.assignment] ?? i.id, reason: verdict.reason });
-      deleted++;
-    }
-    await figures.change(backend, (f) => ({ ...f, swept: f.swept + deleted }));
-    return { listed: instances.length, deleted };
   }
 }

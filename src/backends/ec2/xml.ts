@@ -15,6 +15,8 @@ export interface Ec2Instance {
   lifecycle?: string;
   /** Why it changed state, e.g. Server.SpotInstanceTermination. */
   stateReason?: string;
+  /** The ClientToken it was made with: which attempt of which round made it. */
+  clientToken?: string;
   tags: Record<string, string>;
 }
 
@@ -41,6 +43,7 @@ function instanceOf(n: Node): Ec2Instance {
   const subnetId = text(n.subnetId);
   const lifecycle = text(n.instanceLifecycle);
   const stateReason = text(node(n.stateReason).code);
+  const clientToken = text(n.clientToken);
   return {
     id: text(n.instanceId) ?? "",
     type: text(n.instanceType) ?? "",
@@ -49,6 +52,7 @@ function instanceOf(n: Node): Ec2Instance {
     ...(subnetId ? { subnetId } : {}),
     ...(lifecycle ? { lifecycle } : {}),
     ...(stateReason ? { stateReason } : {}),
+    ...(clientToken ? { clientToken } : {}),
     tags,
   };
 }

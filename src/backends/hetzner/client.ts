@@ -48,7 +48,7 @@ export interface HetznerApi {
   /** POST /servers: the server, or a HetznerError with the API's code. */
   create(body: Record<string, unknown>, signal: AbortSignal): Promise<HetznerServer>;
   /** GET /servers?name=: the server of that name, or null. */
-  byName(name: string, signal: AbortSignal): Promise<HetznerServer | null>;
+  byName(name: string, signal: AbortSignal, kind?: CallKind): Promise<HetznerServer | null>;
   get(id: number, signal: AbortSignal): Promise<HetznerServer | null>;
   /** POST /servers/{id}/actions/rebuild: true once asked; false when the server is gone. */
   rebuild(id: number, body: { image: string; user_data: string }, signal: AbortSignal): Promise<boolean>;
@@ -86,9 +86,9 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
       if (res.status === 201) return (await res.json<{ server: HetznerServer }>()).server;
       return refuse("POST", "/servers", res);
     },
-    async byName(name, signal) {
+    async byName(name, signal, kind = "read") {
       const path = `/servers?name=${encodeURIComponent(name)}`;
-      const res = await call("read", "GET", path, signal);
+      const res = await call(kind, "GET", path, signal);
       if (!res.ok) return refuse("GET", path, res);
       return (await res.json<{ servers: HetznerServer[] }>()).servers.find((s) => s.name === name) ?? null;
     },

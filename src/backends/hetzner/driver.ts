@@ -6,10 +6,10 @@ import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
 import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
 import { createNotes, type Notes, type ServerNote } from "./notes.ts";
-import { projectedRemaining, type RateState } from "./rate-budget.ts";
+import { projectedRemaining, type CallKind, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
 import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type Boot, type RebuildCtx } from "./reuse.ts";
-import { createBody, type Candidate } from "./server-body.ts";
+import { bootMark, createBody, isOurs, LABELS, serverName, type Candidate } from "./server-body.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
 
 export interface HetznerSettings {
@@ -60,7 +60,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
   const withStores = <T>(fn: (s: DriverStores & { notes: Notes }) => Promise<T>): Promise<T> => {
     if (!deps.withStores) throw new BackendError("the hetzner driver needs the dispatcher's stores");
     return deps.withStores(async (s) => {
-      const notes = createNotes(s.kv);
+      const notes = createNotes(s.kv, s.readMany);
       if (!budget.loaded) {
         budget.state = (await notes.budget()) ?? budget.state;
         budget.loaded = true;
@@ -91,20 +91,28 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       }),
     accept: (request, signal) => withStores(({ notes, bootstraps, figures }) => acceptWith(notes, bootstraps, figures, request, signal)),
     teardown: (id, signal) =>
-      withStores(async ({ notes }) => {
-        const names = await objectNames(deps.prefix, id);
-        const note = await notes.get(backend, names.label);
-        const serverId = note?.serverId ?? (await api.byName(names.name, signal))?.id;
-        if (serverId === undefined) return;
+      withStores(async ({ notes, bootstraps }) => {
+        const { label } = await objectNames(deps.prefix, id);
+        const note = await notes.get(backend, label);
+        // A create asked and not answered: its bootstrap is revoked, and the server of its name, if any, goes.
+        if (note?.creating !== undefined) await bootstraps.revoke(note.creating);
+        const serverId = note?.serverId ?? (await ownByName(id, signal))?.id;
+        if (serverId === undefined) return note ? notes.remove(backend, label) : undefined;
         // Parked by a teardown cut short, or rebuilt for another job since: not this one's to end.
-        if (note?.reuse !== undefined || !note) {
-          if (!(await ownsServer(notes, backend, names.label, serverId))) return note ? notes.remove(backend, names.label) : undefined;
+        if (note?.reuse !== undefined || note?.serverId === undefined) {
+          if (!(await ownsServer(notes, backend, label, serverId))) return note ? notes.remove(backend, label) : undefined;
         }
-        if (note && (await parkIfWorthIt(notes, backend, note, deps.now()))) return notes.remove(backend, names.label);
+        if (note?.serverId !== undefined && (await parkIfWorthIt(notes, backend, { ...note, serverId }, deps.now()))) return notes.remove(backend, label);
         await removeSoon(serverId, signal);
-        if (note) await notes.remove(backend, names.label, note.serverId);
+        if (note) await notes.remove(backend, label, serverId);
       }),
   };
+
+  /** The server named for assignment `id`, only when it carries this deployment's and backend's labels. */
+  async function ownByName(id: string, signal: AbortSignal, kind: CallKind = "read"): Promise<HetznerServer | undefined> {
+    const found = await api.byName(await serverName(deps.prefix, id, deps.instance, backend), signal, kind);
+    return found && isOurs(found.labels, deps.instance, backend) ? found : undefined;
+  }
 
   /** A delete the budget holds back for a moment (parallel calls spent it) waits for it: a server left running is a bill. */
   async function removeSoon(serverId: number, signal: AbortSignal): Promise<void> {
@@ -136,39 +144,60 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       return { token, userData: bootUserData(bootstrapUrl, token, runnerProgram(request), opts.settings.download) };
     };
     const ctx: RebuildCtx = { api, notes, bootstraps, backend, label: names.label, signal };
-    if (note?.rebuilding !== undefined) {
-      if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding }, boot, deps.now())) return "pending";
+    if (note?.rebuilding !== undefined && note.serverId !== undefined) {
+      if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding, serverId: note.serverId }, boot, deps.now())) return "pending";
       throw new BackendError("its parked server went before its rebuild was answered; asking again");
     }
-    if (note) return lookOnce(notes, names.label, note, signal);
+    if (note?.serverId !== undefined) return lookOnce(notes, names.label, { ...note, serverId: note.serverId }, signal);
+    if (note?.creating !== undefined) {
+      // The last pass asked for a create and lost its answer: the server of the name is adopted if it carries that create's bootstrap.
+      const found = await ownByName(id, signal, "create");
+      if (found && found.labels[LABELS.boot] === (await bootMark(note.creating))) return adoptServer(notes, names.label, found, note);
+      // Else no server will boot from that bootstrap: it is revoked before another is issued, and a server of the name with an older one goes.
+      await bootstraps.revoke(note.creating);
+      if (found) await removeSoon(found.id, signal);
+    }
     const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
     if (deps.now() < fullUntil)
       throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
     const { token, userData } = await boot();
-    const who = { name: names.name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
+    const creating = await bootstraps.keyOf(token);
+    const mark = await bootMark(creating);
+    const name = await serverName(deps.prefix, id, deps.instance, backend);
+    const who = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend, boot: mark };
     const templates = [opts.template, request.pool?.template];
     const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
     const pool = request.pool;
     // What a rebuild of this pool's server starts from: the image its create body names.
     const image = pool?.reuse === "rebuild" ? String(createBody(who, "", templates, candidates[0]).image) : "";
+    const reuseFrom = (paidFrom: number) => (pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom } } : {});
+    // Written before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
+    await notes.put(backend, names.label, { id, createdAt: deps.now(), creating, ...reuseFrom(deps.now()) });
     if (pool?.reuse === "rebuild") {
       // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
       if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData }, deps.now())) return "pending";
     }
     let server: HetznerServer | undefined;
-    let adopted = false;
     let lastNoRoom: HetznerError | undefined;
+    /** A create refused (not sent, or answered 4xx): no server was made, so its bootstrap and note go, and the next pass asks Hetzner nothing first. */
+    const refused = async () => {
+      await bootstraps.revoke(creating);
+      await notes.remove(backend, names.label);
+    };
     for (const candidate of candidates) {
       try {
         server = await api.create(createBody(who, userData, templates, candidate), signal);
         break;
       } catch (err) {
+        if (err instanceof RateBudgetExhausted) await refused();
         if (err instanceof HetznerError && err.code === "uniqueness_error") {
-          // Asked before (an answer lost, a pass that died): the server of that name is this assignment's.
-          server = (await api.byName(names.name, signal)) ?? undefined;
-          if (!server) throw new BackendError("the server's name is taken, but no server of that name is listed; trying again");
-          adopted = true;
-          break;
+          // Asked before (an answer lost, a pass that died): the server of that name is this create's only if it carries its bootstrap.
+          const found = await ownByName(id, signal, "create");
+          if (!found) throw new BackendError("the server's name is taken, but by no server of this deployment's listed; trying again");
+          if (found.labels[LABELS.boot] === mark) return adoptServer(notes, names.label, found, { id, createdAt: deps.now(), ...reuseFrom(deps.now()) });
+          // An earlier create that landed late, its bootstrap revoked: it goes, and the next pass asks again.
+          await removeSoon(found.id, signal);
+          throw new BackendError("a late server of an earlier create held the name (its bootstrap revoked); deleted, asking again");
         }
         if (err instanceof HetznerError && NO_ROOM.has(err.code)) {
           lastNoRoom = err;
@@ -177,21 +206,28 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         if (err instanceof HetznerError && err.code === "resource_limit_exceeded") {
           const until = deps.now() + FULL_RECHECK_MS;
           await figures.change(backend, (f) => ({ ...f, fullTotal: f.fullTotal + 1, fullUntil: until }));
+          await refused();
           throw new ProjectFull("the Hetzner project's server limit is reached: jobs wait until a server is deleted", err.status);
         }
         throw err;
       }
     }
+    if (!server) await refused();
     if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
-    // Our clock times the status read; an adopted server's own age counts from its creation.
-    const createdAt = adopted ? Math.min(deps.now(), Date.parse(server.created) || deps.now()) : deps.now();
-    const reuse = pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom: Date.parse(server.created) || createdAt } } : {};
-    await notes.put(backend, names.label, { id, serverId: server.id, createdAt, ...reuse });
+    await notes.put(backend, names.label, { id, serverId: server.id, createdAt: deps.now(), ...reuseFrom(Date.parse(server.created) || deps.now()) });
+    return "pending";
+  }
+
+  /** The server of this assignment's create, answered to a pass that died: noted, its age from its creation. */
+  async function adoptServer(notes: Notes, label: string, server: HetznerServer, note: ServerNote): Promise<RunnerStatus> {
+    const created = Date.parse(server.created) || deps.now();
+    const reuse = note.reuse ? { reuse: { ...note.reuse, paidFrom: created } } : {};
+    await notes.put(backend, label, { id: note.id, serverId: server.id, createdAt: Math.min(deps.now(), created), ...reuse });
     return "pending";
   }
 
   /** Pending until its claim, with one status read once it should be up: a server that ended is deleted and asked for again. */
-  async function lookOnce(notes: Notes, label: string, note: ServerNote, signal: AbortSignal): Promise<RunnerStatus> {
+  async function lookOnce(notes: Notes, label: string, note: ServerNote & { serverId: number }, signal: AbortSignal): Promise<RunnerStatus> {
     if (note.ready) return "ready";
     if (note.checked || deps.now() - note.createdAt < STATUS_READ_AFTER_MS) return "pending";
     const server = await api.get(note.serverId, signal);

@@ -4,14 +4,21 @@
 // (reuse: "rebuild"), and the project's rate budget, so that every invocation spends the same one.
 import type { KV } from "@nats-io/kv";
 import { driverBudgetKey, driverNoteKey, driverServerKey, parkedKey, parkedPrefix } from "../../nats/names.ts";
-import { deleteAtRevision, readJson } from "../../state/kv.ts";
+import { deleteAtRevision, manyReader, readJson, type ReadMany } from "../../state/kv.ts";
 import type { RateState } from "./rate-budget.ts";
 
 export interface ServerNote {
   /** The assignment's id (the note is kept under its label, kubernetes/names.ts objectNames). */
   id: string;
-  serverId: number;
-  /** Epoch ms the server was asked for (created, adopted or rebuilt) for this assignment. */
+  /** Absent while a create is asked and not answered (`creating`). */
+  serverId?: number;
+  /**
+   * A create asked, its answer not (yet) read: the key of the one-time bootstrap in its user_data,
+   * written before the create. The pass after adopts the server of its name only when that server
+   * carries this bootstrap's mark (server-body.ts bootMark); else it revokes it before issuing another.
+   */
+  creating?: string;
+  /** Epoch ms the server was asked for (created, adopted or rebuilt) for this assignment: its job's lifetime counts from here. */
   createdAt: number;
   /** Its one status read was made (the claim is the usual sign that it is up). */
   checked?: boolean;
@@ -52,17 +59,31 @@ export interface Notes {
   parked(backend: string, pool?: string): Promise<{ key: string; revision: number; value: Parked }[]>;
   /** Takes a parked server: true for the one caller whose delete lands at the revision read. */
   take(key: string, revision: number): Promise<boolean>;
+  /** For the sweep: which label each server runs, and the note of each label, read in batches. */
+  runsOf(backend: string, serverIds: readonly number[]): Promise<Map<number, string>>;
+  notesOf(backend: string, labels: readonly string[]): Promise<Map<string, ServerNote>>;
   budget(): Promise<RateState | undefined>;
   saveBudget(state: RateState): Promise<void>;
 }
 
-export function createNotes(kv: KV): Notes {
+export function createNotes(kv: KV, readMany?: ReadMany): Notes {
+  const many = manyReader(kv, readMany);
   return {
+    async runsOf(backend, serverIds) {
+      const keys = new Map(serverIds.map((id) => [driverServerKey(backend, id), id]));
+      const found = await many<{ label: string }>([...keys.keys()]);
+      return new Map([...found].map(([k, v]) => [keys.get(k)!, v.label]));
+    },
+    async notesOf(backend, labels) {
+      const keys = new Map(labels.map((l) => [driverNoteKey(backend, l), l]));
+      const found = await many<ServerNote>([...keys.keys()]);
+      return new Map([...found].map(([k, v]) => [keys.get(k)!, v]));
+    },
     async get(backend, label) {
       return (await readJson<ServerNote>(kv, driverNoteKey(backend, label)))?.value;
     },
     async put(backend, label, note) {
-      await kv.put(driverServerKey(backend, note.serverId), JSON.stringify({ label }));
+      if (note.serverId !== undefined) await kv.put(driverServerKey(backend, note.serverId), JSON.stringify({ label }));
       await kv.put(driverNoteKey(backend, label), JSON.stringify(note));
     },
     async remove(backend, label, serverId) {

@@ -54,7 +54,12 @@ export async function takeParked(c: RebuildCtx, pool: string, base: Omit<ServerN
  * the server has not taken that rebuild's bootstrap, it is revoked and the server rebuilt with a new
  * one; if it has, the server is booting this assignment's runner. False when the server is gone.
  */
-export async function resumeRebuild(c: RebuildCtx, note: ServerNote & { rebuilding: string }, boot: () => Promise<Boot>, now: number): Promise<boolean> {
+export async function resumeRebuild(
+  c: RebuildCtx,
+  note: ServerNote & { rebuilding: string; serverId: number },
+  boot: () => Promise<Boot>,
+  now: number,
+): Promise<boolean> {
   const { rebuilding: _asked, ...done } = note;
   if (!(await c.bootstraps.revoke(note.rebuilding))) {
     await c.notes.put(c.backend, c.label, done);
@@ -63,14 +68,21 @@ export async function resumeRebuild(c: RebuildCtx, note: ServerNote & { rebuildi
   return rebuildFor(c, { ...done, createdAt: now }, await boot());
 }
 
-/** The note (naming the bootstrap) is written before the rebuild is asked, and cleared once it is answered. */
-async function rebuildFor(c: RebuildCtx, note: ServerNote, boot: Boot): Promise<boolean> {
-  await c.notes.put(c.backend, c.label, { ...note, rebuilding: await c.bootstraps.keyOf(boot.token) });
+/**
+ * The note (naming the bootstrap) is written before the rebuild is asked, and cleared once it is
+ * answered. A server gone meanwhile leaves the note as a create's (`creating`): the pass after
+ * revokes that bootstrap before it issues another.
+ */
+async function rebuildFor(c: RebuildCtx, note: ServerNote & { serverId: number }, boot: Boot): Promise<boolean> {
+  const key = await c.bootstraps.keyOf(boot.token);
+  await c.notes.put(c.backend, c.label, { ...note, rebuilding: key });
   if (await c.api.rebuild(note.serverId, { image: note.reuse!.image, user_data: boot.userData }, c.signal)) {
     await c.notes.put(c.backend, c.label, note);
     return true;
   }
-  await c.notes.remove(c.backend, c.label, note.serverId);
+  const { serverId, ...rest } = note;
+  await c.notes.unindex(c.backend, serverId);
+  await c.notes.put(c.backend, c.label, { ...rest, creating: key });
   return false;
 }
 
@@ -84,7 +96,7 @@ export async function ownsServer(notes: Notes, backend: string, label: string, s
 }
 
 /** At its job's end: parked for the pool's next job while its hour lasts, or deleted. True when parked. */
-export async function parkIfWorthIt(notes: Notes, backend: string, note: ServerNote, now: number): Promise<boolean> {
+export async function parkIfWorthIt(notes: Notes, backend: string, note: ServerNote & { serverId: number }, now: number): Promise<boolean> {
   if (!note.reuse || hourLeft(note.reuse.paidFrom, now) <= PARK_MIN_LEFT_MS) return false;
   // A parked server runs no assignment: its index goes first, so that it is never both.
   await notes.unindex(backend, note.serverId);

@@ -3,6 +3,7 @@
 // name, its labels, user_data), which no template may change. Checked against Hetzner's own API
 // description, as the real API would check it.
 import { checkAgainst } from "../api-schema.ts";
+import { objectNames } from "../kubernetes/names.ts";
 import hcloud from "./upstream/hcloud-servers.json" with { type: "json" };
 
 /** What a template (VM_TEMPLATE, a named backend's, a pool's) may set of the create body. */
@@ -11,7 +12,14 @@ export const TEMPLATE_FIELDS = ["server_type", "image", "location", "ssh_keys", 
 const OURS = ["name", "user_data", "start_after_create"];
 
 /** Label keys the dispatcher owns on its servers; a template's label of the same key is refused. */
-export const LABELS = { managedBy: "managed-by", assignment: "gdr-assignment", pool: "gdr-pool", instance: "gdr-instance", backend: "gdr-backend" } as const;
+export const LABELS = {
+  managedBy: "managed-by",
+  assignment: "gdr-assignment",
+  pool: "gdr-pool",
+  instance: "gdr-instance",
+  backend: "gdr-backend",
+  boot: "gdr-boot",
+} as const;
 export const MANAGED_BY = "gitea-edge-dispatcher";
 
 /** A pool's placement: its server_type and location (the keys CANDIDATE_KEYS). */
@@ -28,6 +36,8 @@ export interface ServerIdentity {
   instance: string;
   /** The backend it is for: two backends of one dispatcher in one project sweep their own. */
   backend: string;
+  /** The mark of the bootstrap in its user_data (bootMark): which of an assignment's creates a server is. */
+  boot?: string | undefined;
 }
 
 type Body = Record<string, unknown>;
@@ -61,8 +71,30 @@ export function ownLabels(who: ServerIdentity): Record<string, string> {
     [LABELS.backend]: who.backend,
     [LABELS.assignment]: who.label,
     ...(who.pool ? { [LABELS.pool]: who.pool } : {}),
+    ...(who.boot ? { [LABELS.boot]: who.boot } : {}),
   };
 }
+
+/** Whether a listed or named server is this deployment's and this backend's: no other is ever adopted, parked, rebuilt or deleted. */
+export const isOurs = (labels: Record<string, string>, instance: string, backend: string) =>
+  labels[LABELS.managedBy] === MANAGED_BY && labels[LABELS.instance] === instance && labels[LABELS.backend] === backend;
+
+const hex = async (text: string, chars: number) =>
+  Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text))), (b) => b.toString(16).padStart(2, "0"))
+    .join("")
+    .slice(0, chars);
+
+/**
+ * A server's name: the assignment's (kubernetes/names.ts objectNames) under a prefix that carries
+ * a hash of the deployment and backend, so that two deployments in one project whose job ids
+ * overlap never ask for the same name.
+ */
+export async function serverName(prefix: string, id: string, instance: string, backend: string): Promise<string> {
+  return (await objectNames(`${prefix}-${await hex(`${instance}\n${backend}`, 6)}`, id)).name;
+}
+
+/** A label value that tells one bootstrap from another (a hash of its key, itself a hash: no secret). */
+export const bootMark = (bootstrapKey: string) => hex(bootstrapKey, 16);
 
 /** The label selector of every server of this dispatcher's instance (the orphan sweep's list). */
 export const instanceSelector = (instance: string) => `${LABELS.managedBy}=${MANAGED_BY},${LABELS.instance}=${instance}`;

@@ -1,12 +1,14 @@
 // The hetzner driver's orphan sweep, on every cron tick: it lists this dispatcher's servers (its
 // instance's label selector, every page) and deletes those nothing needs: a server whose
 // assignment has ended (its teardown failed), one unknown past a grace, and any server older than
-// its pool's maxLifetimeMs. A list not read to its end deletes nothing: what is missing from it is not gone.
-import { judgeWorkload, lifetimeOf, type SweepVerdict } from "../cloud-sweep.ts";
+// its pool's maxLifetimeMs (counted from its current job's start). A server its note does not name
+// yet, of a live assignment (a create answered to a Worker that died), is adopted, never deleted as
+// unknown. A list not read to its end deletes nothing: what is missing from it is not gone.
+import { judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import type { HetznerApi, HetznerServer } from "./client.ts";
-import type { Notes } from "./notes.ts";
-import { instanceSelector, LABELS } from "./server-body.ts";
+import type { Notes, ServerNote } from "./notes.ts";
+import { bootMark, instanceSelector, isOurs, LABELS } from "./server-body.ts";
 import { hourLeft, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
 
 /** A parked server goes before its next paid hour begins, and at its lifetime. */
@@ -21,10 +23,28 @@ export function judgeParked(server: HetznerServer, now: number, paidFrom: number
 export const judgeServer = (
   server: HetznerServer,
   now: number,
-  noted: { id: string } | undefined,
+  known: Known | undefined,
   record: { ended: boolean } | undefined,
   lifetimes: ReadonlyMap<string, number>,
-) => judgeWorkload({ created: server.created, pool: server.labels[LABELS.pool] }, now, noted, record, lifetimes);
+) => judgeWorkload({ created: server.created, pool: server.labels[LABELS.pool] }, now, known, record, lifetimes);
+
+/** How many deletes run at once (each one connection of the invocation's six). */
+export const SWEEP_PARALLEL = 4;
+
+/**
+ * What the sweep knows of a listed server from the notes: noted (its note names it), adoptable (its
+ * assignment's create was asked and the server carries that create's bootstrap mark, or there is no
+ * note and its label is a plain assignment id), or superseded (its note names another server).
+ */
+export function knowServer(s: HetznerServer, label: string | undefined, note: ServerNote | undefined, mark: string | undefined): Known | undefined {
+  if (!label) return undefined;
+  if (note?.serverId === s.id) return { id: note.id, how: "noted", since: note.createdAt };
+  if (note && note.serverId === undefined && note.creating !== undefined && mark !== undefined && s.labels[LABELS.boot] === mark)
+    return { id: note.id, how: "adoptable" };
+  if (note) return { id: note.id, how: "superseded" };
+  // No note at all (it was never written): a plain label is the assignment's id itself (objectNames).
+  return label.includes("--") ? undefined : { id: label, how: "adoptable" };
+}
 
 export async function sweepServers(
   api: HetznerApi,
@@ -36,29 +56,56 @@ export async function sweepServers(
 ): Promise<{ listed: number; deleted: number }> {
   // Throws when any page fails: then nothing is deleted.
   // Its list spends the budget as a create does: it is what finds the servers to delete.
-  const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => s.labels[LABELS.backend] === backend);
+  const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => isOurs(s.labels, instance, backend));
   const parked = new Map((await notes.parked(backend)).map((p) => [p.value.serverId, p]));
-  const noted = new Map<number, { id: string; label: string }>();
-  for (const s of servers) {
-    if (parked.has(s.id)) continue;
-    // The assignment it runs now: its name's, or, rebuilt for another job (reuse), that job's.
-    const label = (await notes.runs(backend, s.id)) ?? s.labels[LABELS.assignment];
-    const note = label ? await notes.get(backend, label) : undefined;
-    if (note && note.serverId === s.id) noted.set(s.id, { id: note.id, label: label! });
+  const live = servers.filter((s) => !parked.has(s.id));
+  // The assignment each runs now: its name's, or, rebuilt for another job (reuse), that job's.
+  const runs = await notes.runsOf(
+    backend,
+    live.map((s) => s.id),
+  );
+  const labelOf = (s: HetznerServer) => runs.get(s.id) ?? s.labels[LABELS.assignment];
+  const noteOf = await notes.notesOf(backend, [...new Set(live.flatMap((s) => labelOf(s) ?? []))]);
+  const marks = new Map<string, string>();
+  for (const n of noteOf.values()) if (n.creating) marks.set(n.creating, await bootMark(n.creating));
+  const known = new Map<number, Known & { label: string }>();
+  for (const s of live) {
+    const label = labelOf(s);
+    const note = label ? noteOf.get(label) : undefined;
+    const k = knowServer(s, label, note, note?.creating ? marks.get(note.creating) : undefined);
+    if (k) known.set(s.id, { ...k, label: label! });
   }
-  const records = await ask.records([...noted.values()].map((n) => n.id));
-  let deleted = 0;
+  const records = await ask.records([...new Set([...known.values()].map((n) => n.id))]);
+  const doomed: { s: HetznerServer; reason: string; p?: { key: string; revision: number }; n?: Known & { label: string } }[] = [];
   for (const s of servers) {
     const p = parked.get(s.id);
-    const n = noted.get(s.id);
+    const n = known.get(s.id);
     const verdict = p ? judgeParked(s, now(), p.value.paidFrom, ask.lifetimes) : judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
-    if (!verdict.delete) continue;
-    // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
-    if (p && !(await notes.take(p.key, p.revision))) continue;
-    await api.remove(s.id, ask.signal);
-    if (n) await notes.remove(backend, n.label, s.id);
-    ask.event("orphan_deleted", { assignment: n?.id ?? s.name, reason: verdict.reason });
-    deleted++;
+    if (verdict.delete) doomed.push({ s, reason: verdict.reason, ...(p ? { p } : {}), ...(n ? { n } : {}) });
+    else if (verdict.adopt && n) await adopt(notes, backend, s, n, noteOf.get(n.label), now());
   }
+  let deleted = 0;
+  // Each delete within its own bound, a few at once, until the tick's time is spent: what is done stays done.
+  const next = async (): Promise<void> => {
+    for (let d = doomed.shift(); d && now() < ask.deadline; d = doomed.shift()) {
+      // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
+      if (d.p && !(await notes.take(d.p.key, d.p.revision))) continue;
+      await ask.call((signal) => api.remove(d.s.id, signal));
+      // The note goes only if it still names this server (a superseded server's note is another's).
+      if (d.n?.how === "noted") await notes.remove(backend, d.n.label, d.s.id);
+      ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
+      deleted++;
+    }
+  };
+  const results = await Promise.allSettled(Array.from({ length: SWEEP_PARALLEL }, next));
+  const failed = results.find((r) => r.status === "rejected");
+  if (failed && !deleted) throw (failed as PromiseRejectedResult).reason;
   return { listed: servers.length, deleted };
+}
+
+/** A server whose note was never written, of a live assignment: noted now, its job's lifetime counted from its creation. */
+async function adopt(notes: Notes, backend: string, s: HetznerServer, n: Known & { label: string }, note: ServerNote | undefined, now: number) {
+  const created = Math.min(now, Date.parse(s.created) || now);
+  const reuse = note?.reuse ? { reuse: { ...note.reuse, paidFrom: Date.parse(s.created) || note.reuse.paidFrom } } : {};
+  await notes.put(backend, n.label, { id: n.id, serverId: s.id, createdAt: created, ...reuse });
 }
