@@ -85,6 +85,27 @@ describe("hetzner driver faults", () => {
     expect((await s.state()).servers.map((v) => v.labels)).toEqual([foreign]);
   });
 
+  it("two deployments in one project whose job ids overlap: each makes, sweeps and tears down its own server, never the other's", async () => {
+    const prod = await scene();
+    const staging = await hetznerScene({ PUBLIC_URL: "https://staging.example.org" }, { base: prod.base });
+    scenes.push(staging);
+    for (const d of [prod, staging]) expect(await d.driver.accept(request("gitea-7-1"), within())).toBe("pending");
+    const servers = (await prod.state()).servers;
+    expect(servers).toHaveLength(2);
+    expect(new Set(servers.map((v) => v.name)).size).toBe(2);
+    expect(new Set(servers.map((v) => v.labels["gdr-instance"])).size).toBe(2);
+    // Production's job ended; staging's runs. Production's teardown, retried without its note, and its sweep leave staging's alone.
+    await prod.driver.teardown("gitea-7-1", within());
+    await prod.driver.teardown("gitea-7-1", within());
+    prod.clock.t += 2 * ORPHAN_GRACE_MS;
+    await prod.sweep(new Map([["gitea-7-1", { ended: true }]]));
+    const left = (await prod.state()).servers;
+    expect(left.map((v) => v.labels["gdr-instance"])).toEqual([deploymentInstance(staging.config.stream, staging.config.publicUrl)]);
+    // Staging's next pass still finds its own server by its note.
+    expect(await staging.driver.accept(request("gitea-7-1"), within())).toBe("pending");
+    expect((await prod.state()).servers).toHaveLength(1);
+  });
+
   it("the first candidate unavailable, the second full of placements: the third is made in the same pass", async () => {
     const s = await scene();
     await s.ctl("mode", { unavailable: [{ server_type: "cx22", location: "fsn1" }], placementError: [{ location: "nbg1" }] });

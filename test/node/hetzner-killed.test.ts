@@ -130,6 +130,51 @@ describe("the hetzner driver killed at any await", () => {
     }
   });
 
+  it("a create whose note was never written, its job claimed before any later pass: the sweep adopts its server (never deletes it under the job), which goes when the assignment ends", async () => {
+    const calls = await callsOf(
+      async () => undefined,
+      (s) => s.driver.accept(plain("c-1"), within()),
+    );
+    for (const mode of MODES) {
+      for (let at = 1; at <= calls; at++) {
+        const { s, run } = await killable();
+        await run(at, mode, () => s.driver.accept(plain("c-1"), within()));
+        // No pass after: a runner claimed the job, and a claimed job never asks the driver again.
+        const made = (await s.state()).servers.map((v) => v.id);
+        expect(await afterSweep(s, ["c-1"], []), `${mode} ${at}`).toHaveLength(made.length);
+        if (made.length) expect((await createNotes(s.stores.kv).get("pod", "c-1"))?.serverId, `${mode} ${at}`).toBe(made[0]);
+        expect(await afterSweep(s, [], ["c-1"]), `${mode} ${at}`).toEqual([]);
+      }
+    }
+  });
+
+  it("a create whose answer was lost, then a server parked for the pool: the pass after adopts its own create's server, and only the noted server can boot the job", async () => {
+    const parkOne = async (s: HetznerScene) => {
+      await s.driver.accept(request("p-1"), within());
+      await s.driver.teardown("p-1", within());
+    };
+    const calls = await callsOf(
+      async () => undefined,
+      (s) => s.driver.accept(request("b-1"), within()),
+    );
+    for (const mode of MODES) {
+      for (let at = 1; at <= calls; at++) {
+        const { s, run } = await killable();
+        await run(at, mode, () => s.driver.accept(request("b-1"), within()));
+        await parkOne(s);
+        expect(await acceptAgain(s, request("b-1")), `${mode} ${at}`).toBe("pending");
+        const noted = (await createNotes(s.stores.kv).get("pod", "b-1"))?.serverId;
+        expect(await bootableFor(s, "b-1"), `${mode} ${at}`).toEqual([noted]);
+        const servers = await afterSweep(s, ["b-1"], ["p-1"]);
+        expect(
+          servers.map((v) => v.id),
+          `${mode} ${at}`,
+        ).toContain(noted);
+        await bootsFor(s, servers.find((v) => v.id === noted)!.userData, "b-1");
+      }
+    }
+  });
+
   it("a parked server's take and rebuild: the pass after and the sweep leave one server, booting the new job's bootstrap, never the last job's", async () => {
     const park = async (s: HetznerScene) => {
       await s.driver.accept(request("p-1"), within());

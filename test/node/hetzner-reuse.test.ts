@@ -97,6 +97,30 @@ describe("reuse: rebuild", () => {
     expect(await createNotes(s.stores.kv).parked("pod")).toEqual([]);
   });
 
+  it("a job on a reused server may run its pool's maxLifetimeMs from its own start, whatever the server's age", async () => {
+    const s = await scene();
+    const lifetimes = new Map([["small", 6 * HOUR]]);
+    // A server made 5 h 36 min ago, parked with 24 minutes of its hour left, taken for the next job.
+    const age = 5 * HOUR + 36 * 60_000;
+    await s.ctl("clock", { advanceMs: -age });
+    s.clock.t = Date.now() - age;
+    await s.driver.accept(request("a-1"), within());
+    await s.ctl("clock", { advanceMs: age });
+    s.clock.t = Date.now();
+    await s.driver.teardown("a-1", within());
+    expect(await s.driver.accept(request("b-1"), within())).toBe("pending");
+    const live = new Map([["b-1", { ended: false }]]);
+    // 35 minutes into the job: the server is 6 h 11 min old, the job far within its 6 hours.
+    s.clock.t += 35 * 60_000;
+    expect((await s.sweep(live, lifetimes)).events).toEqual([]);
+    s.clock.t += 6 * HOUR - 35 * 60_000 + ORPHAN_GRACE_MS - 60_000;
+    expect((await s.sweep(live, lifetimes)).events).toEqual([]);
+    // Past the job's own lifetime (and the grace): it goes.
+    s.clock.t += 2 * 60_000;
+    expect((await s.sweep(live, lifetimes)).events).toEqual([{ event: "orphan_deleted", assignment: "b-1", reason: "older than its lifetime (360 min)" }]);
+    expect((await s.state()).servers).toEqual([]);
+  });
+
   it("two takers with the same read of the parked list: the one whose compare-and-set lands rebuilds, the other gets nothing", async () => {
     const s = await scene();
     s.clock.t = Date.now();
