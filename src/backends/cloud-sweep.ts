@@ -62,3 +62,8 @@ export function judgeWorkload(
 export function lifetimeOf(pool: string | undefined, lifetimes: ReadonlyMap<string, number>): number {
   return (pool !== undefined && lifetimes.get(pool)) || DEFAULT_LIFETIME_MS;
 }
+
+/** Runs the writes a sweep decided (notes of adopted workloads) a batch at a time: never one round trip after another for a long list. */
+export async function inBatches(work: readonly (() => Promise<unknown>)[], size = 32): Promise<void> {
+  for (let i = 0; i < work.length; i += size) await Promise.all(work.slice(i, i + size).map((w) => w()));
+}

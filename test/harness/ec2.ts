@@ -8,7 +8,7 @@ import type { DriverStores } from "../../src/backends/driver-module.ts";
 import { closeNats, openNats } from "../../src/nats/connection.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { createBootstraps } from "../../src/state/bootstraps.ts";
-import { bindBucket } from "../../src/state/kv.ts";
+import { bindBucket, readManyJson, type ReadMany } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
@@ -62,7 +62,7 @@ export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneW
   const clock = { t: Date.now() };
   const stores: DriverStores = {
     kv,
-    readMany: wrap.readMany,
+    readMany: (wrap.readMany ?? ((r: ReadMany) => r))((keys) => readManyJson(handle, recordsBucket(config), keys)),
     bootstraps: createBootstraps(kv, new Uint8Array(32).fill(9), () => clock.t),
     figures: createDriverFigures(kv),
   };

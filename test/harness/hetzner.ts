@@ -9,7 +9,7 @@ import type { DriverStores } from "../../src/backends/driver-module.ts";
 import { closeNats, openNats } from "../../src/nats/connection.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { createBootstraps } from "../../src/state/bootstraps.ts";
-import { bindBucket } from "../../src/state/kv.ts";
+import { bindBucket, readManyJson, type ReadMany } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
@@ -47,8 +47,8 @@ export interface SceneWrap {
   kv?: (kv: KV) => KV;
   /** Another scene's project or account (its `base`): two deployments in one. */
   base?: string;
-  /** The records bucket's batch reader the dispatcher gives drivers (readManyJson); none: keys are read a few at a time. */
-  readMany?: DriverStores["readMany"];
+  /** Around the records bucket's batch reader (readManyJson), which the dispatcher gives drivers. */
+  readMany?: (real: ReadMany) => ReadMany;
 }
 
 /** Runs a cloud driver's orphan sweep as the cron tick does; `records` answers what the dispatcher's records would. */
@@ -103,7 +103,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
   const clock = { t: Date.now(), real: false };
   const stores: DriverStores = {
     kv,
-    readMany: wrap.readMany,
+    readMany: (wrap.readMany ?? ((r: ReadMany) => r))((keys) => readManyJson(handle, recordsBucket(config), keys)),
     bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t),
     figures: createDriverFigures(kv),
   };

@@ -7,7 +7,7 @@
 import type { KV } from "@nats-io/kv";
 import { driverNoteKey } from "../../nats/names.ts";
 import { manyReader } from "../../state/kv.ts";
-import { judgeWorkload, type Known } from "../cloud-sweep.ts";
+import { inBatches, judgeWorkload, type Known } from "../cloud-sweep.ts";
 import type { DriverStores, TickAsk } from "../driver-module.ts";
 import type { Ec2Api } from "./client.ts";
 import type { InstanceNote } from "./driver.ts";
@@ -66,15 +66,17 @@ export async function sweepInstances(c: Ec2SweepCtx, { kv, readMany, figures }: 
     if (note) await c.putNote(kv, n.label, { id: note.id, round: note.round + 1, attempt: 0, createdAt: c.now() });
   }
   const doomed: { i: Ec2Instance; reason: string; n?: Known & { label: string } }[] = [];
+  const adopted: (() => Promise<void>)[] = [];
   for (const i of listed.filter((x) => !ENDED_BY_CLOUD.has(x.state))) {
     const n = known.get(i.id);
     const verdict = judgeWorkload({ created: i.launchTime, pool: i.tags[TAGS.pool] }, c.now(), n, n && records.get(n.id), ask.lifetimes);
     if (verdict.delete) doomed.push({ i, reason: verdict.reason, ...(n ? { n } : {}) });
     else if (verdict.adopt && n) {
       const note = noteOf(n.label) ?? { id: n.id, round: 0, attempt: 0, createdAt: c.now() };
-      await c.putNote(kv, n.label, { ...note, instanceId: i.id, createdAt: Math.min(c.now(), Date.parse(i.launchTime) || c.now()) });
+      adopted.push(() => c.putNote(kv, n.label, { ...note, instanceId: i.id, createdAt: Math.min(c.now(), Date.parse(i.launchTime) || c.now()) }));
     }
   }
+  await inBatches(adopted);
   let deleted = 0;
   // Each terminate within its own bound, a few at once, until the tick's time is spent: what is done stays done.
   const next = async (): Promise<void> => {

@@ -4,7 +4,7 @@
 // its pool's maxLifetimeMs (counted from its current job's start). A server its note does not name
 // yet, of a live assignment (a create answered to a Worker that died), is adopted, never deleted as
 // unknown. A list not read to its end deletes nothing: what is missing from it is not gone.
-import { judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
+import { inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import type { HetznerApi, HetznerServer } from "./client.ts";
 import type { Notes, ServerNote } from "./notes.ts";
@@ -77,13 +77,15 @@ export async function sweepServers(
   }
   const records = await ask.records([...new Set([...known.values()].map((n) => n.id))]);
   const doomed: { s: HetznerServer; reason: string; p?: { key: string; revision: number }; n?: Known & { label: string } }[] = [];
+  const adopted: (() => Promise<void>)[] = [];
   for (const s of servers) {
     const p = parked.get(s.id);
     const n = known.get(s.id);
     const verdict = p ? judgeParked(s, now(), p.value.paidFrom, ask.lifetimes) : judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
     if (verdict.delete) doomed.push({ s, reason: verdict.reason, ...(p ? { p } : {}), ...(n ? { n } : {}) });
-    else if (verdict.adopt && n) await adopt(notes, backend, s, n, noteOf.get(n.label), now());
+    else if (verdict.adopt && n) adopted.push(() => adopt(notes, backend, s, n, noteOf.get(n.label), now()));
   }
+  await inBatches(adopted);
   let deleted = 0;
   // Each delete within its own bound, a few at once, until the tick's time is spent: what is done stays done.
   const next = async (): Promise<void> => {
