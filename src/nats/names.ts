@@ -133,6 +133,8 @@ export const DRIVER_NOTE_PREFIX = "dn";
 
 /** Which assignment (by label) a driver's server runs now: a rebuilt server runs another than its name says. */
 export const driverServerKey = (backend: string, serverId: number) => `${DRIVER_NOTE_PREFIX}-srv.${backend}.${serverId}`;
+/** Every server index key of `backend` (a pattern for kv.keys). */
+export const driverServerKeys = (backend: string) => `${DRIVER_NOTE_PREFIX}-srv.${backend}.*`;
 /** A finished server kept for its pool's next job within its paid hour (reuse: "rebuild"). */
 export const parkedKey = (backend: string, pool: string, serverId: number) => `${DRIVER_NOTE_PREFIX}-park.${backend}.${pool}.${serverId}`;
 export const parkedPrefix = (backend: string, pool?: string) => `${DRIVER_NOTE_PREFIX}-park.${backend}.${pool ?? "*"}`;

@@ -47,18 +47,15 @@ export type ReadMany = (keys: readonly string[]) => Promise<Map<string, { value:
 /** Keys read in one request when a batch reader is given, else a few at a time: never one round trip per key. */
 export const MANY_AT_ONCE = 32;
 
-/** A reader of many keys' values (a missing or deleted key is absent from its answer). */
+/** A reader of many keys' values and revisions (a missing or deleted key is absent from its answer). */
 export function manyReader(kv: KV, readMany?: ReadMany) {
-  return async <T>(keys: readonly string[]): Promise<Map<string, T>> => {
-    const out = new Map<string, T>();
-    if (readMany) {
-      for (const [k, v] of await readMany(keys)) out.set(k, v.value as T);
-      return out;
-    }
+  return async <T>(keys: readonly string[]): Promise<Map<string, Versioned<T>>> => {
+    if (readMany) return (await readMany(keys)) as Map<string, Versioned<T>>;
+    const out = new Map<string, Versioned<T>>();
     for (let i = 0; i < keys.length; i += MANY_AT_ONCE) {
       const chunk = keys.slice(i, i + MANY_AT_ONCE);
       const read = await Promise.all(chunk.map((k) => readJson<T>(kv, k)));
-      read.forEach((r, j) => r && out.set(chunk[j]!, r.value));
+      read.forEach((r, j) => r && out.set(chunk[j]!, r));
     }
     return out;
   };

@@ -106,6 +106,25 @@ describe("hetzner driver faults", () => {
     expect((await prod.state()).servers).toHaveLength(1);
   });
 
+  it("a teardown and a sweep that both judge a server done: it is deleted once, whichever claims its note first, and a teardown retried after adds nothing", async () => {
+    const s = await scene();
+    for (let round = 0; round < 6; round++) {
+      const id = `twice-${round}`;
+      await s.driver.accept(request(id), within());
+      const [server] = (await s.state()).servers;
+      const ended = new Map([[id, { ended: true }]]);
+      const racers = [s.driver.teardown(id, within()), s.sweep(ended)];
+      if (round % 2) racers.reverse();
+      await Promise.allSettled(racers);
+      await s.driver.teardown(id, within()).catch(() => undefined);
+      await s.sweep(ended);
+      const deletes = (await s.state()).requests.filter((r) => r.method === "DELETE" && r.path.endsWith(`/${server!.id}`));
+      if (deletes.length !== 1) console.log(JSON.stringify((await s.state()).requests.slice(-12).map((r) => `${r.method} ${r.path}${r.query}`)));
+      expect(deletes, `round ${round}`).toHaveLength(1);
+      expect((await s.state()).servers).toEqual([]);
+    }
+  });
+
   it("the first candidate unavailable, the second full of placements: the third is made in the same pass", async () => {
     const s = await scene();
     await s.ctl("mode", { unavailable: [{ server_type: "cx22", location: "fsn1" }], placementError: [{ location: "nbg1" }] });

@@ -50,7 +50,7 @@ export async function sweepInstances(c: Ec2SweepCtx, { kv, readMany, figures }: 
   const listed = await c.api.describeAll({ Filters: filters }, ask.signal);
   const labels = [...new Set(listed.flatMap((i) => i.tags[TAGS.assignment] ?? []))];
   const found = await manyReader(kv, readMany)<InstanceNote>(labels.map((l) => driverNoteKey(c.backend, l)));
-  const noteOf = (label: string | undefined) => (label ? found.get(driverNoteKey(c.backend, label)) : undefined);
+  const noteOf = (label: string | undefined) => (label ? found.get(driverNoteKey(c.backend, label))?.value : undefined);
   const known = new Map<string, Known & { label: string }>();
   for (const i of listed) {
     const k = await knowInstance(i, noteOf(i.tags[TAGS.assignment]), c.instance);

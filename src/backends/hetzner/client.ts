@@ -5,7 +5,9 @@
 // RateLimit-* headers update the budget, and a call the budget does not allow is not made.
 import { BackendError } from "../../domain/backend.ts";
 import { bearerFetch, drain } from "../bearer-fetch.ts";
-import { mayCall, readRateHeaders, type CallKind, type RateState } from "./rate-budget.ts";
+import { localGate, RateBudgetExhausted, readRateHeaders, type CallKind, type RateGate, type RateState } from "./rate-budget.ts";
+
+export { RateBudgetExhausted };
 
 export interface HetznerOptions {
   /** HCLOUD_API_URL, without a trailing slash. */
@@ -13,7 +15,8 @@ export interface HetznerOptions {
   token: string;
   fetch?: typeof fetch;
   now?: () => number;
-  /** Where the budget is kept between calls (and, by the caller, between isolates). */
+  /** Where the budget is kept between calls: the shared record (shared-budget.ts), else this holder (one invocation's). */
+  gate?: RateGate;
   budget?: { state: RateState | undefined };
 }
 
@@ -35,16 +38,9 @@ export class HetznerError extends BackendError {
   }
 }
 
-/** The budget does not allow the call now; `retryAt` is when it will. */
-export class RateBudgetExhausted extends BackendError {
-  readonly retryAt: number;
-  constructor(retryAt: number) {
-    super(`Hetzner rate budget spent until ${new Date(retryAt).toISOString()}`, 429);
-    this.retryAt = retryAt;
-  }
-}
-
 export interface HetznerApi {
+  /** The rate budget its calls spend. */
+  gate: RateGate;
   /** POST /servers: the server, or a HetznerError with the API's code. */
   create(body: Record<string, unknown>, signal: AbortSignal): Promise<HetznerServer>;
   /** GET /servers?name=: the server of that name, or null. */
@@ -64,23 +60,23 @@ export interface HetznerApi {
 export function createHetznerApi(opts: HetznerOptions): HetznerApi {
   const doFetch = opts.fetch ?? ((i, init) => fetch(i, init));
   const now = opts.now ?? Date.now;
-  const budget = opts.budget ?? { state: undefined };
+  const gate = opts.gate ?? localGate(opts.budget ?? { state: undefined }, now);
   const call = async (kind: CallKind, method: string, path: string, signal: AbortSignal, body?: unknown): Promise<Response> => {
-    const allowed = mayCall(kind, budget.state, now());
-    if (!allowed.ok) throw new RateBudgetExhausted(allowed.retryAt);
-    // Counted before its answer: calls made meanwhile (four at once per invocation) see it spent.
-    if (budget.state) budget.state = { ...budget.state, remaining: budget.state.remaining - 1 };
+    // Taken before it is sent: calls made meanwhile, here or by other invocations, see it spent.
+    await gate.take(kind);
     const res = await bearerFetch(doFetch, { url: opts.url, token: opts.token, method, path, what: what(path), body }, signal);
-    budget.state = readRateHeaders(res.headers, now(), res.status) ?? budget.state;
+    const seen = readRateHeaders(res.headers, now(), res.status);
+    if (seen) await gate.seen(seen);
     return res;
   };
   const refuse = async (method: string, path: string, res: Response): Promise<never> => {
     const body = (await res.json().catch(() => ({}))) as { error?: { code?: string } };
     const code = body.error?.code ?? "unknown";
-    if (res.status === 429) throw new RateBudgetExhausted(budget.state?.blockedUntil ?? now() + 1000);
+    if (res.status === 429) throw new RateBudgetExhausted(gate.state()?.blockedUntil ?? now() + 1000);
     throw new HetznerError(`${method} ${what(path)} answered ${res.status} ${code}`, res.status, code);
   };
   return {
+    gate,
     async create(body, signal) {
       const res = await call("create", "POST", "/servers", signal, body);
       if (res.status === 201) return (await res.json<{ server: HetznerServer }>()).server;

@@ -1,11 +1,10 @@
 // What the hetzner driver keeps between passes, in the records bucket beside the records: each
 // assignment's server (its id, so that teardown needs no lookup, and whether its one status read
 // was made), which assignment each server runs now, the servers parked for their pool's next job
-// (reuse: "rebuild"), and the project's rate budget, so that every invocation spends the same one.
+// (reuse: "rebuild"). The project's rate budget is kept beside them (shared-budget.ts).
 import type { KV } from "@nats-io/kv";
-import { driverBudgetKey, driverNoteKey, driverServerKey, parkedKey, parkedPrefix } from "../../nats/names.ts";
-import { deleteAtRevision, manyReader, readJson, type ReadMany } from "../../state/kv.ts";
-import type { RateState } from "./rate-budget.ts";
+import { driverNoteKey, driverServerKey, driverServerKeys, parkedKey, parkedPrefix } from "../../nats/names.ts";
+import { deleteAtRevision, isWrongLastSequence, manyReader, readJson, type ReadMany, type Versioned } from "../../state/kv.ts";
 
 export interface ServerNote {
   /** The assignment's id (the note is kept under its label, kubernetes/names.ts objectNames). */
@@ -32,7 +31,12 @@ export interface ServerNote {
    * short) revokes that bootstrap and rebuilds again, unless the server has taken it already.
    */
   rebuilding?: string;
+  /** Epoch ms a teardown or the sweep claimed its server's delete (claim): another leaves it alone while the claim is fresh. */
+  deleting?: number;
 }
+
+/** A claim to delete a server older than this was left by a Worker that died: another may claim it again. */
+export const DELETE_CLAIM_MS = 60_000;
 
 /** A server kept for its pool's next job: when its paid hours began, and what it is rebuilt from. */
 export interface Parked {
@@ -50,6 +54,16 @@ export interface Notes {
   put(backend: string, label: string, note: ServerNote): Promise<void>;
   /** Removes the note, and which assignment `serverId` runs (the caller's: reuse.ts ownsServer). */
   remove(backend: string, label: string, serverId?: number): Promise<void>;
+  /**
+   * After its server's delete: the note goes, and the server's index says when it was deleted, so
+   * that a sweep whose list was read before the delete does not delete it again (sweep.ts).
+   */
+  removeDeleted(backend: string, label: string, serverId: number, now: number): Promise<void>;
+  /** The same mark, the note kept (a late server of an earlier create, deleted while its assignment goes on). */
+  markDeleted(backend: string, label: string, serverId: number, now: number): Promise<void>;
+  /** The servers deleted (removeDeleted) and when, by id; `forget` drops those marks. */
+  deletedMarks(backend: string): Promise<Map<number, number>>;
+  forget(backend: string, serverIds: readonly number[]): Promise<void>;
   /** The label of the assignment `serverId` runs now, if any. */
   runs(backend: string, serverId: number): Promise<string | undefined>;
   /** Forgets which assignment `serverId` runs (before it is parked: a parked server runs none). */
@@ -59,11 +73,16 @@ export interface Notes {
   parked(backend: string, pool?: string): Promise<{ key: string; revision: number; value: Parked }[]>;
   /** Takes a parked server: true for the one caller whose delete lands at the revision read. */
   take(key: string, revision: number): Promise<boolean>;
-  /** For the sweep: which label each server runs, and the note of each label, read in batches. */
-  runsOf(backend: string, serverIds: readonly number[]): Promise<Map<number, string>>;
-  notesOf(backend: string, labels: readonly string[]): Promise<Map<string, ServerNote>>;
-  budget(): Promise<RateState | undefined>;
-  saveBudget(state: RateState): Promise<void>;
+  /** For the sweep: which label each server runs (or ran, with when it was deleted), and the note of each label, read in batches. */
+  runsOf(backend: string, serverIds: readonly number[]): Promise<Map<number, { label: string; deletedAt?: number }>>;
+  notesOf(backend: string, labels: readonly string[]): Promise<Map<string, Versioned<ServerNote>>>;
+  /** The note and the revision to claim it at. */
+  getAt(backend: string, label: string): Promise<Versioned<ServerNote> | undefined>;
+  /**
+   * Marks the note `deleting` at the revision read, before its server is deleted: of a teardown and
+   * a sweep that both judged the server done, one deletes it, never both. False when another write came first.
+   */
+  claim(backend: string, label: string, read: Versioned<ServerNote>, now: number): Promise<boolean>;
 }
 
 export function createNotes(kv: KV, readMany?: ReadMany): Notes {
@@ -71,8 +90,38 @@ export function createNotes(kv: KV, readMany?: ReadMany): Notes {
   return {
     async runsOf(backend, serverIds) {
       const keys = new Map(serverIds.map((id) => [driverServerKey(backend, id), id]));
-      const found = await many<{ label: string }>([...keys.keys()]);
-      return new Map([...found].map(([k, v]) => [keys.get(k)!, v.label]));
+      const found = await many<{ label: string; deletedAt?: number }>([...keys.keys()]);
+      return new Map([...found].map(([k, v]) => [keys.get(k)!, v.value]));
+    },
+    async removeDeleted(backend, label, serverId, now) {
+      await kv.put(driverServerKey(backend, serverId), JSON.stringify({ label, deletedAt: now }));
+      await kv.purge(driverNoteKey(backend, label));
+    },
+    async markDeleted(backend, label, serverId, now) {
+      await kv.put(driverServerKey(backend, serverId), JSON.stringify({ label, deletedAt: now }));
+    },
+    async deletedMarks(backend) {
+      const keys: string[] = [];
+      for await (const k of await kv.keys(driverServerKeys(backend))) keys.push(k);
+      const found = await many<{ label: string; deletedAt?: number }>(keys);
+      const out = new Map<number, number>();
+      for (const [k, v] of found) if (v.value.deletedAt !== undefined) out.set(Number(k.slice(k.lastIndexOf(".") + 1)), v.value.deletedAt);
+      return out;
+    },
+    async forget(backend, serverIds) {
+      await Promise.all(serverIds.map((id) => kv.purge(driverServerKey(backend, id))));
+    },
+    async getAt(backend, label) {
+      return (await readJson<ServerNote>(kv, driverNoteKey(backend, label))) ?? undefined;
+    },
+    async claim(backend, label, read, now) {
+      try {
+        await kv.update(driverNoteKey(backend, label), JSON.stringify({ ...read.value, deleting: now }), read.revision);
+        return true;
+      } catch (err) {
+        if (isWrongLastSequence(err)) return false;
+        throw err;
+      }
     },
     async notesOf(backend, labels) {
       const keys = new Map(labels.map((l) => [driverNoteKey(backend, l), l]));
@@ -91,7 +140,8 @@ export function createNotes(kv: KV, readMany?: ReadMany): Notes {
       if (serverId !== undefined) await kv.purge(driverServerKey(backend, serverId));
     },
     async runs(backend, serverId) {
-      return (await readJson<{ label: string }>(kv, driverServerKey(backend, serverId)))?.value.label;
+      const found = (await readJson<{ label: string; deletedAt?: number }>(kv, driverServerKey(backend, serverId)))?.value;
+      return found?.deletedAt === undefined ? found?.label : undefined;
     },
     async unindex(backend, serverId) {
       await kv.purge(driverServerKey(backend, serverId));
@@ -106,11 +156,5 @@ export function createNotes(kv: KV, readMany?: ReadMany): Notes {
       return found.flatMap(({ key, read }) => (read ? [{ key, revision: read.revision, value: read.value }] : []));
     },
     take: (key, revision) => deleteAtRevision(kv, key, revision),
-    async budget() {
-      return (await readJson<RateState>(kv, driverBudgetKey("hetzner")))?.value;
-    },
-    async saveBudget(state) {
-      await kv.put(driverBudgetKey("hetzner"), JSON.stringify(state));
-    },
   };
 }

@@ -7,7 +7,7 @@
 import { inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import type { HetznerApi, HetznerServer } from "./client.ts";
-import type { Notes, ServerNote } from "./notes.ts";
+import { DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
 import { bootMark, instanceSelector, isOurs, LABELS } from "./server-body.ts";
 import { hourLeft, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
 
@@ -58,48 +58,72 @@ export async function sweepServers(
   // Its list spends the budget as a create does: it is what finds the servers to delete.
   const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => isOurs(s.labels, instance, backend));
   const parked = new Map((await notes.parked(backend)).map((p) => [p.value.serverId, p]));
-  const live = servers.filter((s) => !parked.has(s.id));
   // The assignment each runs now: its name's, or, rebuilt for another job (reuse), that job's.
   const runs = await notes.runsOf(
     backend,
-    live.map((s) => s.id),
+    servers.map((s) => s.id),
   );
-  const labelOf = (s: HetznerServer) => runs.get(s.id) ?? s.labels[LABELS.assignment];
+  // Deleted by a teardown or a sweep since this list was read (or so lately that it may still be listed): not deleted twice.
+  const gone = (s: HetznerServer) => {
+    const at = runs.get(s.id)?.deletedAt;
+    return at !== undefined && now() - at < DELETE_CLAIM_MS;
+  };
+  const live = servers.filter((s) => !parked.has(s.id) && !gone(s));
+  const labelOf = (s: HetznerServer) => {
+    const r = runs.get(s.id);
+    return r && r.deletedAt === undefined ? r.label : s.labels[LABELS.assignment];
+  };
   const noteOf = await notes.notesOf(backend, [...new Set(live.flatMap((s) => labelOf(s) ?? []))]);
-  const marks = new Map<string, string>();
-  for (const n of noteOf.values()) if (n.creating) marks.set(n.creating, await bootMark(n.creating));
+  const bootMarks = new Map<string, string>();
+  for (const { value: n } of noteOf.values()) if (n.creating) bootMarks.set(n.creating, await bootMark(n.creating));
   const known = new Map<number, Known & { label: string }>();
   for (const s of live) {
     const label = labelOf(s);
-    const note = label ? noteOf.get(label) : undefined;
-    const k = knowServer(s, label, note, note?.creating ? marks.get(note.creating) : undefined);
+    const note = label ? noteOf.get(label)?.value : undefined;
+    const k = knowServer(s, label, note, note?.creating ? bootMarks.get(note.creating) : undefined);
     if (k) known.set(s.id, { ...k, label: label! });
   }
   const records = await ask.records([...new Set([...known.values()].map((n) => n.id))]);
   const doomed: { s: HetznerServer; reason: string; p?: { key: string; revision: number }; n?: Known & { label: string } }[] = [];
   const adopted: (() => Promise<void>)[] = [];
   for (const s of servers) {
+    if (gone(s)) continue;
     const p = parked.get(s.id);
     const n = known.get(s.id);
     const verdict = p ? judgeParked(s, now(), p.value.paidFrom, ask.lifetimes) : judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
     if (verdict.delete) doomed.push({ s, reason: verdict.reason, ...(p ? { p } : {}), ...(n ? { n } : {}) });
-    else if (verdict.adopt && n) adopted.push(() => adopt(notes, backend, s, n, noteOf.get(n.label), now()));
+    else if (verdict.adopt && n) adopted.push(() => adopt(notes, backend, s, n, noteOf.get(n.label)?.value, now()));
   }
   await inBatches(adopted);
   let deleted = 0;
+  // The deletes' requests are taken from the shared budget at once (one write, not one per delete); what is left over goes back.
+  await api.gate.reserve("delete", doomed.length).catch(() => 0);
   // Each delete within its own bound, a few at once, until the tick's time is spent: what is done stays done.
   const next = async (): Promise<void> => {
     for (let d = doomed.shift(); d && now() < ask.deadline; d = doomed.shift()) {
       // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
       if (d.p && !(await notes.take(d.p.key, d.p.revision))) continue;
+      // A noted server's note is claimed at the revision read: a teardown that claimed it first deletes it, not this sweep too.
+      const read = d.n?.how === "noted" ? noteOf.get(d.n.label) : undefined;
+      if (read?.value.deleting !== undefined && now() - read.value.deleting < DELETE_CLAIM_MS) continue;
+      if (read && !(await notes.claim(backend, d.n!.label, read, now()))) continue;
       await ask.call((signal) => api.remove(d.s.id, signal));
-      // The note goes only if it still names this server (a superseded server's note is another's).
-      if (d.n?.how === "noted") await notes.remove(backend, d.n.label, d.s.id);
+      const label = d.n?.label ?? d.s.labels[LABELS.assignment] ?? "";
+      if (read) await notes.removeDeleted(backend, label, d.s.id, now());
+      else await notes.markDeleted(backend, label, d.s.id, now());
       ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
       deleted++;
     }
   };
   const results = await Promise.allSettled(Array.from({ length: SWEEP_PARALLEL }, next));
+  await api.gate.release();
+  // Marks of deleted servers no longer listed are dropped (a Hetzner server id is never used again).
+  const listed = new Set(servers.map((s) => s.id));
+  const marks = await notes.deletedMarks(backend);
+  await notes.forget(
+    backend,
+    [...marks].filter(([id, at]) => !listed.has(id) && now() - at > DELETE_CLAIM_MS).map(([id]) => id),
+  );
   const failed = results.find((r) => r.status === "rejected");
   if (failed && !deleted) throw (failed as PromiseRejectedResult).reason;
   return { listed: servers.length, deleted };
