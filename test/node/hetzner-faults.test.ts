@@ -108,7 +108,7 @@ describe("hetzner driver faults", () => {
 
   it("a teardown and a sweep that both judge a server done: it is deleted once, whichever claims its note first, and a teardown retried after adds nothing", async () => {
     const s = await scene();
-    for (let round = 0; round < 6; round++) {
+    for (let round = 0; round < 12; round++) {
       const id = `twice-${round}`;
       await s.driver.accept(request(id), within());
       const [server] = (await s.state()).servers;

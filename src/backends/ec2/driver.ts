@@ -12,7 +12,10 @@ import { objectNames } from "../kubernetes/names.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
 import { createEc2Api, Ec2Error, type Ec2Api } from "./client.ts";
 import { attemptsOf, clientToken, runBody, TAGS } from "./run-body.ts";
+import type { InstanceNote } from "./note.ts";
 import { LIVE_STATES, sweepInstances } from "./sweep.ts";
+
+export type { InstanceNote };
 
 export interface Ec2Settings {
   url: string;
@@ -46,29 +49,6 @@ export const BOOT_ALLOWANCE_MS = 10 * 60_000;
 /** The account's instance or vCPU limit: a full backend, not a failure. */
 export class AccountFull extends BackendError {
   readonly full = true;
-}
-
-/** What the driver keeps of an assignment between passes, in the records bucket. */
-export interface InstanceNote {
-  id: string;
-  /** Rounds of attempts made so far (every attempt of a round had no room): part of the ClientToken. */
-  round: number;
-  /** The attempt asked for now (or last). */
-  attempt: number;
-  /**
-   * The incarnation of the claim token it was made for: a request under another (its runner was
-   * interrupted before the claim) ends this instance and asks for a new one, in a new round.
-   */
-  incarnation?: string;
-  instanceId?: string;
-  /** The key of the round's bootstrap (no secret): a pass whose token differs (a key rotation) settles the attempt in flight first. */
-  boot?: string;
-  /** Epoch ms the round's bootstrap was issued: a round is renewed before it could boot an instance with an expired one. */
-  issuedAt?: number;
-  /** Epoch ms the instance was asked for: its job's lifetime counts from here. */
-  createdAt: number;
-  checked?: boolean;
-  ready?: boolean;
 }
 
 export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; template: Record<string, unknown> | undefined; deps: DriverDeps }) {

@@ -10,7 +10,7 @@ import { manyReader } from "../../state/kv.ts";
 import { inBatches, judgeWorkload, type Known } from "../cloud-sweep.ts";
 import type { DriverStores, TickAsk } from "../driver-module.ts";
 import type { Ec2Api } from "./client.ts";
-import type { InstanceNote } from "./driver.ts";
+import type { InstanceNote } from "./note.ts";
 import { clientToken, TAGS } from "./run-body.ts";
 import type { Ec2Instance } from "./xml.ts";
 

@@ -131,14 +131,16 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
      * undoes the claim.
      */
     async function removeSoon(serverId: number, signal: AbortSignal, claim?: Claim): Promise<void> {
+      const until = deps.now() + DELETE_WAIT_MS;
       const waited = async <T>(fn: () => Promise<T>): Promise<T> => {
-        try {
-          return await fn();
-        } catch (err) {
-          const wait = err instanceof RateBudgetExhausted ? err.retryAt - deps.now() : Infinity;
-          if (wait > DELETE_WAIT_MS) throw err;
-          await new Promise((r) => setTimeout(r, Math.max(0, wait)));
-          return fn();
+        for (let tries = 1; ; tries++) {
+          try {
+            return await fn();
+          } catch (err) {
+            const at = err instanceof RateBudgetExhausted ? Math.max(err.retryAt, deps.now() + 250) : Infinity;
+            if (at > until || tries >= 5) throw err;
+            await new Promise((r) => setTimeout(r, at - deps.now()));
+          }
         }
       };
       await waited(() => api.gate.reserve("delete", 1));

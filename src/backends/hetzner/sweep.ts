@@ -64,11 +64,11 @@ export async function sweepServers(
     servers.map((s) => s.id),
   );
   // Deleted by a teardown or a sweep since this list was read (or so lately that it may still be listed): not deleted twice.
-  const gone = (s: HetznerServer) => {
-    const at = runs.get(s.id)?.deletedAt;
+  const gone = (s: HetznerServer, read = runs) => {
+    const at = read.get(s.id)?.deletedAt;
     return at !== undefined && now() - at < DELETE_CLAIM_MS;
   };
-  const live = servers.filter((s) => !parked.has(s.id) && !gone(s));
+  const live = servers.filter((s) => !parked.has(s.id) && !gone(s, runs));
   const labelOf = (s: HetznerServer) => {
     const r = runs.get(s.id);
     return r && r.deletedAt === undefined ? r.label : s.labels[LABELS.assignment];
@@ -87,7 +87,7 @@ export async function sweepServers(
   const doomed: { s: HetznerServer; reason: string; p?: { key: string; revision: number }; n?: Known & { label: string } }[] = [];
   const adopted: (() => Promise<void>)[] = [];
   for (const s of servers) {
-    if (gone(s)) continue;
+    if (gone(s, runs)) continue;
     const p = parked.get(s.id);
     const n = known.get(s.id);
     const verdict = p ? judgeParked(s, now(), p.value.paidFrom, ask.lifetimes) : judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
@@ -95,6 +95,12 @@ export async function sweepServers(
     else if (verdict.adopt && n) adopted.push(() => adopt(notes, backend, s, n, noteOf.get(n.label)?.value, now()));
   }
   await inBatches(adopted);
+  // A server found without its note may have been deleted by a teardown between this sweep's reads
+  // (its mark is written before its note goes): its index is read again, and a fresh mark spares it.
+  const unnoted = doomed.filter((d) => !d.p && d.n?.how !== "noted").map((d) => d.s.id);
+  const again = await notes.runsOf(backend, unnoted);
+  const spared = new Set(unnoted.filter((id) => gone({ id } as HetznerServer, again)));
+  doomed.splice(0, doomed.length, ...doomed.filter((d) => !spared.has(d.s.id)));
   let deleted = 0;
   // The deletes' requests are taken from the shared budget at once (one write, not one per delete); what is left over goes back.
   await api.gate.reserve("delete", doomed.length).catch(() => 0);
