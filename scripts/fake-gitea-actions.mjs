@@ -207,7 +207,16 @@ export function runOf(g, repository, run) {
     id: run,
     run_attempt: runAttemptShown(g.version, latestOf(all)),
     status: done ? "completed" : jobs.some((j) => j.status === "in_progress") ? "in_progress" : "queued",
-    ...(done ? { conclusion: jobs.every((j) => j.conclusion === "success") ? "success" : "failure" } : {}),
+    // Gitea's AggregateJobStatus (models/actions/run_job.go): success when every job succeeded (or was skipped), cancelled when any was, else failure.
+    ...(done
+      ? {
+          conclusion: jobs.every((j) => ["success", "skipped"].includes(j.conclusion))
+            ? "success"
+            : jobs.some((j) => j.conclusion === "cancelled")
+              ? "cancelled"
+              : "failure",
+        }
+      : {}),
     html_url: `https://gitea.example.com/${repository}/actions/runs/${run}`,
   };
 }

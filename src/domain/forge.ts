@@ -101,7 +101,9 @@ export interface LostJob {
  * - rerun: it runs again already (asked before, by a tick cut short or by a person): `next` is that execution's assignment;
  * - by_hand: the forge cannot rerun it (no rerun API, no such run or job any more): a person must.
  */
-export type RerunLook = { step: "wait" } | { step: "ask"; job: number } | { step: "rerun"; next: string } | { step: "by_hand"; reason: string };
+/** settled: the job or its run was cancelled (not lost to the interruption): nothing is rerun. */
+export type RerunLook =
+  { step: "wait" } | { step: "ask"; job: number } | { step: "rerun"; next: string } | { step: "by_hand"; reason: string } | { step: "settled"; reason: string };
 
 /** The forge's answer to a rerun asked for: it took it (`next`), not now (ask again later), refused it, or cannot. */
 export type RerunAsked =

@@ -15,11 +15,11 @@ type Deps = Basics & StoreAccess & ForgeAccess;
 /** Waiting entries one tick looks at: each costs a few forge requests. */
 export const RERUNS_PER_TICK = 20;
 
-export type RerunStep = "asked" | "by_hand" | "refused" | "waiting" | "taken";
+export type RerunStep = "asked" | "by_hand" | "refused" | "settled" | "waiting" | "taken";
 
 /** Moves every waiting entry on as far as it can now; the count of each outcome. */
 export async function askReruns(d: Deps): Promise<Record<RerunStep, number>> {
-  const counts: Record<RerunStep, number> = { asked: 0, by_hand: 0, refused: 0, waiting: 0, taken: 0 };
+  const counts: Record<RerunStep, number> = { asked: 0, by_hand: 0, refused: 0, settled: 0, waiting: 0, taken: 0 };
   const waiting = (await d.withState((s) => s.reruns.list())).filter((e) => e.value.state === "waiting").slice(0, RERUNS_PER_TICK);
   for (const entry of waiting) {
     const step = await moveOn(d, entry).catch((err: unknown) => {
@@ -37,9 +37,11 @@ async function moveOn(d: Deps, { value: e, revision }: Versioned<RerunEntry>): P
   const reruns = d.forge?.reruns;
   const settle = async (next: RerunEntry, from: number): Promise<RerunStep> => {
     if ((await d.withState((s) => s.reruns.move(next, from))) === null) return "taken";
-    const event = next.state === "asked" ? "rerun_asked" : next.state === "by_hand" ? "rerun_by_hand" : "rerun_refused";
+    const event = ({ asked: "rerun_asked", by_hand: "rerun_by_hand", settled: "rerun_settled", refused: "rerun_refused", waiting: "rerun_refused" } as const)[
+      next.state
+    ];
     d.sink.event({ event, assignment: e.id, backend: undefined, ...(e.pool ? { pool: e.pool } : {}), ...(next.reason ? { reason: next.reason } : {}) });
-    return next.state === "asked" || next.state === "by_hand" || next.state === "refused" ? next.state : "waiting";
+    return next.state === "waiting" ? "waiting" : next.state;
   };
   // The rerun is noted under its own execution first: an entry that says asked always has its note.
   const rerun = async (from: RerunEntry, next: string, rev: number): Promise<RerunStep> => {
@@ -51,6 +53,8 @@ async function moveOn(d: Deps, { value: e, revision }: Versioned<RerunEntry>): P
   const look = await reruns.look(lost);
   if (look.step === "wait") return "waiting";
   if (look.step === "by_hand") return settle({ ...e, state: "by_hand", reason: look.reason }, revision);
+  // Cancelled by a person or by a newer run of the workflow: it was not lost to the interruption.
+  if (look.step === "settled") return settle({ ...e, state: "settled", reason: look.reason }, revision);
   if (look.step === "rerun") return rerun(e, look.next, revision);
   // Marked before it is asked: of two ticks that read this entry, the one whose mark lands asks.
   const marked = { ...e, askedAt: at };

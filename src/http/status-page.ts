@@ -91,7 +91,7 @@ function interruptionsSection(s: Status) {
   const rows = s.interruptions ?? [];
   const reruns = s.reruns;
   if (!rows.length && !reruns?.byHand.length) return "";
-  const states = reruns?.states ?? { waiting: 0, asked: 0, by_hand: 0, refused: 0 };
+  const states = reruns?.states ?? { waiting: 0, asked: 0, by_hand: 0, refused: 0, settled: 0 };
   const byHand = reruns?.byHand.length
     ? html`<p class="problem">Interrupted after it started; rerun it by hand:</p><ul>${reruns.byHand.map(
         (r) =>

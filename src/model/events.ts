@@ -73,6 +73,7 @@ export const EVENT_NAMES = [
   "rerun_asked",
   "rerun_by_hand",
   "rerun_refused",
+  "rerun_settled",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

@@ -199,8 +199,8 @@ export function formatMetrics(s: Snapshot): string {
     metric(
       "gdr_reruns",
       "gauge",
-      "Jobs lost with an interrupted runner, by their rerun: waiting for the run to finish, asked, by_hand (the forge cannot: rerun it by hand) or refused.",
-      (["waiting", "asked", "by_hand", "refused"] as const).map((state): Sample => [{ state }, reruns.states[state]]),
+      "Jobs lost with an interrupted runner, by their rerun: waiting for the run to finish, asked, by_hand (the forge cannot: rerun it by hand), refused, or settled (the job or its run was cancelled: no rerun).",
+      (["waiting", "asked", "by_hand", "refused", "settled"] as const).map((state): Sample => [{ state }, reruns.states[state]]),
     );
   }
   return `${lines.join("\n")}\n`;

@@ -115,7 +115,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       cloud.length ? state.reruns.counts() : new Map<string, { before: number; after: number }>(),
       cloud.length ? state.reruns.list() : [],
     ]);
-    const states: Record<RerunState, number> = { waiting: 0, asked: 0, by_hand: 0, refused: 0 };
+    const states: Record<RerunState, number> = { waiting: 0, asked: 0, by_hand: 0, refused: 0, settled: 0 };
     for (const e of rerunList) states[e.value.state]++;
     const byHand = rerunList
       .filter((e) => e.value.state === "by_hand" || e.value.state === "refused")

@@ -18,7 +18,8 @@ const countKey = (pool: string) => `${COUNT_PREFIX}.${pool}`;
  * - by_hand: this forge cannot rerun a job (Gitea 1.24 and 1.25, Forgejo), or its reruns are used up;
  * - refused: the forge refused the rerun (`reason`).
  */
-export type RerunState = "waiting" | "asked" | "by_hand" | "refused";
+/** settled: the job or its run was cancelled (a person, a newer push): nothing to rerun. */
+export type RerunState = "waiting" | "asked" | "by_hand" | "refused" | "settled";
 
 export interface RerunEntry {
   /** The interrupted assignment. */

@@ -1,7 +1,7 @@
 // What a new user runs into first: an old Node, a wrong NATS_SERVER_BIN, a NATS_URL nobody
 // answers at, a negative capacity. Each must say plainly what is wrong.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createRequire } from "node:module";
 import { afterAll, describe, expect, it } from "vitest";
@@ -211,10 +211,21 @@ describe(".ci/env.sh on a fresh machine", () => {
       expect(usage.stdout).toMatch(new RegExp(`^  ${command} `, "m"));
     // This machine has no nats-server and no apt: what a deployment runs needs neither.
     const cache = m.source({ NATS_SERVER_BIN: "/x" }, "true").cache;
+    // Run in this tree: GDR_NO_INSTALL keeps ./run from installing into the node_modules the suite runs from.
+    const stamp = () => (existsSync("node_modules/.gdr-installed") ? readFileSync("node_modules/.gdr-installed", "utf8") : "");
+    const before = stamp();
     const provision = spawnSync("bash", ["-c", "./run provision --help"], {
       encoding: "utf8",
-      env: { HOME: m.dir, PATH: `${m.dir}/bin`, GDR_CACHE: cache, GDR_OS_RELEASE: join(m.dir, "os-release") } as unknown as NodeJS.ProcessEnv,
+      env: {
+        HOME: m.dir,
+        PATH: `${m.dir}/bin`,
+        GDR_CACHE: cache,
+        GDR_OS_RELEASE: join(m.dir, "os-release"),
+        GDR_NO_INSTALL: "1",
+      } as unknown as NodeJS.ProcessEnv,
     });
+    expect(provision.stderr).not.toContain("installing dependencies");
+    expect(stamp()).toBe(before);
     expect(provision.stderr).not.toContain("nats-server");
     expect(provision.stdout).toContain("usage: npm run provision");
     expect(provision.status).toBe(0);

@@ -9,7 +9,7 @@ import { rerunEntryOf } from "../../src/domain/interrupt.ts";
 import type { JobReruns, RerunAsked } from "../../src/domain/forge.ts";
 import type { RerunEntry, RerunList } from "../../src/state/reruns.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
-import { askedAnswer, giteaReruns } from "../../src/forge/gitea/reruns.ts";
+import { askedAnswer, giteaReruns, lookAt } from "../../src/forge/gitea/reruns.ts";
 import { releaseOf } from "../../src/forge/gitea/versions.ts";
 import { createGiteaClient } from "../../src/forge/gitea/client.ts";
 import { giteaRelease } from "../../src/forge/gitea/release.ts";
@@ -248,7 +248,8 @@ describe("reruns against the fake Gitea, release by release", () => {
     const basics = { now: () => Date.now(), sink: { event: (e: { event: string }) => events.push(e.event), error: () => undefined, summary: () => undefined } };
     const reruns = giteaReruns(client, () => giteaRelease({ ...basics, config: { gitea: cfg } }, client));
     const list = memoryList();
-    const d = deps(list, reruns).d;
+    const made = deps(list, reruns);
+    const d = made.d;
     const actions = async () =>
       (await (await fetch(`${url}/_control/actions`)).json()) as { jobs: { id: number; run_attempt: number; status: string; name: string }[]; reruns: number };
     const requests = async () => ((await (await fetch(`${url}/_control/state`)).json()) as { requests: { method: string; path: string }[] }).requests;
@@ -260,7 +261,7 @@ describe("reruns against the fake Gitea, release by release", () => {
         throw new Killed();
       },
     }).d;
-    return { ids: queued.jobs, take, lose, list, d, killedAfterAsk, actions, requests };
+    return { ids: queued.jobs, take, lose, list, d, killedAfterAsk, actions, requests, ctl, events: made.events };
   }
 
   /** The entry of a job lost in `execution` whose runner took it (what interrupt.ts lists). */
@@ -329,6 +330,43 @@ describe("reruns against the fake Gitea, release by release", () => {
       [[a, 1, "queued"]],
       expect.objectContaining({ state: "asked", next: `gitea-${a}-2` }),
     ]);
+  });
+
+  it.each(["1.26.2", "1.27.0"])(
+    "%s: a lost job whose run a person (or a newer push) cancelled is settled, not rerun; the same run not cancelled is rerun",
+    async (version) => {
+      const s = await scene(version);
+      const [a, b] = s.ids as [number, number];
+      await s.take();
+      await s.lose(a);
+      // Gitea cancels the rest of the run: the run's conclusion is cancelled (AggregateJobStatus).
+      await s.ctl("cancel", { id: b });
+      await s.list.add(lostEntry(a, 1));
+      expect(await askReruns(s.d)).toMatchObject({ settled: 1, asked: 0 });
+      expect(s.list.entries.get(`gitea-${a}-1`)!.value).toMatchObject({ state: "settled", reason: expect.stringContaining("cancelled") });
+      expect(s.events).toContain("rerun_settled");
+      expect((await s.requests()).filter((r) => r.method === "POST" && r.path.endsWith("/rerun"))).toEqual([]);
+      // Near miss: the other job failed with its runner too, nothing cancelled: rerun.
+      const t = await scene(version);
+      const [c, d] = t.ids as [number, number];
+      await t.take();
+      await t.lose(c);
+      await t.take();
+      await t.lose(d);
+      await t.list.add(lostEntry(c, 1));
+      expect(await askReruns(t.d)).toMatchObject({ asked: 1, settled: 0 });
+    },
+  );
+
+  it("a lost job cancelled itself (its conclusion cancelled) is settled whatever its run says", () => {
+    const lost = { repository: "acme/widgets", run: 7, job: 42, execution: 1 };
+    const run = { id: 7, status: "completed", conclusion: "failure", run_attempt: 1 };
+    const job = { id: 42, run_id: 7, status: "completed", conclusion: "cancelled" };
+    expect(lookAt(releaseOf("1.27.0"), lost, { run, job })).toMatchObject({ step: "settled" });
+    expect(lookAt(releaseOf("1.27.0"), lost, { run, job: { ...job, conclusion: "failure" } })).toEqual({ step: "ask", job: 42 });
+    expect(lookAt(releaseOf("1.26.2"), lost, { run: { ...run, conclusion: "cancelled" }, job: { ...job, conclusion: "failure" } })).toMatchObject({
+      step: "settled",
+    });
   });
 
   it("1.25: by hand, naming the release, and Gitea is not asked", async () => {

@@ -33,6 +33,8 @@ export const apiJobSchema = z.looseObject({
   name: z.string().optional(),
   labels: z.array(z.string()).nullish(),
   status: z.string(),
+  // Once completed: success, failure, cancelled or skipped (services/convert/convert.go ToActionsStatus).
+  conclusion: z.string().nullish(),
   runner_id: z.number().int().nullish(),
   started_at: zeroTime,
   url: z.string().optional(),
@@ -41,7 +43,14 @@ export const apiJobSchema = z.looseObject({
 });
 export type ApiJob = z.infer<typeof apiJobSchema>;
 export type RerunAnswer = { asked: ApiJob } | { refused: number };
-const apiRun = z.looseObject({ id: z.number().int(), status: z.string(), run_attempt: z.number().int().optional(), html_url: z.string().optional() });
+const apiRun = z.looseObject({
+  id: z.number().int(),
+  status: z.string(),
+  // Cancelled as soon as any job of the run is (models/actions/run_job.go AggregateJobStatus), completed or not.
+  conclusion: z.string().nullish(),
+  run_attempt: z.number().int().optional(),
+  html_url: z.string().optional(),
+});
 export type ApiRun = z.infer<typeof apiRun>;
 const jobsPage = z.object({ total_count: z.number().int(), jobs: z.array(apiJobSchema).nullable() });
 const apiRunner = z.looseObject({ id: z.number().int(), name: z.string() });

@@ -28,6 +28,9 @@ export function lookAt(release: GiteaRelease, lost: LostJob, facts: RerunFacts):
   if (release.reruns === "none") return { step: "by_hand", reason: `Gitea ${release.version} has no rerun API (1.26 and later have): rerun it by hand` };
   const { run, job } = facts;
   if (!run) return { step: "by_hand", reason: "Gitea has no such run any more: rerun it by hand" };
+  // A job lost with its runner fails (Gitea gives up on its task); one cancelled, or in a cancelled run, was not lost to that.
+  if (job?.conclusion === "cancelled") return { step: "settled", reason: "the job was cancelled (by a person, or by a newer run of the workflow): not rerun" };
+  if (run.conclusion === "cancelled") return { step: "settled", reason: "its run was cancelled (by a person, or by a newer run of the workflow): not rerun" };
   const done = RUN_DONE.has(run.status);
   if (release.reruns === "same-job") {
     if (!job) return { step: "by_hand", reason: "Gitea has no such job any more: rerun it by hand" };
