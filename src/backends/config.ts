@@ -29,6 +29,7 @@ export function parseBackends(
       ...(b.driver === "http" ? { url: b.url, token: b.token } : {}),
       ...(b.template ? { template: b.template } : {}),
       ...(b.named !== undefined ? { named: b.named } : {}),
+      ...(driverModule(b.driver).replacesOnInterrupt ? { interruptible: true as const } : {}),
     }));
   for (const b of backends)
     if (driverModule(b.driver).needsForge && !hasForge)

@@ -20,6 +20,8 @@ export interface BackendConfig {
   template?: Record<string, unknown> | undefined;
   /** Its index in BACKENDS, for a named backend: problems name that entry's fields. */
   named?: number | undefined;
+  /** Its driver replaces a runner reported interrupted before its claim (driver-module.ts replacesOnInterrupt). */
+  interruptible?: true;
 }
 
 /** A backend as the environment describes it, before its driver has read it. */
@@ -78,6 +80,8 @@ export type DriverEnv = Readonly<Record<string, unknown>>;
 export interface DriverModule<S = unknown> {
   /** Runners start from a registered forge identity (GITEA_URL or FORGE=forgejo). */
   needsForge: boolean;
+  /** Its accept ends the old machine and makes a new one when the claim token's incarnation changes: a runner's interruption report is taken. */
+  replacesOnInterrupt?: true;
   /**
    * Settings shared by the driver's backends (a connection, secrets), read once when an enabled
    * backend uses it; `key` says which drivers share one reading (kubernetes and kubevirt).

@@ -32,7 +32,7 @@ export function parseNotice(value: unknown): { notice: string } {
   return { notice: new Date(parsed.data.time).toISOString() };
 }
 
-type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"maxReruns">;
+type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings<"maxReruns" | "backends">;
 
 /**
  * - replaced: it came before the claim; a new runner is asked for;
@@ -56,6 +56,12 @@ export async function interruptAssignment(d: Deps, id: string, told: Interrupt):
   const result = await d.withState(async (state) => {
     const before = await state.records.get(id);
     if (!before) throw new NotFound(`no assignment ${id}`);
+    // Only a driver that ends the old machine and makes a new one on a new incarnation may take a runner's report: elsewhere the old machine would keep running while its identity went.
+    const backend = d.config.backends.find((b) => b.backend === before.backend);
+    if (told.by === "runner" && !backend?.interruptible)
+      throw new Conflict(
+        `backend ${before.backend} (driver ${backend?.driver ?? "unknown"}) does not replace a runner on an interruption: the report is not taken`,
+      );
     if (!mine(before)) {
       // The runner replaced already (its report came twice) is answered as told; another's token is refused.
       if (before.interrupted && before.replaced && told.incarnation === incarnationOf({ ...before, replaced: before.replaced - 1 }))

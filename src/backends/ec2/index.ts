@@ -15,6 +15,7 @@ const SAMPLE_TOKEN = "gdr-template-check-0-0";
 
 export const ec2Driver: DriverModule<Ec2Settings> = {
   needsForge: true,
+  replacesOnInterrupt: true,
   settingsKey: "ec2",
   templateVariable: "VM_TEMPLATE",
   poolFields: ["candidates", "market", "spotFallback"],
