@@ -13,6 +13,8 @@ export interface DeliveredMessage {
   readonly deliveryCount: number;
   /** The id its publisher gave it (Nats-Msg-Id), which JetStream keeps with the message. */
   readonly msgId?: string;
+  /** The subject it was published to (a pulled message's; renew.ts publishes it there again). */
+  readonly subject?: string;
   /** Where its ack goes ($JS.ACK…): the server acks by the stream sequence in it, from any connection (ackDelivery). */
   readonly ackSubject: string;
   ack(): void;
@@ -29,7 +31,7 @@ const encoder = new TextEncoder();
 
 export function wrapMessage(nc: NatsConnection, m: Msg): DeliveredMessage {
   const msgId = m.headers?.get("Nats-Msg-Id");
-  return { ...messageAt(nc, m.reply ?? "", m.data), ...(msgId ? { msgId } : {}) };
+  return { ...messageAt(nc, m.reply ?? "", m.data), ...(msgId ? { msgId } : {}), subject: m.subject };
 }
 
 /**

@@ -3,6 +3,7 @@ import type { BatchSummary } from "../model/events.ts";
 import { consumerName } from "../nats/names.ts";
 import { pullNoWait, type DeliveredMessage } from "../nats/pull.ts";
 import { flushNats, type NatsHandle } from "../nats/connection.ts";
+import { needsRenewal, renewMessages } from "../nats/renew.ts";
 import { DEFAULT_DELAYS } from "./decide.ts";
 import { HOLD_MS, holdForClaims } from "./hold.ts";
 import { mapLimit } from "../model/limit.ts";
@@ -91,7 +92,11 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       const askedWaiting = alongside ? deps.waiting!.set.any(deps.backend) : undefined;
       askedWaiting?.catch(() => undefined);
       const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
-      const fresh = batch.filter((m) => !seen.has(m.seq));
+      const unseen = batch.filter((m) => !seen.has(m.seq));
+      // Near MaxDeliver: published again and acknowledged (nats/renew.ts); its copy comes as a new delivery.
+      const renewing = unseen.filter(needsRenewal);
+      if (renewing.length) await renewMessages(handle.js, renewing);
+      const fresh = unseen.filter((m) => !needsRenewal(m));
       // Seen ones that come back among unseen ones are crowding them out: park them for the rest of
       // the pass. Seen ones alone mean the pass is done: they go back with their usual delay.
       const revisitDelay = fresh.length ? Math.max(minRevisitDelay, Math.min(MAX_PARK_MS, opts.deadline - deps.now())) : minRevisitDelay;
