@@ -3,11 +3,15 @@
 // the Gitea client against the fake Gitea playing 1.25, 1.26 and 1.27 (scripts/fake-gitea-releases.mjs):
 // a job is asked for at most once, only once its run has finished, with the id its release wants,
 // and a rerun counts per job.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { askReruns } from "../../src/domain/reruns.ts";
 import { rerunEntryOf } from "../../src/domain/interrupt.ts";
 import type { JobReruns, RerunAsked } from "../../src/domain/forge.ts";
-import type { RerunEntry, RerunList } from "../../src/state/reruns.ts";
+import { createRerunList, type RerunEntry, type RerunList } from "../../src/state/reruns.ts";
+import { closeNats, openNats } from "../../src/nats/connection.ts";
+import { recordsBucket } from "../../src/nats/names.ts";
+import { bindBucket } from "../../src/state/kv.ts";
+import { provisionEnv, testEnv } from "../harness/env.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { askedAnswer, giteaReruns, lookAt } from "../../src/forge/gitea/reruns.ts";
 import { releaseOf } from "../../src/forge/gitea/versions.ts";
@@ -378,5 +382,28 @@ describe("reruns against the fake Gitea, release by release", () => {
     await askReruns(s.d);
     expect(s.list.entries.get(`gitea-${a}-1`)!.value).toMatchObject({ state: "by_hand", reason: expect.stringContaining("Gitea 1.25.5 has no rerun API") });
     expect((await s.requests()).filter((r) => r.path.includes("/runs/"))).toEqual([]);
+  });
+});
+
+describe("the rerun list on NATS", () => {
+  it("a move from a revision no longer current fails: of two ticks that read the same entry, one asks Gitea", async () => {
+    const env = testEnv(inject("natsWsUrl"), inject("backendUrl"));
+    const config = await provisionEnv(env);
+    const handle = await openNats(config);
+    try {
+      const list = createRerunList(handle, await bindBucket(handle, recordsBucket(config)), recordsBucket(config));
+      const e = { id: "gitea-5-1", repository: "acme/widgets", run: 2, job: 5, attempt: 1, since: "2026-12-07T00:00:00Z", state: "waiting" as const };
+      await list.add(e);
+      const read = (await list.get(e.id))!;
+      // Both ticks read revision `read.revision`; the first mark lands, the second finds it moved.
+      const first = await list.move({ ...e, askedAt: "2026-12-07T00:01:00Z" }, read.revision);
+      expect(first).not.toBeNull();
+      expect(await list.move({ ...e, askedAt: "2026-12-07T00:01:01Z" }, read.revision)).toBeNull();
+      expect((await list.get(e.id))!.value.askedAt).toBe("2026-12-07T00:01:00Z");
+      // From the current revision it moves on.
+      expect(await list.move({ ...e, state: "asked" }, first!)).not.toBeNull();
+    } finally {
+      await closeNats(handle.nc);
+    }
   });
 });
