@@ -66,6 +66,8 @@ export async function sweepOnce(
     records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
     lifetimes,
     event: (event, fields) => void events.push({ event, ...fields }),
+    // An interruption the sweep found (ec2's Spot backstop), as the dispatcher would be told of it.
+    interrupted: async (id, notice) => void events.push({ event: "interrupted", assignment: id, notice }),
     signal: AbortSignal.timeout(budgetMs),
   });
   return { deleted: done.deleted, events };

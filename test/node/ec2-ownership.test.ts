@@ -120,4 +120,22 @@ describe("ec2 ownership", () => {
     expect(await s.stores.bootstraps.take("g-1", bootOf(made!.userData)!.token)).toBeUndefined();
     expect(await s.stores.bootstraps.take("g-1", bootOf(next!.userData)!.token)).toBeDefined();
   });
+
+  it("the sweep's Spot backstop: an instance EC2 took back under a live assignment is reported once as an interruption; one of an ended assignment, or ended otherwise, is not", async () => {
+    const s = await scene();
+    for (const id of ["spot-1", "spot-2", "gone-1"]) expect(await s.driver.accept(vmRequest(id), within())).toBe("pending");
+    const [a, b, c] = await s.live();
+    await s.ctl("end", { id: a!.id, state: "terminated", stateReason: "Server.SpotInstanceTermination" });
+    await s.ctl("end", { id: b!.id, state: "terminated", stateReason: "Server.SpotInstanceTermination" });
+    await s.ctl("end", { id: c!.id, state: "terminated", stateReason: "Client.UserInitiatedShutdown" });
+    const records = new Map([
+      ["spot-1", { ended: false }],
+      ["spot-2", { ended: true }],
+      ["gone-1", { ended: false }],
+    ]);
+    const first = await s.sweep(records);
+    expect(first.events.filter((e) => e.event === "interrupted").map((e) => e.assignment)).toEqual(["spot-1"]);
+    // Its note moved on to a new round: the next sweep reports nothing again.
+    expect((await s.sweep(records)).events.filter((e) => e.event === "interrupted")).toEqual([]);
+  });
 });

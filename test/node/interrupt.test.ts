@@ -13,16 +13,19 @@ import { memoryRecords, written } from "../harness/memory.ts";
 const NOW = Date.parse("2026-12-07T08:00:00Z");
 const notice = "2026-12-07T08:02:00.000Z";
 
-function scene(driver: "ec2" | "hetzner") {
+function scene(driver: "ec2" | "hetzner", state = "backend_ready") {
   const record = written({
     ...assignment("gitea-1-1"),
-    state: "backend_ready",
+    state,
     backend: "pod",
     receivedAt: "2026-12-07T07:50:00Z",
-    placement: { backend: "pod" },
+    placement: { backend: "pod", pool: "spot" },
+    ...(state === "claimed" ? { claimedAt: "2026-12-07T07:55:00Z" } : {}),
   });
   const mem = memoryRecords([record]);
   const ended: string[] = [];
+  const released: unknown[] = [];
+  const torn: string[] = [];
   const d = {
     now: () => NOW,
     sink: { event: () => undefined, error: () => undefined, summary: () => undefined },
@@ -30,12 +33,17 @@ function scene(driver: "ec2" | "hetzner") {
     withState: <T>(fn: (s: unknown) => Promise<T>) =>
       fn({
         records: mem.records,
-        admission: { endRegistrations: async (_b: string, ids: string[]) => void ended.push(...ids), release: async () => undefined },
+        admission: {
+          endRegistrations: async (_b: string, ids: string[]) => void ended.push(...ids),
+          release: async (placement: unknown, id: string) => void released.push({ placement, id }),
+        },
         reruns: { count: async () => undefined, rerunOf: async () => null, add: async () => undefined },
       }),
+    callBackend: <T>(fn: (signal: AbortSignal) => Promise<T>) => fn(AbortSignal.timeout(1_000)),
+    runnersFor: () => ({ teardown: async (id: string) => void torn.push(id) }),
     forge: undefined,
   } as never;
-  return { d, mem, record, ended };
+  return { d, mem, record, ended, released, torn };
 }
 
 describe("a runner's interruption report", () => {
@@ -58,5 +66,13 @@ describe("a runner's interruption report", () => {
     expect(s.ended).toEqual(["gitea-1-1"]);
     expect((await interruptAssignment(s.d, "gitea-1-1", { notice, by: "runner", incarnation: own })).outcome).toBe("over");
     expect(s.mem.rows.get("gitea-1-1")).toEqual(after);
+  });
+
+  it("after the claim: the job's backend and pool slots are given back as the report is handled, and its machine torn down", async () => {
+    const s = scene("ec2", "claimed");
+    const { outcome } = await interruptAssignment(s.d, "gitea-1-1", { notice, by: "runner", incarnation: incarnationOf(s.record) });
+    expect(outcome).toBe("lost");
+    expect(s.released).toEqual([{ placement: expect.objectContaining({ backend: "pod", pool: "spot" }), id: "gitea-1-1" }]);
+    expect(s.torn).toEqual(["gitea-1-1"]);
   });
 });
