@@ -71,7 +71,7 @@ describe("hetzner driver in workerd", () => {
     expect((await deliver(env, withJob(completedFixture, 1187, ours))).body).toEqual({ completed: "gitea-1187-1" });
     const after = await hz("state");
     expect(after.servers).toEqual([]);
-    expect(after.deleted.map((s) => s.name)).toEqual(["gdr-gitea-1187-1"]);
+    expect(after.deleted.map((s) => s.labels["gdr-assignment"])).toEqual(["gitea-1187-1"]);
     const view = (await (await request(env, "/v1/assignments/gitea-1187-1", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { state: string };
     expect(view.state).toBe("completed");
     for (const line of logs.lines) {

@@ -49,7 +49,8 @@ describe("three backends, three drivers", () => {
     };
     await provisionEnv(env);
     const pods = async () => ((await (await fetch(`${cluster}/_control/state`)).json()) as { objects: { kind: string; metadata: { name: string } }[] }).objects;
-    const servers = async () => ((await (await fetch(`${project}/_control/state`)).json()) as { servers: { name: string }[] }).servers;
+    const servers = async () =>
+      ((await (await fetch(`${project}/_control/state`)).json()) as { servers: { name: string; labels: Record<string, string> }[] }).servers;
     const gpu = async () => (await (await fetch(`${base.POD_BACKEND_URL}-gpu/_control/state`)).json()) as FakeBackendState;
 
     for (const id of [601, 602, 603]) expect((await deliver(env, queued(id))).status).toBe(202);
@@ -58,8 +59,10 @@ describe("three backends, three drivers", () => {
     const server = await servers();
     const http = (await gpu()).runners;
     expect([pod.length, server.length, http.length]).toEqual([1, 1, 1]);
-    const ran = [pod[0]!.metadata.name, server[0]!.name, `gdr-${http[0]!.id}`].sort();
+    // A server's name carries its deployment's hash (gdr-<hash>-<assignment>); its label, the assignment's.
+    const ran = [pod[0]!.metadata.name, `gdr-${server[0]!.labels["gdr-assignment"]}`, `gdr-${http[0]!.id}`].sort();
     expect(ran).toEqual(["gdr-gitea-601-1", "gdr-gitea-602-1", "gdr-gitea-603-1"]);
+    expect(server[0]!.name).toMatch(/^gdr-[0-9a-f]{6}-gitea-60\d-1$/);
 
     // Every backend by name in the status; the cloud one with what its driver counts.
     const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as {

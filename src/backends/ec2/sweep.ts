@@ -79,17 +79,23 @@ export async function sweepInstances(c: Ec2SweepCtx, { kv, readMany, figures }: 
   await inBatches(adopted);
   let deleted = 0;
   // Each terminate within its own bound, a few at once, until the tick's time is spent: what is done stays done.
+  const failures: unknown[] = [];
   const next = async (): Promise<void> => {
     for (let d = doomed.shift(); d && c.now() < ask.deadline; d = doomed.shift()) {
-      await ask.call((signal) => c.api.terminate(d.i.id, signal));
+      try {
+        await ask.call((signal) => c.api.terminate(d.i.id, signal));
+      } catch (err) {
+        // The next tick tries it again; the others go on.
+        failures.push(err);
+        continue;
+      }
       if (d.n?.how === "noted") await kv.purge(driverNoteKey(c.backend, d.n.label));
       ask.event("orphan_deleted", { assignment: d.n?.id ?? d.i.tags[TAGS.assignment] ?? d.i.id, reason: d.reason });
       deleted++;
     }
   };
-  const results = await Promise.allSettled(Array.from({ length: SWEEP_PARALLEL }, next));
+  await Promise.all(Array.from({ length: SWEEP_PARALLEL }, next));
   await figures.change(c.backend, (f) => ({ ...f, swept: f.swept + deleted }));
-  const failed = results.find((r) => r.status === "rejected");
-  if (failed && !deleted) throw (failed as PromiseRejectedResult).reason;
+  if (failures.length && !deleted) throw failures[0];
   return { listed: listed.filter((x) => !ENDED_BY_CLOUD.has(x.state)).length, deleted };
 }

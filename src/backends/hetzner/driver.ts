@@ -127,7 +127,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     /**
      * A delete the budget holds back for a moment (parallel calls spent it, a 429) waits for it
      * within its call: a server left running is a bill. Its request is taken before `claim` runs,
-     * so that a claim is never made for a delete the budget refuses; one refused after its claim
+     * so that a claim is never made for a delete the budget refuses; one that fails after its claim
      * undoes the claim.
      */
     async function removeSoon(serverId: number, signal: AbortSignal, claim?: Claim): Promise<void> {
@@ -151,7 +151,8 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       try {
         await waited(() => api.remove(serverId, signal));
       } catch (err) {
-        if (claim && err instanceof RateBudgetExhausted) await claim.undo();
+        // Refused or failed: the claim goes, so that the retry (this teardown's, or the sweep's) deletes it.
+        if (claim) await claim.undo();
         throw err;
       }
     }

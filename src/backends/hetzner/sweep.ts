@@ -6,7 +6,7 @@
 // unknown. A list not read to its end deletes nothing: what is missing from it is not gone.
 import { inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
-import type { HetznerApi, HetznerServer } from "./client.ts";
+import { RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
 import { DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
 import { bootMark, instanceSelector, isOurs, LABELS } from "./server-body.ts";
 import { hourLeft, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
@@ -105,23 +105,39 @@ export async function sweepServers(
   // The deletes' requests are taken from the shared budget at once (one write, not one per delete); what is left over goes back.
   await api.gate.reserve("delete", doomed.length).catch(() => 0);
   // Each delete within its own bound, a few at once, until the tick's time is spent: what is done stays done.
+  const failures: unknown[] = [];
   const next = async (): Promise<void> => {
-    for (let d = doomed.shift(); d && now() < ask.deadline; d = doomed.shift()) {
-      // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
-      if (d.p && !(await notes.take(d.p.key, d.p.revision))) continue;
-      // A noted server's note is claimed at the revision read: a teardown that claimed it first deletes it, not this sweep too.
-      const read = d.n?.how === "noted" ? noteOf.get(d.n.label) : undefined;
-      if (read?.value.deleting !== undefined && now() - read.value.deleting < DELETE_CLAIM_MS) continue;
-      if (read && !(await notes.claim(backend, d.n!.label, read, now()))) continue;
-      await ask.call((signal) => api.remove(d.s.id, signal));
-      const label = d.n?.label ?? d.s.labels[LABELS.assignment] ?? "";
-      if (read) await notes.removeDeleted(backend, label, d.s.id, now());
-      else await notes.markDeleted(backend, label, d.s.id, now());
-      ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
-      deleted++;
+    // A budget spent stops every worker: the rest waits for the next tick.
+    for (let d = doomed.shift(); d && now() < ask.deadline && !failures.some((f) => f instanceof RateBudgetExhausted); d = doomed.shift()) {
+      try {
+        if (await deleteOne(d)) deleted++;
+      } catch (err) {
+        failures.push(err);
+      }
     }
   };
-  const results = await Promise.allSettled(Array.from({ length: SWEEP_PARALLEL }, next));
+  /** One judged server: claimed (parked: taken off the list; noted: its note) before its delete. */
+  const deleteOne = async (d: (typeof doomed)[number]): Promise<boolean> => {
+    // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
+    if (d.p && !(await notes.take(d.p.key, d.p.revision))) return false;
+    // A noted server's note is claimed at the revision read: a teardown that claimed it first deletes it, not this sweep too.
+    const read = d.n?.how === "noted" ? noteOf.get(d.n.label) : undefined;
+    if (read?.value.deleting !== undefined && now() - read.value.deleting < DELETE_CLAIM_MS) return false;
+    if (read && !(await notes.claim(backend, d.n!.label, read, now()))) return false;
+    try {
+      await ask.call((signal) => api.remove(d.s.id, signal));
+    } catch (err) {
+      // Failed: the claim goes, so that the next tick (or a teardown) deletes it.
+      if (read) await notes.put(backend, d.n!.label, read.value);
+      throw err;
+    }
+    const label = d.n?.label ?? d.s.labels[LABELS.assignment] ?? "";
+    if (read) await notes.removeDeleted(backend, label, d.s.id, now());
+    else await notes.markDeleted(backend, label, d.s.id, now());
+    ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
+    return true;
+  };
+  await Promise.all(Array.from({ length: SWEEP_PARALLEL }, next));
   await api.gate.release();
   // Marks of deleted servers no longer listed are dropped (a Hetzner server id is never used again).
   const listed = new Set(servers.map((s) => s.id));
@@ -130,8 +146,7 @@ export async function sweepServers(
     backend,
     [...marks].filter(([id, at]) => !listed.has(id) && now() - at > DELETE_CLAIM_MS).map(([id]) => id),
   );
-  const failed = results.find((r) => r.status === "rejected");
-  if (failed && !deleted) throw (failed as PromiseRejectedResult).reason;
+  if (failures.length && !deleted) throw failures[0];
   return { listed: servers.length, deleted };
 }
 
