@@ -28,6 +28,11 @@ export interface BootstrapStore {
   issue(id: string, payload: object, ttlMs: number, attempt?: string): Promise<string>;
   /** The key a token's entry is kept under (its SHA-256): no secret, so a note may name it. */
   keyOf(token: string): Promise<string>;
+  /**
+   * The key the token `issue` derives for `id` and `attempt` will be kept under, before it is
+   * issued: a note names it first, so that a Worker killed between the two leaves no token nobody can revoke.
+   */
+  derivedKey(id: string, attempt: string): Promise<string>;
   /** Deletes the entry kept under `key` before anyone takes it: true when revoked, false when it was taken (or expired) first. */
   revoke(key: string): Promise<boolean>;
   /**
@@ -60,6 +65,7 @@ export function createBootstraps(kv: KV, key: Uint8Array, now: () => number, pre
       return token;
     },
     keyOf: async (token) => bootstrapKey(await sha256Key(token)),
+    derivedKey: async (id, attempt) => bootstrapKey(await sha256Key(base64url(await deriveBytes(key, `bootstrap token:${id}:${attempt}`)))),
     async revoke(k) {
       const found = await readJson<Entry>(kv, k);
       return found && !found.value.spent ? spend(k, found) : false;

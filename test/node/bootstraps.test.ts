@@ -55,6 +55,9 @@ describe("one-time bootstraps", () => {
       expect(await store.issue("gitea-11-1", { n: 1 }, 600_000, "ec2:1")).not.toBe(first);
       expect(await store.issue("gitea-12-1", { n: 1 }, 600_000, "ec2:0")).not.toBe(first);
       expect(await createBootstraps(kv, NEW_KEY, () => clock.t).issue("gitea-11-1", { n: 1 }, 600_000, "ec2:0")).not.toBe(first);
+      // Its key is known before it is issued: what a note names first.
+      expect(await store.derivedKey("gitea-11-1", "ec2:0")).toBe(await store.keyOf(first));
+      expect(await store.derivedKey("gitea-11-1", "ec2:1")).not.toBe(await store.keyOf(first));
       // The entry first issued is the one kept.
       expect(await store.take("gitea-11-1", first)).toEqual({ n: 1 });
       expect(await store.issue("gitea-11-1", { n: 1 }, 600_000, "ec2:0")).toBe(first);

@@ -10,7 +10,7 @@ import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { serverName } from "../../src/backends/hetzner/server-body.ts";
 import { deploymentInstance } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { aroundKv, hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
 const scenes: HetznerScene[] = [];
 afterAll(async () => {
@@ -123,6 +123,67 @@ describe("hetzner driver faults", () => {
       expect(deletes, `round ${round}`).toHaveLength(1);
       expect((await s.state()).servers).toEqual([]);
     }
+  });
+
+  describe("a teardown and a sweep interleaved at each read: the server is deleted once", () => {
+    /** A scene whose `at`-th batch read (readMany), or first note read by kv.get, runs `hook` before it answers. */
+    async function interleaved() {
+      const when = { readMany: 0, get: false, hook: undefined as (() => Promise<unknown>) | undefined };
+      const run = async () => {
+        const h = when.hook;
+        when.hook = undefined;
+        if (h) await h();
+      };
+      let reads = 0;
+      const s = await hetznerScene(
+        {},
+        {
+          readMany: (real) => async (keys) => {
+            const r = await real(keys);
+            if (++reads === when.readMany) await run();
+            return r;
+          },
+          kv: (real) =>
+            aroundKv(real, new Set(["get"]), async (call) => {
+              const r = await call();
+              if (when.get) {
+                when.get = false;
+                await run();
+              }
+              return r;
+            }),
+        },
+      );
+      scenes.push(s);
+      await s.driver.accept(request("i-1"), within());
+      const deletes = async () => (await s.state()).requests.filter((r) => r.method === "DELETE").length;
+      const ended = new Map([["i-1", { ended: true }]]);
+      return { s, when, deletes, ended, reset: () => (reads = 0) };
+    }
+
+    it("the sweep read the note, then a teardown claimed and deleted: the sweep's claim fails", async () => {
+      const { s, when, deletes, ended, reset } = await interleaved();
+      reset();
+      Object.assign(when, { readMany: 2, hook: () => s.driver.teardown("i-1", within()) });
+      await s.sweep(ended);
+      expect(await deletes()).toBe(1);
+    });
+
+    it("the sweep read the server's index before a teardown ended it and the note after: its index read again spares it", async () => {
+      const { s, when, deletes, ended, reset } = await interleaved();
+      reset();
+      Object.assign(when, { readMany: 1, hook: () => s.driver.teardown("i-1", within()) });
+      await s.sweep(ended);
+      expect(await deletes()).toBe(1);
+    });
+
+    it("a teardown read the note, then the sweep claimed and deleted: the teardown's claim fails", async () => {
+      const { s, when, deletes, ended } = await interleaved();
+      Object.assign(when, { get: true, hook: () => s.sweep(ended) });
+      await s.driver.teardown("i-1", within()).catch(() => undefined);
+      await s.driver.teardown("i-1", within()).catch(() => undefined);
+      expect(await deletes()).toBe(1);
+    });
   });
 
   it("the first candidate unavailable, the second full of placements: the third is made in the same pass", async () => {

@@ -99,6 +99,16 @@ async function bootableFor(s: HetznerScene, id: string) {
   return found;
 }
 
+/** Bootstraps issued for `id` that could still be taken (not spent, revoked or expired): only the noted server's may be. */
+async function liveBootstraps(s: HetznerScene, id: string) {
+  let n = 0;
+  for await (const key of await s.stores.kv.keys("boot.>")) {
+    const e = await s.stores.kv.get(key);
+    if (e?.operation === "PUT" && e.length && e.json<{ id: string; spent?: true }>().id === id && !e.json<{ spent?: true }>().spent) n++;
+  }
+  return n;
+}
+
 /** How many calls a clean run of `fn` makes on a fresh scene set up by `setup`. */
 async function callsOf(setup: (s: HetznerScene) => Promise<void>, fn: (s: HetznerScene) => Promise<unknown>) {
   const { s, run } = await killable();
@@ -121,6 +131,8 @@ describe("the hetzner driver killed at any await", () => {
         await run(at, mode, () => s.driver.accept(plain("c-1"), within()));
         expect(await acceptAgain(s, plain("c-1")), `${mode} ${at}`).toBe("pending");
         expect(await bootableFor(s, "c-1"), `${mode} ${at}`).toHaveLength(1);
+        // A bootstrap of a create that made nothing was revoked before the next was issued.
+        expect(await liveBootstraps(s, "c-1"), `${mode} ${at}`).toBe(1);
         const servers = await afterSweep(s, ["c-1"], []);
         expect(servers, `${mode} ${at}`).toHaveLength(1);
         await bootsFor(s, servers[0]!.userData, "c-1");
@@ -161,10 +173,15 @@ describe("the hetzner driver killed at any await", () => {
       for (let at = 1; at <= calls; at++) {
         const { s, run } = await killable();
         await run(at, mode, () => s.driver.accept(request("b-1"), within()));
+        const made = (await s.state()).servers.map((v) => v.id);
         await parkOne(s);
         expect(await acceptAgain(s, request("b-1")), `${mode} ${at}`).toBe("pending");
         const noted = (await createNotes(s.stores.kv).get("pod", "b-1"))?.serverId;
         expect(await bootableFor(s, "b-1"), `${mode} ${at}`).toEqual([noted]);
+        expect(await liveBootstraps(s, "b-1"), `${mode} ${at}`).toBe(1);
+        // The server its create made is the one kept (adopted), and the parked one stays parked.
+        if (made.length) expect(noted, `${mode} ${at}`).toBe(made[0]);
+        if (made.length) expect(await createNotes(s.stores.kv).parked("pod"), `${mode} ${at}`).toHaveLength(1);
         const servers = await afterSweep(s, ["b-1"], ["p-1"]);
         expect(
           servers.map((v) => v.id),

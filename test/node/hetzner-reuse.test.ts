@@ -130,7 +130,10 @@ describe("reuse: rebuild", () => {
     const read = await notes.parked("pod", "small");
     const stale = { ...notes, parked: async () => read };
     const api = createHetznerApi({ url: s.base, token: FAKE_HCLOUD_TOKEN });
-    const boot = async (id: string) => ({ token: await s.stores.bootstraps.issue(id, {}, 60_000), userData: "#!/bin/sh\n" });
+    const boot = async (id: string) => {
+      const token = await s.stores.bootstraps.issue(id, {}, 60_000);
+      return { token, key: await s.stores.bootstraps.keyOf(token), userData: "#!/bin/sh\n" };
+    };
     const take = async (id: string) =>
       takeParked(
         { api, notes: stale, bootstraps: s.stores.bootstraps, backend: "pod", label: id, signal: within() },

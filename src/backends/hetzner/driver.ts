@@ -12,7 +12,8 @@ import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, t
 import { createNotes, DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
 import { projectedRemaining, type CallKind, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
-import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type Boot, type RebuildCtx } from "./reuse.ts";
+import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type IssueBoot, type RebuildCtx } from "./reuse.ts";
+import { base64url } from "../../model/crypto.ts";
 import { bootMark, createBody, isOurs, LABELS, serverName, type Candidate } from "./server-body.ts";
 import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
 
@@ -170,9 +171,13 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       const { launch, bootstrapUrl } = request;
       if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
       // Issued before the create or the rebuild: one whose answer is lost still has its token, and an unused one expires.
-      const boot = async (): Promise<Boot> => {
-        const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS);
-        return { token, userData: bootUserData(bootstrapUrl, token, runnerProgram(request), opts.settings.download) };
+      const boot: IssueBoot = async (noted) => {
+        // Derived from a nonce of its own: its key is known, and noted, before the token exists.
+        const attempt = `hetzner:${base64url(crypto.getRandomValues(new Uint8Array(12)))}`;
+        const key = await bootstraps.derivedKey(id, attempt);
+        await noted(key);
+        const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS, attempt);
+        return { token, key, userData: bootUserData(bootstrapUrl, token, runnerProgram(request), opts.settings.download) };
       };
       const ctx: RebuildCtx = { api, notes, bootstraps, backend, label: names.label, signal };
       if (note?.rebuilding !== undefined && note.serverId !== undefined) {
@@ -194,22 +199,25 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
       if (deps.now() < fullUntil)
         throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
-      const { token, userData } = await boot();
-      const creating = await bootstraps.keyOf(token);
-      const mark = await bootMark(creating);
       const name = await serverName(deps.prefix, id, deps.instance, backend);
-      const who = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend, boot: mark };
       const templates = [opts.template, request.pool?.template];
       const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
       const pool = request.pool;
+      const base = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
       // What a rebuild of this pool's server starts from: the image its create body names.
-      const image = pool?.reuse === "rebuild" ? String(createBody(who, "", templates, candidates[0]).image) : "";
+      const image = pool?.reuse === "rebuild" ? String(createBody(base, "", templates, candidates[0]).image) : "";
       const reuseFrom = (paidFrom: number) => (pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom } } : {});
-      // Written before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
-      await notes.put(backend, names.label, { id, createdAt: deps.now(), creating, ...reuseFrom(deps.now()) });
+      // Noted before its token exists, and before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
+      const {
+        token,
+        userData,
+        key: creating,
+      } = await boot((key) => notes.put(backend, names.label, { id, createdAt: deps.now(), creating: key, ...reuseFrom(deps.now()) }));
+      const mark = await bootMark(creating);
+      const who = { ...base, boot: mark };
       if (pool?.reuse === "rebuild") {
         // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
-        if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData }, deps.now())) return "pending";
+        if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return "pending";
       }
       let server: HetznerServer | undefined;
       let lastNoRoom: HetznerError | undefined;

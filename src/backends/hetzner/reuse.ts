@@ -28,8 +28,14 @@ export interface RebuildCtx {
   signal: AbortSignal;
 }
 
-/** A user_data for the assignment, and the one-time token in it. */
-export type Boot = { token: string; userData: string };
+/** A user_data for the assignment, and the one-time token in it (and its key, which notes name). */
+export type Boot = { token: string; userData: string; key: string };
+
+/**
+ * Issues a bootstrap for the assignment: `noted` is called with its key before the token exists,
+ * so a note names every bootstrap ever issued (and the pass after can revoke it).
+ */
+export type IssueBoot = (noted: (key: string) => Promise<void>) => Promise<Boot>;
 
 /**
  * Takes one of the pool's parked servers and rebuilds it for the assignment `base` describes:
@@ -37,6 +43,7 @@ export type Boot = { token: string; userData: string };
  * one, one takes it.
  */
 export async function takeParked(c: RebuildCtx, pool: string, base: Omit<ServerNote, "serverId" | "reuse">, boot: Boot, now: number): Promise<boolean> {
+  // `boot` was issued under the create's note (`creating`): the rebuild's note names the same key.
   const parked = (await c.notes.parked(c.backend, pool)).filter((p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS);
   // The least of its hour left first: that hour is paid, and would go unused; a job that outlasts it
   // costs the server one more hour, as a new server would.
@@ -57,7 +64,7 @@ export async function takeParked(c: RebuildCtx, pool: string, base: Omit<ServerN
 export async function resumeRebuild(
   c: RebuildCtx,
   note: ServerNote & { rebuilding: string; serverId: number },
-  boot: () => Promise<Boot>,
+  boot: IssueBoot,
   now: number,
 ): Promise<boolean> {
   const { rebuilding: _asked, ...done } = note;
@@ -65,7 +72,8 @@ export async function resumeRebuild(
     await c.notes.put(c.backend, c.label, done);
     return true;
   }
-  return rebuildFor(c, { ...done, createdAt: now }, await boot());
+  const next = { ...done, createdAt: now };
+  return rebuildFor(c, next, await boot((key) => c.notes.put(c.backend, c.label, { ...next, rebuilding: key })));
 }
 
 /**
@@ -74,7 +82,7 @@ export async function resumeRebuild(
  * revokes that bootstrap before it issues another.
  */
 async function rebuildFor(c: RebuildCtx, note: ServerNote & { serverId: number }, boot: Boot): Promise<boolean> {
-  const key = await c.bootstraps.keyOf(boot.token);
+  const key = boot.key;
   await c.notes.put(c.backend, c.label, { ...note, rebuilding: key });
   if (await c.api.rebuild(note.serverId, { image: note.reuse!.image, user_data: boot.userData }, c.signal)) {
     await c.notes.put(c.backend, c.label, note);
