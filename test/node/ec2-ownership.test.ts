@@ -8,7 +8,10 @@ import { BackendError } from "../../src/domain/backend.ts";
 import { AccountFull, BOOTSTRAP_TTL_MS } from "../../src/backends/ec2/driver.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
-import { ec2Scene, type Ec2Scene } from "../harness/ec2.ts";
+import { ec2Scene, EC2_TEMPLATE, type Ec2Scene } from "../harness/ec2.ts";
+import { createEc2Api } from "../../src/backends/ec2/client.ts";
+import { deploymentInstance } from "../../src/app/select-backend.ts";
+import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { vmRequest, type SceneWrap } from "../harness/hetzner.ts";
 
 const scenes: Ec2Scene[] = [];
@@ -137,5 +140,19 @@ describe("ec2 ownership", () => {
     expect(first.events.filter((e) => e.event === "interrupted").map((e) => e.assignment)).toEqual(["spot-1"]);
     // Its note moved on to a new round: the next sweep reports nothing again.
     expect((await s.sweep(records)).events.filter((e) => e.event === "interrupted")).toEqual([]);
+  });
+
+  it("a teardown without its note ends this backend's instance of the assignment, never another backend's of the same deployment", async () => {
+    const s = await scene();
+    const api = createEc2Api({ url: `${s.base}/`, region: FAKE_REGION, ...FAKE_AWS });
+    const instance = deploymentInstance(s.config.stream, s.config.publicUrl);
+    const tags = (backend: string) =>
+      Object.entries({ "managed-by": "gitea-edge-dispatcher", "gdr-instance": instance, "gdr-backend": backend, "gdr-assignment": "t-1" }).map(
+        ([Key, Value]) => ({ Key, Value }),
+      );
+    await api.runInstances({ ...EC2_TEMPLATE, TagSpecifications: [{ ResourceType: "instance", Tags: tags("pod") }] }, within());
+    await api.runInstances({ ...EC2_TEMPLATE, TagSpecifications: [{ ResourceType: "instance", Tags: tags("gpu") }] }, within());
+    await s.driver.teardown("t-1", within());
+    expect((await s.live()).map((i) => i.tags["gdr-backend"])).toEqual(["gpu"]);
   });
 });

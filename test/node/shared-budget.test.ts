@@ -83,6 +83,12 @@ describe("one Hetzner budget for every invocation", () => {
     expect(rec.value!.remaining).toBe(99);
     await g.seen(state(40));
     expect(rec.value!.remaining).toBe(40);
+    // Another invocation took 30 since: an answer that says 35 does not give them back.
+    const other = sharedGate(store, () => T);
+    for (let i = 0; i < 30; i++) await other.take("delete");
+    expect(rec.value!.remaining).toBe(10);
+    await g.seen(state(35));
+    expect(rec.value!.remaining).toBe(10);
     await g.seen(state(40, { blockedUntil: T + 5_000 }));
     expect(rec.value!.blockedUntil).toBe(T + 5_000);
     await expect(sharedGate(store, () => T + 4_999).take("delete")).rejects.toBeInstanceOf(RateBudgetExhausted);
