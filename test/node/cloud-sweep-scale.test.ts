@@ -55,7 +55,7 @@ const clouds: Record<string, (slow: { on: boolean; deleteMs: number }) => Promis
     return {
       driver: s.driver,
       clock: s.clock,
-      close: s.close,
+      close: () => s.close(),
       advance: async (ms) => void (await s.ctl("clock", { advanceMs: ms })),
       orphan: async (i) => {
         const labels = { "managed-by": "gitea-edge-dispatcher", "gdr-instance": instance, "gdr-backend": "pod", "gdr-assignment": `orphan-${i}` };
@@ -76,7 +76,7 @@ const clouds: Record<string, (slow: { on: boolean; deleteMs: number }) => Promis
     return {
       driver: s.driver,
       clock: s.clock,
-      close: s.close,
+      close: () => s.close(),
       advance: async () => undefined,
       orphan: async (i) => {
         const tags = { "managed-by": "gitea-edge-dispatcher", "gdr-instance": instance, "gdr-backend": "pod", "gdr-assignment": `orphan-${i}` };

@@ -113,9 +113,9 @@ describe("hetzner driver faults", () => {
       await s.driver.accept(request(id), within());
       const [server] = (await s.state()).servers;
       const ended = new Map([[id, { ended: true }]]);
-      const racers = [s.driver.teardown(id, within()), s.sweep(ended)];
+      const racers = [() => s.driver.teardown(id, within()), () => s.sweep(ended)];
       if (round % 2) racers.reverse();
-      await Promise.allSettled(racers);
+      await Promise.allSettled(racers.map((run) => run()));
       await s.driver.teardown(id, within()).catch(() => undefined);
       await s.sweep(ended);
       const deletes = (await s.state()).requests.filter((r) => r.method === "DELETE" && r.path.endsWith(`/${server!.id}`));

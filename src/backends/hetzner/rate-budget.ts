@@ -98,35 +98,39 @@ export function localGate(holder: { state: RateState | undefined }, now: () => n
     if (!may.ok) throw new RateBudgetExhausted(may.retryAt);
     if (holder.state) holder.state = { ...holder.state, remaining: holder.state.remaining - 1 };
   };
+  /** A gate of one invocation answers at once: its promise settles as `fn` returns or throws. */
+  const settle = <T>(fn: () => T): Promise<T> => new Promise<T>((resolve) => resolve(fn()));
   return {
-    async take(kind) {
-      const pre = prepaid.get(kind) ?? 0;
-      if (pre > 0) prepaid.set(kind, pre - 1);
-      else takeOne(kind);
-    },
-    async reserve(kind, n) {
-      let got = 0;
-      for (; got < n; got++) {
-        try {
-          takeOne(kind);
-        } catch (err) {
-          if (!got) throw err;
-          break;
-        }
-      }
-      prepaid.set(kind, (prepaid.get(kind) ?? 0) + got);
-      return got;
-    },
-    async release() {
-      const back = [...prepaid.values()].reduce((a, b) => a + b, 0);
-      prepaid.clear();
-      if (holder.state) holder.state = { ...holder.state, remaining: holder.state.remaining + back };
-    },
-    async seen(state) {
-      holder.state = state;
-    },
+    take: (kind) =>
+      settle(() => {
+        const pre = prepaid.get(kind) ?? 0;
+        if (pre > 0) prepaid.set(kind, pre - 1);
+        else takeOne(kind);
+      }),
+    reserve: (kind, n) => settle(() => reserveNow(kind, n)),
+    release: () =>
+      settle(() => {
+        const back = [...prepaid.values()].reduce((a, b) => a + b, 0);
+        prepaid.clear();
+        if (holder.state) holder.state = { ...holder.state, remaining: holder.state.remaining + back };
+      }),
+    seen: (state) => settle(() => void (holder.state = state)),
     state: () => holder.state,
   };
+
+  function reserveNow(kind: CallKind, n: number): number {
+    let got = 0;
+    for (; got < n; got++) {
+      try {
+        takeOne(kind);
+      } catch (err) {
+        if (!got) throw err;
+        break;
+      }
+    }
+    prepaid.set(kind, (prepaid.get(kind) ?? 0) + got);
+    return got;
+  }
 }
 
 /** After a 429 that sent no usable reset: the time one request takes to come back. */
