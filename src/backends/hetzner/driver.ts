@@ -1,6 +1,6 @@
-// The hetzner driver's accept and teardown: one server per assignment, named after it, created
-// from the templates and the first candidate with room; its id kept in a note so that neither a
-// status poll nor a lookup is needed on the usual path (create, the claim, delete).
+// The hetzner driver: one server per assignment (its accept in accept.ts), its teardown (parked for
+// the pool's next job, or deleted once: its note claimed first), and the sweep on the cron tick. Every
+// call of an invocation goes through an API client of its own that spends the project's one budget.
 import type { KV } from "@nats-io/kv";
 import { driverBudgetKey } from "../../nats/names.ts";
 import { casUpdate } from "../../state/kv.ts";
@@ -8,14 +8,14 @@ import { sharedGate, type BudgetStore } from "./shared-budget.ts";
 import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import type { DriverDeps, DriverStores, TickAsk } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
-import { createHetznerApi, HetznerError, RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
-import { createNotes, DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
+import { createHetznerApi, RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
+import { createNotes, DELETE_CLAIM_MS, type Notes } from "./notes.ts";
+import { acceptWith } from "./accept.ts";
 import { projectedRemaining, type CallKind, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
-import { ownsServer, parkIfWorthIt, resumeRebuild, takeParked, type IssueBoot, type RebuildCtx } from "./reuse.ts";
-import { base64url } from "../../model/crypto.ts";
-import { bootMark, createBody, isOurs, LABELS, serverName, type Candidate } from "./server-body.ts";
-import { bootUserData, launchScript, runnerProgram, type RunnerDownload } from "../user-data.ts";
+import { ownsServer, parkIfWorthIt } from "./reuse.ts";
+import { isOurs, serverName } from "./server-body.ts";
+import type { RunnerDownload } from "../user-data.ts";
 
 export interface HetznerSettings {
   url: string;
@@ -25,24 +25,9 @@ export interface HetznerSettings {
   download: RunnerDownload | undefined;
 }
 
-/** A server is looked at once, this long after its create, unless its claim came first. */
-export const STATUS_READ_AFTER_MS = 90_000;
+export { BOOTSTRAP_TTL_MS, FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "./accept.ts";
 /** How long a delete waits for the rate budget within its call, rather than failing to the retries. */
 export const DELETE_WAIT_MS = 3_000;
-/** How long a bootstrap token may wait for its server's first boot. */
-export const BOOTSTRAP_TTL_MS = 30 * 60_000;
-/** Statuses of a server that will not run its runner (any other is on its way up). */
-const ENDED = new Set(["off", "stopping", "deleting"]);
-/** Refusals that mean "no room for this candidate": the next one is tried in the same pass. */
-const NO_ROOM = new Set(["resource_unavailable", "placement_error"]);
-
-/** After the project's server limit refused a create, the next create is tried this much later (a delete may come first). */
-export const FULL_RECHECK_MS = 30_000;
-
-/** The project's server limit: a full backend, not a failure; no create is tried until FULL_RECHECK_MS has passed. */
-export class ProjectFull extends BackendError {
-  readonly full = true;
-}
 
 export interface HetznerDriverOptions {
   backend: string;
@@ -117,7 +102,12 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
 
   /** The driver's calls within one invocation, on its API client. */
   function invocation(api: HetznerApi): Calls {
-    return { acceptWith, ownByName, removeSoon };
+    const calls: Calls = {
+      ownByName,
+      removeSoon,
+      acceptWith: (...a) => acceptWith({ api, deps, backend, template: opts.template, download: opts.settings.download, calls }, ...a),
+    };
+    return calls;
 
     /** The server named for assignment `id`, only when it carries this deployment's and backend's labels. */
     async function ownByName(id: string, signal: AbortSignal, kind: CallKind = "read"): Promise<HetznerServer | undefined> {
@@ -156,132 +146,6 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         if (claim) await claim.undo();
         throw err;
       }
-    }
-
-    async function acceptWith(
-      notes: Notes,
-      bootstraps: DriverStores["bootstraps"],
-      figures: DriverStores["figures"],
-      request: RunnerRequest,
-      signal: AbortSignal,
-    ): Promise<RunnerStatus> {
-      const id = request.assignment.id;
-      const names = await objectNames(deps.prefix, id);
-      const note = await notes.get(backend, names.label);
-      const { launch, bootstrapUrl } = request;
-      if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the hetzner driver needs a forge (GITEA_URL)");
-      // Issued before the create or the rebuild: one whose answer is lost still has its token, and an unused one expires.
-      const boot: IssueBoot = async (noted) => {
-        // Derived from a nonce of its own: its key is known, and noted, before the token exists.
-        const attempt = `hetzner:${base64url(crypto.getRandomValues(new Uint8Array(12)))}`;
-        const key = await bootstraps.derivedKey(id, attempt);
-        await noted(key);
-        const token = await bootstraps.issue(id, { script: launchScript(request, launch) }, BOOTSTRAP_TTL_MS, attempt);
-        return { token, key, userData: bootUserData(bootstrapUrl, token, runnerProgram(request), opts.settings.download) };
-      };
-      const ctx: RebuildCtx = { api, notes, bootstraps, backend, label: names.label, signal };
-      if (note?.rebuilding !== undefined && note.serverId !== undefined) {
-        if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding, serverId: note.serverId }, boot, deps.now())) return "pending";
-        throw new BackendError("its parked server went before its rebuild was answered; asking again");
-      }
-      if (note?.serverId !== undefined) return lookOnce(notes, names.label, { ...note, serverId: note.serverId }, signal);
-      if (note?.creating !== undefined) {
-        // The last pass asked for a create and lost its answer: the server of the name is adopted if it carries that create's bootstrap.
-        const found = await ownByName(id, signal, "create");
-        if (found && found.labels[LABELS.boot] === (await bootMark(note.creating))) return adoptServer(notes, names.label, found, note);
-        // Else no server will boot from that bootstrap: it is revoked before another is issued, and a server of the name with an older one goes.
-        await bootstraps.revoke(note.creating);
-        if (found) {
-          await removeSoon(found.id, signal);
-          await notes.markDeleted(backend, names.label, found.id, deps.now());
-        }
-      }
-      const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
-      if (deps.now() < fullUntil)
-        throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
-      const name = await serverName(deps.prefix, id, deps.instance, backend);
-      const templates = [opts.template, request.pool?.template];
-      const candidates: (Candidate | undefined)[] = request.pool?.candidates ?? [undefined];
-      const pool = request.pool;
-      const base = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
-      // What a rebuild of this pool's server starts from: the image its create body names.
-      const image = pool?.reuse === "rebuild" ? String(createBody(base, "", templates, candidates[0]).image) : "";
-      const reuseFrom = (paidFrom: number) => (pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom } } : {});
-      // Noted before its token exists, and before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
-      const {
-        token,
-        userData,
-        key: creating,
-      } = await boot((key) => notes.put(backend, names.label, { id, createdAt: deps.now(), creating: key, ...reuseFrom(deps.now()) }));
-      const mark = await bootMark(creating);
-      const who = { ...base, boot: mark };
-      if (pool?.reuse === "rebuild") {
-        // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
-        if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return "pending";
-      }
-      let server: HetznerServer | undefined;
-      let lastNoRoom: HetznerError | undefined;
-      /** A create refused (not sent, or answered 4xx): no server was made, so its bootstrap and note go, and the next pass asks Hetzner nothing first. */
-      const refused = async () => {
-        await bootstraps.revoke(creating);
-        await notes.remove(backend, names.label);
-      };
-      for (const candidate of candidates) {
-        try {
-          server = await api.create(createBody(who, userData, templates, candidate), signal);
-          break;
-        } catch (err) {
-          if (err instanceof RateBudgetExhausted) await refused();
-          if (err instanceof HetznerError && err.code === "uniqueness_error") {
-            // Asked before (an answer lost, a pass that died): the server of that name is this create's only if it carries its bootstrap.
-            const found = await ownByName(id, signal, "create");
-            if (!found) throw new BackendError("the server's name is taken, but by no server of this deployment's listed; trying again");
-            if (found.labels[LABELS.boot] === mark) return adoptServer(notes, names.label, found, { id, createdAt: deps.now(), ...reuseFrom(deps.now()) });
-            // An earlier create that landed late, its bootstrap revoked: it goes, and the next pass asks again.
-            await removeSoon(found.id, signal);
-            await notes.markDeleted(backend, names.label, found.id, deps.now());
-            throw new BackendError("a late server of an earlier create held the name (its bootstrap revoked); deleted, asking again");
-          }
-          if (err instanceof HetznerError && NO_ROOM.has(err.code)) {
-            lastNoRoom = err;
-            continue;
-          }
-          if (err instanceof HetznerError && err.code === "resource_limit_exceeded") {
-            const until = deps.now() + FULL_RECHECK_MS;
-            await figures.change(backend, (f) => ({ ...f, fullTotal: f.fullTotal + 1, fullUntil: until }));
-            await refused();
-            throw new ProjectFull("the Hetzner project's server limit is reached: jobs wait until a server is deleted", err.status);
-          }
-          throw err;
-        }
-      }
-      if (!server) await refused();
-      if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
-      await notes.put(backend, names.label, { id, serverId: server.id, createdAt: deps.now(), ...reuseFrom(Date.parse(server.created) || deps.now()) });
-      return "pending";
-    }
-
-    /** The server of this assignment's create, answered to a pass that died: noted, its age from its creation. */
-    async function adoptServer(notes: Notes, label: string, server: HetznerServer, note: ServerNote): Promise<RunnerStatus> {
-      const created = Date.parse(server.created) || deps.now();
-      const reuse = note.reuse ? { reuse: { ...note.reuse, paidFrom: created } } : {};
-      await notes.put(backend, label, { id: note.id, serverId: server.id, createdAt: Math.min(deps.now(), created), ...reuse });
-      return "pending";
-    }
-
-    /** Pending until its claim, with one status read once it should be up: a server that ended is deleted and asked for again. */
-    async function lookOnce(notes: Notes, label: string, note: ServerNote & { serverId: number }, signal: AbortSignal): Promise<RunnerStatus> {
-      if (note.ready) return "ready";
-      if (note.checked || deps.now() - note.createdAt < STATUS_READ_AFTER_MS) return "pending";
-      const server = await api.get(note.serverId, signal);
-      if (server && !ENDED.has(server.status)) {
-        const ready = server.status === "running";
-        await notes.put(backend, label, { ...note, checked: true, ...(ready ? { ready } : {}) });
-        return ready ? "ready" : "pending";
-      }
-      if (server) await api.remove(server.id, signal);
-      await notes.removeDeleted(backend, label, note.serverId, deps.now());
-      throw new BackendError(`server ${server ? server.status : "gone"} before the claim; recreating`);
     }
   }
 }
