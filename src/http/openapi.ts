@@ -119,7 +119,7 @@ function build() {
     security: sec(claim),
     request: { params: idParam, body: { required: true, content: { "application/json": { schema: interruptBody } } } },
     description:
-      "POSTed by the watcher beside the runner with its claim token and EC2's spot/instance-action document. Before the claim (`replaced`) a new runner is asked for under a new claim token, and the old token is refused from then on; after it (`lost`) the assignment ends and its job is listed for a rerun once its run has finished. A repeat of the same report answers `over`.",
+      "POSTed by the watcher beside the runner with its claim token and EC2's spot/instance-action document. Before the claim (`replaced`) a new runner is asked for under a new claim token, and the old token is refused from then on; after it (`lost`) the assignment ends and its job is listed for a rerun once its run has finished. A repeat of the same report answers `over`. Taken only where the backend's driver replaces a runner on it (`ec2`): elsewhere 409, naming the backend and its driver.",
     responses: {
       200: json(assignmentView.extend({ outcome: z.enum(["replaced", "lost", "over"]) }), "Handled (idempotent)."),
       ...pick(400, 401, 403, 404, 409, 500, 503),
