@@ -67,3 +67,29 @@ export function lifetimeOf(pool: string | undefined, lifetimes: ReadonlyMap<stri
 export async function inBatches(work: readonly (() => Promise<unknown>)[], size = 32): Promise<void> {
   for (let i = 0; i < work.length; i += size) await Promise.all(work.slice(i, i + size).map((w) => w()));
 }
+
+/** How many deletes a sweep runs at once (each one connection of the invocation's six). */
+export const SWEEP_PARALLEL = 4;
+
+/**
+ * Deletes the judged workloads, SWEEP_PARALLEL at once, starting none once `goOn` says no (the
+ * tick's time is spent, or a failure stops them all): what is deleted stays deleted. `one` says
+ * whether it deleted; a failure leaves that workload to the next tick, and the others go on.
+ * Throws the first failure only when nothing was deleted.
+ */
+export async function deleteEach<T>(items: T[], one: (item: T) => Promise<boolean>, goOn: (failures: readonly unknown[]) => boolean): Promise<number> {
+  let deleted = 0;
+  const failures: unknown[] = [];
+  const next = async (): Promise<void> => {
+    for (let item = items.shift(); item !== undefined && goOn(failures); item = items.shift()) {
+      try {
+        if (await one(item)) deleted++;
+      } catch (err) {
+        failures.push(err);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: SWEEP_PARALLEL }, next));
+  if (failures.length && !deleted) throw failures[0];
+  return deleted;
+}

@@ -7,7 +7,7 @@
 import type { KV } from "@nats-io/kv";
 import { driverNoteKey } from "../../nats/names.ts";
 import { manyReader } from "../../state/kv.ts";
-import { inBatches, judgeWorkload, type Known } from "../cloud-sweep.ts";
+import { deleteEach, inBatches, judgeWorkload, type Known } from "../cloud-sweep.ts";
 import type { DriverStores, TickAsk } from "../driver-module.ts";
 import type { Ec2Api } from "./client.ts";
 import type { InstanceNote } from "./note.ts";
@@ -19,8 +19,6 @@ export const LIVE_STATES = ["pending", "running", "stopping", "stopped"];
 const ENDED_BY_CLOUD = new Set(["shutting-down", "terminated"]);
 /** EC2's StateReason code of a Spot instance it took back. */
 export const SPOT_TAKEN = "Server.SpotInstanceTermination";
-/** How many terminates run at once (each one connection of the invocation's six). */
-export const SWEEP_PARALLEL = 4;
 
 export interface Ec2SweepCtx {
   api: Ec2Api;
@@ -77,25 +75,18 @@ export async function sweepInstances(c: Ec2SweepCtx, { kv, readMany, figures }: 
     }
   }
   await inBatches(adopted);
-  let deleted = 0;
   // Each terminate within its own bound, a few at once, until the tick's time is spent: what is done stays done.
-  const failures: unknown[] = [];
-  const next = async (): Promise<void> => {
-    for (let d = doomed.shift(); d && c.now() < ask.deadline; d = doomed.shift()) {
-      try {
-        await ask.call((signal) => c.api.terminate(d.i.id, signal));
-      } catch (err) {
-        // The next tick tries it again; the others go on.
-        failures.push(err);
-        continue;
-      }
+  // Each terminate within its own bound, a few at once, until the tick's time is spent; a failed one is the next tick's.
+  const deleted = await deleteEach(
+    doomed,
+    async (d) => {
+      await ask.call((signal) => c.api.terminate(d.i.id, signal));
       if (d.n?.how === "noted") await kv.purge(driverNoteKey(c.backend, d.n.label));
       ask.event("orphan_deleted", { assignment: d.n?.id ?? d.i.tags[TAGS.assignment] ?? d.i.id, reason: d.reason });
-      deleted++;
-    }
-  };
-  await Promise.all(Array.from({ length: SWEEP_PARALLEL }, next));
+      return true;
+    },
+    () => c.now() < ask.deadline,
+  );
   await figures.change(c.backend, (f) => ({ ...f, swept: f.swept + deleted }));
-  if (failures.length && !deleted) throw failures[0];
   return { listed: listed.filter((x) => !ENDED_BY_CLOUD.has(x.state)).length, deleted };
 }

@@ -4,7 +4,7 @@
 // its pool's maxLifetimeMs (counted from its current job's start). A server its note does not name
 // yet, of a live assignment (a create answered to a Worker that died), is adopted, never deleted as
 // unknown. A list not read to its end deletes nothing: what is missing from it is not gone.
-import { inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
+import { deleteEach, inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import { RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
 import { DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
@@ -27,9 +27,6 @@ export const judgeServer = (
   record: { ended: boolean } | undefined,
   lifetimes: ReadonlyMap<string, number>,
 ) => judgeWorkload({ created: server.created, pool: server.labels[LABELS.pool] }, now, known, record, lifetimes);
-
-/** How many deletes run at once (each one connection of the invocation's six). */
-export const SWEEP_PARALLEL = 4;
 
 /**
  * What the sweep knows of a listed server from the notes: noted (its note names it), adoptable (its
@@ -101,21 +98,8 @@ export async function sweepServers(
   const again = await notes.runsOf(backend, unnoted);
   const spared = new Set(unnoted.filter((id) => gone({ id } as HetznerServer, again)));
   doomed.splice(0, doomed.length, ...doomed.filter((d) => !spared.has(d.s.id)));
-  let deleted = 0;
   // The deletes' requests are taken from the shared budget at once (one write, not one per delete); what is left over goes back.
   await api.gate.reserve("delete", doomed.length).catch(() => 0);
-  // Each delete within its own bound, a few at once, until the tick's time is spent: what is done stays done.
-  const failures: unknown[] = [];
-  const next = async (): Promise<void> => {
-    // A budget spent stops every worker: the rest waits for the next tick.
-    for (let d = doomed.shift(); d && now() < ask.deadline && !failures.some((f) => f instanceof RateBudgetExhausted); d = doomed.shift()) {
-      try {
-        if (await deleteOne(d)) deleted++;
-      } catch (err) {
-        failures.push(err);
-      }
-    }
-  };
   /** One judged server: claimed (parked: taken off the list; noted: its note) before its delete. */
   const deleteOne = async (d: (typeof doomed)[number]): Promise<boolean> => {
     // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
@@ -137,7 +121,11 @@ export async function sweepServers(
     ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
     return true;
   };
-  await Promise.all(Array.from({ length: SWEEP_PARALLEL }, next));
+  // Each delete within its own bound, a few at once, until the tick's time is spent; a budget spent stops them all.
+  const swept = await deleteEach(doomed, deleteOne, (failures) => now() < ask.deadline && !failures.some((f) => f instanceof RateBudgetExhausted)).then(
+    (deleted) => ({ deleted }),
+    (err: unknown) => ({ err }),
+  );
   await api.gate.release();
   // Marks of deleted servers no longer listed are dropped (a Hetzner server id is never used again).
   const listed = new Set(servers.map((s) => s.id));
@@ -146,8 +134,8 @@ export async function sweepServers(
     backend,
     [...marks].filter(([id, at]) => !listed.has(id) && now() - at > DELETE_CLAIM_MS).map(([id]) => id),
   );
-  if (failures.length && !deleted) throw failures[0];
-  return { listed: servers.length, deleted };
+  if ("err" in swept) throw swept.err;
+  return { listed: servers.length, deleted: swept.deleted };
 }
 
 /** A server whose note was never written, of a live assignment: noted now, its job's lifetime counted from its creation. */
