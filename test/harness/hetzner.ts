@@ -148,3 +148,10 @@ export function vmRequest(id: string, pool?: RunnerRequest["pool"]): RunnerReque
     ...(pool ? { pool } : {}),
   });
 }
+
+/** What a promise rejected with, or undefined when it resolved: a test asserts on the error itself. */
+export const failure = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );

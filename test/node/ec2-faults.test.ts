@@ -10,7 +10,7 @@ import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { ec2Scene, EC2_TEMPLATE, type Ec2Scene } from "../harness/ec2.ts";
-import { aroundKv, vmRequest } from "../harness/hetzner.ts";
+import { aroundKv, failure, vmRequest } from "../harness/hetzner.ts";
 import type { SceneWrap } from "../harness/hetzner.ts";
 
 const scenes: Ec2Scene[] = [];
@@ -26,11 +26,6 @@ const within = () => AbortSignal.timeout(3_000);
 const A = { InstanceType: "m7i.large", SubnetId: "subnet-0000000a" };
 const B = { InstanceType: "c7i.large", SubnetId: "subnet-0000000b" };
 const runs = async (s: Ec2Scene) => (await s.state()).requests.filter((r) => r.action === "RunInstances");
-const failure = (p: Promise<unknown>) =>
-  p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 
 /** The instance boots `id`'s runner: the bootstrap in its user_data opens `id`'s launch, once. */
 async function bootsFor(s: Ec2Scene, userData: string, id: string) {

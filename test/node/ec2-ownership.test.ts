@@ -12,7 +12,7 @@ import { ec2Scene, EC2_TEMPLATE, type Ec2Scene } from "../harness/ec2.ts";
 import { createEc2Api } from "../../src/backends/ec2/client.ts";
 import { deploymentInstance } from "../../src/app/select-backend.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
-import { vmRequest, type SceneWrap } from "../harness/hetzner.ts";
+import { failure, vmRequest, type SceneWrap } from "../harness/hetzner.ts";
 
 const scenes: Ec2Scene[] = [];
 afterAll(async () => {
@@ -24,11 +24,6 @@ async function scene(extra: Record<string, unknown> = {}, wrap: SceneWrap = {}) 
   return s;
 }
 const within = () => AbortSignal.timeout(3_000);
-const failure = (p: Promise<unknown>) =>
-  p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 /** A fetch whose next RunInstances answer is lost (the Worker died after EC2 made the instance). */
 function losingRunAnswer() {
   const lost = { armed: false };

@@ -10,7 +10,7 @@ import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { serverName } from "../../src/backends/hetzner/server-body.ts";
 import { deploymentInstance } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { aroundKv, hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { aroundKv, failure, hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
 
 const scenes: HetznerScene[] = [];
 afterAll(async () => {
@@ -24,11 +24,6 @@ async function scene(extra: Record<string, unknown> = {}) {
 
 const request = vmRequest;
 const within = () => AbortSignal.timeout(3_000);
-const failure = (p: Promise<unknown>) =>
-  p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 
 /** This driver's deployment instance, as its labels carry it: read from a server it made in a scene of the same environment. */
 async function instanceOf(s: HetznerScene) {
