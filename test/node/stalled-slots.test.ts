@@ -206,3 +206,35 @@ describe("a slot held by a new job whose pass died before asking (no entry)", ()
     expect([...w.slots.keys()]).toEqual(["n-1"]);
   });
 });
+
+describe("a resumed turn in a pass with room left (capacity 2)", () => {
+  /** a-1's turn took a slot and its pass died; n-1's new-job pass died too; a-2 and b-1 wait. */
+  async function twoStalled() {
+    const w = world({ capacity: 2 });
+    await w.wait("a-1", "a/mono");
+    await w.wait("a-2", "a/mono");
+    await w.wait("b-1", "b/fix");
+    w.slots.set("a-1", w.at());
+    w.records.set("n-1", { id: "n-1", backend: "pod", state: "received", job: { repository: "n/new" } } as AssignmentRecord);
+    w.slots.set("n-1", w.at());
+    w.later(STALL_MS + 1);
+    return w;
+  }
+
+  it("leaves the pass's heads once resumed: its job is asked for once, and the slot n-1 gave back goes by turn, never to a-1 again", async () => {
+    const w = await twoStalled();
+    expect(await admitWaiting(w.deps, { finish: w.asking })).toBe(2);
+    expect(w.asked.filter((id) => id === "a-1")).toEqual(["a-1"]);
+    expect(w.asked).toHaveLength(2);
+    expect([...w.slots.keys()].sort()).toEqual([w.asked[0], w.asked[1]].sort());
+    expect(w.events.filter((e) => e === "turn_resumed")).toHaveLength(1);
+  });
+
+  it("puts its repository's next job in its place: with b/fix at its QUOTAS limit, a-2 gets the freed slot", async () => {
+    const w = await twoStalled();
+    w.deps.waiting!.rules = { weight: () => 1, limits: (r: string) => (r === "b/fix" ? { repository: 0 } : {}) } as never;
+    expect(await admitWaiting(w.deps, { finish: w.asking })).toBe(2);
+    expect(w.asked).toEqual(["a-1", "a-2"]);
+    expect(w.waits.entries.map((e) => e.head.id)).toEqual(["b-1"]);
+  });
+});
