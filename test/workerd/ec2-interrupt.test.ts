@@ -18,11 +18,11 @@ afterEach(() => logs.restore());
 type Instance = { id: string; state: string; userData: string; market: string; stateReason?: string };
 type Request = { action?: string; input?: Record<string, unknown>; error?: string };
 
-async function scene(giteaVersion = "1.26.0") {
+async function scene(giteaVersion = "1.26.0", capacity = 4) {
   const account = `${inject("ec2Url")}/${uniqueName("ec2")}`;
   const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), inject("giteaUrl"), {
     CAPACITY_POD: 0,
-    CAPACITY_VM: 4,
+    CAPACITY_VM: capacity,
     VM_DRIVER: "ec2",
     EC2_API_URL: `${account}/`,
     EC2_REGION: FAKE_REGION,
@@ -131,53 +131,57 @@ describe("spot interruptions on the ec2 driver", () => {
     for (const line of logs.lines) expect(line).not.toContain(old.claimToken);
   });
 
-  it.each(["1.26.2", "1.27.0"])("after the claim on Gitea %s: the job is rerun once, after its run finished, on on-demand", async (version) => {
-    const s = await scene(version);
-    const { jobs } = await s.gitea.queue([{ labels: ["ubuntu-latest"] }]);
-    const job = jobs[0]!;
-    const id = `gitea-${job}-1`;
-    await s.gitea.deliver();
-    await s.running();
-    const [first] = (await s.ec2()).instances;
-    const { claimToken } = await s.launchOf(first!, id);
-    // The runner takes its job in Gitea (1.26 numbers the row's attempt then) and claims it.
-    expect(await s.gitea.pickup(`gdr-${id}`)).toEqual({ job });
-    expect((await request(s.env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(claimToken) })).status).toBe(200);
-    await s.interrupt(first!.id);
-    const told = await s.watcher(first!.id, claimToken, id);
-    expect(((await told.json()) as { outcome: string }).outcome).toBe("lost");
-    expect((await s.view(id)).state).toBe("terminated");
-    expect((await s.ec2()).instances[0]!.state).toBe("terminated");
+  it.each(["1.26.2", "1.27.0"])(
+    "after the claim on Gitea %s: the job is rerun once, after its run finished, on on-demand; at CAPACITY_VM 1 its slot is back at once",
+    async (version) => {
+      // One slot: the rerun's runner is asked for only if the report gave the lost job's slot back (its lease is hours).
+      const s = await scene(version, 1);
+      const { jobs } = await s.gitea.queue([{ labels: ["ubuntu-latest"] }]);
+      const job = jobs[0]!;
+      const id = `gitea-${job}-1`;
+      await s.gitea.deliver();
+      await s.running();
+      const [first] = (await s.ec2()).instances;
+      const { claimToken } = await s.launchOf(first!, id);
+      // The runner takes its job in Gitea (1.26 numbers the row's attempt then) and claims it.
+      expect(await s.gitea.pickup(`gdr-${id}`)).toEqual({ job });
+      expect((await request(s.env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(claimToken) })).status).toBe(200);
+      await s.interrupt(first!.id);
+      const told = await s.watcher(first!.id, claimToken, id);
+      expect(((await told.json()) as { outcome: string }).outcome).toBe("lost");
+      expect((await s.view(id)).state).toBe("terminated");
+      expect((await s.ec2()).instances[0]!.state).toBe("terminated");
 
-    // Not before the run finished: Gitea refuses a rerun then.
-    await tick(s.env);
-    await tick(s.env);
-    const actions = async () =>
-      (await (await fetch(`${s.env.GITEA_URL}/_control/actions`)).json()) as { reruns: number; jobs: { id: number; status: string; run_attempt: number }[] };
-    expect((await actions()).reruns).toBe(0);
-    // Gitea gives up on the lost task (its zombie timeout): the run fails, and the job is rerun once.
-    await fetch(`${s.env.GITEA_URL}/_control/fail-lost`, { method: "POST", body: JSON.stringify({ id: job }) });
-    for (let i = 0; i < 3; i++) await tick(s.env);
-    expect((await actions()).reruns).toBe(1);
-    expect(logs.events().filter((e) => e.event === "rerun_asked")).toHaveLength(1);
+      // Not before the run finished: Gitea refuses a rerun then.
+      await tick(s.env);
+      await tick(s.env);
+      const actions = async () =>
+        (await (await fetch(`${s.env.GITEA_URL}/_control/actions`)).json()) as { reruns: number; jobs: { id: number; status: string; run_attempt: number }[] };
+      expect((await actions()).reruns).toBe(0);
+      // Gitea gives up on the lost task (its zombie timeout): the run fails, and the job is rerun once.
+      await fetch(`${s.env.GITEA_URL}/_control/fail-lost`, { method: "POST", body: JSON.stringify({ id: job }) });
+      for (let i = 0; i < 3; i++) await tick(s.env);
+      expect((await actions()).reruns).toBe(1);
+      expect(logs.events().filter((e) => e.event === "rerun_asked")).toHaveLength(1);
 
-    // The rerun is a new assignment (1.26: the same job's second execution; 1.27: the job's copy in attempt 2), on on-demand.
-    const queued = (await actions()).jobs.find((j) => j.status === "queued")!;
-    const rerun = `gitea-${queued.id}-2`;
-    expect(queued.id === job).toBe(version.startsWith("1.26"));
-    await s.gitea.deliver();
-    await tickUntil(s.env, async () => (await s.ec2()).instances.length === 2, { timeoutMs: 20_000 });
-    const second = (await s.ec2()).instances[1]!;
-    expect(second.market).toBe("on-demand");
-    // The rerun runs and completes; no tick asks again, and nothing is left running.
-    await tickUntil(s.env, async () => (await s.ec2()).instances[1]!.state === "running", { timeoutMs: 10_000 });
-    const again = await s.launchOf((await s.ec2()).instances[1]!, rerun);
-    for (const step of ["claim", "complete"])
-      expect((await request(s.env, `/v1/assignments/${rerun}/${step}`, { method: "POST", headers: bearer(again.claimToken) })).status).toBe(200);
-    for (let i = 0; i < 3; i++) await tick(s.env);
-    expect((await actions()).reruns).toBe(1);
-    expect((await s.ec2()).instances.map((i) => i.state)).toEqual(["terminated", "terminated"]);
-  });
+      // The rerun is a new assignment (1.26: the same job's second execution; 1.27: the job's copy in attempt 2), on on-demand.
+      const queued = (await actions()).jobs.find((j) => j.status === "queued")!;
+      const rerun = `gitea-${queued.id}-2`;
+      expect(queued.id === job).toBe(version.startsWith("1.26"));
+      await s.gitea.deliver();
+      await tickUntil(s.env, async () => (await s.ec2()).instances.length === 2, { timeoutMs: 20_000 });
+      const second = (await s.ec2()).instances[1]!;
+      expect(second.market).toBe("on-demand");
+      // The rerun runs and completes; no tick asks again, and nothing is left running.
+      await tickUntil(s.env, async () => (await s.ec2()).instances[1]!.state === "running", { timeoutMs: 10_000 });
+      const again = await s.launchOf((await s.ec2()).instances[1]!, rerun);
+      for (const step of ["claim", "complete"])
+        expect((await request(s.env, `/v1/assignments/${rerun}/${step}`, { method: "POST", headers: bearer(again.claimToken) })).status).toBe(200);
+      for (let i = 0; i < 3; i++) await tick(s.env);
+      expect((await actions()).reruns).toBe(1);
+      expect((await s.ec2()).instances.map((i) => i.state)).toEqual(["terminated", "terminated"]);
+    },
+  );
 
   it("after the claim on Gitea 1.25 (no rerun endpoint): the job is left to a person, said by an event, the status and a metric", async () => {
     const s = await scene("1.25.0");
