@@ -3,6 +3,7 @@
 // the consumer holds fewer messages than asked for. A short `expires` still goes along: without
 // it, a consumer at MaxAckPending keeps the request forever and delivers to an abandoned inbox.
 import { createInbox, type Msg, type NatsConnection } from "@nats-io/nats-core";
+import { NatsUnavailable } from "./connection.ts";
 
 /** One delivery of a JetStream message: the subset a reconciliation needs (the reference's Message). */
 export interface DeliveredMessage {
@@ -102,6 +103,8 @@ export async function pullNoWait(
   try {
     for await (const m of sub) {
       if (m.headers?.code && !m.reply) {
+        // 503: nobody answered (the consumer has no leader, in an election or gone).
+        if (m.headers.code === 503) throw new NatsUnavailable(`pull from ${stream}/${consumer}: 503 no responders`);
         // 404 no messages, 408 request done, 409 max ack pending reached: the batch is over.
         if (m.headers.code >= 400 && m.headers.code !== 404 && m.headers.code !== 408 && m.headers.code !== 409) {
           throw new Error(`pull from ${stream}/${consumer}: ${m.headers.code} ${m.headers.description}`);

@@ -91,7 +91,15 @@ export async function reconcileBackend(handle: NatsHandle, deps: ProcessDeps, op
       const alongside = deps.waiting && opts.newJobs && round === 0 && pulls === 1 && !deps.waiting.set.asking?.(deps.backend);
       const askedWaiting = alongside ? deps.waiting!.set.any(deps.backend) : undefined;
       askedWaiting?.catch(() => undefined);
-      const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait);
+      const batch = await pullNoWait(handle.nc, opts.stream, consumerName(deps.backend), wait > 0 ? 1 : opts.batchSize, undefined, undefined, wait).catch(
+        (err: unknown) => {
+          // Nothing was pulled (an election, a lost connection): the pass ends here, its held deliveries still settled; the next pull asks again.
+          summary.errors++;
+          deps.sink.error("pull failed", { backend: deps.backend, reason: (err as Error).message });
+          return undefined;
+        },
+      );
+      if (!batch) break;
       const unseen = batch.filter((m) => !seen.has(m.seq));
       // Near MaxDeliver: published again and acknowledged (nats/renew.ts); its copy comes as a new delivery.
       const renewing = unseen.filter(needsRenewal);
