@@ -11,15 +11,20 @@ import { natsHosts } from "../src/nats/connection.ts";
 import { parseDevVars } from "./dev-vars.mjs";
 
 export const USAGE =
-  "usage: npm run provision -- [--config FILE] [--env NAME]   (or ./run provision [--config FILE] [--env NAME]); FILE defaults to wrangler.jsonc";
+  "usage: ./run provision [--config FILE] [--env NAME] [--dry-run]   (or npm run provision -- …); FILE defaults to wrangler.jsonc; --dry-run checks the configuration and prints the layout without connecting to NATS";
 
-/** `--config PATH` (default wrangler.jsonc, when there) and `--env NAME`. */
+/** `--config PATH` (default wrangler.jsonc, when there), `--env NAME` and `--dry-run`. */
 export function provisionArgs(argv) {
   const { values } = parseArgs({
     args: argv,
-    options: { config: { type: "string", short: "c" }, env: { type: "string", short: "e" }, help: { type: "boolean", short: "h" } },
+    options: {
+      config: { type: "string", short: "c" },
+      env: { type: "string", short: "e" },
+      "dry-run": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
   });
-  return { config: values.config, env: values.env, help: values.help ?? false };
+  return { config: values.config, env: values.env, dryRun: values["dry-run"] ?? false, help: values.help ?? false };
 }
 
 /** Names that hold a secret: shown as set, never by value. */

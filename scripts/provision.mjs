@@ -2,7 +2,7 @@
 // Reads the Worker's own configuration (provision-config.mjs): wrangler.jsonc's vars (of --env
 // NAME), then .dev.vars, then the environment.
 import { ConfigError, loadProvisionConfig } from "../src/app/config.ts";
-import { provision } from "../src/nats/layout.ts";
+import { layoutPlan, provision } from "../src/nats/layout.ts";
 import { isNatsUnavailable, natsHosts, withNats } from "../src/nats/connection.ts";
 import { USAGE, describeSources, mergeLayers, provisionArgs, readLayers } from "./provision-config.mjs";
 
@@ -20,6 +20,11 @@ try {
     console.log(`provision: no --env given, so the top level is provisioned; this file also defines env ${environments.join(", ")}`);
   for (const line of describeSources(merged)) console.log(line);
   config = loadProvisionConfig(merged.vars);
+  if (args.dryRun) {
+    for (const line of layoutPlan(config)) console.log(line);
+    console.log("provision: --dry-run: the layout's variables hold; nothing was sent to NATS");
+    process.exit(0);
+  }
   const done = await withNats(config, (handle) => provision(handle, config));
   for (const line of done) console.log(line);
 } catch (err) {

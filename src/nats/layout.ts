@@ -138,6 +138,21 @@ export function waitStreamConfig(cfg: LayoutConfig): Partial<StreamConfig> & { n
   };
 }
 
+/** What `provision` makes of `cfg`, one line each, without connecting (provision --dry-run). */
+export function layoutPlan(cfg: LayoutConfig): string[] {
+  const r = `R${cfg.replicas}`;
+  return [
+    `would provision: stream ${cfg.stream} (${r}, work queue, subjects ${streamSubjects({ stream: cfg.stream, subjectBase: cfg.subjectBase }).join(" ")})`,
+    ...cfg.backends.map((b) => {
+      const c = desiredConsumer(cfg, b.backend);
+      return `would provision: consumer ${c.name} (max_ack_pending ${c.max_ack_pending}, ack_wait ${cfg.ackWaitMs} ms, max_deliver ${c.max_deliver})`;
+    }),
+    ...admissionStreams(cfg).map((s) => `would provision: stream ${s.name} (${r}, max_msgs ${s.max_msgs < 0 ? "unlimited" : s.max_msgs})`),
+    `would provision: stream ${waitStreamConfig(cfg).name} (${r}, the wait set)`,
+    `would provision: bucket ${bucketNames(cfg).records} (${r}, records kept ${RECORD_TTL_MS / 86_400_000} days)`,
+  ];
+}
+
 /** JetStream cannot keep the asked-for replicas (a single server, or too few JetStream servers). */
 export class ReplicasUnavailable extends Error {
   override readonly name = "ReplicasUnavailable";
