@@ -29,10 +29,22 @@ import { startNatsCluster } from "./nats-cluster.mjs";
 import { loadEnv } from "./dev-vars.mjs";
 import { passedFrom } from "./start-vars.mjs";
 import { simulateCluster } from "./simulate-cluster.mjs";
-import { loadProvisionConfig } from "../src/app/config.ts";
+import { ConfigError, loadConfig, loadProvisionConfig } from "../src/app/config.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { giteaSignature } from "../src/forge/gitea/signature.ts";
+
+// Whatever is started is stopped on the way out, a failed start included: a mistake in the
+// configuration is one line per problem, naming the variable, and nothing is left running.
+const stops = [];
+let stopping = false;
+let ticker;
+process.on("uncaughtException", (err) => {
+  console.error(err instanceof ConfigError ? `start: invalid configuration:\n  ${err.problems.join("\n  ")}` : `start failed: ${err?.message ?? err}`);
+  void stop(1);
+});
+process.on("SIGINT", () => stop(0));
+process.on("SIGTERM", () => stop(0));
 
 const PORT = Number(process.env.PORT ?? 8787);
 const TICK_MS = Number(process.env.TICK_MS ?? 5_000);
@@ -61,7 +73,6 @@ if (![1, 3, 5].includes(clusterSize)) {
   console.error(`NATS_CLUSTER must be 1, 3 or 5, got ${process.env.NATS_CLUSTER ?? user.NATS_CLUSTER}`);
   process.exit(1);
 }
-const stops = [];
 const nats = clusterSize > 1 ? await startNatsCluster({ size: clusterSize }) : await startNatsServer();
 stops.push(() => nats.stop());
 const natsUrl = clusterSize > 1 ? nats.natsUrl : nats.wsUrl;
@@ -166,6 +177,8 @@ if (!vars.GITEA_URL) {
     body: JSON.stringify({ url: `${base}/v1/gitea/webhook`, secret: vars.GITEA_WEBHOOK_SECRET }),
   });
 }
+// The Worker's own checks, before wrangler starts it: every problem at once, by variable.
+loadConfig(vars);
 await withNats(loadProvisionConfig(vars), (h) => provision(h, loadProvisionConfig(vars)));
 
 // The variables, secrets among them, go to wrangler in a file only this user can read: on a
@@ -257,7 +270,6 @@ for (const stream of [wrangler.stdout, wrangler.stderr]) {
   });
 }
 
-let ticker;
 let announced = false;
 async function announce() {
   if (announced) return;
@@ -329,7 +341,6 @@ async function demo() {
   await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => job)) });
 }
 
-let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
@@ -338,8 +349,6 @@ async function stop(code = 0) {
   process.exit(code);
 }
 wrangler.on("exit", (code) => stop(code ?? 1));
-process.on("SIGINT", () => stop(0));
-process.on("SIGTERM", () => stop(0));
 // Whatever started us (npm, a shell) went away without passing a signal on: stop too, rather than
 // keep the port and a nats-server with nobody to stop them.
 const parent = process.ppid;

@@ -1,7 +1,8 @@
 // What a new user runs into first: an old Node, a wrong NATS_SERVER_BIN, a NATS_URL nobody
 // answers at, a negative capacity. Each must say plainly what is wrong.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
 import { afterAll, describe, expect, it } from "vitest";
@@ -85,6 +86,43 @@ describe("first run", () => {
     expect(problems({ CAPACITY_POD: "1.5" })).toContain("CAPACITY_POD must be an integer");
     expect(problems({ CAPACITY_POD: "10001" })).toContain("CAPACITY_POD must be at most 10000");
     expect(problems({ CAPACITY_POD: "0" }).filter((p) => p.startsWith("CAPACITY_POD"))).toEqual([]);
+  });
+});
+
+describe("./run start with a mistake in its configuration", () => {
+  /** The command lines of every process running now (Linux's /proc). */
+  const commandLines = () =>
+    readdirSync("/proc")
+      .filter((p) => /^\d+$/.test(p))
+      .flatMap((p) => {
+        try {
+          return [readFileSync(`/proc/${p}/cmdline`, "utf8").replaceAll("\0", " ")];
+        } catch {
+          return [];
+        }
+      });
+
+  it.skipIf(!existsSync("/proc/self/cmdline")).each([
+    ["CAPACITY_VM", "abc", /^ {2}CAPACITY_VM /m],
+    ["RUNNER_POOLS", "[{bad json", /^ {2}RUNNER_POOLS /m],
+  ])("%s=%s: one line naming it, no stack trace, and nothing left running", { timeout: 90_000 }, async (name, value, line) => {
+    // The embedded nats-server keeps its store under TMPDIR: a private one shows whether any is left.
+    const tmp = mkdtempSync(join(tmpdir(), "gdr-start-bad-"));
+    try {
+      const run = spawnSync("./run", ["start"], {
+        encoding: "utf8",
+        timeout: 80_000,
+        env: { ...process.env, GDR_NO_INSTALL: "1", DEV_VARS: "/nonexistent", TMPDIR: tmp, PORT: String(await freePort()), [name]: value },
+      });
+      expect(run.status).toBe(1);
+      expect(run.stderr).toContain("start: invalid configuration:");
+      expect(run.stderr).toMatch(line);
+      expect(run.stderr + run.stdout).not.toMatch(/^\s+at /m);
+      expect(commandLines().filter((c) => c.includes(tmp))).toEqual([]);
+      expect(readdirSync(tmp).filter((f) => f.startsWith("gdr-nats-"))).toEqual([]);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });
 
