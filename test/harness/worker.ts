@@ -55,13 +55,16 @@ export function bearer(token: string, json = false): Record<string, string> {
 export interface Captured {
   lines: string[];
   events(): { event: string; assignment?: string; backend?: string; retryDelayMs?: number; reason?: string; [k: string]: unknown }[];
+  /** The JSON lines with the time each was written. */
+  timed(): { at: number; event: Record<string, unknown> }[];
   restore(): void;
 }
 
 /** Captures every console line the Worker writes; events() parses the JSON ones. */
 export function captureLogs(): Captured {
   const lines: string[] = [];
-  const push = (...args: unknown[]) => void lines.push(args.map(String).join(" "));
+  const times: number[] = [];
+  const push = (...args: unknown[]) => void (lines.push(args.map(String).join(" ")), times.push(Date.now()));
   const spies = [
     vi.spyOn(console, "log").mockImplementation(push),
     vi.spyOn(console, "error").mockImplementation(push),
@@ -73,6 +76,14 @@ export function captureLogs(): Captured {
       lines.flatMap((l) => {
         try {
           return [JSON.parse(l)];
+        } catch {
+          return [];
+        }
+      }),
+    timed: () =>
+      lines.flatMap((l, i) => {
+        try {
+          return [{ at: times[i]!, event: JSON.parse(l) as Record<string, unknown> }];
         } catch {
           return [];
         }

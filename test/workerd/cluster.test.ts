@@ -391,7 +391,7 @@ describe.sequential("warm pools on R3 with a node lost", () => {
         ).catch(async (err: unknown) => {
           // Kept for whoever chases a failure: what each warm position points at, and that runner's events.
           logs.restore();
-          console.error(await warmReport(env, logs.events()));
+          console.error(await warmReport(env, logs.timed()));
           throw err;
         });
       } finally {
@@ -483,11 +483,14 @@ async function consumerDetail(env: Record<string, string>) {
       waiting: c.num_waiting,
       delivered: c.delivered,
       ackFloor: c.ack_floor,
+      leader: c.cluster?.leader,
+      replicas: c.cluster?.replicas?.map((r) => `${r.name}${r.current ? "" : " (not current)"}${r.offline ? " (offline)" : ""}`),
     };
   });
 }
 
-async function warmReport(env: Record<string, string>, events: Record<string, unknown>[]): Promise<string> {
+async function warmReport(env: Record<string, string>, timed: { at: number; event: Record<string, unknown> }[]): Promise<string> {
+  const stamp = (t: { at: number; event: Record<string, unknown> }) => `${new Date(t.at).toISOString().slice(11, 23)} ${JSON.stringify(t.event)}`;
   return createDispatcher({ config: loadConfig(env) }).withState(async (state) => {
     const lines: string[] = [];
     const ids = new Set<string>();
@@ -504,12 +507,12 @@ async function warmReport(env: Record<string, string>, events: Record<string, un
     lines.push(`slot holders: ${JSON.stringify(holders)}`);
     lines.push(`consumer: ${JSON.stringify(await consumerDetail(env))}`);
     for (const h of holders) ids.add(h);
-    for (const e of events) if (ids.has(String(e.assignment)) || e.level === "error") lines.push(JSON.stringify(e));
+    for (const t of timed) if (ids.has(String(t.event.assignment)) || t.event.level === "error") lines.push(stamp(t));
     lines.push(
-      ...events
-        .filter((e) => e.event === "reconcile_summary")
+      ...timed
+        .filter((t) => t.event.event === "reconcile_summary")
         .slice(-12)
-        .map((e) => JSON.stringify(e)),
+        .map(stamp),
     );
     return lines.join("\n");
   });
