@@ -20,11 +20,12 @@ async function pickFreePort() {
 
 /**
  * `freePort` picks each port (a test passes one that returns a taken port first).
- * @param {{ size?: number, freePort?: () => Promise<number> }} [options]
+ * `extraConfig` goes into every node's configuration (accounts, say).
+ * @param {{ size?: number, freePort?: () => Promise<number>, extraConfig?: string }} [options]
  * @returns a cluster: `wsUrls` (one per node), `natsUrl` (comma-separated ws URLs, as NATS_URL),
  * `nodes` ({ name, wsUrl, up }), kill(i), start(i), nodeOf(serverName), stop().
  */
-export async function startNatsCluster({ size = 3, freePort = pickFreePort } = {}) {
+export async function startNatsCluster({ size = 3, freePort = pickFreePort, extraConfig = "" } = {}) {
   const id = randomUUID().slice(0, 6);
   const root = mkdtempSync(join(tmpdir(), "gdr-cluster-"));
   const specs = [];
@@ -49,7 +50,7 @@ cluster {
     .map((s) => `"nats-route://127.0.0.1:${s.route}"`)
     .join(", ")}]
 }`;
-  const start = (spec) => startNatsServer({ name: spec.name, storeDir: spec.store, ports: spec.ports, extraConfig: configOf(spec) });
+  const start = (spec) => startNatsServer({ name: spec.name, storeDir: spec.store, ports: spec.ports, extraConfig: configOf(spec) + extraConfig });
   const servers = await startAll(pickPorts, () => specs.map(start));
   const wsUrls = servers.map((s) => s.wsUrl);
   const cluster = {

@@ -257,14 +257,26 @@ function changes<T extends object>(was: T, want: Partial<T>, keys: (keyof T)[]):
 
 const replicaChange = (from: number, to: number) => (from === to ? "" : ` (R${from} → R${to})`);
 
-/** Asks JetStream for a throwaway memory stream with `replicas` replicas: the one way to know it can. */
+/** JetStream's refusals by a limit (insufficient resources, storage or memory exceeded, too many streams): server/errors.json. */
+const LIMIT_CODES = new Set([10023, 10047, 10028, 10027]);
+
+/**
+ * Asks JetStream for a throwaway stream with `replicas` replicas: the one way to know it can. On
+ * file storage, as every stream of the layout is: an account may allow no memory at all (max_mem 0).
+ */
 async function probeReplicas(jsm: JetStreamManager, replicas: number): Promise<void> {
   const name = `GDR_PROBE_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
   try {
-    await jsm.streams.add({ name, subjects: [`_gdr_probe.${name}`], storage: StorageType.Memory, num_replicas: replicas, max_msgs: 1 });
+    await jsm.streams.add({ name, subjects: [`_gdr_probe.${name}`], storage: StorageType.File, num_replicas: replicas, max_msgs: 1, max_bytes: 4096 });
   } catch (err) {
     if (!(err instanceof JetStreamApiError)) throw err;
     const said = err.apiError().description ?? err.message;
+    // A limit of the account or the servers, not a lack of servers: say which setting refused.
+    if (LIMIT_CODES.has(err.apiError().err_code ?? 0) || /insufficient|exceeded/i.test(said))
+      throw new ReplicasUnavailable(
+        `JETSTREAM_REPLICAS=${replicas}: the NATS account's or servers' JetStream limits refused a ${replicas}-replica file stream (${said}). ` +
+          "Nothing was created or changed. Raise max_file (and max_streams) in the account's jetstream block, or max_file_store on each server (examples/nats-server.conf).",
+      );
     throw new ReplicasUnavailable(
       `JETSTREAM_REPLICAS=${replicas} needs a NATS cluster with at least ${replicas} JetStream servers, and the server refused (${said}). ` +
         "Nothing was created or changed. Use JETSTREAM_REPLICAS=1 on a single server, or list every cluster node in NATS_URL.",
@@ -272,8 +284,6 @@ async function probeReplicas(jsm: JetStreamManager, replicas: number): Promise<v
   }
   await jsm.streams.delete(name).catch(() => undefined);
 }
-
-/** `fn`'s result, or undefined when JetStream answers that the stream or consumer does not exist. */
 export async function maybe<T>(fn: () => Promise<T>): Promise<T | undefined> {
   try {
     return await fn();
