@@ -3,7 +3,7 @@
 // NAME), then .dev.vars, then the environment.
 import { ConfigError, loadProvisionConfig } from "../src/app/config.ts";
 import { layoutPlan, provision } from "../src/nats/layout.ts";
-import { isNatsUnavailable, natsHosts, withNats } from "../src/nats/connection.ts";
+import { isNatsUnavailable, NatsAuthRefused, natsHosts, withNats } from "../src/nats/connection.ts";
 import { USAGE, describeSources, mergeLayers, provisionArgs, readLayers } from "./provision-config.mjs";
 
 let config;
@@ -30,6 +30,8 @@ try {
 } catch (err) {
   if (err instanceof ConfigError) {
     console.error("provision: invalid configuration:\n  " + err.problems.join("\n  "));
+  } else if (err instanceof NatsAuthRefused) {
+    console.error(`provision failed: ${err.message}`);
   } else if (config && isNatsUnavailable(err)) {
     // Scheme, host and port only: a URL may carry credentials.
     console.error(`provision failed: cannot reach NATS at ${natsHosts(config.natsServers)} (NATS_URL): ${err.message}`);

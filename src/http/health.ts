@@ -2,7 +2,7 @@
 // one route that reaches NATS without a credential, so its cost must not follow the request rate.
 import type { Config } from "../app/config.ts";
 import { inspect } from "../nats/layout-inspect.ts";
-import { natsHosts, withNats } from "../nats/connection.ts";
+import { NatsAuthRefused, natsHosts, withNats } from "../nats/connection.ts";
 import { createForgejoClient } from "../forge/forgejo/client.ts";
 import { forgejoVersion } from "../forge/forgejo/version.ts";
 import { createGiteaClient } from "../forge/gitea/client.ts";
@@ -47,7 +47,16 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
   } catch (err) {
     return {
       status: 503,
-      body: { ok: false, nats: { ok: false }, problems: [`NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`] },
+      body: {
+        ok: false,
+        nats: { ok: false },
+        // A refusal of the credentials says which variables hold them; anything else is the URL's.
+        problems: [
+          err instanceof NatsAuthRefused
+            ? `${(err as Error).message} (NATS at ${natsHosts(config.natsServers)})`
+            : `NATS unreachable at ${natsHosts(config.natsServers)}: ${(err as Error).name}`,
+        ],
+      },
     };
   }
   const forge = await forgeCheck(config);

@@ -62,7 +62,7 @@ export async function openNats(
         () => undefined,
       );
       // Auth refusals are the same on every server of a cluster: no point in trying the others.
-      if (err instanceof errors.AuthorizationError || err instanceof errors.UserAuthenticationExpiredError) throw err;
+      if (err instanceof errors.AuthorizationError || err instanceof errors.UserAuthenticationExpiredError) throw authRefused(settings.natsAuth, err);
       failures.push((err as Error).name);
     }
   }
@@ -111,6 +111,22 @@ function authOptions(auth: NatsAuth) {
 
 const DRAIN_TIMEOUT_MS = 2_000;
 
+/** NATS refused the credentials: the message names the variables that hold them, never their values. */
+export class NatsAuthRefused extends Error {
+  override readonly name = "NatsAuthRefused";
+}
+
+function authRefused(auth: NatsAuth, err: Error): NatsAuthRefused {
+  const expired = err instanceof errors.UserAuthenticationExpiredError;
+  const which = {
+    none: "no credentials were given: set NATS_TOKEN, NATS_USER + NATS_PASS, or NATS_CREDS",
+    token: "check NATS_TOKEN",
+    userpass: "check NATS_USER and NATS_PASS",
+    creds: expired ? "the user JWT in NATS_CREDS has expired: issue a new creds file" : "check NATS_CREDS (its user JWT and seed)",
+  }[auth.kind];
+  return new NatsAuthRefused(`NATS refused the credentials (${expired ? "authentication expired" : "authorization violation"}): ${which}`);
+}
+
 /** NATS could not be reached or did not answer in time; nothing about the data is known. */
 export class NatsUnavailable extends Error {
   override readonly name = "NatsUnavailable";
@@ -145,7 +161,11 @@ const isJetStreamNotEnabled = (err: unknown) => err instanceof Error && err.name
  */
 export function isNatsError(err: unknown): boolean {
   return (
-    isNatsUnavailable(err) || err instanceof JetStreamError || err instanceof JetStreamApiError || Object.values(errors).some((type) => err instanceof type)
+    isNatsUnavailable(err) ||
+    err instanceof NatsAuthRefused ||
+    err instanceof JetStreamError ||
+    err instanceof JetStreamApiError ||
+    Object.values(errors).some((type) => err instanceof type)
   );
 }
 
