@@ -37,15 +37,38 @@ describe("hetzner configuration", () => {
     expect(configProblems(base({ VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", user_data: "x" }) }))).toEqual([
       'VM_TEMPLATE["user_data"] is set by the dispatcher, not by a template (vm backend)',
     ]);
-    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://x.example.org/act_runner" }))).toEqual([
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://dl.gitea.com/act_runner" }))).toEqual([
       "HCLOUD_RUNNER_URL and HCLOUD_RUNNER_SHA256 go together: the download is run only once its sha256 matches",
     ]);
     expect(configProblems(base({ HCLOUD_RUNNER_URL: "http://x.example.org/a", HCLOUD_RUNNER_SHA256: "a".repeat(63) }))).toEqual([
       "HCLOUD_RUNNER_URL must be an https URL (the runner program a stock image downloads)",
       "HCLOUD_RUNNER_SHA256 must be 64 hex digits (sha256sum of the runner program)",
     ]);
-    // Near miss: both, well formed.
-    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://x.example.org/a", HCLOUD_RUNNER_SHA256: "A".repeat(64) }))).toEqual([]);
+    // The examples' placeholders: a reserved host, one digit 64 times (every server would boot and never run a job).
+    const real = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://gitea.example.org/r", HCLOUD_RUNNER_SHA256: "0".repeat(64) }))).toEqual([
+      "HCLOUD_RUNNER_URL points at gitea.example.org, a placeholder: set the runner program's real download URL (a release asset of gitea/runner, say)",
+      "HCLOUD_RUNNER_SHA256 is a placeholder (one digit 64 times): set the sha256sum of the file at HCLOUD_RUNNER_URL, or every server boots and never runs a job",
+    ]);
+    // Near misses: both real, in capitals too; a host that only ends like a reserved one.
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://dl.gitea.com/runner/r", HCLOUD_RUNNER_SHA256: real.toUpperCase() }))).toEqual([]);
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://myexample.org/r", HCLOUD_RUNNER_SHA256: real }))).toEqual([]);
+    expect(configProblems(base({ HCLOUD_RUNNER_URL: "https://dl.gitea.com/r", HCLOUD_RUNNER_SHA256: `${"0".repeat(63)}1` }))).toEqual([]);
+  });
+
+  it("the ec2 driver refuses the same placeholders for EC2_RUNNER_URL and EC2_RUNNER_SHA256 (runner-download.ts)", () => {
+    const { HCLOUD_TOKEN: _t, ...rest } = base({
+      VM_DRIVER: "ec2",
+      EC2_REGION: "eu-central-1",
+      AWS_ACCESS_KEY_ID: "AKIAEXAMPLE0000000000",
+      AWS_SECRET_ACCESS_KEY: "secret-key-0000000000000000000000000000000",
+      VM_TEMPLATE: JSON.stringify({ ImageId: "ami-0123456789abcdef0", InstanceType: "m7i.large" }),
+    });
+    expect(configProblems({ ...rest, EC2_RUNNER_URL: "https://www.example.com/r", EC2_RUNNER_SHA256: "f".repeat(64) })).toEqual([
+      "EC2_RUNNER_URL points at www.example.com, a placeholder: set the runner program's real download URL (a release asset of gitea/runner, say)",
+      "EC2_RUNNER_SHA256 is a placeholder (one digit 64 times): set the sha256sum of the file at EC2_RUNNER_URL, or every server boots and never runs a job",
+    ]);
+    expect(configProblems({ ...rest, EC2_RUNNER_URL: "https://dl.gitea.com/r", EC2_RUNNER_SHA256: "e".repeat(63) + "f" })).toEqual([]);
   });
 
   it("checks each pool's template and candidates as bodies Hetzner would take; candidates only on a hetzner backend", () => {

@@ -3,6 +3,7 @@
 // RunInstances input's defaults, each pool's template, candidates (InstanceType, SubnetId), market
 // and spotFallback over it, all checked against the EC2 service model at load; one instance per
 // assignment (driver.ts); the orphan sweep on the cron tick.
+import { loadDownload } from "../runner-download.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { endpointOf } from "./client.ts";
 import { createEc2Driver, type Ec2Settings } from "./driver.ts";
@@ -33,12 +34,7 @@ export const ec2Driver: DriverModule<Ec2Settings> = {
       problems.push(`EC2_REGION must be a region name such as eu-central-1, not ${JSON.stringify(region)}`);
     const url = str(env.EC2_API_URL) ?? (region ? endpointOf(region) : "");
     if (url && !/^https?:\/\//.test(url)) problems.push("EC2_API_URL must be an http(s) URL");
-    const runnerUrl = str(env.EC2_RUNNER_URL);
-    const sha256 = str(env.EC2_RUNNER_SHA256)?.toLowerCase();
-    if (runnerUrl && !/^https:\/\//.test(runnerUrl)) problems.push("EC2_RUNNER_URL must be an https URL (the runner program a stock AMI downloads)");
-    if (Boolean(runnerUrl) !== Boolean(sha256))
-      problems.push("EC2_RUNNER_URL and EC2_RUNNER_SHA256 go together: the download is run only once its sha256 matches");
-    if (sha256 && !/^[0-9a-f]{64}$/.test(sha256)) problems.push("EC2_RUNNER_SHA256 must be 64 hex digits (sha256sum of the runner program)");
+    const download = loadDownload("EC2", str(env.EC2_RUNNER_URL), str(env.EC2_RUNNER_SHA256), problems);
     if (!accessKeyId || !secretAccessKey || !region) return undefined;
     return {
       url,
@@ -46,7 +42,7 @@ export const ec2Driver: DriverModule<Ec2Settings> = {
       accessKeyId,
       secretAccessKey,
       template: asTemplate(env.VM_TEMPLATE),
-      download: runnerUrl && sha256 ? { url: runnerUrl, sha256 } : undefined,
+      download,
     };
   },
   checkBackend(settings, b, variable, problems) {

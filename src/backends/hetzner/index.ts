@@ -2,6 +2,7 @@
 // HCLOUD_API_URL, VM_TEMPLATE (or a named backend's own) as the create body's defaults, each
 // pool's template and candidates over it, all checked against Hetzner's API description at load;
 // one server per assignment (driver.ts); the orphan sweep on the cron tick (sweep.ts).
+import { loadDownload } from "../runner-download.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
 import { CANDIDATE_KEYS, checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
@@ -24,14 +25,9 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
     if (!token)
       problems.push("HCLOUD_TOKEN is required with the hetzner driver (a secret: wrangler secret put; a read & write API token of the servers' project)");
     if (!/^https?:\/\//.test(url)) problems.push("HCLOUD_API_URL must be an http(s) URL");
-    const runnerUrl = str(env.HCLOUD_RUNNER_URL);
-    const sha256 = str(env.HCLOUD_RUNNER_SHA256)?.toLowerCase();
-    if (runnerUrl && !/^https:\/\//.test(runnerUrl)) problems.push("HCLOUD_RUNNER_URL must be an https URL (the runner program a stock image downloads)");
-    if (Boolean(runnerUrl) !== Boolean(sha256))
-      problems.push("HCLOUD_RUNNER_URL and HCLOUD_RUNNER_SHA256 go together: the download is run only once its sha256 matches");
-    if (sha256 && !/^[0-9a-f]{64}$/.test(sha256)) problems.push("HCLOUD_RUNNER_SHA256 must be 64 hex digits (sha256sum of the runner program)");
+    const download = loadDownload("HCLOUD", str(env.HCLOUD_RUNNER_URL), str(env.HCLOUD_RUNNER_SHA256), problems);
     if (!token) return undefined;
-    return { url, token, template: asTemplate(env.VM_TEMPLATE), download: runnerUrl && sha256 ? { url: runnerUrl, sha256 } : undefined };
+    return { url, token, template: asTemplate(env.VM_TEMPLATE), download };
   },
   checkBackend(settings, b, variable, problems) {
     const template = b.template ?? settings.template;
