@@ -118,3 +118,35 @@ describe("examples", () => {
     }
   });
 });
+
+describe("ec2-iam-policy.json", () => {
+  type Statement = { Sid: string; Effect: string; Action: string | string[]; Resource: string | string[]; Condition?: unknown };
+  const policy = JSON.parse(readFileSync("examples/ec2-iam-policy.json", "utf8")) as { Statement: Statement[] };
+  const list = (v: string | string[]) => (Array.isArray(v) ? v : [v]);
+  const glob = (pattern: string) => new RegExp(`^${pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replaceAll("*", ".*")}$`);
+  /** The statements that allow `action` on `arn`, conditions aside. */
+  const allowing = (action: string, arn: string) =>
+    policy.Statement.filter((s) => s.Effect === "Allow" && list(s.Action).includes(action) && list(s.Resource).some((r) => glob(r).test(arn))).map(
+      (s) => s.Sid,
+    );
+
+  it("allows a Spot RunInstances on every resource type it names, the Spot request among them (AWS's Service Authorization Reference)", () => {
+    const touched = [
+      "instance/i-1",
+      "volume/vol-1",
+      "subnet/subnet-1",
+      "security-group/sg-1",
+      "network-interface/eni-1",
+      "key-pair/k",
+      "spot-instances-request/sir-1",
+    ];
+    for (const r of touched) expect(allowing("ec2:RunInstances", `arn:aws:ec2:eu-central-1:123456789012:${r}`), r).not.toEqual([]);
+    expect(allowing("ec2:RunInstances", "arn:aws:ec2:eu-central-1::image/ami-1")).not.toEqual([]);
+    // Near misses: nothing else is allowed to run, and terminating stays limited by tag.
+    expect(allowing("ec2:RunInstances", "arn:aws:ec2:eu-central-1:123456789012:dedicated-host/h-1")).toEqual([]);
+    expect(policy.Statement.filter((s) => list(s.Action).includes("ec2:TerminateInstances")).map((s) => s.Condition)).toEqual([
+      { StringEquals: { "aws:ResourceTag/managed-by": "gitea-edge-dispatcher" } },
+    ]);
+    expect(policy.Statement.flatMap((s) => list(s.Action)).filter((a) => a.startsWith("iam:"))).toEqual([]);
+  });
+});
