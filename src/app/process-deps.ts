@@ -10,6 +10,7 @@ import { idleWarmCounts, keepsWarm } from "../pools/maintain.ts";
 import { hasLimits, shareRules } from "../quotas/config.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
+import { withRefusal } from "../state/driver-figures.ts";
 
 /**
  * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
@@ -27,6 +28,7 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
+    noteRefusal: (b, { variable, ...refusal }) => state.driverFigures.change(b, (f) => withRefusal(f, variable, { ...refusal, at: d.now() })),
     ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
     ...(d.forge?.claimHeld ? { claimHeld: d.forge.claimHeld } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),

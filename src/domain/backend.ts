@@ -93,5 +93,22 @@ export interface TickAsk {
 
 /** A failed backend call; the reconciliation naks and retries (401/403 also emit backend_auth). */
 export class BackendError extends UpstreamError {
-  override readonly name = "BackendError";
+  override readonly name: string = "BackendError";
+}
+
+/**
+ * The backend refused our credentials or what a variable of ours made it send: not transient, so
+ * named by that variable (and, for a template, the pool and field) in /healthz and the event, and
+ * retried only slowly. The message holds no secret: a field's value, never a token.
+ */
+export class BackendRefused extends BackendError {
+  override readonly name = "BackendRefused";
+  /** What to fix: `HCLOUD_TOKEN`, `RUNNER_POOLS pool "large" candidates[0].server_type`, … */
+  readonly variable: string;
+  readonly kind: "credentials" | "configuration";
+  constructor(message: string, variable: string, kind: "credentials" | "configuration", status?: number) {
+    super(message, status);
+    this.variable = variable;
+    this.kind = kind;
+  }
 }

@@ -2,7 +2,11 @@
 // one route that reaches NATS without a credential, so its cost must not follow the request rate.
 import type { Config } from "../app/config.ts";
 import { inspect } from "../nats/layout-inspect.ts";
-import { NatsAuthRefused, natsHosts, withNats } from "../nats/connection.ts";
+import { NatsAuthRefused, natsHosts, withNats, type NatsHandle } from "../nats/connection.ts";
+import { driverModule } from "../backends/drivers.ts";
+import { recordsBucket } from "../nats/names.ts";
+import { figuresKey, freshRefusals, type DriverFigures } from "../state/driver-figures.ts";
+import { readManyJson } from "../state/kv.ts";
 import { createForgejoClient } from "../forge/forgejo/client.ts";
 import { forgejoVersion } from "../forge/forgejo/version.ts";
 import { createGiteaClient } from "../forge/gitea/client.ts";
@@ -42,8 +46,9 @@ export type HealthCache = ReturnType<typeof createHealthCache>;
 /** What /healthz answers now: the layout's problems, and with `detailed` its counts (one connection). */
 export async function checkHealth(config: Config, detailed: boolean): Promise<HealthAnswer> {
   let report;
+  let refusals: string[];
   try {
-    report = await withNats(config, (handle) => inspect(handle, config));
+    ({ report, refusals } = await withNats(config, async (handle) => ({ report: await inspect(handle, config), refusals: await refusalsOf(handle, config) })));
   } catch (err) {
     return {
       status: 503,
@@ -60,8 +65,8 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
     };
   }
   const forge = await forgeCheck(config);
-  const problems = [...report.problems, ...(forge?.problem ? [forge.problem] : [])];
-  const ok = report.ok && !forge?.problem;
+  const problems = [...report.problems, ...refusals, ...(forge?.problem ? [forge.problem] : [])];
+  const ok = report.ok && !refusals.length && !forge?.problem;
   const forgeBody = forge
     ? {
         forge: {
@@ -76,6 +81,24 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
     status: ok ? 200 : 503,
     body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody },
   };
+}
+
+/**
+ * What the cloud backends keep refusing (state/driver-figures.ts): our credentials or a template's
+ * field, each by the variable to fix. One read for every such backend; none without one.
+ */
+async function refusalsOf(handle: NatsHandle, config: Config): Promise<string[]> {
+  const clouds = config.backends.filter((b) => driverModule(b.driver).figures);
+  if (!clouds.length) return [];
+  const read = await readManyJson<DriverFigures>(
+    handle,
+    recordsBucket({ stream: config.stream, subjectBase: config.subjectBase }),
+    clouds.map((b) => figuresKey(b.backend)),
+  );
+  const now = Date.now();
+  return clouds.flatMap((b) =>
+    freshRefusals(read.get(figuresKey(b.backend))?.value, now).map(([variable, r]) => `backend ${b.backend}: ${r.message}; fix ${variable}`),
+  );
 }
 
 /**

@@ -11,6 +11,7 @@ export const EVENT_NAMES = [
   "capacity_acquired",
   "backend_retry",
   "backend_auth",
+  "backend_refused",
   "backend_pending",
   "backend_ready",
   "claim_pending",

@@ -3,7 +3,7 @@
 import type { EventName } from "../model/events.ts";
 import type { AssignmentState } from "../nats/names.ts";
 
-export const DEFAULT_DELAYS = { capacity: 2_000, backendRetry: 15_000, pending: 2_000, claim: 2_000 } as const;
+export const DEFAULT_DELAYS = { capacity: 2_000, backendRetry: 15_000, pending: 2_000, claim: 2_000, refused: 60_000 } as const;
 
 export interface Facts {
   now: number;
@@ -20,8 +20,12 @@ export interface Facts {
   waitSet?: boolean;
   /** Not admitted because its owner or repository is at its QUOTAS limit. */
   quota?: boolean;
-  /** "auth_error": the backend refused our credentials (401/403), retried like any error but loud. */
-  backend?: "error" | "auth_error" | "pending" | "ready";
+  /**
+   * "auth_error": the backend refused our credentials (401/403), retried like any error but loud.
+   * "refused": a cloud refused our credentials or a template's field by name (BackendRefused): not
+   * transient, so retried once a minute, not at the backend retry's pace (a rate budget spent on refusals).
+   */
+  backend?: "error" | "auth_error" | "refused" | "pending" | "ready";
   /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
   jitter?: number;
   /**
@@ -156,6 +160,8 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.backend === undefined && !waiting) return { next: "call_backend" };
   if (f.backend === "error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "auth_error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_auth", "backend_retry"], ["release_slot", "mark_pending"]);
+  // Its backend_refused event, naming the variable, is the executor's (process.ts): the table knows no variable.
+  if (f.backend === "refused") return verdict(nak(DEFAULT_DELAYS.refused), ["backend_retry"], ["release_slot", "mark_pending"]);
   if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
   const seen: EventName[] = f.backend === "ready" ? ["backend_ready"] : [];
   if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"], ["mark_ready"]);

@@ -1,7 +1,7 @@
 // Carries out reconciliation for a batch of deliveries: the batch is prepared first (prepare.ts:
 // one read of all records, one admission update), then per message one backend call, at most one
 // record write, and the verdict's ack/nak/term.
-import { BackendError } from "../domain/backend.ts";
+import { BackendError, BackendRefused } from "../domain/backend.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
 import { DEFAULT_DELAYS, decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
@@ -141,6 +141,16 @@ async function endIfEnded(deps: ProcessDeps, p: Prepared, after: AssignmentRecor
 // A failed registration or backend call is retried as an error, loud when our credentials were refused.
 function backendFailed(deps: ProcessDeps, p: Prepared, err: unknown) {
   const status = err instanceof BackendError ? err.status : undefined;
+  if (err instanceof BackendRefused) {
+    // Not transient: said by its variable, kept for /healthz, and asked again only once a minute.
+    p.facts.backend = "refused";
+    const backend = placeOf(p).backend;
+    deps.sink.event({ event: "backend_refused", assignment: idOf(p), backend, reason: err.message });
+    void deps
+      .noteRefusal?.(backend, { variable: err.variable, kind: err.kind, message: err.message })
+      .catch((e: unknown) => deps.sink.error("noting a backend's refusal failed", { backend, reason: (e as Error).message }));
+    return;
+  }
   // A full cloud project (its server limit) is waited out like any retry, but said as what it is, not as an error or refused credentials.
   if ((err as { full?: unknown }).full === true) {
     p.facts.backend = "error";

@@ -59,6 +59,8 @@ export interface ProcessDeps {
   claimHeld?: Forge<never>["claimHeld"];
   /** Counts a runner given up on (never booted) in its pool's durable figures. */
   countGiveUp(pool: string): Promise<void>;
+  /** Keeps a backend's refusal of our credentials or a template's field for /healthz (driver-figures.ts). */
+  noteRefusal?(backend: string, refusal: { variable: string; kind: "credentials" | "configuration"; message: string }): Promise<void>;
   /**
    * Counts one of `pool`'s idle warm runners for a new job of this pass: true while the pass has
    * handed out fewer than are idle (read once per pass), so that only as many jobs wait for one.

@@ -16,6 +16,33 @@ export interface DriverFigures {
   fullUntil?: number;
   /** The API's rate budget as last seen: requests left of `limit`, at `at` (epoch ms). */
   rate?: { limit: number; remaining: number; at: number };
+  /** The backend's latest refusals of our credentials or a template's field, by the variable to fix (BackendRefused). */
+  refused?: Record<string, Refusal>;
+}
+
+export interface Refusal {
+  kind: "credentials" | "configuration";
+  /** What the cloud said, with the field's value: never a secret. */
+  message: string;
+  /** Epoch ms of the latest: a refusal not seen again for REFUSAL_FRESH_MS was fixed. */
+  at: number;
+}
+
+/**
+ * A refusal is shown while it keeps coming: a refused job asks again each minute (decide.ts's
+ * DEFAULT_DELAYS.refused), so one not seen for three is fixed, or has no job left to refuse.
+ */
+export const REFUSAL_FRESH_MS = 3 * 60_000;
+
+/** The refusals still coming at `now`, by variable. */
+export function freshRefusals(f: DriverFigures | undefined, now: number): [string, Refusal][] {
+  return Object.entries(f?.refused ?? {}).filter(([, r]) => now - r.at <= REFUSAL_FRESH_MS);
+}
+
+/** `f` with `refusal` of `variable` kept, and refusals no longer coming dropped. */
+export function withRefusal(f: DriverFigures, variable: string, refusal: Refusal): DriverFigures {
+  const kept = Object.fromEntries(freshRefusals(f, refusal.at));
+  return { ...f, refused: { ...kept, [variable]: refusal } };
 }
 
 export const figuresKey = (backend: string) => `${DRIVER_NOTE_PREFIX}-figures.${backend}`;

@@ -103,6 +103,11 @@ describe("decide: the reconciliation table, row by row", () => {
       { action: { kind: "nak", delayMs: 15_000 }, events: ["backend_auth", "backend_retry"], effects: ["release_slot", "mark_pending"] },
     ],
     [
+      "a cloud refused our credentials or a template's field → release, nak 60 s (not transient: a rate budget is not spent on refusals)",
+      { ...upToBackend, backend: "refused" },
+      { action: { kind: "nak", delayMs: 60_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] },
+    ],
+    [
       "backend pending → nak 2 s",
       { ...upToBackend, backend: "pending" },
       { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] },
@@ -178,6 +183,7 @@ describe("decide: the reconciliation table, row by row", () => {
       { ...base, decoded: true, offer: "new", state: "received", admitted: false },
       { ...upToBackend, backend: "error" },
       { ...upToBackend, backend: "auth_error" },
+      { ...upToBackend, backend: "refused" },
       { ...upToBackend, backend: "pending" },
       { ...upToBackend, backend: "ready" },
       { ...upToBackend, backend: "ready", readyAt: NOW - 10 },
@@ -222,7 +228,7 @@ describe("decide: the reconciliation table, row by row", () => {
   it("never acks an assignment nobody claimed", () => {
     const states = ["received", "capacity_wait", "backend_pending", "backend_ready"] as const;
     for (const state of states)
-      for (const backend of [undefined, "error", "auth_error", "pending", "ready"] as const)
+      for (const backend of [undefined, "error", "auth_error", "refused", "pending", "ready"] as const)
         for (const readyAt of [undefined, NOW, 0]) {
           const step = decide({ ...upToBackend, state, backend, readyAt }, policy);
           expect(step).not.toMatchObject({ action: { kind: "ack" } });

@@ -95,6 +95,39 @@ describe("hetzner driver in workerd", () => {
     expect(metrics).toContain('gdr_backend_full_total{backend="vm"} 1');
   });
 
+  it("a server type Hetzner refuses (422 invalid_input) is named by pool and field in the event and /healthz, and asked again only once a minute", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    const {
+      RUNS_ON_ROUTES: _r,
+      RETRY_DELAY_MS: _d,
+      ...env
+    } = hetznerEnv(
+      project,
+      { image: "ubuntu-24.04", server_type: "cx22" },
+      {
+        RUNNER_POOLS: JSON.stringify([
+          { name: "big", backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"], candidates: [{ server_type: "cx999", location: "fsn1" }] },
+        ]),
+      },
+    );
+    await provisionEnv(env);
+    expect((await deliver(env, queuedFixture)).status).toBe(202);
+    const variable = 'RUNNER_POOLS pool "big" candidates[0].server_type';
+    const refused = logs.events().filter((e) => e.event === "backend_refused");
+    expect(refused.map((e) => [e.assignment, e.reason])).toEqual([
+      ["gitea-1187-1", `Hetzner refused ${variable} = "cx999" (422 invalid_input: server type cx999 not found)`],
+    ]);
+    // Not transient: the next look is a minute away, not the backend retry's 15 s.
+    expect(logs.events().find((e) => e.event === "backend_retry" && e.assignment === "gitea-1187-1")?.retryDelayMs).toBe(60_000);
+    const health = await request(env, "/healthz");
+    expect(health.status).toBe(503);
+    expect(((await health.json()) as { problems: string[] }).problems).toEqual([
+      expect.stringMatching(new RegExp(`^backend vm: .*; fix ${variable.replace(/[[\]"]/g, "\\$&")}$`)),
+    ]);
+    expect(((await (await fetch(`${project}/_control/state`)).json()) as { servers: unknown[] }).servers).toEqual([]);
+    expect(logs.events().filter((e) => e.event === "error")).toEqual([]);
+  });
+
   it("a server whose delete failed at completion goes at the next cron tick: the driver's sweep runs there", async () => {
     const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
     const env = hetznerEnv(project, { image: "ubuntu-24.04", server_type: "cx22" });

@@ -3,7 +3,7 @@
 // through the driver's fetch; XML answers (xml.ts). An error answer becomes an Ec2Error with its
 // code, which the driver acts on; a network failure or a timeout a BackendError naming the call.
 import { AwsClient } from "aws4fetch";
-import { BackendError } from "../../domain/backend.ts";
+import { BackendError, BackendRefused } from "../../domain/backend.ts";
 import { encodeRequest } from "./query.ts";
 import { readDescribeInstances, readError, readRunInstances, type Ec2Instance } from "./xml.ts";
 
@@ -19,11 +19,24 @@ export interface Ec2Options {
 /** A refusal the driver acts on by its code (`InsufficientInstanceCapacity`, …). */
 export class Ec2Error extends BackendError {
   readonly code: string;
-  constructor(message: string, status: number, code: string) {
+  /** What EC2 said, for a refusal of a parameter (it names the parameter and the value we sent: no secret). */
+  readonly said: string;
+  constructor(message: string, status: number, code: string, said = "") {
     super(message, status);
     this.code = code;
+    this.said = said;
   }
 }
+
+/** EC2's refusals of the key pair itself (AWS's "Common client error codes"). */
+const KEY_REFUSED = new Set([
+  "AuthFailure",
+  "InvalidClientTokenId",
+  "SignatureDoesNotMatch",
+  "IncompleteSignature",
+  "MissingAuthenticationToken",
+  "OptInRequired",
+]);
 
 export interface Ec2Api {
   /** RunInstances of one instance: the instance, or an Ec2Error with the API's code. */
@@ -53,7 +66,21 @@ export function createEc2Api(opts: Ec2Options): Ec2Api {
     if (res.ok) return text;
     const error = readError(text);
     if (!error) throw new BackendError(`${action} answered ${res.status}`, res.status);
-    throw new Ec2Error(`${action} answered ${res.status} ${error.code}`, res.status, error.code);
+    if (KEY_REFUSED.has(error.code))
+      throw new BackendRefused(
+        `EC2 refused AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (${error.code})`,
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        "credentials",
+        res.status,
+      );
+    if (error.code === "UnauthorizedOperation")
+      throw new BackendRefused(
+        `EC2 refused ${action} to AWS_ACCESS_KEY_ID's IAM user (UnauthorizedOperation): its policy lacks what examples/ec2-iam-policy.json allows`,
+        "AWS_ACCESS_KEY_ID (its IAM policy)",
+        "credentials",
+        res.status,
+      );
+    throw new Ec2Error(`${action} answered ${res.status} ${error.code}`, res.status, error.code, error.message);
   };
   return {
     async runInstances(input, signal) {

@@ -4,7 +4,8 @@
 // asked and the instance id after, so a pass cut short anywhere asks again with the same token and
 // EC2 answers with the instance it made: accepting twice makes one instance.
 import type { KV } from "@nats-io/kv";
-import { BackendError, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { BackendError, BackendRefused, type RunnerBackend, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { fieldSource, forgetRefusals, shownValue } from "../refused-field.ts";
 import { driverNoteKey } from "../../nats/names.ts";
 import { readJson } from "../../state/kv.ts";
 import type { DriverDeps, DriverStores } from "../driver-module.ts";
@@ -16,6 +17,28 @@ import type { InstanceNote } from "./note.ts";
 import { LIVE_STATES, sweepInstances } from "./sweep.ts";
 
 export type { InstanceNote };
+
+/** The RunInstances parameter a refusal names: by its code, or by the parameter its message names (InvalidParameterValue). */
+function refusedField(err: Ec2Error): string | undefined {
+  const byCode = FIELD_OF_CODE.find(([prefix]) => err.code.startsWith(prefix))?.[1];
+  if (byCode) return byCode;
+  if (err.code !== "InvalidParameterValue" && err.code !== "InvalidParameterCombination") return undefined;
+  // "Invalid value 'm9z.huge' for InstanceType." (a value EC2 does not know), or "Value (x) for
+  // parameter instanceType is invalid." (one it cannot parse): the parameter, in either case.
+  const m = /for parameter (\w+)|Invalid value '[^']*' for (\w+)/.exec(err.said);
+  const named = m?.[1] ?? m?.[2];
+  return named ? named[0]!.toUpperCase() + named.slice(1) : "(a RunInstances parameter)";
+}
+
+const FIELD_OF_CODE: [string, string][] = [
+  ["InvalidAMIID.", "ImageId"],
+  ["InvalidSubnetID.", "SubnetId"],
+  ["InvalidSubnet.", "SubnetId"],
+  ["InvalidGroup.", "SecurityGroupIds"],
+  ["InvalidGroupId.", "SecurityGroupIds"],
+  ["InvalidSecurityGroupID.", "SecurityGroupIds"],
+  ["InvalidKeyPair.", "KeyName"],
+];
 
 export interface Ec2Settings {
   url: string;
@@ -51,7 +74,14 @@ export class AccountFull extends BackendError {
   readonly full = true;
 }
 
-export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; template: Record<string, unknown> | undefined; deps: DriverDeps }) {
+export function createEc2Driver(opts: {
+  backend: string;
+  settings: Ec2Settings;
+  template: Record<string, unknown> | undefined;
+  /** Where the template was written: VM_TEMPLATE, or BACKENDS[i].template. */
+  templateVariable?: string;
+  deps: DriverDeps;
+}) {
   const { deps, backend, settings } = opts;
   const api: Ec2Api = createEc2Api({ ...settings, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
   const withStores = <T>(fn: (s: DriverStores) => Promise<T>): Promise<T> => {
@@ -102,7 +132,8 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
     if (note?.instanceId) return lookOnce(kv, label, { ...note, instanceId: note.instanceId }, signal);
     const { launch, bootstrapUrl } = request;
     if (!launch || !bootstrapUrl) throw new BackendError("no runner identity: the ec2 driver needs a forge (GITEA_URL)");
-    const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
+    const seen = await figures.get(backend);
+    const fullUntil = seen?.fullUntil ?? 0;
     if (deps.now() < fullUntil) throw new AccountFull(`the EC2 account's limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
     // A pass cut short resumes at its attempt with the same ClientToken and the same UserData (its
     // bootstrap token derived for the round), as an idempotent RunInstances must; a new round starts from the first.
@@ -132,6 +163,8 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
         const body = runBody(who, userData, [opts.template, request.pool?.template], attempts[i]!, await clientToken(deps.instance, id, round, i));
         const instance = await api.runInstances(body, signal);
         await putNote(kv, label, { ...base, instanceId: instance.id });
+        // A create that went through answers every refusal kept for /healthz.
+        if (seen?.refused) await forgetRefusals(figures, backend);
         return "pending";
       } catch (err) {
         if (err instanceof Ec2Error && err.code === "IdempotentParameterMismatch") {
@@ -142,6 +175,24 @@ export function createEc2Driver(opts: { backend: string; settings: Ec2Settings; 
         if (err instanceof Ec2Error && NO_ROOM.has(err.code)) {
           lastNoRoom = err;
           continue;
+        }
+        const field = err instanceof Ec2Error ? refusedField(err) : undefined;
+        if (field) {
+          // What we sent was refused: a template's mistake, named where it was written; no instance was made.
+          const a = attempts[i]!;
+          const candidateIndex = a.candidate ? (request.pool?.candidates ?? []).indexOf(a.candidate) : -1;
+          const where = fieldSource(field, {
+            templateVariable: opts.templateVariable ?? "VM_TEMPLATE",
+            template: opts.template,
+            pool: request.pool,
+            candidate: a.candidate && candidateIndex >= 0 ? { index: candidateIndex, value: a.candidate } : undefined,
+          });
+          throw new BackendRefused(
+            `EC2 refused ${where.variable}${shownValue(where.value)} (${(err as Ec2Error).code})`,
+            where.variable,
+            "configuration",
+            (err as Ec2Error).status,
+          );
         }
         if (err instanceof Ec2Error && LIMITS.has(err.code)) {
           const until = deps.now() + FULL_RECHECK_MS;

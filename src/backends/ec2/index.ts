@@ -4,6 +4,7 @@
 // and spotFallback over it, all checked against the EC2 service model at load; one instance per
 // assignment (driver.ts); the orphan sweep on the cron tick.
 import { loadDownload } from "../runner-download.ts";
+import { templateVariableOf } from "../refused-field.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { endpointOf } from "./client.ts";
 import { createEc2Driver, type Ec2Settings } from "./driver.ts";
@@ -78,5 +79,6 @@ export const ec2Driver: DriverModule<Ec2Settings> = {
       problems.push(...checkRunBody(body).map((p) => `${where} would make an invalid RunInstances request (${attempt.market}): ${p}${named}`));
     }
   },
-  create: (b, settings, deps) => createEc2Driver({ backend: b.backend, settings, template: b.template ?? settings.template, deps }),
+  create: (b, settings, deps) =>
+    createEc2Driver({ backend: b.backend, settings, template: b.template ?? settings.template, templateVariable: templateVariableOf(b), deps }),
 };

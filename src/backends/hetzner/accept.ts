@@ -2,7 +2,8 @@
 // with room, noted before it is asked (with the key of its one-time bootstrap) and after; a pass
 // after a lost answer adopts the server of its name that carries that bootstrap's mark, before it
 // would take a parked server. Pending until the claim, with one status read.
-import { BackendError, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { BackendError, BackendRefused, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { fieldSource, forgetRefusals, shownValue, type FieldLayers } from "../refused-field.ts";
 import { base64url } from "../../model/crypto.ts";
 import type { DriverDeps, DriverStores } from "../driver-module.ts";
 import { objectNames } from "../kubernetes/names.ts";
@@ -36,6 +37,8 @@ export interface AcceptCtx {
   deps: DriverDeps;
   backend: string;
   template: Record<string, unknown> | undefined;
+  /** Where `template` was written (VM_TEMPLATE, or a named backend's own): refusals name it. */
+  templateVariable: string;
   download: RunnerDownload | undefined;
   calls: {
     ownByName: (id: string, signal: AbortSignal, kind?: CallKind) => Promise<HetznerServer | undefined>;
@@ -84,7 +87,8 @@ export async function acceptWith(
       await notes.markDeleted(backend, names.label, found.id, deps.now());
     }
   }
-  const fullUntil = (await figures.get(backend))?.fullUntil ?? 0;
+  const seen = await figures.get(backend);
+  const fullUntil = seen?.fullUntil ?? 0;
   if (deps.now() < fullUntil)
     throw new ProjectFull(`the Hetzner project's server limit was reached; the next create is tried at ${new Date(fullUntil).toISOString()}`);
   const name = await serverName(deps.prefix, id, deps.instance, backend);
@@ -114,7 +118,7 @@ export async function acceptWith(
     await bootstraps.revoke(creating);
     await notes.remove(backend, names.label);
   };
-  for (const candidate of candidates) {
+  for (const [index, candidate] of candidates.entries()) {
     try {
       server = await api.create(createBody(who, userData, templates, candidate), signal);
       break;
@@ -134,6 +138,11 @@ export async function acceptWith(
         lastNoRoom = err;
         continue;
       }
+      if (err instanceof HetznerError && err.code === "invalid_input") {
+        // What we sent was refused: a template's mistake, named where it was written; no server was made.
+        await refused();
+        throw invalidInput(c, err, request.pool, candidate && { index, value: candidate });
+      }
       if (err instanceof HetznerError && err.code === "resource_limit_exceeded") {
         const until = deps.now() + FULL_RECHECK_MS;
         await figures.change(backend, (f) => ({ ...f, fullTotal: f.fullTotal + 1, fullUntil: until }));
@@ -146,7 +155,22 @@ export async function acceptWith(
   if (!server) await refused();
   if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
   await notes.put(backend, names.label, { id, serverId: server.id, createdAt: deps.now(), ...reuseFrom(Date.parse(server.created) || deps.now()) });
+  // A create that went through answers every refusal kept for /healthz: the token and the fields it used are good.
+  if (seen?.refused) await forgetRefusals(figures, backend);
   return "pending";
+}
+
+/** invalid_input as a configuration problem: the first field Hetzner named, where it was set, and what Hetzner said of it. */
+function invalidInput(c: AcceptCtx, err: HetznerError, pool: RunnerRequest["pool"], candidate: FieldLayers["candidate"]): BackendRefused {
+  const field = err.fields[0];
+  const where = fieldSource(field?.name ?? "?", { templateVariable: c.templateVariable, template: c.template, pool, candidate });
+  const said = field?.messages[0] ? `: ${field.messages[0]}` : "";
+  return new BackendRefused(
+    `Hetzner refused ${where.variable}${shownValue(where.value)} (422 invalid_input${said})`,
+    where.variable,
+    "configuration",
+    err.status,
+  );
 }
 
 /** The server of this assignment's create, answered to a pass that died: noted, its age from its creation. */

@@ -3,7 +3,7 @@
 // resource_unavailable and placement_error are "no room here" (try the next candidate);
 // resource_limit_exceeded is "the project is full" (wait, as at CAPACITY). Every answer's
 // RateLimit-* headers update the budget, and a call the budget does not allow is not made.
-import { BackendError } from "../../domain/backend.ts";
+import { BackendError, BackendRefused } from "../../domain/backend.ts";
 import { bearerFetch, drain } from "../bearer-fetch.ts";
 import { localGate, RateBudgetExhausted, readRateHeaders, type CallKind, type RateGate, type RateState } from "./rate-budget.ts";
 
@@ -32,11 +32,17 @@ export interface HetznerServer {
 /** A refusal the driver acts on by its code (`uniqueness_error`, `resource_unavailable`, …). */
 export class HetznerError extends BackendError {
   readonly code: string;
-  constructor(message: string, status: number, code: string) {
+  /** invalid_input: the body's fields Hetzner named (`details.fields[].name`), with what it said of each. */
+  readonly fields: { name: string; messages: string[] }[];
+  constructor(message: string, status: number, code: string, fields: { name: string; messages: string[] }[] = []) {
     super(message, status);
     this.code = code;
+    this.fields = fields;
   }
 }
+
+/** Hetzner's refusals of the token itself (its API reference, "Error Codes"); 403 resource_limit_exceeded and maintenance are not. */
+const TOKEN_REFUSED = new Set(["unauthorized", "token_readonly", "forbidden"]);
 
 export interface HetznerApi {
   /** The rate budget its calls spend. */
@@ -70,10 +76,20 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
     return res;
   };
   const refuse = async (method: string, path: string, res: Response): Promise<never> => {
-    const body = (await res.json().catch(() => ({}))) as { error?: { code?: string } };
+    const body = (await res.json().catch(() => ({}))) as { error?: { code?: string; details?: { fields?: { name?: unknown; messages?: unknown }[] } } };
     const code = body.error?.code ?? "unknown";
     if (res.status === 429) throw new RateBudgetExhausted(gate.state()?.blockedUntil ?? now() + 1000);
-    throw new HetznerError(`${method} ${what(path)} answered ${res.status} ${code}`, res.status, code);
+    if ((res.status === 401 || res.status === 403) && TOKEN_REFUSED.has(code))
+      throw new BackendRefused(
+        `Hetzner refused HCLOUD_TOKEN (${res.status} ${code}): a read & write API token of the servers' project`,
+        "HCLOUD_TOKEN",
+        "credentials",
+        res.status,
+      );
+    const fields = (Array.isArray(body.error?.details?.fields) ? body.error.details.fields : []).flatMap((f) =>
+      typeof f?.name === "string" ? [{ name: f.name, messages: Array.isArray(f.messages) ? f.messages.map(String) : [] }] : [],
+    );
+    throw new HetznerError(`${method} ${what(path)} answered ${res.status} ${code}`, res.status, code, fields);
   };
   return {
     gate,

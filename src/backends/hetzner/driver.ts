@@ -33,6 +33,8 @@ export interface HetznerDriverOptions {
   backend: string;
   settings: HetznerSettings;
   template: Record<string, unknown> | undefined;
+  /** Where the template was written: VM_TEMPLATE, or BACKENDS[i].template. */
+  templateVariable: string;
   deps: DriverDeps;
 }
 
@@ -105,7 +107,8 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const calls: Calls = {
       ownByName,
       removeSoon,
-      acceptWith: (...a) => acceptWith({ api, deps, backend, template: opts.template, download: opts.settings.download, calls }, ...a),
+      acceptWith: (...a) =>
+        acceptWith({ api, deps, backend, template: opts.template, templateVariable: opts.templateVariable, download: opts.settings.download, calls }, ...a),
     };
     return calls;
 

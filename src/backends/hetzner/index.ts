@@ -3,6 +3,7 @@
 // pool's template and candidates over it, all checked against Hetzner's API description at load;
 // one server per assignment (driver.ts); the orphan sweep on the cron tick (sweep.ts).
 import { loadDownload } from "../runner-download.ts";
+import { templateVariableOf } from "../refused-field.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
 import { CANDIDATE_KEYS, checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
@@ -63,5 +64,6 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
       problems.push(...checkCreateBody(body).map((p) => `${where} would make an invalid create-server body: ${p}${named}`));
     }
   },
-  create: (b, settings, deps) => createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, deps }),
+  create: (b, settings, deps) =>
+    createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, templateVariable: templateVariableOf(b), deps }),
 };
