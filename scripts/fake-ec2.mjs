@@ -112,6 +112,7 @@ export function startFakeEc2({ log } = {}) {
     const id = `i-${randomBytes(8).toString("hex")}`;
     const instance = { id, ...where, imageId: input.ImageId, userData, name: id, tags, state: "pending", launchedAt: Date.now(), input, clientToken: token };
     a.instances.set(id, instance);
+    log?.(`[ec2] instance ${id}: launched (${where.InstanceType} ${where.market} in ${where.SubnetId ?? "the default subnet"}, ${input.ImageId})`);
     if (token !== undefined) a.tokens.set(token, { params, id });
     setTimeout(() => {
       if (instance.state !== "pending") return;
@@ -165,7 +166,10 @@ export function startFakeEc2({ log } = {}) {
       instancesSet: input.InstanceIds.map((id) => {
         const i = a.instances.get(id);
         const previousState = { code: STATE_CODES[i.state], name: i.state };
-        if (i.state !== "terminated") Object.assign(i, { state: "terminated", terminatedAt: Date.now() });
+        if (i.state !== "terminated") {
+          Object.assign(i, { state: "terminated", terminatedAt: Date.now() });
+          log?.(`[ec2] instance ${id}: terminated after ${Math.round((i.terminatedAt - i.launchedAt) / 1000)} s`);
+        }
         return { instanceId: id, currentState: { code: 32, name: "shutting-down" }, previousState };
       }),
     };

@@ -86,6 +86,7 @@ export function startFakeHetzner({ log } = {}) {
       // A fresh disk from the image; the server, its id, name, labels and paid hour stay.
       Object.assign(server, { image: body.image, bootedAt: now + p.mode.bootMs, rebuilds: server.rebuilds + 1, status: undefined, runner: undefined });
       if (typeof body.user_data === "string") server.userData = body.user_data;
+      log?.(`[hetzner] server ${server.name}: rebuilt from ${body.image} for its next job`);
       if (p.mode.simulate) boot(p, server);
       return send(201, { action: newAction(p, "rebuild_server", server.id, now), root_password: null });
     }
@@ -93,6 +94,7 @@ export function startFakeHetzner({ log } = {}) {
     if (req.method === "DELETE") {
       p.servers.delete(server.id);
       p.deleted.push({ ...server, deletedAt: now });
+      log?.(`[hetzner] server ${server.name}: deleted after ${Math.round((now - server.createdAt) / 1000)} s`);
       return send(200, { action: newAction(p, "delete_server", server.id, now) });
     }
     return send(405, apiError("method_not_allowed", "method not allowed"));
@@ -128,6 +130,7 @@ export function startFakeHetzner({ log } = {}) {
       rebuilds: 0,
     };
     p.servers.set(id, server);
+    log?.(`[hetzner] server ${server.name}: created (${where.server_type} in ${where.location}, ${body.image})`);
     if (p.mode.simulate) boot(p, server);
     return send(201, {
       server: view(p, server, now),

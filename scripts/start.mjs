@@ -281,7 +281,7 @@ drivers: pod=${drivers[0]} vm=${drivers[1]}${cluster ? ` (embedded fake Kubernet
 Try:
   # An assignment published by hand, with no ${forgejo ? "Forgejo" : "Gitea"} job behind it: its runner comes up and waits for
   # a job that never comes, so demo-1 stays backend_ready (never claimed) until its claim timeout
-  # (${Number(vars.CLAIM_TIMEOUT_MS ?? 240_000) / 1000} s), is then torn down and asked for again. The jobs queued below do run and complete.
+  # (${Number(vars.CLAIM_TIMEOUT_MS ?? 240_000) / 1000} s), is then torn down and asked for again.${fakeGitea ? " A job queued in the embedded Gitea (below) does run and complete." : ""}
   curl -s -X POST ${base}/v1/assignments -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}' \\
     -H 'content-type: application/json' -d '{"version":1,"id":"demo-1","backend":"pod","labels":["ubuntu-latest"]}'
   curl -s ${base}/v1/assignments/demo-1 -H 'authorization: Bearer ${vars.DISPATCH_TOKEN}'
@@ -324,7 +324,17 @@ Status page: ${base}/status   (any user name, password: ${vars.STATUS_TOKEN})`);
 
 /** Once the demo pool's warm runners are up: three jobs, two for the warm runners, one for a cold boot. */
 async function demo() {
-  if (!fakeGitea || !vars.RUNNER_POOLS || process.env.START_DEMO === "off") return;
+  if (!fakeGitea || process.env.START_DEMO === "off") return;
+  if (cloud && !forgejo && vars.RUNS_ON_ROUTES) {
+    // A cloud driver's demo: one job, one server (instance) created for it, its runner fetching its launch, the job, the delete.
+    const what = ec2 ? "an instance (EC2)" : "a server (Hetzner Cloud)";
+    console.log(
+      `\nQueueing 1 job: the embedded cloud makes ${what} for it, which boots (${BOOT_MS / 1000} s), fetches its launch once, runs the job and is deleted.`,
+    );
+    await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify([{ labels: ["ubuntu-latest"] }]) });
+    return;
+  }
+  if (!vars.RUNNER_POOLS) return;
   const target = JSON.parse(vars.RUNNER_POOLS)[0]?.minIdle ?? 0;
   for (;;) {
     await new Promise((r) => setTimeout(r, 1_000));

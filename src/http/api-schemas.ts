@@ -116,13 +116,14 @@ export const statusBody = z
       .array(
         z.object({
           backend: backendName,
-          full: z.boolean().meta({ description: "The cloud project's server limit holds its creates back now" }),
+          driver: z.string().meta({ description: "Its driver: hetzner (servers, a project) or ec2 (instances, an account)" }),
+          full: z.boolean().meta({ description: "The cloud project's server limit (EC2: the account's instance or vCPU limit) holds its creates back now" }),
           fullTotal: count,
-          swept: count.meta({ description: "Servers its sweep deleted (orphans, ended assignments', past their lifetime)" }),
+          swept: count.meta({ description: "Servers (instances) its sweep deleted (orphans, ended assignments', past their lifetime)" }),
           rate: z.object({ limit: count, remaining: count }).optional().meta({ description: "The cloud API's rate budget at the last sweep" }),
         }),
       )
-      .meta({ description: "Backends of a cloud driver (hetzner): what the driver counted" }),
+      .meta({ description: "Backends of a cloud driver (hetzner, ec2): what the driver counted" }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({

@@ -82,8 +82,18 @@ ${owners.map((o) => html`<tr>${textCell(o.owner)}<td class="n">${o.runners}</td>
 function cloudLine(c: Status["cloud"][number] | undefined) {
   if (!c) return "";
   const rate = c.rate ? `, ${c.rate.remaining} of ${c.rate.limit} API requests left this hour` : "";
-  const full = c.full ? html`<p class="problem">The cloud project's server limit is reached: jobs wait for a server to be deleted.</p>` : "";
-  return html`${full}<p class="muted">Servers deleted by the sweep: ${c.swept}; creates refused for the project's limit: ${c.fullTotal}${rate}.</p>`;
+  // Its own words (nested html, so that the apostrophes are markup's, not escaped text).
+  const w =
+    c.driver === "ec2"
+      ? {
+          limit: html`The EC2 account's instance or vCPU limit`,
+          wait: "an instance to end",
+          things: "Instances terminated",
+          refused: html`the account's limit`,
+        }
+      : { limit: html`The cloud project's server limit`, wait: "a server to be deleted", things: "Servers deleted", refused: html`the project's limit` };
+  const full = c.full ? html`<p class="problem">${w.limit} is reached: jobs wait for ${w.wait}.</p>` : "";
+  return html`${full}<p class="muted">${w.things} by the sweep: ${c.swept}; creates refused for ${w.refused}: ${c.fullTotal}${rate}.</p>`;
 }
 
 /** Runners whose machine was taken back, per pool, and the jobs lost with them: where their reruns stand, and which a person must rerun. */

@@ -58,6 +58,8 @@ export interface Snapshot {
 
 export interface CloudSnapshot {
   backend: Backend;
+  /** Its driver: the status page says servers and the project for hetzner, instances and the account for ec2. */
+  driver: string;
   full: boolean;
   fullTotal: number;
   swept: number;
@@ -150,6 +152,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
         const f = figures.get(backend);
         return {
           backend,
+          driver: d.config.backends.find((b) => b.backend === backend)?.driver ?? "",
           full: (f?.fullUntil ?? 0) > d.now(),
           fullTotal: f?.fullTotal ?? 0,
           swept: f?.swept ?? 0,

@@ -25,6 +25,6 @@ export function everyMetric(): string {
     pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
     owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
     forgePoll: { failuresTotal: 0, failing: false },
-    cloud: [{ backend: "vm", full: false, fullTotal: 1, swept: 3, rate: { limit: 3600, remaining: 3500 } }],
+    cloud: [{ backend: "vm", driver: "hetzner", full: false, fullTotal: 1, swept: 3, rate: { limit: 3600, remaining: 3500 } }],
   });
 }

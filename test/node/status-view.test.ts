@@ -89,14 +89,20 @@ describe("recent assignments", () => {
         ],
         pools: [],
         owners: [],
-        cloud: [{ backend: "vm", full: true, fullTotal: 2, swept: 5, rate: { limit: 3600, remaining: 3500 } }],
+        cloud: [
+          { backend: "vm", driver: "hetzner", full: true, fullTotal: 2, swept: 5, rate: { limit: 3600, remaining: 3500 } },
+          { backend: "pod", driver: "ec2", full: true, fullTotal: 1, swept: 4 },
+        ],
         stream: { messages: 0, published: 0, acked: 0 },
       } as Status),
     );
     const section = (name: string) => cloudPage.slice(cloudPage.indexOf(`<h2>Backend ${name}</h2>`)).split("</section>")[0]!;
     expect(section("vm")).toContain("Servers deleted by the sweep: 5; creates refused for the project's limit: 2, 3500 of 3600 API requests left this hour.");
     expect(section("vm")).toContain("The cloud project's server limit is reached");
-    expect(section("pod")).not.toContain("Servers deleted");
+    // EC2 in its own words: instances, the account.
+    expect(section("pod")).toContain("Instances terminated by the sweep: 4; creates refused for the account's limit: 1.");
+    expect(section("pod")).toContain("The EC2 account's instance or vCPU limit is reached: jobs wait for an instance to end.");
+    expect(section("pod")).not.toMatch(/Servers|project/);
   });
 });
 
