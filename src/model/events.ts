@@ -43,6 +43,7 @@ export const EVENT_NAMES = [
   "warm_filled",
   "warm_scaled_down",
   "warm_recycled",
+  "warm_boot_stalled",
   "warm_busy",
   "warm_took_job",
   "warm_converted",

@@ -14,7 +14,7 @@ type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
 type Stores = Pick<State, "admission" | "records">;
 
 /** True when the runner was taken away; false when it had taken a job, or was gone already. */
-export async function drainWarm(d: Deps, state: Stores, id: string, reason: "scaled_down" | "idle_recycled", pool: string): Promise<boolean> {
+export async function drainWarm(d: Deps, state: Stores, id: string, reason: "scaled_down" | "idle_recycled" | "boot_stalled", pool: string): Promise<boolean> {
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
   const runner = runnerAt(record);
@@ -29,6 +29,7 @@ export async function drainWarm(d: Deps, state: Stores, id: string, reason: "sca
   }
   const ended = await endRunner(d, state, id, reason, (r) => WAITING.has(r.state));
   if (!ended) return false;
-  d.sink.event({ event: reason === "scaled_down" ? "warm_scaled_down" : "warm_recycled", assignment: id, backend: placementOf(ended).backend, pool });
+  const event = { scaled_down: "warm_scaled_down", idle_recycled: "warm_recycled", boot_stalled: "warm_boot_stalled" } as const;
+  d.sink.event({ event: event[reason], assignment: id, backend: placementOf(ended).backend, pool });
   return true;
 }

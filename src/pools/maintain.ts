@@ -46,7 +46,7 @@ export async function maintainPools(d: Deps, state: Stores, only?: readonly stri
     pools.map(async (pool) => {
       const target = idleTarget(pool, new Date(now));
       const { slots, known } = planInputs(all.get(pool.name) ?? [], records);
-      const plan = planPool(target, slots, known, now, pool.maxIdleMs, vacate);
+      const plan = planPool(target, slots, known, now, pool.maxIdleMs, vacate, pool.bootTimeoutMs + 2 * d.config.ackWaitMs);
       const summary: PoolSummary = { pool: pool.name, target, ...plan.counts, filled: 0, drained: 0 };
       for (const m of plan.move) {
         if (await state.warm.put(pool.name, m.to.index, m.id, m.to.revision)) await state.warm.clear(pool.name, m.from.index, m.from.revision);
@@ -81,6 +81,7 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
         receivedAt: Date.parse(r.receivedAt),
         ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}),
         ...(r.claimedAt ? { claimedAt: Date.parse(r.claimedAt) } : {}),
+        ...(r.askedAt ? { askedAt: Date.parse(r.askedAt) } : {}),
       });
     }
   }

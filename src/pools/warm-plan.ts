@@ -21,6 +21,8 @@ export interface PlanRecord {
   readyAt?: number;
   /** Epoch ms its runner took a job. */
   claimedAt?: number;
+  /** Epoch ms its runner was asked of the backend, this boot attempt (a boot retry asks again). */
+  askedAt?: number;
 }
 
 /**
@@ -38,8 +40,8 @@ export interface WarmPlan {
   fill: { index: number; revision: number }[];
   /** Keep a runner (warm at `from`) in a lower position that frees up, so that the pool's positions stay below its target. */
   move: { id: string; from: PlanSlot; to: { index: number; revision: number } }[];
-  /** Warm runners to take away: above the target (oldest first), or idle longer than maxIdleMs. */
-  drain: { slot: PlanSlot; reason: "scaled_down" | "idle_recycled" }[];
+  /** Warm runners to take away: above the target (oldest first), idle longer than maxIdleMs, or booting past any delivery's look (stalledAfterMs). */
+  drain: { slot: PlanSlot; reason: "scaled_down" | "idle_recycled" | "boot_stalled" }[];
   /** Positions at or above the target that point at no live runner. */
   clear: PlanSlot[];
   /** Live warm runners after the plan, by what they are doing. */
@@ -66,6 +68,12 @@ export function planPool(
   now: number,
   maxIdleMs: number,
   vacate: ReadonlySet<string> = new Set(),
+  /**
+   * A booting runner asked of its backend longer ago than this (its pool's boot timeout and two
+   * AckWaits) has had no delivery look at it: its message is stranded, and nothing else would
+   * ever end it or free its position and slot.
+   */
+  stalledAfterMs = Infinity,
 ): WarmPlan {
   const plan: WarmPlan = { fill: [], move: [], drain: [], clear: [], counts: { idle: 0, booting: 0 } };
   const occupant = (s: PlanSlot) => occupantOf(records.get(s.id), s, now, vacate);
@@ -74,7 +82,10 @@ export function planPool(
   // Idle too long: taken away and replaced (their positions are filled again below).
   const stale = live.filter((s) => occupant(s) === "idle" && now - (records.get(s.id)?.readyAt ?? now) > maxIdleMs);
   for (const s of stale) plan.drain.push({ slot: s, reason: "idle_recycled" });
-  const fresh = live.filter((s) => !stale.includes(s));
+  const askedAt = (s: PlanSlot) => records.get(s.id)?.askedAt;
+  const stalled = live.filter((s) => occupant(s) === "booting" && askedAt(s) !== undefined && now - askedAt(s)! > stalledAfterMs);
+  for (const s of stalled) plan.drain.push({ slot: s, reason: "boot_stalled" });
+  const fresh = live.filter((s) => !stale.includes(s) && !stalled.includes(s));
   // Above the target: the oldest go first.
   const surplus = [...fresh].sort((a, b) => age(a) - age(b) || a.index - b.index).slice(0, Math.max(0, fresh.length - target));
   for (const s of surplus) plan.drain.push({ slot: s, reason: "scaled_down" });

@@ -61,6 +61,42 @@ describe("pool maintenance from many isolates at once", () => {
     expect(new Set(positions.get("small")?.map((p) => p.id))).toEqual(new Set([first[2], ...second]));
   });
 
+  it("a warm runner booting past its pool's boot timeout and two AckWaits (no delivery looked at it: its message stranded) is ended and its position filled anew; near miss: one asked just within it stays", async () => {
+    const env = poolsTestEnv(
+      nats,
+      backendUrl,
+      "http://127.0.0.1:9",
+      [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 2, bootTimeoutMs: 60_000 }],
+      {
+        CAPACITY_VM: 0,
+        ACK_WAIT_MS: 30_000,
+      },
+    );
+    const config = await provisionEnv(env);
+    const [stuck, fine] = await race(config, 1);
+    const events: string[] = [];
+    const d = createDispatcher({
+      config,
+      sink: { ...silent, event: (e: { event: string; assignment: string }) => void events.push(`${e.event} ${e.assignment}`) },
+    });
+    const asked = (ms: number) => (r: AssignmentRecord) => written({ ...r, state: "backend_pending", askedAt: new Date(Date.now() - ms).toISOString() });
+    await d.withState(async (state) => {
+      await state.records.update(stuck!, asked(60_000 + 2 * 30_000 + 5_000));
+      await state.records.update(fine!, asked(60_000 + 2 * 30_000 - 5_000));
+    });
+    await d.withState((state) => maintainPools(d, state));
+    expect(events.filter((e) => e.startsWith("warm_boot_stalled"))).toEqual([`warm_boot_stalled ${stuck}`]);
+    const after = await d.withState(async (state) => ({
+      ended: (await state.records.get(stuck!))?.state,
+      kept: (await state.records.get(fine!))?.state,
+      positions: (await state.warm.list()).get("small")!.map((p) => p.id),
+    }));
+    expect([after.ended, after.kept]).toEqual(["terminated", "backend_pending"]);
+    expect(after.positions).toHaveLength(2);
+    expect(after.positions).toContain(fine);
+    expect(after.positions).not.toContain(stuck);
+  });
+
   it("a scale-down that moves a warm runner to a lower position leaves its old position empty", async () => {
     const env = poolsTestEnv(nats, backendUrl, "http://127.0.0.1:9", [{ name: "small", backend: "pod", labels: ["ubuntu-latest"], minIdle: 3 }], {
       CAPACITY_VM: 0,

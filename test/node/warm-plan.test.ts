@@ -145,4 +145,21 @@ describe("one pool's maintenance plan", () => {
     expect(p.drain).toEqual([]);
     expect(p.fill).toEqual([{ index: 2, revision: 0 }]);
   });
+
+  it("drains a runner booting past its pool's boot timeout and two AckWaits (its message stranded) and fills its position; near misses: exactly that long, one never asked, a ready one", () => {
+    const STALL = 10 * 60_000 + 2 * 60_000;
+    const known = records([
+      ["stuck", { state: "backend_pending", receivedAt: NOW - HOUR, askedAt: NOW - STALL - 1 }],
+      ["edge", { state: "backend_pending", receivedAt: NOW - HOUR, askedAt: NOW - STALL }],
+      ["unasked", { state: "received", receivedAt: NOW - HOUR }],
+      ["ready", { state: "backend_ready", receivedAt: NOW - HOUR, askedAt: NOW - HOUR, readyAt: NOW - 100 }],
+    ]);
+    const slots = [slot(0, "stuck", 7), slot(1, "edge"), slot(2, "unasked"), slot(3, "ready")];
+    const p = planPool(4, slots, known, NOW, HOUR, new Set(), STALL);
+    expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([["stuck", "boot_stalled"]]);
+    expect(p.fill).toEqual([{ index: 0, revision: 7 }]);
+    expect(p.counts).toEqual({ idle: 1, booting: 2 });
+    // Without a bound (adoptWarm's plan), nothing is drained for it.
+    expect(planPool(4, slots, known, NOW, HOUR).drain).toEqual([]);
+  });
 });
