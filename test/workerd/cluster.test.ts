@@ -320,8 +320,8 @@ describe.sequential("warm pools on R3 with a node lost", () => {
         // bootTimeoutMs at its floor: a warm runner whose message a consumer leader change left
         // undelivered (seen once in ~40 runs under load: no redelivery for a minute) is drained by
         // maintenance after it and two AckWaits (38 s), within the last phase's minute.
-        const pool = { name: "small", backend: "pod", labels: LABELS, minIdle: 3, maxRunners: 5, bootTimeoutMs: 10_000 };
-        const env = poolsTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), [pool], {
+        const small = { name: "small", backend: "pod", labels: LABELS, minIdle: 3, maxRunners: 5, bootTimeoutMs: 10_000 };
+        const env = poolsTestEnv(clusterUrl, backendUrl, inject("giteaUrl"), [small], {
           JETSTREAM_REPLICAS: 3,
           CAPACITY_POD: 10,
           CAPACITY_VM: 0,
