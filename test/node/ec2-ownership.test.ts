@@ -5,7 +5,7 @@
 // changed after a cut finds the instance it made instead of repeating a refused request.
 import { afterAll, describe, expect, it } from "vitest";
 import { BackendError } from "../../src/domain/backend.ts";
-import { AccountFull, BOOTSTRAP_TTL_MS } from "../../src/backends/ec2/driver.ts";
+import { AccountFull, BOOT_ALLOWANCE_MS, BOOTSTRAP_TTL_MS } from "../../src/backends/ec2/driver.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
 import { ec2Scene, EC2_TEMPLATE, type Ec2Scene } from "../harness/ec2.ts";
@@ -84,6 +84,19 @@ describe("ec2 ownership", () => {
     expect(await s.driver.accept(vmRequest("w-1"), within())).toBe("pending");
     const [made] = await s.live();
     expect(await s.stores.bootstraps.take("w-1", bootOf(made!.userData)!.token)).toBeDefined();
+  });
+
+  it("near miss: one that waited less than a bootstrap lives, but into its last BOOT_ALLOWANCE_MS, gets a token that still has that long to boot", async () => {
+    const s = await scene();
+    await s.ctl("mode", { instanceLimit: 0 });
+    expect(await failure(s.driver.accept(vmRequest("w-2"), within()))).toBeInstanceOf(AccountFull);
+    await s.ctl("mode", { instanceLimit: 100 });
+    s.clock.t += BOOTSTRAP_TTL_MS - BOOT_ALLOWANCE_MS + 60_000;
+    expect(await s.driver.accept(vmRequest("w-2"), within())).toBe("pending");
+    const [made] = await s.live();
+    // The instance boots slowly, but within its allowance: its token is still good.
+    s.clock.t += BOOT_ALLOWANCE_MS - 1_000;
+    expect(await s.stores.bootstraps.take("w-2", bootOf(made!.userData)!.token)).toBeDefined();
   });
 
   it("an attempt cut after EC2 made its instance, then asked with other parameters (a new template): the instance is found and kept, the refused request never repeated", async () => {
