@@ -245,7 +245,7 @@ describe(".ci/env.sh on a fresh machine", () => {
     // ./run --help sources nothing: it works where nothing is provisioned yet.
     const usage = spawnSync("./run", ["--help"], { encoding: "utf8", env: { PATH: `${m.dir}/bin` } as unknown as NodeJS.ProcessEnv });
     expect(usage.status).toBe(0);
-    for (const command of ["start", "test", "lint", "typecheck", "provision", "bench", "deploy"])
+    for (const command of ["start", "test", "lint", "typecheck", "provision", "bench", "deploy", "wrangler"])
       expect(usage.stdout).toMatch(new RegExp(`^  ${command} `, "m"));
     // This machine has no nats-server and no apt: what a deployment runs needs neither.
     const cache = m.source({ NATS_SERVER_BIN: "/x" }, "true").cache;
@@ -265,7 +265,7 @@ describe(".ci/env.sh on a fresh machine", () => {
     expect(provision.stderr).not.toContain("installing dependencies");
     expect(stamp()).toBe(before);
     expect(provision.stderr).not.toContain("nats-server");
-    expect(provision.stdout).toContain("usage: npm run provision");
+    expect(provision.stdout).toContain("usage: ./run provision");
     expect(provision.status).toBe(0);
   }, 120_000);
 });

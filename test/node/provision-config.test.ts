@@ -54,7 +54,8 @@ it("prints each variable with its source; a secret by name only, a URL without c
 });
 
 it("takes --config and --env, and refuses anything else", () => {
-  expect(provisionArgs(["--config", "a.jsonc", "--env", "staging"])).toEqual({ config: "a.jsonc", env: "staging", help: false });
+  expect(provisionArgs(["--config", "a.jsonc", "--env", "staging"])).toEqual({ config: "a.jsonc", env: "staging", dryRun: false, help: false });
+  expect(provisionArgs(["--env", "staging", "--dry-run"])).toMatchObject({ env: "staging", dryRun: true });
   expect(() => provisionArgs(["--bogus"])).toThrow();
   expect(() => provisionArgs(["staging"])).toThrow();
 });
