@@ -29,7 +29,8 @@ afterAll(() => {
 async function run(vars: Record<string, string>) {
   const root = mkdtempSync(join(tmpdir(), "gdr-image-"));
   roots.push(root);
-  const child = spawn("sh", ["scripts/runner-image.sh"], { env: { PATH: process.env.PATH!, GDR_IMAGE_ROOT: root, GDR_SKIP_SYSTEM: "1", ...vars } });
+  const env = { PATH: process.env.PATH!, GDR_IMAGE_ROOT: root, GDR_SKIP_SYSTEM: "1", ...vars } as unknown as NodeJS.ProcessEnv;
+  const child = spawn("sh", ["scripts/runner-image.sh"], { env, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
   const status = await new Promise<number | null>((r) => child.on("close", r));
