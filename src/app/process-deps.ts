@@ -11,6 +11,7 @@ import { hasLimits, shareRules } from "../quotas/config.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
 import type { DeliveredMessage } from "../nats/pull.ts";
 import { withRefusal } from "../state/driver-figures.ts";
+import type { LaunchWatch } from "../reconcile/launch-watch.ts";
 
 /**
  * The capacity a turn-giving pass may trust to be full (WaitingDeps.capacity): its backend's,
@@ -18,6 +19,14 @@ import { withRefusal } from "../state/driver-figures.ts";
  */
 export function waitingCapacity(config: Pick<Config, "pools" | "capacity">, backend: Backend): { capacity?: number } {
   return config.pools.every((p) => p.backend === backend) ? { capacity: capacityOf(config.capacity, backend) } : {};
+}
+
+/** Where the backend's VMs fetch a launch at boot (the cloud drivers), the watch on it, in the driver's words. */
+function launchWatchOf(d: Dispatcher, backend: Backend): { launchWatch?: LaunchWatch } {
+  const driver = d.config.backends.find((b) => b.backend === backend)?.driver;
+  if (driver === "hetzner") return { launchWatch: { thing: "server", cost: "at least a started hour on Hetzner" } };
+  if (driver === "ec2") return { launchWatch: { thing: "instance", cost: "by the second on EC2" } };
+  return {};
 }
 
 /** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */
@@ -28,6 +37,8 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
     countGiveUp: (pool) => state.startups.countGiveUp(pool),
+    ...launchWatchOf(d, backend),
+    countLaunchMissed: (pool) => state.startups.countLaunchMissed(pool),
     noteRefusal: (b, { variable, ...refusal }) => state.driverFigures.change(b, (f) => withRefusal(f, variable, { ...refusal, at: d.now() })),
     ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
     ...(d.forge?.claimHeld ? { claimHeld: d.forge.claimHeld } : {}),

@@ -100,7 +100,7 @@ export const statusBody = z
         booting: count,
         warm: count.meta({ description: "Of idle and booting, those kept warm" }),
         startup: z
-          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional() })
+          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional(), launchesMissed: count.optional() })
           .nullable()
           .meta({
             description:

@@ -68,6 +68,7 @@ export const EVENT_NAMES = [
   "moved_to_warm",
   "move_undone",
   "bootstrap_taken",
+  "launch_not_fetched",
   "orphan_deleted",
   "backend_full",
   "interrupted_before_claim",

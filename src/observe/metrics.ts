@@ -137,6 +137,12 @@ export function formatMetrics(s: Snapshot): string {
       "Runners of the pool given up on: not up within bootTimeoutMs, 3 times over (boot_gave_up).",
       pool((p) => p.startup?.bootGiveUps ?? 0),
     );
+    metric(
+      "gdr_pool_launches_missed_total",
+      "counter",
+      "Cloud VMs of the pool that did not fetch their launch within 4 minutes of being asked for (launch_not_fetched): billed, and running no job.",
+      pool((p) => p.startup?.launchesMissed ?? 0),
+    );
     histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
   }
   if (s.forgePoll) {

@@ -157,7 +157,8 @@ function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy }: 
         : { ...r, state: "backend_ready", readyAt: r.readyAt ?? at, askedBy, ...(holdUntil ? { heldUntil: new Date(holdUntil).toISOString() } : {}) };
     case "forget_ready_and_teardown":
     case "boot_retry": {
-      const { readyAt: _forgotten, askedAt: _restarted, ...rest } = r;
+      // A new boot attempt: what was seen of the last VM's launch is not this one's.
+      const { readyAt: _forgotten, askedAt: _restarted, launchedAt: _l, launchLate: _ll, ...rest } = r;
       return { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (r.bootAttempts ?? 0) + 1 } : {}) };
     }
     case "end_unneeded":

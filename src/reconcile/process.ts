@@ -10,6 +10,7 @@ import type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 import { SETTLED_STATES, UNADMITTED_STATES } from "../nats/names.ts";
 import { TERMINAL } from "../model/states.ts";
 import { emit, idOf } from "./emit.ts";
+import { watchLaunch } from "./launch-watch.ts";
 
 export type { Prepared, PreparedRequest, ProcessDeps } from "./types.ts";
 export { REF_WRITE_RETRY_MS } from "./effects.ts";
@@ -110,6 +111,11 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       continue;
     }
     for (const event of step.events) emit(deps, event, idOf(p), step);
+    // A cloud VM booting or up, its runner not yet claimed: has it fetched its launch by now?
+    if (deps.launchWatch && (step.events.includes("backend_pending") || step.events.includes("claim_pending")))
+      await watchLaunch(deps, after ?? p.known?.value, placeOf(p).pool).catch((err: unknown) =>
+        deps.sink.error("the launch watch failed", { assignment: idOf(p), backend: deps.backend, reason: (err as Error).message }),
+      );
     if (holding) {
       p.heldUntil = holdUntil;
       return { ...step, held: true };

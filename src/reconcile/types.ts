@@ -1,5 +1,6 @@
 // What the reconciliation's executor works with: its dependencies, passed in by the dispatcher,
 // and one delivery on its way through the decision table.
+import type { LaunchWatch } from "./launch-watch.ts";
 import type { Assignment } from "../model/assignment.ts";
 import type { PreparedRequest, RunnerBackend } from "../domain/backend.ts";
 import type { EventSink } from "../model/events.ts";
@@ -59,6 +60,10 @@ export interface ProcessDeps {
   claimHeld?: Forge<never>["claimHeld"];
   /** Counts a runner given up on (never booted) in its pool's durable figures. */
   countGiveUp(pool: string): Promise<void>;
+  /** A cloud backend's VMs fetch a launch at boot: a delivery says once when one is late (launch-watch.ts). */
+  launchWatch?: LaunchWatch;
+  /** Counts a pool's VM that did not fetch its launch in time (startup-times.ts). */
+  countLaunchMissed?(pool: string): Promise<void>;
   /** Keeps a backend's refusal of our credentials or a template's field for /healthz (driver-figures.ts). */
   noteRefusal?(backend: string, refusal: { variable: string; kind: "credentials" | "configuration"; message: string }): Promise<void>;
   /**

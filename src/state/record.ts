@@ -43,6 +43,10 @@ export interface RunnerPart {
   bootAttempts?: number;
   /** Its runners never booted (MAX_BOOT_ATTEMPTS): the sweep may publish its job again after a while. */
   gaveUpAt?: string;
+  /** A cloud VM of this boot attempt fetched its launch (the one-time bootstrap): it is up and reaches the Worker. */
+  launchedAt?: string;
+  /** This boot attempt's VM was reported as not fetching its launch in time (once per attempt). */
+  launchLate?: true;
 }
 
 /** Where it was admitted, and whether its turn came. */

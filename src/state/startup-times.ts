@@ -17,12 +17,15 @@ export interface StartupHistogram {
   count: number;
   /** Assignments of the pool given up on because their runners never booted (kept in the same entry: one read). */
   bootGiveUps?: number;
+  /** Cloud VMs of the pool that did not fetch their launch in time (reconcile/launch-watch.ts). */
+  launchesMissed?: number;
 }
 
 export interface StartupTimes {
   /** Adds observations (seconds each) to `pool`'s histogram, in one compare-and-set. */
   observe(pool: string, seconds: readonly number[]): Promise<void>;
   countGiveUp(pool: string): Promise<void>;
+  countLaunchMissed(pool: string): Promise<void>;
   read(pools: readonly string[]): Promise<Map<string, StartupHistogram>>;
 }
 
@@ -47,6 +50,12 @@ export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): 
       await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => {
         const h = current?.value ?? emptyHistogram();
         return { value: { ...h, bootGiveUps: (h.bootGiveUps ?? 0) + 1 }, result: undefined };
+      });
+    },
+    async countLaunchMissed(pool) {
+      await casUpdate<StartupHistogram, void>(kv, startupKey(pool), (current) => {
+        const h = current?.value ?? emptyHistogram();
+        return { value: { ...h, launchesMissed: (h.launchesMissed ?? 0) + 1 }, result: undefined };
       });
     },
     async read(pools) {

@@ -122,6 +122,16 @@ export function choose(records: Records, id: string): Promise<Stepped> {
   return change(records, id, (r) => (!SETTLED_STATES.has(r.state) && !r.chosen ? { ...r, chosen: true } : undefined));
 }
 
+/** Marks that a cloud VM of this boot attempt fetched its launch. Only while no runner took the job. */
+export function markLaunched(records: Records, id: string, at: string): Promise<Stepped> {
+  return change(records, id, (r) => (isWaiting(r) && !r.launchedAt ? { ...r, launchedAt: at } : undefined));
+}
+
+/** Marks this boot attempt's VM as reported late with its launch: said once. False in `changed` when another pass said it. */
+export function markLaunchLate(records: Records, id: string, askedAt: string): Promise<Stepped> {
+  return change(records, id, (r) => (isWaiting(r) && r.askedAt === askedAt && !r.launchedAt && !r.launchLate ? { ...r, launchLate: true } : undefined));
+}
+
 /** Marks an assignment whose runner waits for a job as a warm runner of its pool (it stands in a warm position). */
 export function markWarm(records: Records, id: string): Promise<Stepped> {
   return change(records, id, (r) => (isWaiting(r) && !r.warm ? { ...r, warm: true } : undefined));

@@ -4,7 +4,7 @@
 // completed deletes it, and nothing is left running or written in a log.
 import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
 import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
-import { bearer, captureLogs, giteaControl, request, tick, type Captured } from "../harness/worker.ts";
+import { bearer, captureLogs, giteaControl, request, tick, tickUntil, type Captured } from "../harness/worker.ts";
 import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
 import { deliverJob, withJob } from "../harness/jobs.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
@@ -126,6 +126,33 @@ describe("hetzner driver in workerd", () => {
     ]);
     expect(((await (await fetch(`${project}/_control/state`)).json()) as { servers: unknown[] }).servers).toEqual([]);
     expect(logs.events().filter((e) => e.event === "error")).toEqual([]);
+  });
+
+  it("a server that never fetches its launch is said (launch_not_fetched, with its cost) and counted well before its boot timeout; one that fetched it is not", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    // bootTimeoutMs at its floor: the launch is due at half of it, 5 s.
+    const pool = { name: "small", backend: "vm", labels: ["ubuntu-latest:docker://node:20-bookworm"], bootTimeoutMs: 10_000 };
+    const { RUNS_ON_ROUTES: _r, ...env } = hetznerEnv(
+      project,
+      { image: "ubuntu-24.04", server_type: "cx22" },
+      { RUNNER_POOLS: JSON.stringify([pool]), METRICS_TOKEN: "metrics-token-0000000" },
+    );
+    await provisionEnv(env);
+    expect((await deliver(env, queuedFixture)).status).toBe(202);
+    expect((await deliver(env, withJob(queuedFixture, 1188))).status).toBe(202);
+    const servers = ((await (await fetch(`${project}/_control/state`)).json()) as { servers: Server[] }).servers;
+    // The second server boots and fetches its launch; the first never does.
+    const fetched = servers.find((x) => x.labels["gdr-assignment"] === "gitea-1188-1")!;
+    const token = /^token='([A-Za-z0-9_-]{43})'$/m.exec(fetched.userData)![1]!;
+    expect((await request(env, "/v1/assignments/gitea-1188-1/bootstrap", { method: "POST", headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    const late = () => logs.events().filter((e) => e.event === "launch_not_fetched");
+    await tickUntil(env, async () => late().length > 0, { timeoutMs: 15_000, pauseMs: 500 });
+    expect(late().map((e) => [e.assignment, e.pool])).toEqual([["gitea-1187-1", "small"]]);
+    expect(String(late()[0]!.reason)).toContain("billed until its boot timeout (10 s), at least a started hour on Hetzner");
+    for (let i = 0; i < 3; i++) await tick(env);
+    expect(late()).toHaveLength(1);
+    const metrics = await (await request(env, "/metrics", { headers: bearer("metrics-token-0000000") })).text();
+    expect(metrics).toContain('gdr_pool_launches_missed_total{pool="small"} 1');
   });
 
   it("a server whose delete failed at completion goes at the next cron tick: the driver's sweep runs there", async () => {
