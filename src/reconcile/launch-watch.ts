@@ -8,16 +8,10 @@ import type { AssignmentRecord } from "../state/records.ts";
 import { markLaunchLate } from "../state/transitions.ts";
 import type { ProcessDeps } from "./types.ts";
 
+export type { LaunchWatch } from "./types.ts";
+
 /** How long a VM may take from its create to fetching its launch: a boot and a download, with room. */
 export const LAUNCH_EXPECTED_MS = 4 * 60_000;
-
-/** What a cloud backend's launch watch needs (process-deps.ts): none for backends whose runners fetch no launch. */
-export interface LaunchWatch {
-  /** The VM's name for people: "server" (hetzner), "instance" (ec2). */
-  thing: string;
-  /** What a VM that never runs its job costs until its boot timeout, in a few words. */
-  cost: string;
-}
 
 /** When a boot attempt's VM should have fetched its launch: LAUNCH_EXPECTED_MS, or half its pool's boot timeout if that is sooner. */
 export const launchDueMs = (bootTimeoutMs: number | undefined) => Math.min(LAUNCH_EXPECTED_MS, (bootTimeoutMs ?? 10 * 60_000) / 2);

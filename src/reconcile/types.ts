@@ -1,6 +1,5 @@
 // What the reconciliation's executor works with: its dependencies, passed in by the dispatcher,
 // and one delivery on its way through the decision table.
-import type { LaunchWatch } from "./launch-watch.ts";
 import type { Assignment } from "../model/assignment.ts";
 import type { PreparedRequest, RunnerBackend } from "../domain/backend.ts";
 import type { EventSink } from "../model/events.ts";
@@ -39,6 +38,14 @@ export interface WaitingDeps {
 }
 
 export type { PreparedRequest };
+
+/** What a cloud backend's launch watch needs (launch-watch.ts, process-deps.ts): none for backends whose runners fetch no launch. */
+export interface LaunchWatch {
+  /** The VM's name for people: "server" (hetzner), "instance" (ec2). */
+  thing: string;
+  /** What a VM that never runs its job costs until its boot timeout, in a few words. */
+  cost: string;
+}
 
 export interface ProcessDeps {
   backend: Backend;
