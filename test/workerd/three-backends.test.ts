@@ -72,7 +72,7 @@ describe("three backends, three drivers", () => {
     expect(status.backends.map((b) => b.backend)).toEqual(["pod", "vm", "gpu"]);
     // A spilled job holds a slot in the backend that runs it.
     expect(status.backends.map((b) => b.slotsInUse)).toEqual([1, 1, 1]);
-    expect(status.cloud).toEqual([{ backend: "vm", full: false, fullTotal: 0, swept: 0 }]);
+    expect(status.cloud).toEqual([{ backend: "vm", driver: "hetzner", full: false, fullTotal: 0, swept: 0 }]);
 
     const registered = (await giteaControl(env).state()).runners;
     for (const id of [601, 602, 603]) {
