@@ -1,5 +1,5 @@
 // An EC2 API for what the ec2 driver uses: RunInstances, DescribeInstances and TerminateInstances
-// over the query protocol. It follows the real contract (fake-ec2-rules.mjs): a SigV4 signature
+// over the query protocol, and DescribeImages and DescribeInstanceTypeOfferings (what the pools name). It follows the real contract (fake-ec2-rules.mjs): a SigV4 signature
 // (AuthFailure), each request read back through the service model (UnknownParameter,
 // InvalidParameterValue, MissingParameter), ClientToken idempotency (the same token with other
 // parameters is IdempotentParameterMismatch), DescribeInstances filters and NextToken pages, XML
@@ -17,6 +17,11 @@ import { answer, errorXml, FAKE_AWS, readRequest, Refusal, signatureProblem } fr
 export { FAKE_AWS };
 export const FAKE_REGION = "eu-central-1";
 const INSTANCE_TYPES = new Set(["t3.micro", "t3.small", "m7i.large", "m7i.xlarge", "c7i.large", "c7i.2xlarge"]);
+/** The AMIs the account can launch, with their architectures (mode.amis adds more). */
+export const AMIS = { "ami-0123456789abcdef0": "x86_64", "ami-0fedcba9876543210": "arm64" };
+const amisOf = (a) => ({ ...AMIS, ...a.mode.amis });
+/** The values of the filter `name` (one filter of each name here), or undefined when there is none. */
+const filtered = (input, name) => (input.Filters ?? []).find((f) => f.Name === name)?.Values;
 const STATE_CODES = { pending: 0, running: 16, "shutting-down": 32, terminated: 48, stopping: 64, stopped: 80 };
 
 const newAccount = () => ({
@@ -74,7 +79,13 @@ export function startFakeEc2({ log } = {}) {
     if (call.action === "DescribeInstances" && (a.mode.failDescribeCalls ?? []).includes((a.describes = (a.describes ?? 0) + 1)))
       return refuse(new Refusal(500, "InternalError", "An internal error has occurred"));
     try {
-      const body = { RunInstances: run, DescribeInstances: describe, TerminateInstances: terminate }[call.action]?.(a, call.input);
+      const body = {
+        RunInstances: run,
+        DescribeInstances: describe,
+        TerminateInstances: terminate,
+        DescribeImages: describeImages,
+        DescribeInstanceTypeOfferings: typeOfferings,
+      }[call.action]?.(a, call.input);
       if (!body) return refuse(new Refusal(400, "UnsupportedOperation", `${call.action} is not served by this fake`));
       return reply(200, answer(call.action, { requestId, ...body }));
     } catch (err) {
@@ -94,6 +105,7 @@ export function startFakeEc2({ log } = {}) {
       if (before) return reservation(a.instances.get(before.id));
     }
     if (!/^ami-[0-9a-f]{8,17}$/.test(input.ImageId ?? "")) throw new Refusal(400, "InvalidAMIID.Malformed", `Invalid id: "${input.ImageId}"`);
+    if (!Object.hasOwn(amisOf(a), input.ImageId)) throw new Refusal(400, "InvalidAMIID.NotFound", `The image id '[${input.ImageId}]' does not exist`);
     if (!INSTANCE_TYPES.has(input.InstanceType)) throw new Refusal(400, "InvalidParameterValue", `Invalid value '${input.InstanceType}' for InstanceType.`);
     if (input.SubnetId !== undefined && !/^subnet-[0-9a-f]{8,17}$/.test(input.SubnetId))
       throw new Refusal(400, "InvalidSubnetID.Malformed", `Invalid id: "${input.SubnetId}"`);
@@ -155,6 +167,52 @@ export function startFakeEc2({ log } = {}) {
     }
     return {
       reservationSet: page.map((i) => ({ reservationId: `r-${i.id.slice(2)}`, ownerId: "123456789012", instancesSet: [view(i)] })),
+      ...(nextToken ? { nextToken } : {}),
+    };
+  }
+
+  // DescribeImages by the image-id filter: the images found (an id not there is left out, no error), all on one page.
+  function describeImages(a, input) {
+    if (input.ImageIds && input.MaxResults !== undefined)
+      throw new Refusal(400, "InvalidParameterCombination", "The parameter imageIdsSet cannot be used with the parameter maxResults");
+    const ids = [...(filtered(input, "image-id") ?? Object.keys(amisOf(a))), ...(input.ImageIds ?? [])];
+    const found = ids.filter((id) => Object.hasOwn(amisOf(a), id));
+    const missing = (input.ImageIds ?? []).filter((id) => !Object.hasOwn(amisOf(a), id));
+    if (missing.length) throw new Refusal(400, "InvalidAMIID.NotFound", `The image id '[${missing.join(", ")}]' does not exist`);
+    return {
+      imagesSet: [...new Set(found)].map((id) => ({
+        imageId: id,
+        imageLocation: `amazon/${id}`,
+        imageState: "available",
+        imageOwnerId: "099720109477",
+        creationDate: "2026-10-01T00:00:00.000Z",
+        isPublic: true,
+        architecture: amisOf(a)[id],
+        imageType: "machine",
+        name: `ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-${amisOf(a)[id] === "arm64" ? "arm64" : "amd64"}-server`,
+        rootDeviceType: "ebs",
+        virtualizationType: "hvm",
+        hypervisor: "xen",
+      })),
+    };
+  }
+
+  // DescribeInstanceTypeOfferings in the region, by the instance-type filter; MaxResults 5-1000, NextToken pages.
+  function typeOfferings(a, input) {
+    if ((input.LocationType ?? "region") !== "region") throw new Refusal(400, "InvalidParameterValue", "this fake offers by region only");
+    const wanted = filtered(input, "instance-type");
+    const all = [...INSTANCE_TYPES].filter((t) => !wanted || wanted.includes(t));
+    let start = 0;
+    if (input.NextToken !== undefined) {
+      if (!a.pages.has(input.NextToken)) throw new Refusal(400, "InvalidParameterValue", "Invalid NextToken");
+      start = a.pages.get(input.NextToken);
+    }
+    const size = input.MaxResults ?? 1000;
+    const page = all.slice(start, start + size);
+    let nextToken;
+    if (start + size < all.length) a.pages.set((nextToken = randomBytes(12).toString("hex")), start + size);
+    return {
+      instanceTypeOfferingSet: page.map((t) => ({ instanceType: t, locationType: "region", location: FAKE_REGION })),
       ...(nextToken ? { nextToken } : {}),
     };
   }

@@ -116,3 +116,84 @@ export function rateLimiter(limit = RATE_LIMIT) {
     },
   };
 }
+
+/**
+ * Where each server type is sold (server_type.locations): the cost-optimized x86 (cx) and the Arm
+ * (cax) types only in the EU locations, the others everywhere, as Hetzner sells them in 2026.
+ */
+export const OFFERED_IN = (type) => (/^ca?x/.test(type) ? ["fsn1", "nbg1", "hel1"] : Object.keys(LOCATIONS));
+
+const EXAMPLE_SERVER = hcloud.paths["/servers"].post.responses["201"].content["application/json"].examples.default.value.server;
+
+/** GET /server_types's items (schema server_type): the OpenAPI example's shape with each type's own values. */
+export function serverTypeViews() {
+  const ids = Object.keys(LOCATIONS);
+  return Object.entries(SERVER_TYPES).map(([name, [cores, memory, disk, architecture, hourly]], i) => {
+    const where = OFFERED_IN(name);
+    const price = { gross: (Number(hourly) * 1.19).toFixed(4), net: hourly };
+    return {
+      ...EXAMPLE_SERVER.server_type,
+      id: i + 1,
+      name,
+      description: name.toUpperCase(),
+      cores,
+      memory,
+      disk,
+      architecture,
+      cpu_type: name.startsWith("ccx") ? "dedicated" : "shared",
+      deprecated: false,
+      deprecation: null,
+      locations: where.map((l) => ({ id: ids.indexOf(l) + 1, name: l, deprecation: null })),
+      prices: where.map((l) => ({ ...EXAMPLE_SERVER.server_type.prices[0], location: l, price_hourly: price, price_monthly: price })),
+    };
+  });
+}
+
+/** GET /locations's items (schema location). */
+export const locationViews = () =>
+  Object.entries(LOCATIONS).map(([name, [city, country, zone]], i) => ({
+    ...EXAMPLE_SERVER.location,
+    id: i + 1,
+    name,
+    city,
+    country,
+    network_zone: zone,
+    description: `${city} DC`,
+  }));
+
+/** GET /images's items (schema image): each system image for x86 and Arm (one name, two images), and the project's snapshots (no name). */
+export function imageViews(snapshots) {
+  const system = IMAGES.flatMap((name, i) =>
+    ["x86", "arm"].map((architecture, a) => ({
+      ...EXAMPLE_SERVER.image,
+      id: 100 + i * 2 + a,
+      name,
+      architecture,
+      type: "system",
+      deprecated: null,
+      created_from: null,
+      labels: {},
+      description: name,
+      os_flavor: name.split("-")[0],
+      os_version: name.split("-")[1],
+    })),
+  );
+  const own = [...snapshots].map((id) => ({
+    ...EXAMPLE_SERVER.image,
+    id: Number(id),
+    name: null,
+    architecture: "x86",
+    type: "snapshot",
+    deprecated: null,
+    description: `snapshot ${id}`,
+    labels: {},
+  }));
+  return [...system, ...own];
+}
+
+/** What a list's query keeps of `items`: `name` (any list), and an image's `type`, `status` and `architecture` (each may repeat). */
+export function listFilter(url) {
+  const q = url.searchParams;
+  const any = (key, value) => !q.getAll(key).length || q.getAll(key).includes(String(value));
+  return (item) => any("name", item.name) && any("type", item.type) && any("status", item.status ?? "available") && any("architecture", item.architecture);
+}

@@ -1,5 +1,5 @@
 // A Hetzner Cloud API (https://api.hetzner.cloud/v1) for what the hetzner driver uses: create,
-// list, read and delete servers, rebuild one, read an action. It follows the real contract
+// list, read and delete servers, rebuild one, read an action, list server types, locations and images. It follows the real contract
 // (fake-hetzner-rules.mjs): the create body against the OpenAPI description, unique names
 // (409 uniqueness_error), paging, the rate limit with its headers and 429, bearer auth (401
 // unauthorized), error bodies `{"error": {code, message, details}}`. Servers boot after `bootMs`;
@@ -12,7 +12,20 @@
 import { startTenantServer } from "./fake-http.mjs";
 import { runSimulatedServer } from "./simulate-hetzner.mjs";
 import { checkAgainst } from "../src/backends/api-schema.ts";
-import { apiError, createProblem, hcloud, LOCATIONS, paginate, rateLimiter, selects, SERVER_TYPES } from "./fake-hetzner-rules.mjs";
+import {
+  apiError,
+  createProblem,
+  hcloud,
+  imageViews,
+  listFilter,
+  LOCATIONS,
+  locationViews,
+  paginate,
+  rateLimiter,
+  selects,
+  serverTypeViews,
+  SERVER_TYPES,
+} from "./fake-hetzner-rules.mjs";
 
 export const FAKE_HCLOUD_TOKEN = "hcloud-token-0000";
 const HOUR_MS = 3_600_000;
@@ -56,6 +69,12 @@ export function startFakeHetzner({ log } = {}) {
       return p.mode.failStatus === 503
         ? send(503, apiError("unavailable", "service is currently not available"))
         : send(500, apiError("server_error", "error within the API backend"));
+    // What the project may create with: GET /server_types, /locations and /images, filtered and paged.
+    const lists = { "/server_types": serverTypeViews, "/locations": locationViews, "/images": () => imageViews(p.images) };
+    if (Object.hasOwn(lists, path) && req.method === "GET") {
+      const { slice, pagination } = paginate(lists[path]().filter(listFilter(url)), url);
+      return send(200, { [path.slice(1)]: slice, meta: { pagination } });
+    }
     const m = /^\/servers(?:\/(\d+))?(\/actions\/rebuild)?$/.exec(path);
     const action = /^\/actions\/(\d+)$/.exec(path);
     if (action && req.method === "GET") {
@@ -207,8 +226,9 @@ export function startFakeHetzner({ log } = {}) {
       for (const s of found) s.status = status;
       return send(200, { changed: found.length });
     }
+    // A snapshot of the project's, by its id: created with, and listed by GET /images.
     if (what === "image" && method === "POST") {
-      p.images.add(String(JSON.parse(text).image));
+      p.images.add(String(Number(JSON.parse(text).image)));
       return send(200, {});
     }
     if (what === "state") return send(200, { servers: [...p.servers.values()], deleted: p.deleted, requests: p.requests });

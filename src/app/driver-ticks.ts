@@ -8,6 +8,7 @@ import type { TickAsk } from "../domain/backend.ts";
 import { TERMINAL } from "../model/states.ts";
 import type { Dispatcher } from "../domain/context.ts";
 import { interruptAssignment } from "../domain/interrupt.ts";
+import { placementOf } from "../backends/refused-field.ts";
 
 /** Of the tick's budget (RECONCILE_BUDGET_MS), what the drivers' sweeps may take: the reconcile pass has the rest. */
 export const SWEEP_SHARE = 0.5;
@@ -22,6 +23,7 @@ export async function tickDrivers(d: Dispatcher, config: Config, now: () => numb
       const signal = AbortSignal.timeout(Math.max(0, deadline - now()));
       const ask: TickAsk = {
         lifetimes,
+        pools: config.pools.filter((p) => p.backend === b.backend).map(placementOf),
         signal,
         deadline,
         call: (fn) => d.callBackend(fn),

@@ -2,10 +2,10 @@
 // environment, checks what it would send at load, and builds the RunnerBackend of a backend.
 // Drivers are listed in one place (drivers.ts); a new one is a folder here and a line there.
 import type { KV } from "@nats-io/kv";
-import type { RunnerBackend } from "../domain/backend.ts";
+import type { PoolPlacement, RunnerBackend } from "../domain/backend.ts";
 import type { Backend } from "../nats/names.ts";
 import type { BootstrapStore } from "../state/bootstraps.ts";
-import type { DriverFigureStore } from "../state/driver-figures.ts";
+import type { DriverFigureStore, Offer } from "../state/driver-figures.ts";
 
 /** One enabled backend, with its driver. */
 export interface BackendConfig {
@@ -98,6 +98,12 @@ export interface DriverModule<S = unknown> {
   checkPool?(settings: S, b: BackendConfig, pool: PoolView, problems: string[]): void;
   /** It counts figures of its backends (state/driver-figures.ts) for /metrics and the status: a cloud driver. */
   figures?: boolean;
+  /**
+   * What of the backend's placements (its template, its pools' over it) the cloud's offer, as the
+   * tick last read it, says cannot be created: shown in /healthz before a job asks. None when the
+   * offer was read elsewhere (another API URL) or not yet.
+   */
+  offerProblems?(settings: S, b: BackendConfig, pools: readonly PoolPlacement[], offer: Offer | undefined): { variable: string; message: string }[];
   create(b: BackendConfig, settings: S, deps: DriverDeps): RunnerBackend;
 }
 

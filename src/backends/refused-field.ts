@@ -1,6 +1,7 @@
 // Where a field of a cloud create came from, for a refusal that names what to fix: the candidate
 // tried, the pool's template, or the backend's template (VM_TEMPLATE, or a named backend's own).
 // The layers are merged in that order, the later winning, as the drivers build their bodies.
+import type { PoolPlacement } from "../domain/backend.ts";
 import type { DriverFigureStore } from "../state/driver-figures.ts";
 
 export interface FieldLayers {
@@ -32,4 +33,30 @@ export const templateVariableOf = (b: { named?: number | undefined; template?: u
 /** Drops a backend's kept refusals (a create went through); best effort: they expire by themselves. */
 export async function forgetRefusals(figures: DriverFigureStore, backend: string): Promise<void> {
   await figures.change(backend, ({ refused: _answered, ...rest }) => rest).catch(() => undefined);
+}
+
+/** What a pool places its workloads by (its template and candidates), and nothing else of it. */
+export const placementOf = (p: {
+  name: string;
+  template?: Record<string, unknown> | undefined;
+  candidates?: Record<string, string>[] | undefined;
+}): PoolPlacement => ({
+  name: p.name,
+  ...(p.template ? { template: p.template } : {}),
+  ...(p.candidates ? { candidates: p.candidates } : {}),
+});
+
+/** Every placement a backend may create with: its template alone (a job of no pool), and each pool's over it with each of its candidates. */
+export function placementsOf(templateVariable: string, template: Record<string, unknown> | undefined, pools: readonly PoolPlacement[]): FieldLayers[] {
+  return [
+    { templateVariable, template },
+    ...pools.flatMap((pool) =>
+      (pool.candidates?.length ? pool.candidates : [undefined]).map((c, index) => ({
+        templateVariable,
+        template,
+        pool,
+        ...(c ? { candidate: { index, value: c } } : {}),
+      })),
+    ),
+  ];
 }

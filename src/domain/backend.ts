@@ -74,12 +74,17 @@ export interface RunnerBackend {
   tick?(ask: TickAsk): Promise<{ deleted: number }>;
 }
 
+/** What of a pool a cloud driver places a workload by: its template over the backend's, and its candidates. */
+export type PoolPlacement = Pick<NonNullable<RunnerRequest["pool"]>, "name" | "template" | "candidates">;
+
 /** What a driver's tick may ask of the dispatcher. */
 export interface TickAsk {
   /** The record of each assignment id that has one: whether it has ended (completed, terminated). */
   records(ids: readonly string[]): Promise<Map<string, { ended: boolean }>>;
   /** Each pool's maxLifetimeMs, by name: a workload of it older than that (and a grace) is removed. */
   lifetimes: ReadonlyMap<string, number>;
+  /** The backend's pools, for a driver that checks their placements against what its cloud offers (hetzner's offer.ts); none: its template alone. */
+  pools?: readonly PoolPlacement[];
   event(name: "orphan_deleted", fields: { assignment: string; reason: string }): void;
   /** The cloud took back the machine of assignment `id` and nobody told (no watcher): handled as an interruption its runner reported. */
   interrupted?(id: string, notice: string): Promise<void>;

@@ -4,6 +4,7 @@ import type { Config } from "../app/config.ts";
 import { inspect } from "../nats/layout-inspect.ts";
 import { NatsAuthRefused, natsHosts, withNats, type NatsHandle } from "../nats/connection.ts";
 import { driverModule } from "../backends/drivers.ts";
+import { placementOf } from "../backends/refused-field.ts";
 import { recordsBucket } from "../nats/names.ts";
 import { figuresKey, freshRefusals, type DriverFigures } from "../state/driver-figures.ts";
 import { readManyJson } from "../state/kv.ts";
@@ -85,7 +86,9 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
 
 /**
  * What the cloud backends keep refusing (state/driver-figures.ts): our credentials or a template's
- * field, each by the variable to fix. One read for every such backend; none without one.
+ * field, each by the variable to fix; and what of their placements their cloud's offer, as the tick
+ * last read it, does not hold (a name no create would take), unless a refusal names it already.
+ * One read for every such backend; none without one.
  */
 async function refusalsOf(handle: NatsHandle, config: Config): Promise<string[]> {
   const clouds = config.backends.filter((b) => driverModule(b.driver).figures);
@@ -96,9 +99,18 @@ async function refusalsOf(handle: NatsHandle, config: Config): Promise<string[]>
     clouds.map((b) => figuresKey(b.backend)),
   );
   const now = Date.now();
-  return clouds.flatMap((b) =>
-    freshRefusals(read.get(figuresKey(b.backend))?.value, now).map(([variable, r]) => `backend ${b.backend}: ${r.message}; fix ${variable}`),
-  );
+  return clouds.flatMap((b) => {
+    const figures = read.get(figuresKey(b.backend))?.value;
+    const refused = freshRefusals(figures, now);
+    const module = driverModule(b.driver);
+    const settings = config.drivers[module.settingsKey];
+    const pools = config.pools.filter((p) => p.backend === b.backend).map(placementOf);
+    const offered = settings === undefined ? [] : (module.offerProblems?.(settings, b, pools, figures?.offer) ?? []);
+    return [
+      ...refused.map(([variable, r]) => `backend ${b.backend}: ${r.message}; fix ${variable}`),
+      ...offered.filter((m) => !refused.some(([v]) => v === m.variable)).map((m) => `backend ${b.backend}: ${m.message}; fix ${m.variable}`),
+    ];
+  });
 }
 
 /**

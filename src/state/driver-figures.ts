@@ -18,6 +18,28 @@ export interface DriverFigures {
   rate?: { limit: number; remaining: number; at: number };
   /** The backend's latest refusals of our credentials or a template's field, by the variable to fix (BackendRefused). */
   refused?: Record<string, Refusal>;
+  /** What the cloud offers (server types, locations, images), as the driver's tick last read it. */
+  offer?: Offer;
+}
+
+export interface Offer {
+  /** Epoch ms it was read. */
+  at: number;
+  /** Where it was read (the API's URL, a region): an offer of another is not this backend's. */
+  of: string;
+  /** The driver's own reading (hetzner/offer.ts). */
+  data: unknown;
+}
+
+/** The offer is read again each hour, and every five minutes while a placement is not in it (a snapshot made since, a type now sold). */
+export const OFFER_MAX_AGE_MS = 3_600_000;
+export const OFFER_RECHECK_MS = 5 * 60_000;
+
+/** Whether the tick reads the offer again: none kept, one of another API, or one old enough. */
+export function offerDue(offer: Offer | undefined, of: string, now: number, mismatched: boolean): boolean {
+  if (!offer || offer.of !== of) return true;
+  const age = now - offer.at;
+  return !(age >= 0) || age >= OFFER_MAX_AGE_MS || (mismatched && age >= OFFER_RECHECK_MS);
 }
 
 export interface Refusal {

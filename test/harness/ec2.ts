@@ -13,6 +13,7 @@ import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_AWS, FAKE_REGION } from "../../scripts/fake-ec2.mjs";
 import { giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
 import { sweepOnce, type SceneWrap } from "./hetzner.ts";
+import { placementOf } from "../../src/backends/refused-field.ts";
 
 export const EC2_TEMPLATE = { ImageId: "ami-0123456789abcdef0", InstanceType: "m7i.large" };
 
@@ -78,7 +79,7 @@ export async function ec2Scene(extra: Record<string, unknown> = {}, wrap: SceneW
     ctl,
     state,
     live: async () => (await state()).instances.filter((i) => i.state !== "terminated"),
-    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now),
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now, config.pools.map(placementOf)),
     close: () => closeNats(handle.nc),
   };
 }

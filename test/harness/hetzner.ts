@@ -14,7 +14,8 @@ import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
 import { launched } from "./launch.ts";
-import type { RunnerRequest } from "../../src/domain/backend.ts";
+import type { PoolPlacement, RunnerRequest } from "../../src/domain/backend.ts";
+import { placementOf } from "../../src/backends/refused-field.ts";
 
 export const TEMPLATE = { image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" };
 
@@ -58,9 +59,11 @@ export async function sweepOnce(
   lifetimes = new Map<string, number>(),
   budgetMs = 10_000,
   now: () => number = Date.now,
+  pools?: readonly PoolPlacement[],
 ) {
   const events: Record<string, unknown>[] = [];
   const done = await driver.tick!({
+    ...(pools ? { pools } : {}),
     deadline: now() + budgetMs,
     call: (fn) => fn(AbortSignal.timeout(3_000)),
     records: async (ids) => new Map(ids.flatMap((id) => (records.has(id) ? [[id, records.get(id)!] as const] : []))),
@@ -120,7 +123,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
     base,
     ctl,
     state: () => ctl("state") as ReturnType<HetznerScene["state"]>,
-    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now),
+    sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now, config.pools.map(placementOf)),
     close: () => closeNats(handle.nc),
   };
 }

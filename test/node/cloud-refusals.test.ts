@@ -108,3 +108,37 @@ describe("/healthz and kept refusals", () => {
     expect((await checkHealth(s.config, false)).status).toBe(200);
   });
 });
+
+describe("/healthz and the cloud's offer", () => {
+  it("a placement the project cannot create with is named by pool and field once the tick read the offer, before any job; a configuration without it is well at once", async () => {
+    const pools = [{ name: "large", backend: "pod", labels: ["large"], candidates: [{ server_type: "cx999", location: "fsn1" }] }];
+    const s = track(await hetznerScene({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify(pools) }));
+    // No offer read yet: nothing to hold the placements against.
+    expect((await checkHealth(s.config, false)).status).toBe(200);
+    await s.sweep();
+    const sick = await checkHealth(s.config, false);
+    const variable = 'RUNNER_POOLS pool "large" candidates[0].server_type';
+    expect([sick.status, sick.body.problems]).toEqual([
+      503,
+      [`backend pod: ${variable} = "cx999" is no server type the project can create (cax11, cax21, ccx13, cpx21, cpx31, cx22, cx32, cx42); fix ${variable}`],
+    ]);
+    expect((await s.state()).servers).toEqual([]);
+    // The same offer against a configuration that no longer names it (a redeploy): well, before any tick.
+    expect((await checkHealth({ ...s.config, pools: [] }, false)).status).toBe(200);
+    // An offer read from another API URL is not this backend's.
+    await s.stores.figures.change("pod", (f) => ({ ...f, offer: { ...f.offer!, of: `${s.base}-other` } }));
+    expect((await checkHealth(s.config, false)).status).toBe(200);
+  });
+
+  it("a refusal of the same field is said once, in the cloud's own words", async () => {
+    const pools = [{ name: "large", backend: "pod", labels: ["large"], candidates: [{ server_type: "cx999", location: "fsn1" }] }];
+    const s = track(await hetznerScene({ RUNS_ON_ROUTES: "", RUNNER_POOLS: JSON.stringify(pools) }));
+    await s.sweep();
+    // As the reconcile pass keeps the create's refusal (process.ts): by the same variable.
+    const variable = 'RUNNER_POOLS pool "large" candidates[0].server_type';
+    const message = `Hetzner refused ${variable} = "cx999" (422 invalid_input: server type cx999 not found)`;
+    await s.stores.figures.change("pod", (f) => withRefusal(f, variable, { kind: "configuration", message, at: Date.now() }));
+    const problems = (await checkHealth(s.config, false)).body.problems as string[];
+    expect(problems).toEqual([`backend pod: ${message}; fix ${variable}`]);
+  });
+});

@@ -114,6 +114,32 @@ describe("the fake Hetzner Cloud API", () => {
     expect((await call("GET", "/servers?name=s-7")).body.servers.map((s: { name: string }) => s.name)).toEqual(["s-7"]);
   });
 
+  it("lists server types (where each is sold), locations and images (one name per architecture, the project's snapshots by id) as the OpenAPI description says", async () => {
+    const { call, control } = project();
+    await control("image", { image: 4242 });
+    const types = await call("GET", "/server_types?per_page=50");
+    valid("list_server_types_response", types.body);
+    const cax = types.body.server_types.find((t: Answer) => t.name === "cax11");
+    expect([cax.architecture, cax.locations.map((l: Answer) => l.name), cax.prices.map((p: Answer) => p.location)]).toEqual([
+      "arm",
+      ["fsn1", "nbg1", "hel1"],
+      ["fsn1", "nbg1", "hel1"],
+    ]);
+    const locations = await call("GET", "/locations");
+    valid("list_locations_response", locations.body);
+    expect(locations.body.locations.map((l: Answer) => l.name)).toEqual(["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]);
+    const images = await call("GET", "/images?status=available&include_deprecated=true&per_page=50");
+    valid("list_images_response", images.body);
+    const ubuntu = images.body.images.filter((i: Answer) => i.name === "ubuntu-24.04").map((i: Answer) => i.architecture);
+    expect(ubuntu).toEqual(["x86", "arm"]);
+    expect(images.body.images.find((i: Answer) => i.id === 4242)).toMatchObject({ type: "snapshot", name: null });
+    expect((await call("GET", "/images?type=snapshot")).body.images.map((i: Answer) => i.id)).toEqual([4242]);
+    expect((await call("GET", "/images?name=debian-13&architecture=arm")).body.images).toHaveLength(1);
+    expect((await call("GET", "/server_types?name=cx999")).body.server_types).toEqual([]);
+    // A snapshot the project has is one it can create from.
+    expect((await call("POST", "/servers", server("from-snapshot", { image: "4242" }))).status).toBe(201);
+  });
+
   it("sends RateLimit-* on every answer, 429 past the limit, and serves again once time has refilled the budget", async () => {
     const { call, control } = project();
     const ok = await call("GET", "/servers");

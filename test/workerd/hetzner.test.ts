@@ -177,4 +177,30 @@ describe("hetzner driver in workerd", () => {
         .map((e) => [e.assignment, e.reason]),
     ).toEqual([["gitea-1187-1", "its assignment has ended"]]);
   });
+
+  it("a server type this project cannot create is named in /healthz by pool and field after the first cron tick, before any job; the fixed configuration is well at once", async () => {
+    const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+    const pool = (server_type: string) => ({ name: "big", backend: "vm", labels: ["big"], candidates: [{ server_type, location: "fsn1" }] });
+    const { RUNS_ON_ROUTES: _r, ...env } = hetznerEnv(
+      project,
+      { image: "ubuntu-24.04", server_type: "cx22" },
+      { RUNNER_POOLS: JSON.stringify([pool("cx999")]) },
+    );
+    await provisionEnv(env);
+    const before = await request(env, "/healthz");
+    expect([before.status, await before.json()]).toMatchObject([200, {}]);
+    await tick(env);
+    const health = await request(env, "/healthz");
+    expect(health.status).toBe(503);
+    const variable = 'RUNNER_POOLS pool "big" candidates[0].server_type';
+    expect(((await health.json()) as { problems: string[] }).problems).toEqual([
+      `backend vm: ${variable} = "cx999" is no server type the project can create (cax11, cax21, ccx13, cpx21, cpx31, cx22, cx32, cx42); fix ${variable}`,
+    ]);
+    const state = (await (await fetch(`${project}/_control/state`)).json()) as { servers: unknown[]; requests: { method: string; path: string }[] };
+    expect(state.servers).toEqual([]);
+    expect(state.requests.filter((r) => r.method === "POST")).toEqual([]);
+    // Redeployed with the name fixed: the offer the tick kept says so, with no tick between.
+    const fixed = await request({ ...env, RUNNER_POOLS: JSON.stringify([pool("cx22")]) }, "/healthz");
+    expect([fixed.status, ((await fixed.json()) as { problems: string[] }).problems]).toEqual([200, []]);
+  });
 });

@@ -5,7 +5,7 @@
 import { AwsClient } from "aws4fetch";
 import { BackendError, BackendRefused } from "../../domain/backend.ts";
 import { encodeRequest } from "./query.ts";
-import { readDescribeInstances, readError, readRunInstances, type Ec2Instance } from "./xml.ts";
+import { readDescribeImages, readDescribeInstances, readError, readRunInstances, readTypeOfferings, type Ec2Instance } from "./xml.ts";
 
 export interface Ec2Options {
   /** EC2_API_URL, or the region's endpoint. */
@@ -45,6 +45,10 @@ export interface Ec2Api {
   terminate(id: string, signal: AbortSignal): Promise<void>;
   /** DescribeInstances, every page; throws when any page fails, so that a list read in part is never taken for the whole. */
   describeAll(input: Record<string, unknown>, signal: AbortSignal): Promise<Ec2Instance[]>;
+  /** DescribeImages of these ids (a filter: an id that is not there is left out, not an error), every page. */
+  images(ids: readonly string[], signal: AbortSignal): Promise<{ id: string; arch: string }[]>;
+  /** DescribeInstanceTypeOfferings in the region, of these types: those offered there, every page. */
+  typesOffered(types: readonly string[], signal: AbortSignal): Promise<string[]>;
 }
 
 export const endpointOf = (region: string) => `https://ec2.${region}.amazonaws.com/`;
@@ -82,6 +86,23 @@ export function createEc2Api(opts: Ec2Options): Ec2Api {
       );
     throw new Ec2Error(`${action} answered ${res.status} ${error.code}`, res.status, error.code, error.message);
   };
+  /** Every page of a list, by NextToken; a token seen before is a list that would never end. */
+  const everyPage = async <T>(
+    action: string,
+    input: Record<string, unknown>,
+    read: (xml: string) => { items: T[]; nextToken?: string },
+    signal: AbortSignal,
+  ) => {
+    const out: T[] = [];
+    const seen = new Set<string>();
+    for (let token: string | undefined; ;) {
+      const page = read(await call(action, { ...input, ...(token ? { NextToken: token } : {}) }, signal));
+      out.push(...page.items);
+      if (!page.nextToken) return out;
+      if (seen.has(page.nextToken)) throw new BackendError(`${action} paged in a circle: the list is not read`);
+      seen.add((token = page.nextToken));
+    }
+  };
   return {
     async runInstances(input, signal) {
       const [instance] = readRunInstances(await call("RunInstances", { ...input, MinCount: 1, MaxCount: 1 }, signal));
@@ -96,6 +117,15 @@ export function createEc2Api(opts: Ec2Options): Ec2Api {
         throw err;
       }
     },
+    images: (ids, signal) =>
+      everyPage("DescribeImages", { Filters: [{ Name: "image-id", Values: [...ids] }], IncludeDeprecated: true }, readDescribeImages, signal),
+    typesOffered: (types, signal) =>
+      everyPage(
+        "DescribeInstanceTypeOfferings",
+        { LocationType: "region", Filters: [{ Name: "instance-type", Values: [...types] }], MaxResults: 1000 },
+        readTypeOfferings,
+        signal,
+      ),
     async describeAll(input, signal) {
       const out: Ec2Instance[] = [];
       const seen = new Set<string>();

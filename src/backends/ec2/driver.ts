@@ -15,6 +15,10 @@ import { createEc2Api, Ec2Error, type Ec2Api } from "./client.ts";
 import { attemptsOf, clientToken, runBody, TAGS } from "./run-body.ts";
 import type { InstanceNote } from "./note.ts";
 import { LIVE_STATES, sweepInstances } from "./sweep.ts";
+import { refreshOffer } from "./offer.ts";
+
+/** What an offer is read from: the region and the API that answers for it. */
+export const offerOf = (s: { region: string; url: string }) => `${s.region} ${s.url}`;
 
 export type { InstanceNote };
 
@@ -113,7 +117,14 @@ export function createEc2Driver(opts: {
         const { label } = await objectNames(deps.prefix, id);
         await end(kv, label, await noteOf(kv, label), signal);
       }),
-    tick: (ask) => withStores((s) => sweepInstances({ api, backend, instance: deps.instance, now: deps.now, putNote }, s, ask)),
+    tick: (ask) =>
+      withStores(async (s) => {
+        const swept = await sweepInstances({ api, backend, instance: deps.instance, now: deps.now, putNote }, s, ask);
+        // Not read this tick (the API, the policy): the kept offer stands, and the next tick asks again.
+        const launching = { of: offerOf(settings), templateVariable: opts.templateVariable ?? "VM_TEMPLATE", template: opts.template, pools: ask.pools ?? [] };
+        await refreshOffer({ api, figures: s.figures, backend, now: deps.now, signal: ask.signal }, launching).catch(() => undefined);
+        return swept;
+      }),
   };
   return driver;
 

@@ -7,7 +7,8 @@ import { loadDownload } from "../runner-download.ts";
 import { templateVariableOf } from "../refused-field.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { endpointOf } from "./client.ts";
-import { createEc2Driver, type Ec2Settings } from "./driver.ts";
+import { createEc2Driver, offerOf, type Ec2Settings } from "./driver.ts";
+import { launchingProblems } from "./offer.ts";
 import { attemptsOf, CANDIDATE_KEYS, checkRunBody, checkTemplate, runBody } from "./run-body.ts";
 
 const str = (v: unknown) => (typeof v === "string" && v.trim() ? v.trim() : undefined);
@@ -79,6 +80,8 @@ export const ec2Driver: DriverModule<Ec2Settings> = {
       problems.push(...checkRunBody(body).map((p) => `${where} would make an invalid RunInstances request (${attempt.market}): ${p}${named}`));
     }
   },
+  offerProblems: (settings, b, pools, offer) =>
+    launchingProblems({ of: offerOf(settings), templateVariable: templateVariableOf(b), template: b.template ?? settings.template, pools }, offer),
   create: (b, settings, deps) =>
     createEc2Driver({ backend: b.backend, settings, template: b.template ?? settings.template, templateVariable: templateVariableOf(b), deps }),
 };

@@ -1,6 +1,7 @@
 // EC2's XML answers, read with a maintained parser (fast-xml-parser, which runs in workerd): the
 // instances of RunInstances and DescribeInstances (their `item` lists by the model's locationNames:
-// reservationSet, instancesSet, tagSet), the next page's token, and the <Response><Errors> shape.
+// reservationSet, instancesSet, tagSet), the images and instance types offered (imagesSet,
+// instanceTypeOfferingSet), the next page's token, and the <Response><Errors> shape.
 import { XMLParser } from "fast-xml-parser";
 
 /** What the driver reads of an instance. */
@@ -68,6 +69,22 @@ export function readDescribeInstances(xml: string): { instances: Ec2Instance[]; 
   const instances = items(res.reservationSet).flatMap((r) => items(r.instancesSet).map(instanceOf));
   const nextToken = text(res.nextToken);
   return nextToken ? { instances, nextToken } : { instances };
+}
+
+/** One page of DescribeImages: each image's id and architecture (imagesSet), and the next page's token. */
+export function readDescribeImages(xml: string): { items: { id: string; arch: string }[]; nextToken?: string } {
+  const res = node(node(parser.parse(xml)).DescribeImagesResponse);
+  const found = items(res.imagesSet).map((i) => ({ id: text(i.imageId) ?? "", arch: text(i.architecture) ?? "" }));
+  const nextToken = text(res.nextToken);
+  return nextToken ? { items: found, nextToken } : { items: found };
+}
+
+/** One page of DescribeInstanceTypeOfferings: the instance types offered (instanceTypeOfferingSet), and the next page's token. */
+export function readTypeOfferings(xml: string): { items: string[]; nextToken?: string } {
+  const res = node(node(parser.parse(xml)).DescribeInstanceTypeOfferingsResponse);
+  const found = items(res.instanceTypeOfferingSet).flatMap((o) => text(o.instanceType) ?? []);
+  const nextToken = text(res.nextToken);
+  return nextToken ? { items: found, nextToken } : { items: found };
 }
 
 /** The first error of an error answer, or undefined when the body is not one. */

@@ -61,6 +61,8 @@ export interface HetznerApi {
    * only in part is never taken for the whole (the orphan sweep tears down what it does not see).
    */
   listAll(selector: string, signal: AbortSignal, kind?: CallKind): Promise<HetznerServer[]>;
+  /** GET /server_types, /locations or /images with `query`, every page (offer.ts reads what the project may create with). */
+  list(resource: "server_types" | "locations" | "images", query: string, signal: AbortSignal): Promise<unknown[]>;
 }
 
 export function createHetznerApi(opts: HetznerOptions): HetznerApi {
@@ -90,6 +92,22 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
       typeof f?.name === "string" ? [{ name: f.name, messages: Array.isArray(f.messages) ? f.messages.map(String) : [] }] : [],
     );
     throw new HetznerError(`${method} ${what(path)} answered ${res.status} ${code}`, res.status, code, fields);
+  };
+  /** Every page of a list, in order; throws when any page fails, or when the pages do not follow one another. */
+  const pages = async <T>(resource: string, query: string, signal: AbortSignal, kind: CallKind): Promise<T[]> => {
+    const out: T[] = [];
+    for (let page = 1; ; page++) {
+      const path = `/${resource}?${query ? `${query}&` : ""}per_page=50&page=${page}`;
+      const res = await call(kind, "GET", path, signal);
+      if (!res.ok) return refuse("GET", `/${resource}`, res);
+      const body = await res.json<Record<string, unknown> & { meta?: { pagination?: { next_page?: number | null } } }>();
+      const items = body[resource];
+      if (!Array.isArray(items)) throw new BackendError(`GET /${resource} answered no ${resource}`);
+      out.push(...(items as T[]));
+      const next = body.meta?.pagination?.next_page;
+      if (next === null || next === undefined) return out;
+      if (next !== page + 1) throw new BackendError(`GET /${resource} paged to ${next} after ${page}: the list is not read`);
+    }
   };
   return {
     gate,
@@ -121,19 +139,8 @@ export function createHetznerApi(opts: HetznerOptions): HetznerApi {
       if (res.ok || res.status === 404) return drain(res, undefined);
       return refuse("DELETE", "/servers/{id}", res);
     },
-    async listAll(selector, signal, kind = "read") {
-      const out: HetznerServer[] = [];
-      for (let page = 1; ; page++) {
-        const path = `/servers?label_selector=${encodeURIComponent(selector)}&per_page=50&page=${page}`;
-        const res = await call(kind, "GET", path, signal);
-        if (!res.ok) return refuse("GET", "/servers", res);
-        const body = await res.json<{ servers: HetznerServer[]; meta?: { pagination?: { next_page?: number | null } } }>();
-        out.push(...body.servers);
-        const next = body.meta?.pagination?.next_page;
-        if (next === null || next === undefined) return out;
-        if (next !== page + 1) throw new BackendError(`GET /servers paged to ${next} after ${page}: the list is not read`);
-      }
-    },
+    listAll: (selector, signal, kind = "read") => pages<HetznerServer>("servers", `label_selector=${encodeURIComponent(selector)}`, signal, kind),
+    list: (resource, query, signal) => pages(resource, query, signal, "read"),
   };
 }
 

@@ -13,6 +13,8 @@ import { createNotes, DELETE_CLAIM_MS, type Notes } from "./notes.ts";
 import { acceptWith } from "./accept.ts";
 import { projectedRemaining, type CallKind, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
+import { refreshOffer } from "./offer.ts";
+import type { Offer } from "../../state/driver-figures.ts";
 import { ownsServer, parkIfWorthIt } from "./reuse.ts";
 import { isOurs, serverName } from "./server-body.ts";
 import type { RunnerDownload } from "../user-data.ts";
@@ -71,11 +73,18 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
       withStores(async ({ notes, figures, api }) => {
         const swept = await sweepServers(api, notes, backend, deps.instance, deps.now, ask);
         const rate = api.gate.state();
-        await figures.change(backend, (f) => ({
-          ...f,
-          swept: f.swept + swept.deleted,
-          ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
-        }));
+        let kept: Offer | undefined;
+        await figures.change(backend, (f) => {
+          kept = f.offer;
+          return {
+            ...f,
+            swept: f.swept + swept.deleted,
+            ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
+          };
+        });
+        // Not read this tick (the budget, the API): the kept offer stands, and the next tick asks again.
+        const placing = { url: opts.settings.url, templateVariable: opts.templateVariable, template: opts.template, pools: ask.pools ?? [] };
+        await refreshOffer({ api, figures, backend, now: deps.now, signal: ask.signal }, placing, kept).catch(() => undefined);
         return swept;
       }),
     accept: (request, signal) => withStores(({ notes, bootstraps, figures, calls }) => calls.acceptWith(notes, bootstraps, figures, request, signal)),

@@ -6,6 +6,7 @@ import { loadDownload } from "../runner-download.ts";
 import { templateVariableOf } from "../refused-field.ts";
 import type { DriverModule } from "../driver-module.ts";
 import { createHetznerDriver, type HetznerSettings } from "./driver.ts";
+import { placingProblems } from "./offer.ts";
 import { CANDIDATE_KEYS, checkCreateBody, checkTemplate, createBody } from "./server-body.ts";
 
 export const DEFAULT_HCLOUD_API_URL = "https://api.hetzner.cloud/v1";
@@ -64,6 +65,8 @@ export const hetznerDriver: DriverModule<HetznerSettings> = {
       problems.push(...checkCreateBody(body).map((p) => `${where} would make an invalid create-server body: ${p}${named}`));
     }
   },
+  offerProblems: (settings, b, pools, offer) =>
+    placingProblems({ url: settings.url, templateVariable: templateVariableOf(b), template: b.template ?? settings.template, pools }, offer),
   create: (b, settings, deps) =>
     createHetznerDriver({ backend: b.backend, settings, template: b.template ?? settings.template, templateVariable: templateVariableOf(b), deps }),
 };
