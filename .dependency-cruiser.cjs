@@ -17,6 +17,9 @@ const LAYERS = [
   // Where runners run: implementations of the RunnerBackend contract (domain/backend.ts).
   ["backends", "^src/backends/"],
   ["domain", "^src/domain/"],
+  // The Actions cache the Worker serves from R2: its index in NATS KV, its capabilities and MACs.
+  // A leaf feature: the faces serve it and the wiring mints its URLs; it knows no forge or driver.
+  ["cache", "^src/cache/"],
   ["state", "^src/state/"],
   ["nats", "^src/nats/"],
   ["model", "^src/model/"],
@@ -37,7 +40,7 @@ module.exports = {
       name: "policy-reaches-no-forge",
       severity: "error",
       comment: "policy, the backends, the domain and the stores know a forge through the Forge contract (domain/forge.ts) only",
-      from: { path: "^src/(reconcile|pools|quotas|observe|backends|domain|state)/" },
+      from: { path: "^src/(reconcile|pools|quotas|observe|backends|domain|cache|state)/" },
       to: { path: "^src/forge/" },
     },
     {
