@@ -162,3 +162,18 @@ export const HANDLE_PREFIX = "fh";
 
 /** The Forgejo poller's health (see state/forge-health.ts), kept in the records bucket. */
 export const FORGE_HEALTH_KEY = "fp";
+
+/**
+ * The Actions cache's index (src/cache/kv-index.ts), in the records bucket, under its repository:
+ * entries by id, names (scope, version and key: one winner each) and uploaded parts. A scope and a
+ * key are written base64url, so that any character of theirs stays within one token. The
+ * bucket's TTL is the cache's: an entry not used (rewritten) for 7 days is gone.
+ */
+export const CACHE_PREFIX = "ca";
+const cacheRepo = (repo: string) => `${CACHE_PREFIX}.${subjectToken(repo)}`;
+export const cacheEntryKey = (repo: string, id: number) => `${cacheRepo(repo)}.e.${id}`;
+export const cacheEntriesOf = (repo: string) => `${cacheRepo(repo)}.e`;
+export const cacheNameKey = (repo: string, scope64: string, version: string, key64: string) => `${cacheRepo(repo)}.n.${scope64}.${version}.${key64}`;
+export const cacheNamesOf = (repo: string, scope64: string, version: string) => `${cacheRepo(repo)}.n.${scope64}.${version}`;
+export const cachePartKey = (repo: string, id: number, part: number) => `${cacheRepo(repo)}.p.${id}.${part}`;
+export const cachePartsOf = (repo: string, id: number) => `${cacheRepo(repo)}.p.${id}`;
