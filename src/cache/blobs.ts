@@ -53,7 +53,7 @@ export function r2Blobs(bucket: R2Bucket): Blobs {
       );
       if (!object || !("body" in object)) return undefined;
       const offset = range?.offset ?? 0;
-      return { body: object.body, size: object.size, offset, length: range?.length ?? object.size - offset };
+      return { body: object.body as ReadableStream<Uint8Array>, size: object.size, offset, length: range?.length ?? object.size - offset };
     },
     async remove(keys) {
       for (let i = 0; i < keys.length; i += 1000) await bucket.delete(keys.slice(i, i + 1000));
