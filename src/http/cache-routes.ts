@@ -90,7 +90,7 @@ export function cacheRoutes(siteOf: Site) {
       const { s, job } = await who(c);
       const range = asInput(() => parseContentRange(c.req.header("content-range")));
       if (!c.req.raw.body) throw new CacheRefusal(400, "chunk", "a chunk needs a body");
-      const body = c.req.raw.body;
+      const body = c.req.raw.body as ReadableStream<Uint8Array>;
       await s.open((d) => uploadChunk(d, job, idOf(c), range, body));
       return c.json({});
     });
@@ -117,7 +117,7 @@ export function cacheRoutes(siteOf: Site) {
 
   app.onError((err, c) => {
     const refusal = err instanceof CacheRefusal ? err : undefined;
-    if (!refusal) console.error(JSON.stringify({ event: "cache_error", route: c.req.routePath, message: (err as Error).name }));
+    if (!refusal) console.error(JSON.stringify({ event: "cache_error", route: c.req.routePath, message: err.name }));
     const status = refusal?.status ?? 500;
     const message = refusal?.message ?? "the cache failed this request; the job goes on without it";
     return c.json({ error: message, message }, status);

@@ -148,7 +148,7 @@ describe("a Forgejo runner's proxy", () => {
     "Forgejo-Cache-Host": "http://10.0.0.5:4000",
     "Forgejo-Cache-RunId": "r1",
   });
-  const root = (q = "forgejo-5-1~k1") => `/_apis/artifactcache`;
+  const root = () => "/_apis/artifactcache";
   const at = (path: string, q = "forgejo-5-1~k1") => `${root()}${path}${path.includes("?") ? "&" : "?"}gdr=${q}`;
 
   it("the job's own secret signs: a save, then a hit whose archiveLocation goes back through the proxy, and the download through it", async () => {
