@@ -6,6 +6,7 @@ import type { NatsGateway } from "./gateway/object.ts";
 import { createApp } from "./http/app.ts";
 import { directPath } from "./app/request-path.ts";
 import { NO_POLLER_BINDING, pollerOf } from "./app/forgejo-binding.ts";
+import { tickCache } from "./app/cache-site.ts";
 
 // Every export of this module is an entry point to workerd: the handlers and the Durable Object class.
 export { NatsGateway } from "./gateway/object.ts";
@@ -41,6 +42,7 @@ export default {
     try {
       if (d.config.forgejo) await armPoller(env, d);
       await d.tick(`cron ${controller.cron}`);
+      await tickCache(d, env);
     } finally {
       await d.close();
     }

@@ -67,6 +67,9 @@ export const envSchema = z.object({
   RETRY_DELAY_MS: intFrom(1, 3_600_000).optional(),
   CLAIM_TIMEOUT_MS: intFrom(1_000, 86_400_000).default(240_000),
   ACK_WAIT_MS: intFrom(1_000, 3_600_000).default(60_000),
+  /** The Actions cache (src/cache/): one entry's most, and a repository's (beyond it the least recently used go). */
+  CACHE_MAX_ENTRY_BYTES: intFrom(1, Number.MAX_SAFE_INTEGER).default(10 * 1024 ** 3),
+  CACHE_REPO_BYTES: intFrom(1, Number.MAX_SAFE_INTEGER).default(10_000_000_000),
   JETSTREAM_REPLICAS: z
     .preprocess((v) => (typeof v === "number" ? String(v) : typeof v === "string" ? v.trim() : v), z.enum(["1", "3", "5"], { message: "must be 1, 3 or 5" }))
     .default("1")

@@ -54,6 +54,8 @@ declare module "../domain/context.ts" {
     /** STATUS_TOP_OWNERS: owners listed by name in /metrics, /status and /v1/status; the rest sum as `other`. */
     statusTopOwners: number;
     claimSigningKey: string;
+    /** The Actions cache: on when the Worker has a CACHE_BUCKET binding (an R2 bucket), with its limits. */
+    cache: { enabled: boolean; maxEntryBytes: number; repoBytes: number };
     /** DISPATCH_TOKEN_PREVIOUS and CLAIM_SIGNING_KEY_PREVIOUS: still accepted during a rotation; never used to sign. */
     previous: { dispatchToken: string | undefined; claimSigningKey: string | undefined };
     backendTimeoutMs: number;
@@ -235,6 +237,7 @@ export function loadConfig(env: Record<string, unknown>): Config {
     statusToken: e.STATUS_TOKEN,
     statusTopOwners: e.STATUS_TOP_OWNERS,
     claimSigningKey: e.CLAIM_SIGNING_KEY,
+    cache: { enabled: isBinding(raw.CACHE_BUCKET), maxEntryBytes: e.CACHE_MAX_ENTRY_BYTES, repoBytes: e.CACHE_REPO_BYTES },
     previous: { dispatchToken: e.DISPATCH_TOKEN_PREVIOUS, claimSigningKey: e.CLAIM_SIGNING_KEY_PREVIOUS },
     backendTimeoutMs: e.BACKEND_TIMEOUT_MS,
     eagerReconcile: e.EAGER_RECONCILE === "true",
@@ -251,6 +254,9 @@ export function loadConfig(env: Record<string, unknown>): Config {
 }
 
 const ACK_WAIT_HEADROOM_MS = 10_000;
+
+/** A binding (an R2 bucket) is an object; a variable of that name is not one. */
+const isBinding = (v: unknown) => typeof v === "object" && v !== null;
 
 /**
  * Capacities by backend name. A plain object, since the configuration crosses Durable Object RPC

@@ -23,6 +23,8 @@ import { parseWorkflowJob } from "../forge/gitea/webhook.ts";
 import { verifyGiteaSignature } from "../forge/gitea/signature.ts";
 import { forgejoRoutes } from "./forgejo-routes.ts";
 import { vmRoutes } from "./vm-routes.ts";
+import { cacheRoutes } from "./cache-routes.ts";
+import { cacheSiteOf } from "../app/cache-site.ts";
 import { inBackground, type AppContext, type AppEnv as Env } from "./env.ts";
 import { answerFor, HttpError } from "./errors.ts";
 import { capacityWaitDelay, DEFAULT_DELAYS } from "../reconcile/decide.ts";
@@ -103,6 +105,10 @@ export function createApp(deps: AppDeps) {
 
   app.route("/", forgejoRoutes());
   app.route("/", vmRoutes());
+  app.route(
+    "/",
+    cacheRoutes((c) => cacheSiteOf((c as unknown as AppContext).var.d, c.env as Record<string, unknown>)),
+  );
 
   app.post("/v1/assignments/:id/complete", claimToken(), async (c) => {
     const d = c.var.d;

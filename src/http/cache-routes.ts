@@ -6,32 +6,17 @@
 // credential on them. Handlers parse, find the job, call the cache's operations and map the result.
 // Nothing here writes a capability, a secret or a signed URL to a log.
 import { Hono, type Context } from "hono";
-import { signDownload, verifyCapability, verifyDownload, type Holder } from "../cache/capability.ts";
+import { signDownload, verifyCapability, verifyDownload } from "../cache/capability.ts";
 import { verifyForgejoMac } from "../cache/forgejo-mac.ts";
 import { CacheInputError, parseLookup } from "../cache/match.ts";
 import { parseContentRange } from "../cache/parts.ts";
-import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk, type CacheDeps, type CacheJob } from "../cache/service.ts";
-import type { Signed } from "../cache/forgejo-mac.ts";
+import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk } from "../cache/service.ts";
+import type { CacheSite } from "../cache/site.ts";
 
 /** A download's signed URL holds this long: the client fetches it at once. */
 export const DOWNLOAD_TTL_S = 10 * 60;
 /** The most a reserve's JSON body may hold. */
 const MAX_JSON = 16 * 1024;
-
-/** What the routes need of one request's Worker. */
-export interface CacheSite {
-  key: Uint8Array;
-  publicUrl: string;
-  /** Runs `fn` with the cache's stores on the request's connection. */
-  open<T>(fn: (d: CacheDeps) => Promise<T>): Promise<T>;
-  /** The job a holder runs now, as each forge tells it; a CacheRefusal when it runs none (ended, unknown, not yet bound). */
-  job(holder: Holder, forgejo?: Signed): Promise<CacheJob>;
-  /** Forgejo: the job's own cache.secret. */
-  secret(holder: Holder): Promise<string>;
-  now(): number;
-  /** One line per refusal and per save or restore: no credential in it. */
-  log(event: string, fields: Record<string, unknown>): void;
-}
 
 type Site = (c: Context) => Promise<CacheSite | undefined>;
 
@@ -70,7 +55,7 @@ export function cacheRoutes(siteOf: Site) {
       const { s, job, holder } = await who(c);
       const lookup = asInput(() => parseLookup(c.req.query("keys"), c.req.query("version")));
       const entry = await s.open((d) => lookupEntry(d, job, lookup));
-      s.log(entry ? "cache_hit" : "cache_miss", { repository: job.repo, assignment: holder.assignment });
+      s.log({ event: entry ? "cache_hit" : "cache_miss", repository: job.repo, assignment: holder.assignment });
       if (!entry) return c.body(null, 204);
       const archiveLocation =
         who === gitea
@@ -95,10 +80,10 @@ export function cacheRoutes(siteOf: Site) {
       return c.json({});
     });
     app.post(`${prefix}/caches/:id`, async (c) => {
-      const { s, job } = await who(c);
+      const { s, job, holder } = await who(c);
       const body = await readJson(c);
       await s.open((d) => commitEntry(d, job, idOf(c), body.size));
-      s.log("cache_saved", { repository: job.repo, bytes: body.size });
+      s.log({ event: "cache_saved", repository: job.repo, assignment: holder.assignment, ...(typeof body.size === "number" ? { bytes: body.size } : {}) });
       return c.json({});
     });
     app.post(`${prefix}/clean`, (c) => c.json({}));

@@ -80,9 +80,14 @@ export async function checkHealth(config: Config, detailed: boolean): Promise<He
     : {};
   return {
     status: ok ? 200 : 503,
-    body: detailed ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody } : { ok, nats: { ok: true }, problems, ...forgeBody },
+    body: detailed
+      ? { ...report, ok, problems, nats: { ok: true }, ...forgeBody, cache: cacheOf(config) }
+      : { ok, nats: { ok: true }, problems, ...forgeBody, cache: cacheOf(config) },
   };
 }
+
+/** Whether the Actions cache is served (a CACHE_BUCKET binding): on or off, never a problem. */
+const cacheOf = (config: Config) => ({ on: config.cache.enabled });
 
 /**
  * What the cloud backends keep refusing (state/driver-figures.ts): our credentials or a template's

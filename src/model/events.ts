@@ -77,6 +77,11 @@ export const EVENT_NAMES = [
   "rerun_by_hand",
   "rerun_refused",
   "rerun_settled",
+  "cache_hit",
+  "cache_miss",
+  "cache_saved",
+  "cache_refused",
+  "cache_evicted",
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 
@@ -88,6 +93,9 @@ export interface DispatchEvent {
   pool?: string;
   retryDelayMs?: number;
   reason?: string;
+  /** The Actions cache's events: the job's repository, and the bytes saved. */
+  repository?: string;
+  bytes?: number;
 }
 
 export interface BatchSummary {

@@ -24,7 +24,17 @@ export interface RecordCore {
    * Where the job comes from, for people looking at the status page (never a secret); its forge
    * ids (job, run, attempt) for a rerun after an interruption (absent in records from before).
    */
-  job?: { repository: string; name?: string; id?: number; run?: number; attempt?: number };
+  job?: {
+    repository: string;
+    name?: string;
+    id?: number;
+    run?: number;
+    attempt?: number;
+    /** Gitea: the run's branch (workflow_job.head_branch; "" for a pull request's or a tag's run), for the cache's scopes. */
+    branch?: string;
+    /** Gitea: the repository's default branch (repository.default_branch), for the cache's scopes. */
+    defaultBranch?: string;
+  };
 }
 
 /** Its runner: the identity registered for it, and its boot. */

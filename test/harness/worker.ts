@@ -12,7 +12,9 @@ import { checkAgainstOpenApi } from "./openapi-check.ts";
 /** The test's variables, with the gateway's Durable Object binding of wrangler.jsonc (NATS_GATEWAY decides whether it is used). */
 export function withBindings(env: Record<string, string>): Record<string, unknown> {
   const b = bindings as unknown as Record<string, unknown>;
-  return { [GATEWAY_BINDING]: b[GATEWAY_BINDING], [POLLER_BINDING]: b[POLLER_BINDING], ...env };
+  // The cache's R2 binding only for a test that turns it on: the others run as a deployment without one.
+  const cache = env.TEST_CACHE_BUCKET === "on" ? { CACHE_BUCKET: b.CACHE_BUCKET } : {};
+  return { [GATEWAY_BINDING]: b[GATEWAY_BINDING], [POLLER_BINDING]: b[POLLER_BINDING], ...cache, ...env };
 }
 
 export async function request(env: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {

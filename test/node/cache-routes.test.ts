@@ -9,7 +9,8 @@ import { capability, forgejoSecret, type Holder } from "../../src/cache/capabili
 import { forgejoMac, HEADERS } from "../../src/cache/forgejo-mac.ts";
 import { scopesOf } from "../../src/cache/scope.ts";
 import { CacheRefusal, type CacheDeps, type CacheJob } from "../../src/cache/service.ts";
-import { cacheRoutes, type CacheSite } from "../../src/http/cache-routes.ts";
+import { cacheRoutes } from "../../src/http/cache-routes.ts";
+import type { CacheSite } from "../../src/cache/site.ts";
 import { memoryBlobs, memoryIndex } from "../harness/cache-memory.ts";
 
 const V = "f".repeat(64);
@@ -43,7 +44,7 @@ const site: CacheSite = {
   },
   secret: (h) => forgejoSecret(key, h),
   now: Date.now,
-  log: (event, fields) => void logged.push(JSON.stringify({ event, ...fields })),
+  log: (e) => void logged.push(JSON.stringify(e)),
 };
 const app = new Hono().route(
   "/",

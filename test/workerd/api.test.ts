@@ -204,7 +204,7 @@ describe("GET /healthz", () => {
     await provisionEnv(env);
     const anonymous = await app.request("/healthz", {}, withBindings(env));
     expect(anonymous.status).toBe(200);
-    expect(await anonymous.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
+    expect(await anonymous.json()).toEqual({ ok: true, nats: { ok: true }, problems: [], cache: { on: false } });
     const res = await app.request("/healthz", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) }, env);
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({
@@ -262,7 +262,7 @@ describe("GET /healthz", () => {
       expect.stringMatching(/^NATS_GATEWAY=on, but the Durable Object binding NATS_GATEWAY_DO is missing: .*set NATS_GATEWAY=off$/),
     ]);
     const off = await app.request("/healthz", {}, { ...env, NATS_GATEWAY: "off" });
-    expect(await off.json()).toEqual({ ok: true, nats: { ok: true }, problems: [] });
+    expect(await off.json()).toEqual({ ok: true, nats: { ok: true }, problems: [], cache: { on: false } });
   });
 
   it("names an unreachable NATS by scheme, host and port only: no user, password, path or query", async () => {

@@ -1,0 +1,75 @@
+// The Actions cache of one request (http/cache-routes.ts's CacheSite): on when the Worker has a
+// CACHE_BUCKET binding, its index on the invocation's NATS connection, its bytes in that bucket,
+// and each holder's job read from its assignment's record: the repository, and the scopes its
+// forge tells. A holder's credentials end with its assignment, after a grace for post-job saves.
+import { cacheKey, type Holder } from "../cache/capability.ts";
+import { r2Blobs } from "../cache/blobs.ts";
+import { kvCacheIndex } from "../cache/kv-index.ts";
+import { maintainCache } from "../cache/maintain.ts";
+import { scopesOf } from "../cache/scope.ts";
+import { CacheRefusal, type CacheJob } from "../cache/service.ts";
+import { forgejoSecret } from "../cache/capability.ts";
+import type { Invocation } from "../domain/context.ts";
+import { recordsBucket } from "../nats/names.ts";
+import type { AssignmentRecord } from "../state/record.ts";
+import { incarnationOf } from "../state/records.ts";
+import { bindBucket } from "../state/kv.ts";
+import type { CacheSite } from "../cache/site.ts";
+
+/** After its job ends, a holder may still save (a post-job step) this long. */
+export const END_GRACE_MS = 10 * 60_000;
+
+const keys = new Map<string, Promise<Uint8Array>>();
+/** The cache's key, derived once per isolate and signing key. */
+const keyOf = (signingKey: string) => {
+  let k = keys.get(signingKey);
+  if (!k) keys.set(signingKey, (k = cacheKey(signingKey)));
+  return k;
+};
+
+export async function cacheSiteOf(d: Invocation, env: Record<string, unknown>): Promise<CacheSite | undefined> {
+  const bucket = env.CACHE_BUCKET as R2Bucket | undefined;
+  if (!d.config.cache.enabled || !bucket) return undefined;
+  const key = await keyOf(d.config.claimSigningKey);
+  const bucketName = recordsBucket(d.config);
+  return {
+    key,
+    publicUrl: d.config.publicUrl,
+    now: d.now,
+    open: (fn) =>
+      d.withState(async (_state, handle) =>
+        fn({ index: kvCacheIndex(handle, await bindBucket(handle, bucketName), bucketName), blobs: r2Blobs(bucket), limits: d.config.cache, now: d.now }),
+      ),
+    job: (holder, signed) => d.withState(async (state) => jobOf(await state.records.get(holder.assignment), holder, d.now(), signed?.isolationKey)),
+    secret: (holder) => forgejoSecret(key, holder),
+    log: (e) => d.sink.event({ ...e, backend: undefined }),
+  };
+}
+
+/** The job a holder's record says it runs, or why it runs none. Pure over the record. */
+export function jobOf(record: AssignmentRecord | null, holder: Holder, now: number, isolationKey?: string): CacheJob {
+  if (!record || incarnationOf(record) !== holder.incarnation) throw new CacheRefusal(403, "scope", "cache read denied: this runner's job is unknown");
+  const ended = record.completedAt ?? record.terminatedAt;
+  if (ended !== undefined && now - Date.parse(ended) > END_GRACE_MS) throw new CacheRefusal(403, "scope", "cache read denied: this runner's job has ended");
+  const repo = record.bound?.repository ?? record.job?.repository;
+  // A warm runner not yet given its job: the client asks again once, 5 s later.
+  if (!repo) throw new CacheRefusal(503, "scope", "this runner has no job yet; try again");
+  const scopes =
+    isolationKey !== undefined
+      ? scopesOf({ forge: "forgejo", runId: record.job?.run ?? 0, isolationKey })
+      : scopesOf({ forge: "gitea", runId: record.job?.run ?? 0, headBranch: record.job?.branch, defaultBranch: record.job?.defaultBranch });
+  return { repo, scopes, holder: holder.assignment };
+}
+
+/** The cache's upkeep on the cron tick (cache/maintain.ts), within the tick's budget; a failure is logged and tried at the next. */
+export async function tickCache(d: Invocation, env: Record<string, unknown>): Promise<void> {
+  const site = await cacheSiteOf(d, env);
+  if (!site) return;
+  const until = d.now() + d.config.reconcileBudgetMs / 2;
+  try {
+    const upkeep = await site.open((deps) => maintainCache(deps, () => d.now() < until));
+    for (const e of upkeep.evicted) d.sink.event({ event: "cache_evicted", assignment: "-", backend: undefined, repository: e.repo, bytes: e.bytes });
+  } catch (err) {
+    d.sink.error("the cache's upkeep failed; the next tick tries again", { reason: (err as Error).name });
+  }
+}

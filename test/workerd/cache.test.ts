@@ -1,0 +1,73 @@
+// The Actions cache inside workerd, on real NATS and the local R2 of the Workers integration: a
+// job's capability (made from its record as the Worker makes it) saves in chunks, finds by a
+// restore key, and downloads by the signed URL; /healthz says the cache is on; another
+// repository's job finds nothing; the cron tick's upkeep runs.
+import { inject, describe, expect, it } from "vitest";
+import { cacheKey, capability } from "../../src/cache/capability.ts";
+import { assignment, provisionEnv, TEST_SECRETS, testEnv } from "../harness/env.ts";
+import { bearer, request, tick } from "../harness/worker.ts";
+
+const V = "a".repeat(64);
+const MiB = 1024 * 1024;
+
+/** An assignment of `repository`, published; its capability as its runner is given it. */
+async function jobWithCapability(env: Record<string, string>, id: string, repository: string) {
+  const body = { ...assignment(id), job: { id: 1, runId: 1, attempt: 1, repository } };
+  const published = await request(env, "/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN, true), body: JSON.stringify(body) });
+  expect(published.status).toBe(202);
+  let receivedAt: string | undefined;
+  for (let i = 0; i < 50 && !receivedAt; i++) {
+    const view = await request(env, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+    if (view.status === 200) receivedAt = ((await view.json()) as { receivedAt?: string }).receivedAt;
+    if (!receivedAt) await tick(env);
+  }
+  const key = await cacheKey(TEST_SECRETS.CLAIM_SIGNING_KEY);
+  const cap = await capability(key, { assignment: id, incarnation: Date.parse(receivedAt!).toString(36) });
+  return `/cache/${cap}/_apis/artifactcache`;
+}
+
+describe("the Actions cache in workerd", () => {
+  it("a job saves in chunks and restores by a restore key through the signed URL; another repository's job misses; /healthz says on", async () => {
+    const env = { ...testEnv(inject("natsWsUrl"), inject("backendUrl")), TEST_CACHE_BUCKET: "on" };
+    await provisionEnv(env);
+    expect(((await (await request(env, "/healthz")).json()) as { cache: unknown }).cache).toEqual({ on: true });
+    const mine = await jobWithCapability(env, "cache-job-1", "org/app");
+    const size = 6 * MiB + 123;
+    const bytes = new Uint8Array(size).map((_, i) => (i * 7) & 0xff);
+    const reserve = await request(env, `${mine}/caches`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key: "npm-linux-abc", version: V, cacheSize: size }),
+    });
+    expect(reserve.status).toBe(200);
+    const { cacheId } = (await reserve.json()) as { cacheId: number };
+    // The last chunk first waits for the part size (503); then the first, then the last again.
+    const chunk = (start: number, end: number) =>
+      request(env, `${mine}/caches/${cacheId}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/octet-stream", "content-range": `bytes ${start}-${end}/*` },
+        body: bytes.slice(start, end + 1),
+      });
+    expect((await chunk(5 * MiB, size - 1)).status).toBe(503);
+    expect((await chunk(0, 5 * MiB - 1)).status).toBe(200);
+    expect((await chunk(5 * MiB, size - 1)).status).toBe(200);
+    const commit = await request(env, `${mine}/caches/${cacheId}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ size }),
+    });
+    expect(commit.status).toBe(200);
+    const hit = await request(env, `${mine}/cache?keys=${encodeURIComponent("npm-linux-xyz,npm-linux-")}&version=${V}`);
+    expect(hit.status).toBe(200);
+    const { archiveLocation, cacheKey: matched } = (await hit.json()) as { archiveLocation: string; cacheKey: string };
+    expect(matched).toBe("npm-linux-abc");
+    const download = await request(env, archiveLocation.replace("https://dispatch.example.org", ""));
+    expect(download.headers.get("content-length")).toBe(String(size));
+    const got = new Uint8Array(await download.arrayBuffer());
+    expect(got.length === size && got.every((b, i) => b === bytes[i])).toBe(true);
+    const theirs = await jobWithCapability(env, "cache-job-2", "org/other");
+    expect((await request(env, `${theirs}/cache?keys=npm-linux-&version=${V}`)).status).toBe(204);
+    await tick(env);
+    expect((await request(env, `${mine}/cache?keys=npm-linux-abc&version=${V}`)).status).toBe(200);
+  });
+});
