@@ -2,7 +2,7 @@
 // CACHE_BUCKET binding, its index on the invocation's NATS connection, its bytes in that bucket,
 // and each holder's job read from its assignment's record: the repository, and the scopes its
 // forge tells. A holder's credentials end with its assignment, after a grace for post-job saves.
-import { cacheKey, type Holder } from "../cache/capability.ts";
+import { cacheKey, capability, type Holder } from "../cache/capability.ts";
 import { r2Blobs } from "../cache/blobs.ts";
 import { kvCacheIndex } from "../cache/kv-index.ts";
 import { maintainCache } from "../cache/maintain.ts";
@@ -10,6 +10,7 @@ import { scopesOf } from "../cache/scope.ts";
 import { CacheRefusal, type CacheJob } from "../cache/service.ts";
 import { forgejoSecret } from "../cache/capability.ts";
 import type { Invocation } from "../domain/context.ts";
+import type { RunnerCache } from "../domain/backend.ts";
 import { recordsBucket } from "../nats/names.ts";
 import type { AssignmentRecord } from "../state/record.ts";
 import { incarnationOf } from "../state/records.ts";
@@ -72,4 +73,16 @@ export async function tickCache(d: Invocation, env: Record<string, unknown>): Pr
   } catch (err) {
     d.sink.error("the cache's upkeep failed; the next tick tries again", { reason: (err as Error).name });
   }
+}
+
+/**
+ * What a runner is given of the cache: Gitea, a capability URL of its own (its cache.external_server,
+ * ending in "/"); Forgejo, the Worker's origin naming the runner in the query (the proxy keeps the
+ * query and drops the path) and the job's own cache.secret.
+ */
+export async function runnerCache(config: Invocation["config"], holder: Holder): Promise<RunnerCache> {
+  const key = await keyOf(config.claimSigningKey);
+  if (config.forge === "forgejo")
+    return { url: `${config.publicUrl}/?gdr=${holder.assignment}~${holder.incarnation}`, secret: await forgejoSecret(key, holder) };
+  return { url: `${config.publicUrl}/cache/${await capability(key, holder)}/` };
 }

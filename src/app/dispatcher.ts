@@ -6,6 +6,7 @@ import { tickDrivers } from "./driver-ticks.ts";
 import type { RunnerBackend, RunnerRequest } from "../domain/backend.ts";
 import type { Config } from "./config.ts";
 import { claimToken, deriveKey } from "../model/crypto.ts";
+import { runnerCache } from "./cache-site.ts";
 import type { DriverDeps } from "../backends/driver-module.ts";
 import { createBootstraps } from "../state/bootstraps.ts";
 import { createDriverFigures, figureReader } from "../state/driver-figures.ts";
@@ -213,8 +214,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const base = `${config.publicUrl}/v1/assignments/${encodeURIComponent(assignment.id)}`;
       const pool = config.pools.find((p) => p.name === placement.pool);
       const market = pool?.market === "spot" && pool.spotFallback === "on-demand" && (await afterInterruption(assignment, record)) ? "on-demand" : pool?.market;
+      const cache = config.cache.enabled ? await runnerCache(config, { assignment: assignment.id, incarnation: incarnationOf(record) }) : undefined;
       const request: RunnerRequest = {
         assignment,
+        ...(cache ? { cache } : {}),
         claimToken: await claimToken(config.claimSigningKey, assignment.id, incarnationOf(record)),
         claimUrl: `${base}/claim`,
         completeUrl: `${base}/complete`,
@@ -238,7 +241,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const outcome = await forge.identity(assignment, pool?.labels ?? assignment.labels, record, reserved, pool);
       if (outcome === "busy") return "busy";
       const { identity, ref } = outcome;
-      const fields = forge.runnerFields(identity, { claimToken: request.claimToken, completeUrl: request.completeUrl, handleUrl: `${base}/handle` });
+      const fields = forge.runnerFields(identity, { claimToken: request.claimToken, completeUrl: request.completeUrl, handleUrl: `${base}/handle`, cache });
       return { request: { ...request, ...fields }, ...(ref ? { ref } : {}) };
     },
     callBackend: (fn) => limit(() => withTimeout(config.backendTimeoutMs, fn)),

@@ -25,6 +25,19 @@ export interface LaunchInput {
   completeUrl: string;
   /** Where a runner with no job yet (warm) asks for one. */
   handleUrl?: string | undefined;
+  /** The Actions cache for this runner's job, when the Worker serves one (CACHE_BUCKET). */
+  cache?: RunnerCache | undefined;
+}
+
+/**
+ * What a runner's config holds of the Actions cache (docs/cache.md). Gitea: `url` is its
+ * cache.external_server, a capability of this runner's own, ending in "/". Forgejo: `url` is
+ * its cache.external_server (the Worker's origin, this runner named in the query) and `secret`
+ * its cache.secret, this job's own. Secrets both: they go in the runner's Secret, never its spec.
+ */
+export interface RunnerCache {
+  url: string;
+  secret?: string;
 }
 
 /** A runner request, with the runner registration to store in the record; "busy": another invocation is registering it. */
@@ -50,6 +63,8 @@ export interface RunnerRequest {
   handleUrl?: string;
   /** How its runner program starts, from its forge (Forge.runnerFields): what the kubernetes and kubevirt drivers render. Never sent by the http driver. */
   launch?: RunnerLaunch;
+  /** The Actions cache, for a backend that starts its own runner (the http driver); the others find it in `launch`. */
+  cache?: RunnerCache;
   /** The pool the runner is for: its template is merged over the backend's default (RUNNER_POOLS). */
   pool?: {
     name: string;

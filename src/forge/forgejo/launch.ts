@@ -11,9 +11,11 @@ export const FORGEJO_SECRET_DIR = "/etc/forgejo-runner";
 export const FORGEJO_VM_DIR = "/var/lib/forgejo-runner";
 
 /** forgejo-runner's arguments: the connection, one `--label` per label, the handle, and wait for the task. */
-export function oneJobArgs(runner: ForgejoRunnerIdentity, dir: string): string[] {
+export function oneJobArgs(runner: ForgejoRunnerIdentity, dir: string, config = false): string[] {
   return [
     "one-job",
+    // A root flag of forgejo-runner's, taken after its command too (cobra's persistent flags).
+    ...(config ? ["--config", `${dir}/config.yml`] : []),
     "--url",
     runner.url,
     "--uuid",
@@ -46,11 +48,20 @@ export function oneJobScript(dir: string): string {
 }
 
 /** How the kubernetes and kubevirt drivers start a Forgejo runner: its token and the claim token in the Secret, `one-job` bound to its job. */
+/**
+ * The runner's config file when the Worker serves the cache: its proxy forwards the jobs' requests
+ * to cache.external_server, signed with cache.secret (forgejo-runner internal/app/run/runner.go);
+ * both this job's own. JSON, which is YAML too.
+ */
+export const forgejoCacheConfig = (input: LaunchInput) =>
+  input.cache ? JSON.stringify({ cache: { enabled: true, external_server: input.cache.url, secret: input.cache.secret } }) : undefined;
+
 export function forgejoLaunch(runner: ForgejoRunnerIdentity, input: LaunchInput): RunnerLaunch {
+  const config = forgejoCacheConfig(input);
   return {
-    files: { token: runner.token, "claim-token": input.claimToken },
+    files: { token: runner.token, "claim-token": input.claimToken, ...(config ? { "config.yml": config } : {}) },
     mountPath: FORGEJO_SECRET_DIR,
-    command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(runner, FORGEJO_SECRET_DIR)],
+    command: ["/bin/sh", "-c", oneJobScript(FORGEJO_SECRET_DIR), "forgejo-runner", ...oneJobArgs(runner, FORGEJO_SECRET_DIR, config !== undefined)],
     userData: forgejoCloudInit(runner, input),
   };
 }
@@ -61,10 +72,13 @@ export const shellQuote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 /** cloud-init user data for a VM: token and claim token to files (0600), the script, one job, then power off. */
 function forgejoCloudInit(runner: ForgejoRunnerIdentity, request: LaunchInput): string {
   const dir = FORGEJO_VM_DIR;
+  const config = forgejoCacheConfig(request);
   const script = [
     `export GDR_COMPLETE_URL=${shellQuote(request.completeUrl)}`,
     ...(request.handleUrl ? [`export GDR_HANDLE_URL=${shellQuote(request.handleUrl)}`] : []),
-    `set -- ${oneJobArgs(runner, dir).map(shellQuote).join(" ")}`,
+    `set -- ${oneJobArgs(runner, dir, config !== undefined)
+      .map(shellQuote)
+      .join(" ")}`,
     oneJobScript(dir),
     "",
   ].join("\n");
@@ -89,6 +103,7 @@ function forgejoCloudInit(runner: ForgejoRunnerIdentity, request: LaunchInput): 
     "write_files:",
     ...file(`${dir}/token`, runner.token, "0600"),
     ...file(`${dir}/claim-token`, request.claimToken, "0600"),
+    ...(config ? file(`${dir}/config.yml`, config, "0600") : []),
     ...script_,
     "runcmd:",
     `  - [sh, -c, 'cd ${dir} && sh ./run.sh; poweroff']`,

@@ -28,26 +28,32 @@ export const PICK_RUNNER =
  * GITEA_RUNNER_LABELS goes: Gitea Runner 2.x takes it (the default of `daemon --labels`) over the
  * labels `.runner` was registered with, so an image setting it would change them.
  */
-export function runScript(secretDir: string, dataDir: string): string {
+export function runScript(secretDir: string, dataDir: string, config = false): string {
   return [
     "set -u",
     PICK_RUNNER,
     "unset GITEA_RUNNER_LABELS",
     `cp ${secretDir}/.runner ${dataDir}/.runner && chmod 600 ${dataDir}/.runner || exit 1`,
     `cd ${dataDir}`,
-    '"$R" daemon; rc=$?',
+    config ? `"$R" daemon --config ${secretDir}/config.yaml; rc=$?` : '"$R" daemon; rc=$?',
     `wget -q -O /dev/null --header "Authorization: Bearer $(cat ${secretDir}/claim-token)" --post-data "" "$GDR_COMPLETE_URL" || true`,
     "exit $rc",
   ].join("\n");
 }
 
-const RUN_SCRIPT = runScript(SECRET_DIR, DATA_DIR);
+/**
+ * The runner's config file when the Worker serves the cache: cache.external_server, the
+ * capability URL act_runner passes verbatim as the job's ACTIONS_CACHE_URL (gitea/act_runner
+ * internal/app/run/runner.go). JSON, which is YAML too.
+ */
+export const cacheConfig = (input: LaunchInput) => (input.cache ? JSON.stringify({ cache: { enabled: true, external_server: input.cache.url } }) : undefined);
 
 export function giteaLaunch(file: RunnerFile, input: LaunchInput): RunnerLaunch {
+  const config = cacheConfig(input);
   return {
-    files: { ".runner": JSON.stringify(file), "claim-token": input.claimToken },
+    files: { ".runner": JSON.stringify(file), "claim-token": input.claimToken, ...(config ? { "config.yaml": config } : {}) },
     mountPath: SECRET_DIR,
-    command: ["/bin/sh", "-c", RUN_SCRIPT],
+    command: ["/bin/sh", "-c", runScript(SECRET_DIR, DATA_DIR, config !== undefined)],
     userData: cloudInit(file, input),
   };
 }
@@ -55,6 +61,8 @@ export function giteaLaunch(file: RunnerFile, input: LaunchInput): RunnerLaunch 
 /** cloud-init user data: identity and claim token to files (0600), the runner once, then power off. */
 function cloudInit(file: RunnerFile, input: LaunchInput): string {
   const dir = "/var/lib/gitea-runner";
+  const config = cacheConfig(input);
+  const daemon = config ? `"$R" daemon --config ${dir}/config.yaml` : '"$R" daemon';
   return [
     "#cloud-config",
     "write_files:",
@@ -66,8 +74,9 @@ function cloudInit(file: RunnerFile, input: LaunchInput): string {
     "    permissions: '0600'",
     "    encoding: b64",
     `    content: ${base64(input.claimToken)}`,
+    ...(config ? [`  - path: ${dir}/config.yaml`, "    permissions: '0600'", "    encoding: b64", `    content: ${base64(config)}`] : []),
     "runcmd:",
-    `  - [sh, -c, 'cd ${dir} && ${PICK_RUNNER.replaceAll("'", "''")} && unset GITEA_RUNNER_LABELS && "$R" daemon; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(input.completeUrl)}; poweroff']`,
+    `  - [sh, -c, 'cd ${dir} && ${PICK_RUNNER.replaceAll("'", "''")} && unset GITEA_RUNNER_LABELS && ${daemon}; wget -q -O /dev/null --header "Authorization: Bearer $(cat claim-token)" --post-data "" ${JSON.stringify(input.completeUrl)}; poweroff']`,
     "",
   ].join("\n");
 }
