@@ -41,24 +41,32 @@ export async function cacheSiteOf(d: Invocation, env: Record<string, unknown>): 
       d.withState(async (_state, handle) =>
         fn({ index: kvCacheIndex(handle, await bindBucket(handle, bucketName), bucketName), blobs: r2Blobs(bucket), limits: d.config.cache, now: d.now }),
       ),
-    job: (holder, signed) => d.withState(async (state) => jobOf(await state.records.get(holder.assignment), holder, d.now(), signed?.isolationKey)),
+    job: (holder, signed) => d.withState((state) => jobOf((id) => state.records.get(id), holder, d.now(), signed?.isolationKey)),
     secret: (holder) => forgejoSecret(key, holder),
     log: (e) => d.sink.event({ ...e, backend: undefined }),
   };
 }
 
-/** The job a holder's record says it runs, or why it runs none. Pure over the record. */
-export function jobOf(record: AssignmentRecord | null, holder: Holder, now: number, isolationKey?: string): CacheJob {
+/**
+ * The job a holder runs, from its record, or why it runs none. Gitea hands a runner the oldest job
+ * it can take, which need not be its own: the claim (in_progress) names the one it took, so a
+ * Gitea holder is served only once claimed, with the repository and branch of the job it runs.
+ * A Forgejo runner is bound to its job (one-job --handle) before it starts.
+ */
+export async function jobOf(read: (id: string) => Promise<AssignmentRecord | null>, holder: Holder, now: number, isolationKey?: string): Promise<CacheJob> {
+  const record = await read(holder.assignment);
   if (!record || incarnationOf(record) !== holder.incarnation) throw new CacheRefusal(403, "scope", "cache read denied: this runner's job is unknown");
   const ended = record.completedAt ?? record.terminatedAt;
   if (ended !== undefined && now - Date.parse(ended) > END_GRACE_MS) throw new CacheRefusal(403, "scope", "cache read denied: this runner's job has ended");
-  const repo = record.bound?.repository ?? record.job?.repository;
-  // A warm runner not yet given its job: the client asks again once, 5 s later.
+  const forgejo = isolationKey !== undefined;
+  // Not claimed yet (its in_progress is on its way): the client asks again once, 5 s later.
+  if (!forgejo && record.claimedAt === undefined) throw new CacheRefusal(503, "scope", "this runner's job is not known yet; try again");
+  const ran = !forgejo && record.took ? await read(record.took) : record;
+  const repo = forgejo ? (record.bound?.repository ?? record.job?.repository) : ran?.job?.repository;
   if (!repo) throw new CacheRefusal(503, "scope", "this runner has no job yet; try again");
-  const scopes =
-    isolationKey !== undefined
-      ? scopesOf({ forge: "forgejo", runId: record.job?.run ?? 0, isolationKey })
-      : scopesOf({ forge: "gitea", runId: record.job?.run ?? 0, headBranch: record.job?.branch, defaultBranch: record.job?.defaultBranch });
+  const scopes = forgejo
+    ? scopesOf({ forge: "forgejo", runId: record.job?.run ?? 0, isolationKey })
+    : scopesOf({ forge: "gitea", runId: ran?.job?.run ?? 0, headBranch: ran?.job?.branch, defaultBranch: ran?.job?.defaultBranch });
   return { repo, scopes, holder: holder.assignment };
 }
 

@@ -5,6 +5,7 @@ import type { BatchSummary } from "../model/events.ts";
 import { handleWorkflowJob, type WebhookOutcome, type WorkflowJobPayload } from "../forge/gitea/webhook.ts";
 import { claimAssignment, completeAssignmentRun, getAssignment, type AssignmentView, type Claimed, type Completed } from "../domain/operations.ts";
 import { publishAssignment, recordAssignment, type Published } from "../domain/publish.ts";
+import type { JobFacts } from "../state/record-new.ts";
 import type { Assignment } from "../model/assignment.ts";
 
 /**
@@ -20,7 +21,7 @@ export interface RequestPath {
    */
   publish(body: unknown): Promise<Published>;
   /** Writes the record of a published assignment (idempotent). */
-  record(assignment: Assignment): Promise<void>;
+  record(assignment: Assignment, facts?: JobFacts): Promise<void>;
   get(id: string): Promise<AssignmentView>;
   /** A runner holding the claim token (signed for `incarnation`) took the assignment. */
   claim(id: string, incarnation: string): Promise<Claimed>;
@@ -37,7 +38,7 @@ export interface RequestPath {
 export function directPath(d: Context & Passes): RequestPath {
   return {
     publish: (body) => publishAssignment(d, body, { recordLater: true }),
-    record: (assignment) => recordAssignment(d, assignment),
+    record: (assignment, facts) => recordAssignment(d, assignment, facts),
     get: (id) => getAssignment(d, id),
     claim: (id, incarnation) => claimAssignment(d, id, { incarnation }),
     // A Forgejo runner's claim is seen by the poller, which may not have looked yet: its completion counts without it.

@@ -6,6 +6,7 @@ import { Conflict, InvalidInput, Unavailable } from "../model/errors.ts";
 import { assignmentSubject, type Backend } from "../nats/names.ts";
 import { whyDisabled } from "../model/states.ts";
 import { contentHash, sameContent } from "../state/records.ts";
+import type { JobFacts } from "../state/record-new.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & Settings;
@@ -22,6 +23,8 @@ export interface Published {
   ended?: true;
   /** With `recordLater`: the assignment whose record the caller writes once it has answered (recordAssignment). */
   pending?: Assignment;
+  /** And what its forge told of its job, for that record. */
+  facts?: JobFacts;
 }
 
 export interface PublishOptions {
@@ -34,6 +37,8 @@ export interface PublishOptions {
   warm?: boolean;
   /** The message id JetStream deduplicates on, when not the assignment id (a job published again). */
   msgId?: string;
+  /** What the forge told of the job beside the assignment (state/record-new.ts JobFacts), for its record. */
+  facts?: JobFacts;
 }
 
 export async function publishAssignment(d: Deps, body: unknown, opts: PublishOptions = {}): Promise<Published> {
@@ -61,7 +66,7 @@ export async function publishAssignment(d: Deps, body: unknown, opts: PublishOpt
   else if (a.warm && (a.pools?.length !== 1 || a.job)) pools.push({ field: "warm", message: "a warm runner names exactly one pool and no job" });
   if (pools.length) throw new InvalidInput("invalid assignment", pools);
   try {
-    return await offerAndPublish(d, a, opts.recordLater ?? false, opts.msgId ?? a.id);
+    return await offerAndPublish(d, a, opts.recordLater ?? false, opts.msgId ?? a.id, opts.facts);
   } catch (err) {
     if (err instanceof Conflict || err instanceof Unavailable) throw err;
     // Before the publish (no connection, no stream), so nothing was sent.
@@ -76,7 +81,7 @@ export async function publishAssignment(d: Deps, body: unknown, opts: PublishOpt
  * leaves a message without a record, which its first delivery creates (the reconciler offers
  * what it is delivered).
  */
-async function offerAndPublish(d: Deps, a: Assignment, recordLater: boolean, msgId: string): Promise<Published> {
+async function offerAndPublish(d: Deps, a: Assignment, recordLater: boolean, msgId: string, facts?: JobFacts): Promise<Published> {
   return d.withState(async (state, handle) => {
     // Read alongside the publish: a record can only be older than this message, never newer.
     const known = recordLater ? state.records.get(a.id).catch(() => null) : undefined;
@@ -98,13 +103,13 @@ async function offerAndPublish(d: Deps, a: Assignment, recordLater: boolean, msg
       record = await known;
       result = record ? (sameContent(record, await contentHash(a)) ? "same" : "conflict") : undefined;
     } else {
-      ({ result, record } = (await state.records.offer(a).catch(() => undefined)) ?? {});
+      ({ result, record } = (await state.records.offer(a, facts).catch(() => undefined)) ?? {});
     }
     // Within the duplicate window the stream dropped a conflicting copy; past it, the stored copy
     // is termed as conflicting at its first delivery.
     if (result === "conflict") throw new Conflict(`assignment ${a.id} already exists with different content`);
     if (!ack.duplicate) d.sink.event({ event: "published", assignment: a.id, backend: a.backend });
-    const pending = recordLater && result === undefined ? { pending: a } : {};
+    const pending = recordLater && result === undefined ? { pending: a, ...(facts ? { facts } : {}) } : {};
     // Its message is termed at its first delivery, as any terminated assignment's.
     const ended = record?.tombstone ? { ended: true as const } : {};
     return {
@@ -129,8 +134,8 @@ function refusedUnheard(err: unknown): boolean {
 }
 
 /** Writes the record of an assignment published with `recordLater`. A conflict found now is logged: its message is termed at delivery. */
-export async function recordAssignment(d: Deps, a: Assignment): Promise<void> {
-  const offered = await d.withState((state) => state.records.offer(a));
+export async function recordAssignment(d: Deps, a: Assignment, facts?: JobFacts): Promise<void> {
+  const offered = await d.withState((state) => state.records.offer(a, facts));
   if (offered.result === "conflict")
     d.sink.event({ event: "conflict", assignment: a.id, backend: a.backend, reason: "published with other content than its record" });
 }

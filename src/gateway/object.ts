@@ -88,7 +88,7 @@ export class NatsGateway extends DurableObject {
    * invocation's waitUntil.
    */
   #afterAnswer(config: Config, keeper: ConnectionKeeper, answer: GatewayAnswer & { ok: true }): GatewayAnswer {
-    const { pending, record, started, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
+    const { pending, record, started, facts, ...rest } = answer.value as Partial<Published & WebhookOutcome>;
     const assignment = pending ?? record;
     if (!assignment && !started) return answer;
     const after = (what: string, fn: (d: ReturnType<typeof createDispatcher>) => Promise<void>) => {
@@ -100,7 +100,7 @@ export class NatsGateway extends DurableObject {
       // connection then held the answer past its deadline). The object outlives the promise anyway.
       void write.catch((err) => consoleSink.error(`${what} failed`, { reason: reasonOf(err) }));
     };
-    if (assignment) after("record after publish", (d) => recordAssignment(d, assignment));
+    if (assignment) after("record after publish", (d) => recordAssignment(d, assignment, facts));
     // A job's start-up time, here too: the invocation would open a connection for this one write.
     // Those of STARTUP_BATCH_MS go together: one write per pool, not a contended one per job.
     if (started) {

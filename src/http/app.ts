@@ -138,7 +138,7 @@ export function createApp(deps: AppDeps) {
       throw new HttpError(400, "body is not valid JSON", [{ field: "(body)", message: "not valid JSON" }]);
     }
     const outcome = await c.var.path.webhook(parseWorkflowJob(value));
-    if (outcome.record) inBackground(c, d, c.var.path.record(outcome.record), "record after webhook");
+    if (outcome.record) inBackground(c, d, c.var.path.record(outcome.record, outcome.facts), "record after webhook");
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     const t = outcome.teardown;
     if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunner), "runner teardown");

@@ -16,8 +16,14 @@ export function recordJob(job: {
   return { repository: job.repository, ...(job.name !== undefined ? { name: job.name } : {}), ...rerun };
 }
 
+/** What the forge told of a job beside its assignment, kept in its record (Gitea: the cache's scopes); not part of its content. */
+export interface JobFacts {
+  branch?: string;
+  defaultBranch?: string;
+}
+
 /** An assignment's first record, received at `at`; `hash` is its content's (contentHash). */
-export function receivedRecord(assignment: Assignment, hash: string, at: string): AssignmentRecord {
+export function receivedRecord(assignment: Assignment, hash: string, at: string, facts: JobFacts = {}): AssignmentRecord {
   return {
     id: assignment.id,
     backend: assignment.backend,
@@ -26,7 +32,7 @@ export function receivedRecord(assignment: Assignment, hash: string, at: string)
     createdAt: assignment.createdAt,
     receivedAt: at,
     updatedAt: at,
-    ...(assignment.job ? { job: recordJob(assignment.job) } : {}),
+    ...(assignment.job ? { job: { ...recordJob(assignment.job), ...facts } } : {}),
     ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
     ...(assignment.warm ? { warm: true as const } : {}),
   };

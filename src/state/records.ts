@@ -21,7 +21,7 @@ export type {
 import type { AssignmentRecord } from "./record.ts";
 import { casUpdateRevision, casWrite, readJson, type Versioned } from "./kv.ts";
 import type { RecordCache } from "./record-cache.ts";
-import { receivedRecord, tombstoneRecord } from "./record-new.ts";
+import { receivedRecord, tombstoneRecord, type JobFacts } from "./record-new.ts";
 export { recordJob } from "./record-new.ts";
 
 /** Where an assignment's runner runs and its slots are held: its pool's, else its own backend. */
@@ -55,7 +55,8 @@ export type Transition = (record: AssignmentRecord) => AssignmentRecord | undefi
 
 /** Assignment records. Offer is idempotent for equal content and reports a conflict otherwise. */
 export interface RecordStore {
-  offer(assignment: Assignment): Promise<OfferResult>;
+  /** `facts`: what the forge told of its job beside the assignment, kept when this offer makes the record. */
+  offer(assignment: Assignment, facts?: JobFacts): Promise<OfferResult>;
   /** Leaves a terminated tombstone for an id that has no record; returns null when one exists. */
   tombstone(id: string, backend: Backend, reason: string, job?: AssignmentRecord["job"]): Promise<AssignmentRecord | null>;
   get(id: string): Promise<AssignmentRecord | null>;
@@ -169,14 +170,14 @@ export function createRecordStore(
     }
     return next ? writeAt(kept, next) : null;
   };
-  const offer = async (assignment: Assignment): Promise<OfferResult> => {
+  const offer = async (assignment: Assignment, facts?: JobFacts): Promise<OfferResult> => {
     const hash = await contentHash(assignment);
     const { result, revision } = await casUpdateRevision<AssignmentRecord, Omit<OfferResult, "revision">>(
       kv,
       recordKey(assignment.id),
       (current) => {
         if (current) return { value: undefined, result: { result: sameContent(current.value, hash) ? "same" : "conflict", record: current.value } };
-        const record = receivedRecord(assignment, hash, iso());
+        const record = receivedRecord(assignment, hash, iso(), facts);
         return { value: record, result: { result: "new", record } };
       },
       { assumeAbsent: true, leader: leaderKv },
@@ -185,8 +186,8 @@ export function createRecordStore(
     return { ...result, revision: revision! };
   };
   return {
-    offer(assignment) {
-      const made = offer(assignment);
+    offer(assignment, facts) {
+      const made = offer(assignment, facts);
       // Never rejects: a failed offer only answers no first delivery.
       cache?.offering(
         assignment.id,

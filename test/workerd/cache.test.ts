@@ -5,7 +5,7 @@
 import { inject, describe, expect, it } from "vitest";
 import { cacheKey, capability } from "../../src/cache/capability.ts";
 import { assignment, provisionEnv, TEST_SECRETS, testEnv } from "../harness/env.ts";
-import { bearer, request, tick } from "../harness/worker.ts";
+import { bearer, claimTokenOf, request, tick } from "../harness/worker.ts";
 
 const V = "a".repeat(64);
 const MiB = 1024 * 1024;
@@ -21,6 +21,9 @@ async function jobWithCapability(env: Record<string, string>, id: string, reposi
     if (view.status === 200) receivedAt = ((await view.json()) as { receivedAt?: string }).receivedAt;
     if (!receivedAt) await tick(env);
   }
+  // Its runner claims it (a Gitea holder is served once claimed: the claim names the job it runs).
+  const claimed = await request(env, `/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(await claimTokenOf(env, id)) });
+  expect(claimed.status).toBe(200);
   const key = await cacheKey(TEST_SECRETS.CLAIM_SIGNING_KEY);
   const cap = await capability(key, { assignment: id, incarnation: Date.parse(receivedAt!).toString(36) });
   return `/cache/${cap}/_apis/artifactcache`;

@@ -6,6 +6,7 @@ import { completeAssignmentRun, claimAssignment, giteaRunnerOf, RunnerMismatch }
 import type { RunnerAt } from "./client.ts";
 import { cancelAssignment, type Tombstone } from "../../domain/cancel.ts";
 import { publishAssignment, type PublishOptions, type Published } from "../../domain/publish.ts";
+import type { JobFacts } from "../../state/record-new.ts";
 import { Conflict, InvalidInput, NotFound } from "../../model/errors.ts";
 import { assignmentTime, repositorySchema, toFieldIssues, type Assignment, type AssignmentRequest } from "../../model/assignment.ts";
 import { assignmentOfRunner } from "../../domain/runner-identity.ts";
@@ -37,9 +38,12 @@ export const workflowJobPayload = z.looseObject({
     runner_name: z.string().nullish(),
     // Go zero times ("0001-01-01T00:00:00Z") arrive as strings like any other.
     created_at: z.string().optional(),
+    // The branch of the run's ref: "" for a pull request's (refs/pull/N/head) or a tag's run
+    // (services/convert ToActionWorkflowJob: git.RefName(run.Ref).BranchName()). The cache's scopes.
+    head_branch: z.string().max(255).optional(),
   }),
   // As an assignment keeps it: a name no Gitea gives is refused here, naming the field.
-  repository: z.looseObject({ full_name: repositorySchema }),
+  repository: z.looseObject({ full_name: repositorySchema, default_branch: z.string().max(255).optional() }),
   organization: z.looseObject({}).nullish(),
 });
 export type WorkflowJobPayload = z.infer<typeof workflowJobPayload>;
@@ -55,6 +59,8 @@ export interface WebhookOutcome {
   teardown?: Teardown;
   /** An assignment published with `recordLater` whose record is to be written after answering. */
   record?: Assignment;
+  /** And what the delivery told of its job, for that record. */
+  facts?: JobFacts;
   /** A runner took another job than its own: settled after answering (pools/taken.ts). */
   taken?: Taken;
   /** A job started on a runner of a pool: its start-up time is recorded after answering. */
@@ -135,7 +141,7 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
         d.sink.event({ event: "stale_delivery", assignment: own, backend: undefined, reason: stale });
         return { status: 200, body: { ignored: stale } };
       }
-      const published = await publishJob(d, job, payload.repository.full_name, execution, opts);
+      const published = await publishJob(d, job, payload.repository.full_name, execution, { ...opts, facts: factsOf(payload) });
       if (!published) return { status: 202, body: { ignored: "no_route" } };
       if (published.ended) {
         // Its completed came first: the job is over in Gitea; its message is termed at delivery.
@@ -143,7 +149,7 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
         d.sink.event({ event: "queued_after_completed", assignment: published.id, backend: published.backend, reason });
         return { status: 200, body: { ignored: reason } };
       }
-      const record = published.pending ? { record: published.pending } : {};
+      const record = published.pending ? { record: published.pending, ...(published.facts ? { facts: published.facts } : {}) } : {};
       return { status: 202, body: { assignment: published.id, duplicate: published.duplicate }, reconcile: published.backend, ...record };
     }
     case "in_progress": {
@@ -223,4 +229,11 @@ function refusal(d: Deps, id: string) {
     if (err instanceof NotFound || err instanceof Conflict) return err.message;
     throw err;
   };
+}
+
+/** What a delivery tells of its job beside the assignment: its branch and the default branch, for the cache's scopes. */
+export function factsOf(payload: WorkflowJobPayload): JobFacts {
+  const branch = payload.workflow_job.head_branch;
+  const defaultBranch = payload.repository.default_branch;
+  return { ...(branch !== undefined ? { branch } : {}), ...(defaultBranch ? { defaultBranch } : {}) };
 }
