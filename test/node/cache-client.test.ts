@@ -1,0 +1,103 @@
+// The real client, @actions/cache 6.3.0's saveCache and restoreCache, against the Worker served by
+// `wrangler dev` (workerd, local R2, the test's nats-server), with the environment a Gitea runner's
+// job has: ACTIONS_CACHE_URL the runner's cache.external_server (its capability URL), a runtime
+// token the Worker does not need, and a GITHUB_SERVER_URL that is not GitHub's (so v1 is used).
+// A save of an archive of over 100 MiB (several 32 MiB chunks, 4 at once) and its restore; a
+// restore key choosing the newest; a miss; two saves of one key at once; another repository's job.
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import * as cache from "@actions/cache";
+import { cacheKey, capability } from "../../src/cache/capability.ts";
+import { assignment, currentClaimToken, provisionEnv, TEST_SECRETS, testEnv } from "../harness/env.ts";
+import { startWranglerDev, type DevWorker } from "../harness/wrangler-dev.ts";
+
+let worker: DevWorker;
+let vars: Record<string, string>;
+const work = mkdtempSync(join(tmpdir(), "gdr-cache-client-"));
+
+beforeAll(async () => {
+  const base = testEnv(inject("natsWsUrl"), inject("backendUrl"));
+  await provisionEnv(base);
+  worker = await startWranglerDev((url) => (vars = { ...base, PUBLIC_URL: url }));
+}, 120_000);
+afterAll(async () => {
+  await worker?.stop();
+  rmSync(work, { recursive: true, force: true });
+});
+
+const api = (path: string, init: RequestInit = {}) => fetch(`${worker.url}${path}`, init);
+const bearer = (t: string) => ({ authorization: `Bearer ${t}`, "content-type": "application/json" });
+
+/** A job of `repository`, claimed by its runner; the cache URL its runner was given. */
+async function jobCacheUrl(id: string, repository: string): Promise<string> {
+  const body = { ...assignment(id), job: { id: 1, runId: 1, attempt: 1, repository } };
+  expect((await api("/v1/assignments", { method: "POST", headers: bearer(TEST_SECRETS.DISPATCH_TOKEN), body: JSON.stringify(body) })).status).toBe(202);
+  const get = (path: string) => api(path, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) });
+  let receivedAt: string | undefined;
+  for (let i = 0; i < 100 && !receivedAt; i++) {
+    const view = await get(`/v1/assignments/${id}`);
+    if (view.status === 200) receivedAt = ((await view.json()) as { receivedAt?: string }).receivedAt;
+    else await new Promise((r) => setTimeout(r, 100));
+  }
+  const token = await currentClaimToken(get, id);
+  expect((await api(`/v1/assignments/${id}/claim`, { method: "POST", headers: bearer(token) })).status).toBe(200);
+  const cap = await capability(await cacheKey(TEST_SECRETS.CLAIM_SIGNING_KEY), { assignment: id, incarnation: Date.parse(receivedAt!).toString(36) });
+  return `${vars.PUBLIC_URL}/cache/${cap}/`;
+}
+
+/** Runs `fn` as a step of a job whose runner was given `url`: the variables act_runner sets. */
+async function asJob<T>(url: string, fn: () => Promise<T>): Promise<T> {
+  const saved = { ...process.env };
+  Object.assign(process.env, {
+    ACTIONS_CACHE_URL: url,
+    ACTIONS_RUNTIME_TOKEN: "gitea-runtime-token",
+    GITHUB_SERVER_URL: "https://gitea.example.org",
+    RUNNER_TEMP: work,
+  });
+  try {
+    return await fn();
+  } finally {
+    process.env = saved;
+  }
+}
+
+const digest = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+describe("@actions/cache 6.3.0 against the Worker", () => {
+  it("saves an archive of over 100 MiB in chunks and restores it byte for byte; a restore key picks the newest; a miss is a miss", async () => {
+    const url = await jobCacheUrl("client-1", "org/app");
+    const dir = join(work, "deps");
+    mkdirSync(dir, { recursive: true });
+    // Incompressible, so that the archive is as large as the file.
+    const file = join(dir, "blob.bin");
+    writeFileSync(file, randomBytes(104 * 1024 * 1024));
+    const want = digest(file);
+    const id = await asJob(url, () => cache.saveCache([dir], "deps-linux-v1"));
+    expect(id).toBeGreaterThan(0);
+    writeFileSync(join(dir, "small.txt"), "newer");
+    rmSync(file);
+    expect(await asJob(url, () => cache.saveCache([dir], "deps-linux-v2"))).toBeGreaterThan(0);
+    rmSync(dir, { recursive: true, force: true });
+    expect(await asJob(url, () => cache.restoreCache([dir], "deps-linux-v1"))).toBe("deps-linux-v1");
+    expect(digest(file)).toBe(want);
+    rmSync(dir, { recursive: true, force: true });
+    expect(await asJob(url, () => cache.restoreCache([dir], "deps-mac-v1", ["deps-linux-"]))).toBe("deps-linux-v2");
+    expect(readFileSync(join(dir, "small.txt"), "utf8")).toBe("newer");
+    expect(await asJob(url, () => cache.restoreCache([dir], "pip-linux", ["pip-"]))).toBeUndefined();
+  }, 180_000);
+
+  it("two saves of one key at once: one saves, the other is told another job is saving it; another repository's job finds neither", async () => {
+    const url = await jobCacheUrl("client-2", "org/app2");
+    const dir = join(work, "twice");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "f.txt"), "x".repeat(1000));
+    const ids = await asJob(url, () => Promise.all([cache.saveCache([dir], "same-key"), cache.saveCache([dir], "same-key")]));
+    expect(ids.filter((i) => i > 0)).toHaveLength(1);
+    const other = await jobCacheUrl("client-3", "org/other");
+    expect(await asJob(other, () => cache.restoreCache([dir], "same-key"))).toBeUndefined();
+    expect(await asJob(url, () => cache.restoreCache([dir], "same-key"))).toBe("same-key");
+  }, 60_000);
+});
