@@ -52,6 +52,7 @@ export const healthBody = z
     nats: z.object({ ok: z.boolean() }).optional(),
     problems: z.array(z.string()),
     warnings: z.array(z.string()).optional().describe("What works, but not as configured (a missing NATS gateway binding)."),
+    cache: z.object({ on: z.boolean() }).optional().describe("Whether the Actions cache is served (a CACHE_BUCKET binding)."),
     error: z.string().optional(),
     forge: z
       .object({

@@ -6,6 +6,7 @@ import { interruptBody } from "../domain/interrupt.ts";
 import { assignmentRequestSchema, assignmentIdSchema } from "../model/assignment.ts";
 import { workflowJobPayload } from "../forge/gitea/webhook.ts";
 import { actionRunPayload } from "../forge/forgejo/webhook.ts";
+import { registerCachePaths } from "./openapi-cache.ts";
 import { assignmentView, errorBody, forgejoWebhookBody, healthBody, publishedBody, statusBody, usageBody, webhookBody } from "./api-schemas.ts";
 
 const json = (schema: z.ZodType, description: string) => ({ description, content: { "application/json": { schema } } });
@@ -203,6 +204,8 @@ function build() {
     summary: "This document",
     responses: { 200: { description: "OpenAPI 3.1.", content: { "application/json": { schema: z.object({}).loose() } } } },
   });
+
+  registerCachePaths(r);
 
   return new OpenApiGeneratorV31(r.definitions).generateDocument({
     openapi: "3.1.0",
