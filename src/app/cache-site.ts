@@ -6,6 +6,7 @@ import { cacheKey, capability, type Holder } from "../cache/capability.ts";
 import { r2Blobs } from "../cache/blobs.ts";
 import { kvCacheIndex } from "../cache/kv-index.ts";
 import { maintainCache } from "../cache/maintain.ts";
+import { countCache } from "../cache/figures.ts";
 import { scopesOf } from "../cache/scope.ts";
 import { CacheRefusal, type CacheJob } from "../cache/service.ts";
 import { forgejoSecret } from "../cache/capability.ts";
@@ -28,7 +29,12 @@ const keyOf = (signingKey: string) => {
   return k;
 };
 
-export async function cacheSiteOf(d: Invocation, env: Record<string, unknown>): Promise<CacheSite | undefined> {
+/** `defer`: where work after the answer goes (the request's waitUntil). */
+export async function cacheSiteOf(
+  d: Invocation,
+  env: Record<string, unknown>,
+  defer: (work: Promise<unknown>) => void = (w) => void w.catch(() => undefined),
+): Promise<CacheSite | undefined> {
   const bucket = env.CACHE_BUCKET as R2Bucket | undefined;
   if (!d.config.cache.enabled || !bucket) return undefined;
   const key = await keyOf(d.config.claimSigningKey);
@@ -44,6 +50,7 @@ export async function cacheSiteOf(d: Invocation, env: Record<string, unknown>): 
     job: (holder, signed) => d.withState((state) => jobOf((id) => state.records.get(id), holder, d.now(), signed?.isolationKey)),
     secret: (holder) => forgejoSecret(key, holder),
     log: (e) => d.sink.event({ ...e, backend: undefined }),
+    count: (repo, c) => defer(d.withState(async (_state, handle) => countCache(await bindBucket(handle, bucketName), repo, c))),
   };
 }
 
@@ -76,8 +83,17 @@ export async function tickCache(d: Invocation, env: Record<string, unknown>): Pr
   if (!site) return;
   const until = d.now() + d.config.reconcileBudgetMs / 2;
   try {
-    const upkeep = await site.open((deps) => maintainCache(deps, () => d.now() < until));
-    for (const e of upkeep.evicted) d.sink.event({ event: "cache_evicted", assignment: "-", backend: undefined, repository: e.repo, bytes: e.bytes });
+    await site.open(async (deps) => {
+      const upkeep = await maintainCache(deps, () => d.now() < until);
+      for (const e of upkeep.evicted) d.sink.event({ event: "cache_evicted", assignment: "-", backend: undefined, repository: e.repo, bytes: e.bytes });
+      await d.withState(async (_state, handle) => {
+        const kv = await bindBucket(handle, recordsBucket(d.config));
+        for (const { repo, entries, bytes } of upkeep.stored) {
+          const evictions = upkeep.evicted.filter((e) => e.repo === repo).length;
+          await countCache(kv, repo, { evictions, stored: { entries, bytes } });
+        }
+      });
+    });
   } catch (err) {
     d.sink.error("the cache's upkeep failed; the next tick tries again", { reason: (err as Error).name });
   }

@@ -16,6 +16,8 @@ export interface Upkeep {
   stale: number;
   evicted: { repo: string; bytes: number }[];
   orphans: number;
+  /** Per repository looked at: its committed entries and their bytes, after the upkeep. */
+  stored: { repo: string; entries: number; bytes: number }[];
 }
 
 /** Which committed entries go so that the repository fits its quota: the least recently used first. */
@@ -40,7 +42,7 @@ async function drop(d: CacheDeps, e: CacheEntry): Promise<void> {
 
 export async function maintainCache(d: CacheDeps, goOn: () => boolean = () => true): Promise<Upkeep> {
   const now = d.now();
-  const upkeep: Upkeep = { stale: 0, evicted: [], orphans: 0 };
+  const upkeep: Upkeep = { stale: 0, evicted: [], orphans: 0, stored: [] };
   for (const repo of await d.index.repos()) {
     if (!goOn()) return upkeep;
     const entries = await d.index.all(repo);
@@ -48,10 +50,13 @@ export async function maintainCache(d: CacheDeps, goOn: () => boolean = () => tr
       await drop(d, e);
       upkeep.stale++;
     }
-    for (const e of overQuota(entries, d.limits.repoBytes)) {
+    const evicted = overQuota(entries, d.limits.repoBytes);
+    for (const e of evicted) {
       await drop(d, e);
       upkeep.evicted.push({ repo, bytes: e.size ?? 0 });
     }
+    const kept = entries.filter((e) => e.state === "committed" && !evicted.includes(e));
+    upkeep.stored.push({ repo, entries: kept.length, bytes: kept.reduce((sum, e) => sum + (e.size ?? 0), 0) });
   }
   upkeep.orphans = await sweepOrphans(d, now, goOn);
   return upkeep;

@@ -3,6 +3,7 @@
 import type { Holder } from "./capability.ts";
 import type { Signed } from "./forgejo-mac.ts";
 import type { CacheDeps, CacheJob } from "./service.ts";
+import type { CacheCount } from "./figures.ts";
 
 /** What the routes need of one request's Worker. */
 export interface CacheSite {
@@ -17,6 +18,8 @@ export interface CacheSite {
   now(): number;
   /** One line per refusal and per save or restore: no credential in it. */
   log(e: CacheEvent): void;
+  /** Counts for the repository's figures (figures.ts), after the answer: never fails the request. */
+  count(repo: string, c: CacheCount): void;
 }
 
 export interface CacheEvent {

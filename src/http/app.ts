@@ -107,7 +107,10 @@ export function createApp(deps: AppDeps) {
   app.route("/", vmRoutes());
   app.route(
     "/",
-    cacheRoutes((c) => cacheSiteOf((c as unknown as AppContext).var.d, c.env as Record<string, unknown>)),
+    cacheRoutes((c) => {
+      const d = (c as unknown as AppContext).var.d;
+      return cacheSiteOf(d, c.env as Record<string, unknown>, (work) => inBackground(c as unknown as AppContext, d, work, "cache figures"));
+    }),
   );
 
   app.post("/v1/assignments/:id/complete", claimToken(), async (c) => {

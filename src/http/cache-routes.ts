@@ -10,7 +10,7 @@ import { signDownload, verifyCapability, verifyDownload } from "../cache/capabil
 import { verifyForgejoMac } from "../cache/forgejo-mac.ts";
 import { CacheInputError, parseLookup } from "../cache/match.ts";
 import { parseContentRange } from "../cache/parts.ts";
-import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk } from "../cache/service.ts";
+import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk, type CacheJob } from "../cache/service.ts";
 import type { CacheSite } from "../cache/site.ts";
 
 /** A download's signed URL holds this long: the client fetches it at once. */
@@ -24,6 +24,12 @@ const api = "/_apis/artifactcache";
 
 export function cacheRoutes(siteOf: Site) {
   const app = new Hono();
+  // Whose each request is, once its job is known: its refusals are counted for that repository.
+  const seen = new WeakMap<Request, { s: CacheSite; repo: string }>();
+  const known = <T extends { s: CacheSite; job: CacheJob }>(c: Context, who: T): T => {
+    seen.set(c.req.raw, { s: who.s, repo: who.job.repo });
+    return who;
+  };
   const site = async (c: Context) => {
     const s = await siteOf(c);
     if (!s) throw new CacheRefusal(404, "input", "the Actions cache is off: no CACHE_BUCKET binding");
@@ -33,7 +39,7 @@ export function cacheRoutes(siteOf: Site) {
     const s = await site(c);
     const holder = await verifyCapability(s.key, c.req.param("cap") ?? "");
     if (!holder) throw new CacheRefusal(403, "scope", "cache read denied: this cache URL is not valid");
-    return { s, job: await s.job(holder), holder };
+    return known(c, { s, job: await s.job(holder), holder });
   };
   const forgejo = async (c: Context) => {
     const s = await site(c);
@@ -44,7 +50,7 @@ export function cacheRoutes(siteOf: Site) {
     if (typeof signed === "string") throw new CacheRefusal(403, "scope", "validation error");
     const job = await s.job(holder, signed);
     if (signed.repo !== job.repo) throw new CacheRefusal(403, "scope", "validation error");
-    return { s, job, holder };
+    return known(c, { s, job, holder });
   };
 
   for (const [prefix, who] of [
@@ -56,6 +62,7 @@ export function cacheRoutes(siteOf: Site) {
       const lookup = asInput(() => parseLookup(c.req.query("keys"), c.req.query("version")));
       const entry = await s.open((d) => lookupEntry(d, job, lookup));
       s.log({ event: entry ? "cache_hit" : "cache_miss", repository: job.repo, assignment: holder.assignment });
+      s.count(job.repo, entry ? { hits: 1 } : { misses: 1 });
       if (!entry) return c.body(null, 204);
       const archiveLocation =
         who === gitea
@@ -84,6 +91,7 @@ export function cacheRoutes(siteOf: Site) {
       const body = await readJson(c);
       await s.open((d) => commitEntry(d, job, idOf(c), body.size));
       s.log({ event: "cache_saved", repository: job.repo, assignment: holder.assignment, ...(typeof body.size === "number" ? { bytes: body.size } : {}) });
+      if (typeof body.size === "number") s.count(job.repo, { bytesIn: body.size });
       return c.json({});
     });
     app.post(`${prefix}/clean`, (c) => c.json({}));
@@ -96,12 +104,14 @@ export function cacheRoutes(siteOf: Site) {
     const s = await site(c);
     const grant = await verifyDownload(s.key, c.req.param("grant"), s.now());
     if (!grant) throw new CacheRefusal(403, "scope", "this download URL is not valid, or it expired");
-    const job = await s.job(grant);
+    const { job } = known(c, { s, job: await s.job(grant) });
     return send(c, s, job.repo, Number(grant.entry));
   });
 
   app.onError((err, c) => {
     const refusal = err instanceof CacheRefusal ? err : undefined;
+    const at = seen.get(c.req.raw);
+    if (refusal && at) at.s.count(at.repo, { refused: refusal.reason });
     if (!refusal) console.error(JSON.stringify({ event: "cache_error", route: c.req.routePath, message: err.name }));
     const status = refusal?.status ?? 500;
     const message = refusal?.message ?? "the cache failed this request; the job goes on without it";
@@ -117,6 +127,7 @@ async function send(c: Context, s: CacheSite, repo: string, id: number) {
   const last = range?.[2] ? Number(range[2]) : undefined;
   const blob = await s.open((d) => readEntry(d, repo, id, range ? { offset, ...(last !== undefined ? { length: last - offset + 1 } : {}) } : undefined));
   if (!blob) throw new CacheRefusal(404, "not-reserved", `cache ${id} is not saved`);
+  s.count(repo, { bytesOut: blob.length });
   const headers: Record<string, string> = { "content-type": "application/octet-stream", "content-length": String(blob.length), "accept-ranges": "bytes" };
   if (range) headers["content-range"] = `bytes ${blob.offset}-${blob.offset + blob.length - 1}/${blob.size}`;
   return c.body(blob.body, range ? 206 : 200, headers);

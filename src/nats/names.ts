@@ -177,3 +177,6 @@ export const cacheNameKey = (repo: string, scope64: string, version: string, key
 export const cacheNamesOf = (repo: string, scope64: string, version: string) => `${cacheRepo(repo)}.n.${scope64}.${version}`;
 export const cachePartKey = (repo: string, id: number, part: number) => `${cacheRepo(repo)}.p.${id}.${part}`;
 export const cachePartsOf = (repo: string, id: number) => `${cacheRepo(repo)}.p.${id}`;
+/** The cache's figures of one repository (src/cache/figures.ts): counters and the upkeep's gauges. */
+export const CACHE_FIGURES_PREFIX = `${CACHE_PREFIX}-f`;
+export const cacheFiguresKey = (repo: string) => `${CACHE_FIGURES_PREFIX}.${subjectToken(repo)}`;

@@ -1,6 +1,7 @@
 // The snapshot in Prometheus text exposition format (version 0.0.4). Labels carry backend, pool,
 // state and owner names only (an owner is a Gitea user or organisation name): nothing secret.
 import type { Snapshot } from "./snapshot.ts";
+import type { CacheFigures } from "../cache/figures.ts";
 import { emptyHistogram, STARTUP_BUCKETS } from "../state/startup-times.ts";
 
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -207,6 +208,58 @@ export function formatMetrics(s: Snapshot): string {
       "gauge",
       "Jobs lost with an interrupted runner, by their rerun: waiting for the run to finish, asked, by_hand (the forge cannot: rerun it by hand), refused, or settled (the job or its run was cancelled: no rerun).",
       (["waiting", "asked", "by_hand", "refused", "settled"] as const).map((state): Sample => [{ state }, reruns.states[state]]),
+    );
+  }
+  if (s.cache) {
+    const rows = s.cache;
+    const each = (pick: (f: CacheFigures) => number): Sample[] => rows.map((r) => [{ repository: r.repository }, pick(r.figures)]);
+    metric(
+      "gdr_cache_hits_total",
+      "counter",
+      "Actions cache restores that found an entry, per repository.",
+      each((f) => f.hits),
+    );
+    metric(
+      "gdr_cache_misses_total",
+      "counter",
+      "Actions cache restores that found none.",
+      each((f) => f.misses),
+    );
+    metric(
+      "gdr_cache_bytes_in_total",
+      "counter",
+      "Bytes of the cache entries committed.",
+      each((f) => f.bytesIn),
+    );
+    metric(
+      "gdr_cache_bytes_out_total",
+      "counter",
+      "Bytes of the cache downloads answered.",
+      each((f) => f.bytesOut),
+    );
+    metric(
+      "gdr_cache_evictions_total",
+      "counter",
+      "Cache entries removed over the repository's CACHE_REPO_BYTES (least recently used first).",
+      each((f) => f.evictions),
+    );
+    metric(
+      "gdr_cache_entries",
+      "gauge",
+      "Committed cache entries, as the cron tick's upkeep last counted them.",
+      each((f) => f.entries),
+    );
+    metric(
+      "gdr_cache_bytes_stored",
+      "gauge",
+      "Bytes of the committed cache entries, as the upkeep last counted them.",
+      each((f) => f.bytesStored),
+    );
+    metric(
+      "gdr_cache_refusals_total",
+      "counter",
+      "Cache requests refused, by reason: input, size, taken (a key saved or being saved), not-reserved, scope, committed, chunk, commit, storage.",
+      rows.flatMap((r) => Object.entries(r.figures.refused).map(([reason, n]): Sample => [{ repository: r.repository, reason }, n ?? 0])),
     );
   }
   return `${lines.join("\n")}\n`;

@@ -4,7 +4,8 @@
 // holders per batch read), not on the number of assignments. Feeds /metrics and /status.
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Basics, ForgeAccess, Settings, StoreAccess } from "../domain/context.ts";
-import { consumerName, type Backend } from "../nats/names.ts";
+import { consumerName, recordsBucket, type Backend } from "../nats/names.ts";
+import { readCacheFigures, type CacheFigures } from "../cache/figures.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import type { RerunState } from "../state/reruns.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
@@ -13,7 +14,10 @@ import { driverModule } from "../backends/drivers.ts";
 import type { DriverFigures } from "../state/driver-figures.ts";
 
 /** What this module's steps are given (domain/context.ts). */
-type Deps = Basics & StoreAccess & ForgeAccess & Settings<"backends" | "fairShare" | "pools" | "quotas" | "statusTopOwners" | "stream">;
+type Deps = Basics &
+  StoreAccess &
+  ForgeAccess &
+  Settings<"backends" | "fairShare" | "pools" | "quotas" | "statusTopOwners" | "stream" | "subjectBase" | "cache">;
 
 /** One backend's figures; the states come from the records of the slot holders. */
 export interface BackendSnapshot {
@@ -52,6 +56,8 @@ export interface Snapshot {
   cloud: CloudSnapshot[];
   /** Runners whose machine was taken back, per pool, before and after their claim. */
   interruptions?: { pool: string; before: number; after: number }[];
+  /** The Actions cache, per repository (cache/figures.ts): absent while the cache is off. */
+  cache?: { repository: string; figures: CacheFigures }[];
   /** Jobs lost with an interrupted runner, by where their rerun stands; those a person must rerun, with their run's link. */
   reruns?: { states: Record<RerunState, number>; byHand: { id: string; repository: string; run: number; link?: string; reason?: string }[] };
 }
@@ -73,7 +79,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
     const held: AssignmentRecord[] = [];
     const waiting = new Map<string, number>();
     const cloud = d.config.backends.filter((b) => driverModule(b.driver).figures).map((b) => b.backend);
-    const [stream, counted, histograms, forgeHealth, figures, interrupted, rerunList] = await Promise.all([
+    const [stream, counted, histograms, forgeHealth, figures, interrupted, rerunList, cacheFigures] = await Promise.all([
       jsm.streams.info(d.config.stream),
       Promise.all(
         d.config.backends.map(async ({ backend, capacity }) => {
@@ -116,6 +122,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
       cloud.length ? state.driverFigures.read(cloud) : new Map<string, DriverFigures>(),
       cloud.length ? state.reruns.counts() : new Map<string, { before: number; after: number }>(),
       cloud.length ? state.reruns.list() : [],
+      d.config.cache.enabled ? readCacheFigures(handle, recordsBucket(d.config)) : undefined,
     ]);
     const states: Record<RerunState, number> = { waiting: 0, asked: 0, by_hand: 0, refused: 0, settled: 0 };
     for (const e of rerunList) states[e.value.state]++;
@@ -159,6 +166,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
           ...(f?.rate ? { rate: { limit: f.rate.limit, remaining: f.rate.remaining } } : {}),
         };
       }),
+      ...(cacheFigures ? { cache: cacheFigures } : {}),
       ...(d.forge?.polled ? { forgePoll: { failuresTotal: forgeHealth?.failuresTotal ?? 0, failing: forgeHealth?.failingSince !== undefined } } : {}),
     };
   });

@@ -26,5 +26,11 @@ export function everyMetric(): string {
     owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
     forgePoll: { failuresTotal: 0, failing: false },
     cloud: [{ backend: "vm", driver: "hetzner", full: false, fullTotal: 1, swept: 3, rate: { limit: 3600, remaining: 3500 } }],
+    cache: [
+      {
+        repository: "acme/app",
+        figures: { hits: 3, misses: 1, bytesIn: 10, bytesOut: 30, evictions: 0, refused: { size: 1 }, entries: 2, bytesStored: 10 },
+      },
+    ],
   });
 }

@@ -25,9 +25,11 @@ const jobs: Record<string, CacheJob | "ended"> = {
 const holder = (assignment: string): Holder => ({ assignment, incarnation: "k1" });
 
 let logged: string[];
+let counts: Record<string, unknown>[];
 let deps: CacheDeps;
 beforeEach(() => {
   logged = [];
+  counts = [];
   deps = { index: memoryIndex(), blobs: memoryBlobs(), limits: { maxEntryBytes: 2 ** 30, repoBytes: 2 ** 31 }, now: Date.now };
   vi.spyOn(console, "error").mockImplementation((...a: unknown[]) => void logged.push(a.join(" ")));
 });
@@ -45,6 +47,7 @@ const site: CacheSite = {
   secret: (h) => forgejoSecret(key, h),
   now: Date.now,
   log: (e) => void logged.push(JSON.stringify(e)),
+  count: (repo, c) => void counts.push({ repo, ...c }),
 };
 const app = new Hono().route(
   "/",
@@ -91,6 +94,15 @@ describe("a Gitea runner's capability", () => {
     expect([part.status, part.headers.get("content-range"), await part.text()]).toEqual([206, "bytes 10-15/16", "abcdef"]);
     expect((await call(`${prefix}/cache?keys=pip-&version=${V}`)).status).toBe(204);
     expect((await call(`${prefix}/caches?key=pip-`)).status).toBe(200);
+    // Counted for the repository: two hits, a miss, 16 bytes saved, 16 + 6 served.
+    expect(counts).toEqual([
+      { repo: "org/app", bytesIn: 16 },
+      { repo: "org/app", hits: 1 },
+      { repo: "org/app", hits: 1 },
+      { repo: "org/app", bytesOut: 16 },
+      { repo: "org/app", bytesOut: 6 },
+      { repo: "org/app", misses: 1 },
+    ]);
   });
 
   it("another repository's capability: a miss, and 404 on the other's entry for chunk, commit and download", async () => {
@@ -101,6 +113,10 @@ describe("a Gitea runner's capability", () => {
     const reserved = (await (await call(`${mine}/caches`, json({ key: "k2", version: V, cacheSize: 1 }))).json()) as { cacheId: number };
     expect((await call(`${theirs}/caches/${reserved.cacheId}`, { method: "PATCH", body: "x", headers: { "content-range": "bytes 0-0/*" } })).status).toBe(404);
     expect((await call(`${theirs}/caches/${reserved.cacheId}`, json({ size: 1 }))).status).toBe(404);
+    expect(counts.filter((c) => c.refused)).toEqual([
+      { repo: "org/other", refused: "not-reserved" },
+      { repo: "org/other", refused: "not-reserved" },
+    ]);
     const hit = (await (await call(`${mine}/cache?keys=k&version=${V}`)).json()) as { archiveLocation: string };
     const forged = hit.archiveLocation.slice(PUBLIC.length).replace("gitea-1-1", "gitea-2-1");
     expect((await call(forged)).status).toBe(403);

@@ -31,7 +31,7 @@ async function jobWithCapability(env: Record<string, string>, id: string, reposi
 
 describe("the Actions cache in workerd", () => {
   it("a job saves in chunks and restores by a restore key through the signed URL; another repository's job misses; /healthz says on", async () => {
-    const env = { ...testEnv(inject("natsWsUrl"), inject("backendUrl")), TEST_CACHE_BUCKET: "on" };
+    const env = { ...testEnv(inject("natsWsUrl"), inject("backendUrl")), TEST_CACHE_BUCKET: "on", METRICS_TOKEN: "metrics-token-0000000" };
     await provisionEnv(env);
     expect(((await (await request(env, "/healthz")).json()) as { cache: unknown }).cache).toEqual({ on: true });
     const mine = await jobWithCapability(env, "cache-job-1", "org/app");
@@ -72,5 +72,17 @@ describe("the Actions cache in workerd", () => {
     expect((await request(env, `${theirs}/cache?keys=npm-linux-&version=${V}`)).status).toBe(204);
     await tick(env);
     expect((await request(env, `${mine}/cache?keys=npm-linux-abc&version=${V}`)).status).toBe(200);
+    // Counted per repository after each answer; the tick's upkeep counted what is stored.
+    const metrics = await (await request(env, "/metrics", { headers: bearer("metrics-token-0000000") })).text();
+    for (const line of [
+      'gdr_cache_hits_total{repository="org/app"} 2',
+      'gdr_cache_misses_total{repository="org/other"} 1',
+      `gdr_cache_bytes_in_total{repository="org/app"} ${size}`,
+      `gdr_cache_bytes_out_total{repository="org/app"} ${size}`,
+      'gdr_cache_entries{repository="org/app"} 1',
+      `gdr_cache_bytes_stored{repository="org/app"} ${size}`,
+      'gdr_cache_refusals_total{repository="org/app",reason="chunk"} 1',
+    ])
+      expect(metrics).toContain(line);
   });
 });
