@@ -125,6 +125,24 @@ export const statusBody = z
         }),
       )
       .meta({ description: "Backends of a cloud driver (hetzner, ec2): what the driver counted" }),
+    cache: z
+      .array(
+        z.object({
+          repository: z.string(),
+          figures: z.object({
+            hits: count,
+            misses: count,
+            bytesIn: count,
+            bytesOut: count,
+            evictions: count,
+            refused: z.record(z.string(), count),
+            entries: count,
+            bytesStored: count,
+          }),
+        }),
+      )
+      .optional()
+      .meta({ description: "The Actions cache per repository, while it is on (a CACHE_BUCKET binding)" }),
     problems: z.array(z.string()),
     recent: z.array(
       z.object({

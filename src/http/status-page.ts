@@ -123,6 +123,28 @@ function stateText(r: Status["recent"][number]): string {
   return r.note ? `${r.state} (${r.note})` : r.state;
 }
 
+/** Bytes for people: KiB, MiB, GiB. */
+export function sizeText(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  for (; v >= 1024 && i < units.length - 1; i++) v /= 1024;
+  return `${i ? v.toFixed(1) : v} ${units[i]}`;
+}
+
+function cacheSection(cache: Status["cache"]) {
+  if (!cache) return "";
+  if (!cache.length) return html`<section aria-label="actions cache"><h2>Actions cache</h2><p class="muted">On; no repository has used it yet.</p></section>`;
+  return html`<section aria-label="actions cache"><h2>Actions cache</h2>
+<p class="muted">Per repository. Stored: as the cron tick's upkeep last counted it. Refused: requests the cache turned down once it knew the job.</p>
+<table><thead><tr><th>Repository</th><th>Hits</th><th>Misses</th><th>Entries</th><th>Stored</th><th>Saved</th><th>Served</th><th>Evicted</th><th>Refused</th></tr></thead><tbody>
+${cache.map(({ repository, figures: f }) => {
+  const refused = Object.values(f.refused).reduce((a, b) => a + (b ?? 0), 0);
+  return html`<tr>${textCell(repository)}<td class="n">${f.hits}</td><td class="n">${f.misses}</td><td class="n">${f.entries}</td><td class="n">${sizeText(f.bytesStored)}</td><td class="n">${sizeText(f.bytesIn)}</td><td class="n">${sizeText(f.bytesOut)}</td><td class="n">${f.evictions}</td><td class="n">${refused}</td></tr>`;
+})}
+</tbody></table></section>`;
+}
+
 export function renderStatusPage(s: Status) {
   const cloud = new Map(s.cloud.map((c) => [c.backend, c]));
   const backends = s.backends.map((b) => {
@@ -163,6 +185,7 @@ ${backends}
 ${poolsSection(s.pools)}
 ${ownersSection(s.owners)}
 ${interruptionsSection(s)}
+${cacheSection(s.cache)}
 <h2>Most recent assignments</h2>${recent}
 </body></html>`;
 }

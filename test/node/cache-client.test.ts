@@ -12,19 +12,22 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import * as cache from "@actions/cache";
 import { cacheKey, capability } from "../../src/cache/capability.ts";
 import { assignment, currentClaimToken, provisionEnv, TEST_SECRETS, testEnv } from "../harness/env.ts";
-import { startWranglerDev, type DevWorker } from "../harness/wrangler-dev.ts";
+import { startWorker } from "../../bench/lib.mjs";
 
-let worker: DevWorker;
+let worker: Awaited<ReturnType<typeof startWorker>>;
 let vars: Record<string, string>;
 const work = mkdtempSync(join(tmpdir(), "gdr-cache-client-"));
 
 beforeAll(async () => {
   const base = testEnv(inject("natsWsUrl"), inject("backendUrl"));
   await provisionEnv(base);
-  worker = await startWranglerDev((url) => (vars = { ...base, PUBLIC_URL: url }));
+  // Its PUBLIC_URL is where it answers (startWorker's default): the archive's download comes back to it.
+  const { PUBLIC_URL: _elsewhere, ...rest } = base;
+  worker = await startWorker(rest);
+  vars = { ...base, PUBLIC_URL: worker.url };
 }, 120_000);
 afterAll(async () => {
-  await worker?.stop();
+  worker?.stop();
   rmSync(work, { recursive: true, force: true });
 });
 

@@ -97,6 +97,8 @@ it("shows the numbers per backend and the recent assignments, in a real browser"
     "Registrations under way": 0,
   });
   expect(text).toContain("Healthy: /healthz names no problem.");
+  // wrangler.jsonc binds the cache's bucket (wrangler's local R2): the page says it is on, unused so far.
+  expect(await page.getByRole("region", { name: "actions cache" }).innerText()).toContain("On; no repository has used it yet.");
   // Busiest owners: acme holds both slots, and sp-3 and sp-4 wait their turn.
   const owners = await page.getByRole("region", { name: "busiest owners" }).locator("tbody tr").allInnerTexts();
   expect(owners).toEqual(["acme\t2\t2\t0"]);

@@ -121,3 +121,33 @@ describe("registrations under way", () => {
     expect(snapshot.backends.find((b) => b.backend === "pod")).toMatchObject({ slotsInUse: 2, registering: 1 });
   });
 });
+
+describe("the Actions cache section", () => {
+  const base = { at: T, problems: [], recent: [], backends: [], pools: [], owners: [], cloud: [], stream: { messages: 0, published: 0, acked: 0 } };
+  it("per repository, with sizes for people; 'on, unused' with no figures; nothing while the cache is off", async () => {
+    const figures = {
+      hits: 7,
+      misses: 2,
+      bytesIn: 3 * 1024 ** 3,
+      bytesOut: 1536,
+      evictions: 1,
+      refused: { size: 1, scope: 2 },
+      entries: 4,
+      bytesStored: 5 * 1024 ** 2,
+    };
+    const page = String(await renderStatusPage({ ...base, cache: [{ repository: "acme/app", figures }] } as Status));
+    const row = page.split("<tr>").find((r) => r.startsWith('<td class="t">acme/app</td>'))!;
+    expect(row.match(/<td class="n">([^<]*)<\/td>/g)!.map((c) => c.replace(/<[^>]+>/g, ""))).toEqual([
+      "7",
+      "2",
+      "4",
+      "5.0 MiB",
+      "3.0 GiB",
+      "1.5 KiB",
+      "1",
+      "3",
+    ]);
+    expect(String(await renderStatusPage({ ...base, cache: [] } as Status))).toContain("On; no repository has used it yet.");
+    expect(String(await renderStatusPage(base as Status))).not.toContain("Actions cache");
+  });
+});
