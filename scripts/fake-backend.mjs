@@ -108,7 +108,7 @@ export async function startFakeBackend({ mode = {} } = {}) {
             r.ended = Date.now();
             s.live?.delete(id);
           }
-          for (const l of listeners) l({ ns, id, event: `runner_${e.event}` });
+          for (const l of listeners) l({ ns, id, event: `runner_${e.event}`, ...(e.result ? { result: e.result } : {}) });
         });
         r.stop = stop;
         running.add(stop);

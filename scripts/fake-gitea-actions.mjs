@@ -36,6 +36,8 @@ export function queueJob(g, job) {
     run_attempt: job.run_attempt ?? (numbersAtPickup(g.version) ? 0 : 1),
     name: job.name ?? "build",
     labels: job.labels ?? ["ubuntu-latest"],
+    // The branch of the run's ref, "" for a pull request's or a tag's (services/convert ToActionWorkflowJob).
+    head_branch: job.head_branch ?? "main",
     status: "queued",
     url: `https://gitea.example.com/api/v1/repos/${repository}/actions/jobs/${id}`,
     html_url: `https://gitea.example.com/${repository}/actions/runs/${run}/jobs/0`,

@@ -57,7 +57,11 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
         continue;
       }
       on({ event: "task", task: body.task.id });
+      // Its job's cache step (Gitea's capability URL only): restore its dependencies, else save them after the work.
+      const restored = request.cache && !forgejo ? await restoreDemo(request.cache.url) : undefined;
+      if (restored) on({ event: "cache", result: restored });
       await wait(Number(body.task.context?.run_ms ?? jobMs));
+      if (restored === "miss") on({ event: "cache", result: await saveDemo(request.cache.url) });
       if (stopped) return;
       const now = new Date().toISOString();
       await rpc(file, "UpdateTask", { state: { id: body.task.id, result: "RESULT_SUCCESS", startedAt: now, stoppedAt: now } }).catch(() => undefined);
@@ -73,4 +77,48 @@ export function startRunner(request, { bootMs = 0, fetchIntervalMs = 2_000, jobM
     clearTimeout(timer);
     on({ event: "stopped" });
   };
+}
+
+// The demo job's cache step, as actions/cache calls the v1 API at ACTIONS_CACHE_URL (the runner's
+// cache.external_server): one small archive under one key; a 503 (its job not claimed yet) is asked again.
+const DEMO_KEY = "demo-deps-linux";
+const DEMO_VERSION = "0".repeat(64);
+const DEMO_ARCHIVE = new TextEncoder().encode("node_modules of the demo job\n".repeat(64));
+const call = async (url, init = {}) => {
+  for (let tries = 0; ; tries++) {
+    const res = await fetch(url, { ...init, signal: AbortSignal.timeout(10_000) });
+    if (res.status !== 503 || tries >= 4) return res;
+    await res.body?.cancel();
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+};
+
+async function restoreDemo(base) {
+  const res = await call(`${base}_apis/artifactcache/cache?keys=${DEMO_KEY}&version=${DEMO_VERSION}`).catch(() => undefined);
+  if (res?.status !== 200) return res?.status === 204 ? "miss" : "refused";
+  const { archiveLocation } = await res.json();
+  const got = await fetch(archiveLocation, { signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
+  const bytes = got?.ok ? new Uint8Array(await got.arrayBuffer()) : undefined;
+  return bytes?.length === DEMO_ARCHIVE.length ? "hit" : "refused";
+}
+
+async function saveDemo(base) {
+  const json = { "content-type": "application/json" };
+  const reserved = await call(`${base}_apis/artifactcache/caches`, {
+    method: "POST",
+    headers: json,
+    body: JSON.stringify({ key: DEMO_KEY, version: DEMO_VERSION, cacheSize: DEMO_ARCHIVE.length }),
+  }).catch(() => undefined);
+  if (!reserved?.ok) return reserved?.status === 409 ? "taken" : "refused";
+  const { cacheId } = await reserved.json();
+  const range = `bytes 0-${DEMO_ARCHIVE.length - 1}/*`;
+  const put = await call(`${base}_apis/artifactcache/caches/${cacheId}`, { method: "PATCH", headers: { "content-range": range }, body: DEMO_ARCHIVE });
+  await put.body?.cancel();
+  const done = await call(`${base}_apis/artifactcache/caches/${cacheId}`, {
+    method: "POST",
+    headers: json,
+    body: JSON.stringify({ size: DEMO_ARCHIVE.length }),
+  });
+  await done.body?.cancel();
+  return put.ok && done.ok ? "saved" : "refused";
 }

@@ -80,6 +80,20 @@ const natsUrl = clusterSize > 1 ? nats.natsUrl : nats.wsUrl;
 const BOOT_MS = Number(process.env.BOOT_MS ?? 8_000);
 const backend = await startFakeBackend({ mode: { token: "local-backend-token", runner: true, bootMs: BOOT_MS, fetchIntervalMs: 2_000, jobMs: 6_000 } });
 stops.push(() => backend.close());
+// The Actions cache's demo (docs/cache.md): each runner's job restores its dependencies, else saves them.
+const CACHE_SAID = {
+  hit: "restored from the cache (a hit)",
+  miss: "found no cache entry (a miss)",
+  saved: "saved the cache",
+  taken: "left the save to another job",
+};
+let cacheSaved;
+const firstSave = new Promise((r) => (cacheSaved = r));
+backend.onEvent((e) => {
+  if (e.event !== "runner_cache" || !CACHE_SAID[e.result]) return;
+  console.log(`[cache] ${e.id}: ${CACHE_SAID[e.result]}`);
+  if (e.result === "saved") cacheSaved();
+});
 
 const vars = {
   TRUST_DOMAIN: "local.gitea-edge-dispatcher",
@@ -349,6 +363,12 @@ async function demo() {
   );
   const job = forgejo ? { runs_on: ["ubuntu-latest"] } : { labels: ["ubuntu-latest"] };
   await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify(Array.from({ length: target + 1 }, () => job)) });
+  if (forgejo) return;
+  // Once a job saved its dependencies in the Actions cache, one more job of the same repository restores them.
+  await firstSave;
+  if (stopping) return;
+  console.log("\nA job saved its dependencies in the Actions cache. Queueing one more job of the same repository: its runner restores them.");
+  await fetch(`${vars.GITEA_URL}/_control/queue`, { method: "POST", body: JSON.stringify([job]) });
 }
 
 async function stop(code = 0) {
