@@ -9,6 +9,8 @@ import type { CacheDeps } from "./service.ts";
 
 /** A reservation not committed within this is taken for dead: the longest upload the limits allow takes far less. */
 export const STALE_RESERVATION_MS = 60 * 60_000;
+/** One whose upload never started (a Worker killed between its reserve and its start) holds its name this long only. */
+export const UNSTARTED_RESERVATION_MS = 5 * 60_000;
 /** An object younger than this is never taken for an orphan: its entry may be on its way. */
 export const ORPHAN_GRACE_MS = 10 * 60_000;
 
@@ -46,7 +48,8 @@ export async function maintainCache(d: CacheDeps, goOn: () => boolean = () => tr
   for (const repo of await d.index.repos()) {
     if (!goOn()) return upkeep;
     const entries = await d.index.all(repo);
-    for (const e of entries.filter((x) => x.state === "reserved" && now - x.reservedAt > STALE_RESERVATION_MS)) {
+    const stale = (x: CacheEntry) => now - x.reservedAt > (x.upload ? STALE_RESERVATION_MS : UNSTARTED_RESERVATION_MS);
+    for (const e of entries.filter((x) => x.state === "reserved" && stale(x))) {
       await drop(d, e);
       upkeep.stale++;
     }

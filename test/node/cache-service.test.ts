@@ -4,7 +4,7 @@
 // killed mid-upload or mid-commit, over a quota, and with an object its entry outlived.
 import { describe, expect, it } from "vitest";
 import { blobKey } from "../../src/cache/blobs.ts";
-import { maintainCache, ORPHAN_GRACE_MS, overQuota, STALE_RESERVATION_MS } from "../../src/cache/maintain.ts";
+import { maintainCache, ORPHAN_GRACE_MS, overQuota, STALE_RESERVATION_MS, UNSTARTED_RESERVATION_MS } from "../../src/cache/maintain.ts";
 import { MiB } from "../../src/cache/parts.ts";
 import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk, type CacheDeps, type CacheJob } from "../../src/cache/service.ts";
 import { memoryBlobs, memoryIndex } from "../harness/cache-memory.ts";
@@ -169,6 +169,29 @@ describe("upkeep", () => {
     expect(await d.index.all(main.repo)).toEqual([]);
     expect([...blobs.objects.keys()]).toEqual([]);
     expect(blobs.uploads.size).toBe(0);
+  });
+
+  it("a reservation whose upload never started (killed between reserve and start) frees its name after 5 minutes, not an hour", async () => {
+    const { d, clock } = scene();
+    const entry: CacheEntry = {
+      id: 77,
+      repo: main.repo,
+      scope: main.scopes.write,
+      key: "k",
+      version: V,
+      state: "reserved",
+      upload: "",
+      holder: "h",
+      reservedAt: clock.t,
+      usedAt: clock.t,
+    };
+    await d.index.reserve(entry);
+    expect(await refusal(reserveEntry(d, main, { key: "k", version: V }))).toMatchObject({ status: 409 });
+    clock.t += UNSTARTED_RESERVATION_MS;
+    expect((await maintainCache(d)).stale).toBe(0);
+    clock.t += 1;
+    expect((await maintainCache(d)).stale).toBe(1);
+    expect(await reserveEntry(d, main, { key: "k", version: V })).toBeGreaterThan(0);
   });
 
   it("over its quota, a repository loses its least recently used entries first; a restore counts as a use", async () => {
