@@ -60,3 +60,16 @@ export function placementsOf(templateVariable: string, template: Record<string, 
     ),
   ];
 }
+
+/** A name a cloud's offer does not hold (hetzner/offer.ts, ec2/offer.ts): the variable that holds it, and why. */
+export interface Mismatch {
+  variable: string;
+  message: string;
+}
+
+/** The mismatches `check` finds in every placement, each message once. */
+export function mismatchesOf(placements: readonly FieldLayers[], check: (layers: FieldLayers) => Mismatch[]): Mismatch[] {
+  const seen = new Map<string, Mismatch>();
+  for (const layers of placements) for (const m of check(layers)) seen.set(m.message, m);
+  return [...seen.values()];
+}

@@ -6,8 +6,7 @@
 // and held against every placement in /healthz. Both operations are in upstream/ec2-runinstances.json.
 import type { PoolPlacement } from "../../domain/backend.ts";
 import { offerDue, type DriverFigureStore, type Offer } from "../../state/driver-figures.ts";
-import { fieldSource, placementsOf, shownValue, type FieldLayers } from "../refused-field.ts";
-import type { Mismatch } from "../hetzner/offer.ts";
+import { fieldSource, mismatchesOf, placementsOf, shownValue, type FieldLayers, type Mismatch } from "../refused-field.ts";
 import type { Ec2Api } from "./client.ts";
 
 export interface Ec2Offer {
@@ -61,10 +60,7 @@ export interface Launching {
 /** The mismatches of every placement with the kept offer, each once; none when it is another region's, or not read yet. */
 export function launchingProblems(l: Launching, offer: Offer | undefined): Mismatch[] {
   if (!offer || offer.of !== l.of) return [];
-  const seen = new Map<string, Mismatch>();
-  for (const layers of placementsOf(l.templateVariable, l.template, l.pools))
-    for (const m of offerMismatches(offer.data as Ec2Offer, layers)) seen.set(m.message, m);
-  return [...seen.values()];
+  return mismatchesOf(placementsOf(l.templateVariable, l.template, l.pools), (layers) => offerMismatches(offer.data as Ec2Offer, layers));
 }
 
 /** Whether the kept offer asked every name the placements hold now. */

@@ -6,7 +6,7 @@
 // Read from hcloud-openapi's list_server_types, list_locations and list_images (upstream/README.md).
 import type { PoolPlacement } from "../../domain/backend.ts";
 import { offerDue, type DriverFigureStore, type Offer } from "../../state/driver-figures.ts";
-import { fieldSource, placementsOf, shownValue, type FieldLayers } from "../refused-field.ts";
+import { fieldSource, mismatchesOf, placementsOf, shownValue, type FieldLayers, type Mismatch } from "../refused-field.ts";
 import type { HetznerApi } from "./client.ts";
 
 export interface HetznerOffer {
@@ -15,12 +15,6 @@ export interface HetznerOffer {
   locations: string[];
   /** By name (system and app images) and by id (every image, snapshots included): the architectures it exists for. */
   images: Record<string, string[]>;
-}
-
-/** A name the project cannot create with: the variable that holds it, and why. */
-export interface Mismatch {
-  variable: string;
-  message: string;
 }
 
 interface ListedType {
@@ -90,9 +84,7 @@ export function offerMismatches(offer: HetznerOffer, layers: FieldLayers): Misma
 
 /** The mismatches of every placement, each once. */
 export function offerProblems(offer: HetznerOffer, placements: readonly FieldLayers[]): Mismatch[] {
-  const seen = new Map<string, Mismatch>();
-  for (const layers of placements) for (const m of offerMismatches(offer, layers)) seen.set(m.message, m);
-  return [...seen.values()];
+  return mismatchesOf(placements, (layers) => offerMismatches(offer, layers));
 }
 
 /** Where a backend places its servers: the API it creates with, its template and its pools'. */
