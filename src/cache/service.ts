@@ -43,7 +43,7 @@ export class CacheRefusal extends Error {
 }
 
 /** A problem of the request's input as a 400 (its message names the field), for the routes and the metrics. */
-async function asked<T>(reason: RefusalReason, fn: () => T | Promise<T>): Promise<T> {
+export async function asked<T>(reason: RefusalReason, fn: () => T | Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {

@@ -8,9 +8,9 @@
 import { Hono, type Context } from "hono";
 import { signDownload, verifyCapability, verifyDownload } from "../cache/capability.ts";
 import { verifyForgejoMac } from "../cache/forgejo-mac.ts";
-import { CacheInputError, parseLookup } from "../cache/match.ts";
+import { parseLookup } from "../cache/match.ts";
 import { parseContentRange } from "../cache/parts.ts";
-import { CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk, type CacheJob } from "../cache/service.ts";
+import { asked, CacheRefusal, commitEntry, lookupEntry, readEntry, reserveEntry, uploadChunk, type CacheJob } from "../cache/service.ts";
 import type { CacheSite } from "../cache/site.ts";
 
 /** A download's signed URL holds this long: the client fetches it at once. */
@@ -59,7 +59,7 @@ export function cacheRoutes(siteOf: Site) {
   ] as const) {
     app.get(`${prefix}/cache`, async (c) => {
       const { s, job, holder } = await who(c);
-      const lookup = asInput(() => parseLookup(c.req.query("keys"), c.req.query("version")));
+      const lookup = await asked("input", () => parseLookup(c.req.query("keys"), c.req.query("version")));
       const entry = await s.open((d) => lookupEntry(d, job, lookup));
       s.log({ event: entry ? "cache_hit" : "cache_miss", repository: job.repo, assignment: holder.assignment });
       s.count(job.repo, entry ? { hits: 1 } : { misses: 1 });
@@ -80,7 +80,7 @@ export function cacheRoutes(siteOf: Site) {
     });
     app.patch(`${prefix}/caches/:id`, async (c) => {
       const { s, job } = await who(c);
-      const range = asInput(() => parseContentRange(c.req.header("content-range")));
+      const range = await asked("input", () => parseContentRange(c.req.header("content-range")));
       if (!c.req.raw.body) throw new CacheRefusal(400, "chunk", "a chunk needs a body");
       const body = c.req.raw.body as ReadableStream<Uint8Array>;
       await s.open((d) => uploadChunk(d, job, idOf(c), range, body));
@@ -134,15 +134,6 @@ async function send(c: Context, s: CacheSite, repo: string, id: number) {
 }
 
 const idOf = (c: Context) => Number(c.req.param("id"));
-
-function asInput<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (err) {
-    if (err instanceof CacheInputError) throw new CacheRefusal(400, "input", err.message);
-    throw err;
-  }
-}
 
 async function readJson(c: Context): Promise<Record<string, unknown>> {
   const text = await c.req.text();
