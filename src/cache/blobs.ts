@@ -21,6 +21,8 @@ export interface Blobs {
   abort(key: string, upload: string): Promise<void>;
   /** The object, or the bytes from `offset` (to `offset + length`); undefined when there is none. */
   read(key: string, range?: { offset: number; length?: number | undefined }): Promise<Blob | undefined>;
+  /** The object's size, or undefined when there is none. */
+  size(key: string): Promise<number | undefined>;
   remove(keys: readonly string[]): Promise<void>;
   /** One page of the keys under `prefix`. */
   list(prefix: string, cursor?: string): Promise<{ keys: { key: string; uploaded: number }[]; cursor?: string | undefined }>;
@@ -54,6 +56,9 @@ export function r2Blobs(bucket: R2Bucket): Blobs {
       if (!object || !("body" in object)) return undefined;
       const offset = range?.offset ?? 0;
       return { body: object.body as ReadableStream<Uint8Array>, size: object.size, offset, length: range?.length ?? object.size - offset };
+    },
+    async size(key) {
+      return (await bucket.head(key))?.size;
     },
     async remove(keys) {
       for (let i = 0; i < keys.length; i += 1000) await bucket.delete(keys.slice(i, i + 1000));

@@ -149,12 +149,21 @@ export async function uploadChunk(d: CacheDeps, job: CacheJob, id: number, range
 
 /** Commits an upload whose parts cover `size` bytes once each; then, and only then, is it found. */
 export async function commitEntry(d: CacheDeps, job: CacheJob, id: number, size: unknown): Promise<void> {
-  const { value: entry } = await ownReserved(d, job, id);
+  const own = await ownReserved(d, job, id).catch(async (err: unknown) => {
+    // A commit sent again after its answer was lost: the same size committed is its answer.
+    if (err instanceof CacheRefusal && err.reason === "committed" && (await d.index.get(job.repo, id))?.value.size === size) return undefined;
+    throw err;
+  });
+  if (!own) return;
+  const entry = own.value;
   if (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0) throw new CacheRefusal(400, "commit", "size must be the archive's size in bytes");
   const parts = await d.index.parts(job.repo, id);
   const problem = commitProblem(parts, entry.partSize, size, entry.size);
   if (problem) throw new CacheRefusal(400, "commit", `the upload does not hold: ${problem}`);
-  await d.blobs.finish(blobKey(job.repo, id), entry.upload, parts);
+  await d.blobs.finish(blobKey(job.repo, id), entry.upload, parts).catch(async (err: unknown) => {
+    // A commit cut short after R2 completed the upload (its upload is gone, its object made): this one goes on.
+    if ((await d.blobs.size(blobKey(job.repo, id))) !== size) throw err;
+  });
   const now = d.now();
   for (let tries = 0; tries < 5; tries++) {
     const current = await d.index.get(job.repo, id);

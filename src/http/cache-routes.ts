@@ -113,8 +113,9 @@ export function cacheRoutes(siteOf: Site) {
     const at = seen.get(c.req.raw);
     if (refusal && at) at.s.count(at.repo, { refused: refusal.reason });
     if (!refusal) console.error(JSON.stringify({ event: "cache_error", route: c.req.routePath, message: err.name }));
-    const status = refusal?.status ?? 500;
-    const message = refusal?.message ?? "the cache failed this request; the job goes on without it";
+    // 503: the client tries a 5xx again only when it is 502, 503 or 504; a failure that passes costs nothing.
+    const status = refusal?.status ?? 503;
+    const message = refusal?.message ?? "the cache failed this request; try again (without it, the job goes on)";
     return c.json({ error: message, message }, status);
   });
   return app;

@@ -12,8 +12,7 @@ const errors = {
   403: json(refusal, "The capability, MAC or signed URL does not hold, or the job ended."),
   404: json(refusal, "No such reservation or entry in the job's repository, or the cache is off (no CACHE_BUCKET)."),
   409: json(refusal, "The key is saved already (entries are immutable), or another job is saving it."),
-  500: json(refusal, "The cache failed this request."),
-  503: json(refusal, "Try again: the job is not claimed yet, or the upload's part size is not known yet."),
+  503: json(refusal, "Try again: the job is not claimed yet, the upload's part size is not known yet, or the storage (R2, NATS) failed this request."),
 } as const;
 const pick = <K extends keyof typeof errors>(...codes: K[]) => Object.fromEntries(codes.map((c) => [c, errors[c]])) as Pick<typeof errors, K>;
 const empty = json(z.object({}), "Done.");
@@ -47,7 +46,7 @@ export function registerCachePaths(r: OpenAPIRegistry): void {
           "A hit: the entry's key, and where to download it.",
         ),
         204: { description: "A miss." },
-        ...pick(400, 403, 404, 500, 503),
+        ...pick(400, 403, 404, 503),
       },
     });
     r.registerPath({
@@ -67,7 +66,7 @@ export function registerCachePaths(r: OpenAPIRegistry): void {
         ...at(prefix),
         body: { content: { "application/json": { schema: z.object({ key: z.string(), version: z.string(), cacheSize: z.number().optional() }) } } },
       },
-      responses: { 200: json(z.object({ cacheId: z.number() }), "Reserved."), ...pick(400, 403, 404, 409, 500, 503) },
+      responses: { 200: json(z.object({ cacheId: z.number() }), "Reserved."), ...pick(400, 403, 404, 409, 503) },
     });
     r.registerPath({
       method: "patch",
@@ -75,7 +74,7 @@ export function registerCachePaths(r: OpenAPIRegistry): void {
       summary: "Upload one chunk (Content-Range: bytes a-b/*)",
       description: who,
       request: at(prefix, { id: z.string() }),
-      responses: { 200: empty, ...pick(400, 403, 404, 500, 503) },
+      responses: { 200: empty, ...pick(400, 403, 404, 503) },
     });
     r.registerPath({
       method: "post",
@@ -83,7 +82,7 @@ export function registerCachePaths(r: OpenAPIRegistry): void {
       summary: "Commit an upload ({ size })",
       description: who,
       request: at(prefix, { id: z.string() }),
-      responses: { 200: empty, ...pick(400, 403, 404, 500, 503) },
+      responses: { 200: empty, ...pick(400, 403, 404, 503) },
     });
     r.registerPath({
       method: "post",
@@ -99,13 +98,13 @@ export function registerCachePaths(r: OpenAPIRegistry): void {
     path: "/_apis/artifactcache/artifacts/{id}",
     summary: "Download an entry through a Forgejo runner's proxy",
     request: { params: z.object({ id: z.string() }), query: z.object({ gdr: z.string() }) },
-    responses: { ...download, ...pick(403, 404, 500, 503) },
+    responses: { ...download, ...pick(403, 404, 503) },
   });
   r.registerPath({
     method: "get",
     path: "/cache/dl/{grant}",
     summary: "Download an entry by its signed URL (a lookup's archiveLocation, 10 minutes)",
     request: { params: z.object({ grant: z.string() }) },
-    responses: { ...download, ...pick(403, 404, 500, 503) },
+    responses: { ...download, ...pick(403, 404, 503) },
   });
 }

@@ -89,6 +89,7 @@ export function memoryBlobs(now: () => number = Date.now) {
       return etag;
     },
     async finish(key, upload, parts) {
+      if (blobs.fail === "finish") throw new Error("R2 failed a complete");
       const u = uploads.get(upload);
       if (!u || u.key !== key) throw new Error("no such upload");
       const chunks = parts.map((p) => {
@@ -112,6 +113,9 @@ export function memoryBlobs(now: () => number = Date.now) {
       const offset = range?.offset ?? 0;
       const length = range?.length ?? o.bytes.length - offset;
       return { body: new Response(o.bytes.slice(offset, offset + length)).body!, size: o.bytes.length, offset, length };
+    },
+    async size(key) {
+      return objects.get(key)?.bytes.length;
     },
     async remove(keys) {
       for (const k of keys) objects.delete(k);

@@ -150,6 +150,22 @@ describe("guards", () => {
     await commitEntry(d, main, id, bytes.length);
     expect(same((await restore(d, main, "k"))?.bytes, bytes)).toBe(true);
   });
+
+  it("R2 failing on the commit's complete fails that commit, with nothing found; sent again, it commits; a third with another size is refused", async () => {
+    const { d, blobs } = scene();
+    const bytes = archive(10);
+    const id = await reserveEntry(d, main, { key: "k", version: V, cacheSize: bytes.length });
+    await uploadChunk(d, main, id, { start: 0, end: 9 }, stream(bytes));
+    blobs.fail = "finish";
+    await expect(commitEntry(d, main, id, bytes.length)).rejects.toThrow("R2 failed");
+    expect(await lookupEntry(d, main, { keys: ["k"], version: V })).toBeUndefined();
+    blobs.fail = undefined;
+    await commitEntry(d, main, id, bytes.length);
+    // The same commit again (its answer lost) is answered as done; one of another size is not.
+    await commitEntry(d, main, id, bytes.length);
+    expect(await refusal(commitEntry(d, main, id, bytes.length + 1))).toMatchObject({ status: 400, reason: "committed" });
+    expect(same((await restore(d, main, "k"))?.bytes, bytes)).toBe(true);
+  });
 });
 
 describe("upkeep", () => {

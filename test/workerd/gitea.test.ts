@@ -5,6 +5,8 @@ import { giteaSignature } from "../../src/forge/gitea/signature.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { loadConfig } from "../../src/app/config.ts";
 import { withNats } from "../../src/nats/connection.ts";
+import { recordKey, recordsBucket } from "../../src/nats/names.ts";
+import { bindBucket, readJson } from "../../src/state/kv.ts";
 import { TEST_SECRETS } from "../harness/env.ts";
 import { storedTexts, streamState } from "../harness/nats.ts";
 import { bearer, captureLogs, giteaScene, request, sleep, tick, type Captured } from "../harness/worker.ts";
@@ -138,6 +140,23 @@ describe.each(GITEA_RELEASES)("on Gitea %s", (release) => {
       expect(res.status).toBe(400);
       expect(await res.json()).toMatchObject({ fields: [{ field: "repository" }] });
       expect(await streamState(env)).toMatchObject({ messages: 0 });
+    });
+
+    it("keeps the job's head_branch (\"\" for a pull request's run) and the default branch in its record: the cache's scopes", async () => {
+      const { env } = await setup();
+      const push = { ...clone(queuedFixture.workflow_job), id: 3300, head_branch: "main" };
+      const pr = { ...clone(queuedFixture.workflow_job), id: 3301, head_branch: "" };
+      for (const job of [push, pr]) expect((await deliver(env, { ...clone(queuedFixture), workflow_job: job })).status).toBe(202);
+      const config = loadConfig(env);
+      const jobs = await withNats(config, async (h) => {
+        const kv = await bindBucket(h, recordsBucket(config));
+        const read = async (id: string) => (await readJson<{ job: Record<string, unknown> }>(kv, recordKey(id)))?.value.job;
+        return [await read("gitea-3300-1"), await read("gitea-3301-1")];
+      });
+      expect(jobs).toMatchObject([
+        { repository: "acme/widgets", branch: "main", defaultBranch: "main" },
+        { repository: "acme/widgets", branch: "", defaultBranch: "main" },
+      ]);
     });
 
     it("ignores a job no route serves, with a no_route event", async () => {
