@@ -5,7 +5,7 @@ import { loadConfig } from "../../src/app/config.ts";
 import { POLLER_BINDING, pollerName, type PollerNamespace } from "../../src/app/forgejo-binding.ts";
 import type { PollOutcome } from "../../src/forge/forgejo/poller.ts";
 import type { KnownJob } from "../../src/forge/forgejo/jobs.ts";
-import { request } from "./worker.ts";
+import { request, withBindings } from "./worker.ts";
 
 export interface FakeForgejoJob {
   id: number;
@@ -64,7 +64,7 @@ export function pollerStub(env: Record<string, string>) {
 
 /** One poll now, through the object (as a run webhook would ask for it). */
 export async function poll(env: Record<string, string>): Promise<PollOutcome> {
-  return pollerStub(env).pollNow(loadConfig(env));
+  return pollerStub(env).pollNow(loadConfig(withBindings(env)));
 }
 
 /** Runs the object's alarm if one is set (true), as workerd would when it is due. */
