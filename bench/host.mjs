@@ -2,7 +2,8 @@
 // the bench: the same runtime as `wrangler dev`, without its dev-only proxy (a second workerd
 // that every request crosses) and without forwarding each log line through the inspector. On the
 // bench's 2 cores those cost more CPU per job than the Worker itself (README, Performance).
-// Env: GDR_HOST_BUNDLE (dir with index.js), GDR_HOST_PORT, GDR_HOST_VARS (JSON; never argv).
+// Env: GDR_HOST_BUNDLE (dir with index.js), GDR_HOST_PORT, GDR_HOST_VARS (JSON; never argv);
+// GDR_HOST_R2 (a directory): the R2 buckets of wrangler.jsonc, kept there, as `wrangler dev`'s local R2.
 // Prints "ready on URL", then the Worker's log lines; cron: GET /cdn-cgi/local/scheduled.
 import { Miniflare, convertV4MiniflareOptions } from "miniflare";
 import { unstable_readConfig } from "wrangler";
@@ -25,8 +26,10 @@ const mf = new Miniflare(
         compatibilityFlags: config.compatibility_flags,
         durableObjects: Object.fromEntries(config.durable_objects.bindings.map((b) => [b.name, { className: b.class_name, useSQLite: true }])),
         bindings: { ...config.vars, ...JSON.parse(process.env.GDR_HOST_VARS ?? "{}") },
+        ...(process.env.GDR_HOST_R2 ? { r2Buckets: Object.fromEntries((config.r2_buckets ?? []).map((b) => [b.binding, b.bucket_name])) } : {}),
       },
     ],
+    ...(process.env.GDR_HOST_R2 ? { r2Persist: process.env.GDR_HOST_R2 } : {}),
   }),
 );
 const url = await mf.ready;

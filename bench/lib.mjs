@@ -39,7 +39,7 @@ function bundle() {
  * (BENCH_HOST): "wrangler" runs `wrangler dev` (the tests' default), "miniflare" the deploy bundle
  * in workerd without wrangler dev's proxy and inspector (bench/host.mjs; the bench's default).
  */
-export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler", { inspectorPort, wranglerArgs } = {}) {
+export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "wrangler", { inspectorPort, wranglerArgs, r2Dir } = {}) {
   port ??= await freePort();
   // With wranglerArgs (`--config FILE --env NAME`), the file's own vars and .dev.vars are the Worker's: none are added.
   const all = wranglerArgs ? vars : { ...vars, PUBLIC_URL: vars.PUBLIC_URL ?? `http://127.0.0.1:${port}` };
@@ -51,6 +51,7 @@ export async function startWorker(vars, port, host = process.env.BENCH_HOST ?? "
       GDR_HOST_PORT: String(port),
       GDR_HOST_VARS: JSON.stringify(all),
       ...(inspectorPort ? { BENCH_INSPECTOR_PORT: String(inspectorPort) } : {}),
+      ...(r2Dir ? { GDR_HOST_R2: r2Dir } : {}),
     };
     child = spawn(process.execPath, ["bench/host.mjs"], { stdio: ["ignore", "pipe", "pipe"], env, detached: true });
   } else {
