@@ -101,6 +101,20 @@ describe("guards", () => {
     expect(await readEntry(d, other.repo, id)).toBeUndefined();
   });
 
+  it("an entry kept under this repository whose record names another (a corrupt or colliding key) is never served nor written", async () => {
+    const { d } = scene();
+    const index = memoryIndex();
+    const deps = { ...d, index };
+    await save(deps, main, "k", archive(10));
+    const reserved = await reserveEntry(deps, main, { key: "r", version: V, cacheSize: 10 });
+    for (const row of index.rows.values()) row.value.repo = other.repo;
+    expect(await lookupEntry(deps, main, { keys: ["k"], version: V })).toBeUndefined();
+    const committed = [...index.rows.values()].find((r) => r.value.key === "k")!.value.id;
+    expect(await readEntry(deps, main.repo, committed)).toBeUndefined();
+    expect(await refusal(uploadChunk(deps, main, reserved, { start: 0, end: 9 }, stream(archive(10))))).toMatchObject({ status: 404 });
+    expect(await refusal(commitEntry(deps, main, reserved, 10))).toMatchObject({ status: 404 });
+  });
+
   it("a pull request's job reads the default branch's entries but writes only its own scope; the default branch never restores them", async () => {
     const { d } = scene();
     await save(d, main, "k-main", archive(100));
@@ -223,6 +237,8 @@ describe("upkeep", () => {
     const e = (key: string, usedAt: number, size: number) => ({ key, usedAt, size, state: "committed", id: usedAt }) as CacheEntry;
     expect(overQuota([e("x", 3, 10), e("y", 1, 10), e("z", 2, 10)], 20).map((x) => x.key)).toEqual(["y"]);
     expect(overQuota([e("x", 3, 10), e("y", 1, 10)], 20)).toEqual([]);
+    // A save under way is neither counted nor evicted, however old: its upload is left to finish.
+    expect(overQuota([{ ...e("r", 0, 10), state: "reserved" }, e("x", 3, 10), e("y", 1, 10)], 20)).toEqual([]);
   });
 
   it("an object whose entry is gone (expired) goes after its grace, a page at a time; one with its entry stays", async () => {
