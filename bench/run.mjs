@@ -3,7 +3,7 @@
 // Writes bench/results/latest.json and prints a table. Sizes: BENCH_N (2000), BENCH_K (1000),
 // BENCH_JOBS (100), BENCH_REQ (50).
 import os from "node:os";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { wsconnect } from "@nats-io/nats-core";
 import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -22,6 +22,7 @@ import { measureIsolates } from "./isolates.mjs";
 import { startNatsCluster } from "../scripts/nats-cluster.mjs";
 import { measureDistance } from "./distance.mjs";
 import { measureSoak } from "./soak.mjs";
+import { changeTable, compareRuns } from "./compare.mjs";
 import { measureFairness } from "./fairness.mjs";
 import { measurePools } from "./pools.mjs";
 import { measureForgejo } from "./forgejo.mjs";
@@ -536,6 +537,8 @@ try {
   };
   // A partial run (BENCH_ONLY) must not pass for the figures of a whole one.
   const out = only ? "bench/results/partial.json" : "bench/results/latest.json";
+  // The last full run, read before this one replaces it: each figure is printed beside it.
+  const stored = existsSync("bench/results/latest.json") ? JSON.parse(readFileSync("bench/results/latest.json", "utf8")) : undefined;
   mkdirSync("bench/results", { recursive: true });
   const save = () => writeFileSync(out, JSON.stringify(results, null, 2) + "\n");
   const printed = [];
@@ -563,6 +566,7 @@ try {
 ${printed.join("\n")}
 
 machine: ${results.machine.cpus} cpus (${results.machine.cpuModel}), node ${results.machine.node}, ${results.machine.natsServer}, Worker host ${results.machine.host}${results.complete ? "" : `; failed: ${Object.keys(results.failed).join(", ")}`}`);
+  if (stored) console.log(`\n${changeTable(compareRuns(stored, results), stored.at)}`);
 } catch (err) {
   console.error(`bench failed: ${err?.stack ?? err}`);
   process.exitCode = 1;
