@@ -24,7 +24,7 @@ import { reconcileBackend } from "../reconcile/run.ts";
 import { retryTeardowns } from "../domain/teardown.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission, type Placement } from "../state/admission.ts";
-import { bindBucket, readManyJson } from "../state/kv.ts";
+import { bindBucket, readManyJson, type Versioned } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 import type { Assignment } from "../model/assignment.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
@@ -36,9 +36,9 @@ import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
 import { createWaitingSeen, rememberWaiting, type WaitingSeen } from "../state/waiting-seen.ts";
 import { createWaitSet } from "../state/wait-set.ts";
-import { hasLimits } from "../quotas/config.ts";
+import { hasLimits, shareRules } from "../quotas/config.ts";
 import { withQuotaRelease } from "../quotas/limits.ts";
-import { createQuotaLedger } from "../state/quota-ledger.ts";
+import { createQuotaLedger, type Holders } from "../state/quota-ledger.ts";
 import type { Dispatcher, State } from "../domain/context.ts";
 import { processDeps } from "./process-deps.ts";
 import { messageAt } from "../nats/pull.ts";
@@ -97,6 +97,8 @@ function perDeployment<T>(kept: Map<string, T>, servers: readonly string[], name
 }
 /** The isolate's record caches, one per records bucket. */
 const recordCaches = new Map<string, RecordCache>();
+/** The QUOTAS records this isolate last saw, per deployment (state/quota-ledger.ts). */
+const quotaRecords = new Map<string, Map<string, Versioned<Holders>>>();
 /** The isolate's turn slots (turn-slots.ts), one per assignment stream: a turn and its delivery are often two calls of the gateway. */
 const turnSlots = new Map<string, TurnSlots<Placement>>();
 /** What the isolate saw of the wait set (waiting-seen.ts), one per assignment stream: the passes of a burst share it. */
@@ -157,7 +159,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         anyWaiting,
         turnSlots: perDeployment(turnSlots, config.natsServers, config.stream, () => createTurnSlots<Placement>()),
       }),
-      quotas: createQuotaLedger(recordsKv, (keys) => readManyJson(handle, recordsBucket(names), keys), config.leaseTtlMs, now),
+      quotas: createQuotaLedger(
+        recordsKv,
+        (keys) => readManyJson(handle, recordsBucket(names), keys),
+        config.leaseTtlMs,
+        now,
+        perDeployment(quotaRecords, config.natsServers, recordsBucket(names), () => new Map()),
+      ),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       reruns: createRerunList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
@@ -170,7 +178,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       driverRead: (keys) => readManyJson(handle, recordsBucket(names), keys),
       driverFigures: createDriverFigures(recordsKv, figureReader(handle, recordsBucket(names))),
     };
-    if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas);
+    if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas, shareRules(config.quotas));
     return deps.decorateState ? deps.decorateState(state) : state;
   };
 

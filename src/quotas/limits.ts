@@ -19,16 +19,20 @@ export async function takeQuota(ledger: QuotaLedger, rules: ShareRules, id: stri
   return (await ledger.take(at.owner, at.repository, id, limits)) ? "taken" : "refused";
 }
 
-/** Gives a job's QUOTAS places back (held or not). */
-export async function releaseQuota(ledger: QuotaLedger, id: string, repository: string | undefined): Promise<void> {
+/**
+ * Gives a job's QUOTAS places back (held or not): with `rules`, only under the limits that apply
+ * to it now (none, nothing to give); without, under both.
+ */
+export async function releaseQuota(ledger: QuotaLedger, id: string, repository: string | undefined, rules?: ShareRules): Promise<void> {
   const at = ownerOf(repository);
-  if (at) await ledger.release(at.owner, at.repository, id);
+  const limits = at && rules ? rules.limits(at.repository) : undefined;
+  if (at && (!limits || hasLimit(limits))) await ledger.release(at.owner, at.repository, id, limits);
 }
 
 /** Admission whose releases give QUOTAS places back too (the placement names the repository). */
-export function withQuotaRelease(admission: Admission, ledger: QuotaLedger): Admission {
+export function withQuotaRelease(admission: Admission, ledger: QuotaLedger, rules?: ShareRules): Admission {
   const giveBack = async (place: Backend | Placement, ids: string[]) => {
-    if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository)));
+    if (typeof place !== "string" && place.repository) await Promise.all(ids.map((id) => releaseQuota(ledger, id, place.repository, rules)));
   };
   return {
     ...admission,

@@ -112,7 +112,7 @@ async function askForRunner(
       // every pass would count the slot as held and give no turn. It keeps its entry and its hold:
       // a later pass gives the turn again.
       await deps.admission.release(p.placement!, head.id);
-      if (w.ledger) await releaseQuota(w.ledger, head.id, p.assignment!.job?.repository);
+      if (w.ledger) await releaseQuota(w.ledger, head.id, p.assignment!.job?.repository, w.rules);
       return;
     }
     const verdict = await finish(deps, p, false);

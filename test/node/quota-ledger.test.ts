@@ -7,7 +7,9 @@ import { describe, expect, inject, it } from "vitest";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { withNats } from "../../src/nats/connection.ts";
 import { readManyJson } from "../../src/state/kv.ts";
-import { createQuotaLedger, type QuotaLedger } from "../../src/state/quota-ledger.ts";
+import { createQuotaLedger, type Holders, type QuotaLedger } from "../../src/state/quota-ledger.ts";
+import type { Versioned } from "../../src/state/kv.ts";
+import type { KV } from "@nats-io/kv";
 import type { Config } from "../../src/app/config.ts";
 import { provisionEnv, testEnv } from "../harness/env.ts";
 import { parseQuotas, shareRules } from "../../src/quotas/config.ts";
@@ -28,7 +30,79 @@ const withLedger = <T>(config: Config, fn: (ledger: QuotaLedger) => Promise<T>, 
     return fn(createQuotaLedger(kv, (keys) => readManyJson(h, bucket, keys), 60_000, now));
   });
 
+/** As withLedger, with the isolate's kept revisions `kept`, and the reads and writes it made. */
+const withCounted = <T>(config: Config, kept: Map<string, Versioned<Holders>>, fn: (ledger: QuotaLedger, calls: string[], kv: KV) => Promise<T>) =>
+  withNats(config, async (h) => {
+    const bucket = recordsBucket({ stream: config.stream, subjectBase: config.subjectBase });
+    const real = await new Kvm(h.js).open(bucket);
+    const calls: string[] = [];
+    const kv = new Proxy(real, {
+      get(target, prop, receiver) {
+        const v: unknown = Reflect.get(target, prop, receiver);
+        if (typeof v !== "function") return v;
+        return (...a: unknown[]) => {
+          if (["get", "update", "create", "put"].includes(String(prop))) calls.push(`${String(prop)} ${String(a[0])}`);
+          return (v as (...x: unknown[]) => unknown).apply(target, a);
+        };
+      },
+    });
+    return fn(
+      createQuotaLedger(kv, (keys) => readManyJson(h, bucket, keys), 60_000, Date.now, kept),
+      calls,
+      real,
+    );
+  });
+
 describe("the quota ledger", () => {
+  it("keeps a repository's places only under a repository limit: an owner limit alone never writes its record, nor reads it on release", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    await withCounted(config, new Map(), async (l, calls, kv) => {
+      expect(await l.take("acme", "acme/app", "j1", { owner: 2 })).toBe(true);
+      await l.release("acme", "acme/app", "j1", { owner: 2 });
+      expect(calls.filter((c) => c.includes(".r."))).toEqual([]);
+      expect(await kv.get("q.r.acme.app")).toBeNull();
+      // A repository limit alone: the owner's places still count the owner's live runners.
+      expect(await l.take("acme", "acme/app", "j2", { repository: 1 })).toBe(true);
+      expect(await l.take("acme", "acme/app", "j3", { repository: 1 })).toBe(false);
+      expect((await l.held(["acme"])).get("acme")).toBe(1);
+    });
+  });
+
+  it("writes at the revision this isolate kept, without a read; a copy gone stale (another isolate wrote) is read again, and the limit holds", async () => {
+    const config = await provisionEnv(testEnv(nats, backendUrl));
+    const mine = new Map<string, Versioned<Holders>>();
+    const theirs = new Map<string, Versioned<Holders>>();
+    const limits = { owner: 2 };
+    await withCounted(config, mine, async (l, calls) => {
+      expect(await l.take("acme", "acme/a", "j1", limits)).toBe(true);
+      calls.length = 0;
+      // Kept from the take: the release is one write, no read.
+      await l.release("acme", "acme/a", "j1", limits);
+      expect(calls).toEqual(["update q.o.acme"]);
+      calls.length = 0;
+      expect(await l.take("acme", "acme/a", "j2", limits)).toBe(true);
+      expect(calls).toEqual(["update q.o.acme"]);
+    });
+    // Another isolate takes the second place: this isolate's copy is stale.
+    await withCounted(config, theirs, (l) => l.take("acme", "acme/b", "k1", limits));
+    await withCounted(config, mine, async (l, calls) => {
+      calls.length = 0;
+      // The write at the kept revision fails, the record is read, and the owner is full.
+      expect(await l.take("acme", "acme/a", "j3", limits)).toBe(false);
+      expect(calls[0]).toBe("update q.o.acme");
+      expect(calls).toContain("get q.o.acme");
+      expect((await l.held(["acme"])).get("acme")).toBe(2);
+    });
+    // The other isolate gives j2's place back (a release that ran elsewhere): the stale copy still
+    // lists j2, but "already held" is never told from a copy: the take reads, and holds it again.
+    await withCounted(config, theirs, (l) => l.release("acme", "acme/a", "j2", limits));
+    await withCounted(config, mine, async (l) => {
+      expect(await l.take("acme", "acme/a", "j2", limits)).toBe(true);
+      expect((await l.held(["acme"])).get("acme")).toBe(2);
+      expect(await l.take("acme", "acme/c", "j4", limits)).toBe(false);
+    });
+  });
+
   it("holds an owner's limit exactly when many take at once, and a repository's inside it", async () => {
     const config = await provisionEnv(testEnv(nats, backendUrl));
     const takes = await Promise.all(

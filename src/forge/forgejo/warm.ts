@@ -89,7 +89,7 @@ export function createWarmBinder(d: Deps): WarmBinder {
             candidates.unshift(id);
             break;
           }
-          const giveBack = () => (ledger ? releaseQuota(ledger, id, repository) : Promise.resolve());
+          const giveBack = () => (ledger ? releaseQuota(ledger, id, repository, rules) : Promise.resolve());
           if ((await state.handles.bind(job.handle!, id, tried)) !== id) {
             // Another poll bound the job first: this runner took nothing, and stays for the next job.
             candidates.unshift(id);
@@ -136,7 +136,7 @@ export function quotaLedgerOf(d: Deps, state: Stores) {
 /** Gives back the QUOTAS places taken under warm runner `id` for a job of `repository`, where a ledger is kept. */
 export async function releaseWarmPlaces(d: Deps, id: string, repository: string | undefined): Promise<void> {
   if (!d.config.fairShare || !hasLimits(d.config.quotas)) return;
-  await d.withState((state) => releaseQuota(state.quotas, id, repository));
+  await d.withState((state) => releaseQuota(state.quotas, id, repository, shareRules(d.config.quotas)));
 }
 
 /** Where a Forgejo runner is registered: its URL and scope. A warm runner is given jobs of that place only. */
