@@ -86,7 +86,8 @@ const backendState = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_cont
 const backendCounts = async (vars) => (await fetch(`${vars.POD_BACKEND_URL}/_control/state?brief`)).json();
 
 const sendWebhook = (worker, jobId) => sendQueued(worker, webhookSecret, jobId);
-const acked = (worker) => worker.events.filter((e) => e.event === "acked").length;
+/** Assignments whose message was acked (a claim's and its pass's ack are one). */
+const acked = (worker) => new Set(worker.events.filter((e) => e.event === "acked").map((e) => e.assignment)).size;
 
 async function ingest() {
   // BENCH_EAGER=false: the handler alone, without the pass each webhook starts (for the profile).
