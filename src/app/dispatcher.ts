@@ -164,7 +164,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         (keys) => readManyJson(handle, recordsBucket(names), keys),
         config.leaseTtlMs,
         now,
-        perDeployment(quotaRecords, config.natsServers, recordsBucket(names), () => new Map()),
+        perDeployment(quotaRecords, config.natsServers, recordsBucket(names), () => new Map<string, Versioned<Holders>>()),
       ),
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       reruns: createRerunList(handle, recordsKv, recordsBucket(names)),
