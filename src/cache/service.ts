@@ -147,14 +147,17 @@ export async function uploadChunk(d: CacheDeps, job: CacheJob, id: number, range
   throw new CacheRefusal(503, "storage", "the reservation kept changing; try again");
 }
 
-/** Commits an upload whose parts cover `size` bytes once each; then, and only then, is it found. */
-export async function commitEntry(d: CacheDeps, job: CacheJob, id: number, size: unknown): Promise<void> {
+/**
+ * Commits an upload whose parts cover `size` bytes once each; then, and only then, is it found.
+ * True when this call committed it; false when it was committed already (a commit sent again).
+ */
+export async function commitEntry(d: CacheDeps, job: CacheJob, id: number, size: unknown): Promise<boolean> {
   const own = await ownReserved(d, job, id).catch(async (err: unknown) => {
     // A commit sent again after its answer was lost: the same size committed is its answer.
     if (err instanceof CacheRefusal && err.reason === "committed" && (await d.index.get(job.repo, id))?.value.size === size) return undefined;
     throw err;
   });
-  if (!own) return;
+  if (!own) return false;
   const entry = own.value;
   if (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0) throw new CacheRefusal(400, "commit", "size must be the archive's size in bytes");
   const parts = await d.index.parts(job.repo, id);
@@ -168,8 +171,8 @@ export async function commitEntry(d: CacheDeps, job: CacheJob, id: number, size:
   for (let tries = 0; tries < 5; tries++) {
     const current = await d.index.get(job.repo, id);
     if (!current) throw new CacheRefusal(404, "not-reserved", `cache ${id} is not reserved`);
-    if (current.value.state === "committed") return;
-    if (await d.index.update({ ...current.value, state: "committed", size, committedAt: now, usedAt: now }, current.revision)) return;
+    if (current.value.state === "committed") return false;
+    if (await d.index.update({ ...current.value, state: "committed", size, committedAt: now, usedAt: now }, current.revision)) return true;
   }
   throw new CacheRefusal(503, "storage", "the commit could not be written; try again");
 }

@@ -89,7 +89,8 @@ export function cacheRoutes(siteOf: Site) {
     app.post(`${prefix}/caches/:id`, async (c) => {
       const { s, job, holder } = await who(c);
       const body = await readJson(c);
-      await s.open((d) => commitEntry(d, job, idOf(c), body.size));
+      // A commit sent again (its answer lost) is answered as done, and told and counted once.
+      if (!(await s.open((d) => commitEntry(d, job, idOf(c), body.size)))) return c.json({});
       s.log({ event: "cache_saved", repository: job.repo, assignment: holder.assignment, ...(typeof body.size === "number" ? { bytes: body.size } : {}) });
       if (typeof body.size === "number") s.count(job.repo, { bytesIn: body.size });
       return c.json({});

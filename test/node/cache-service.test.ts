@@ -174,9 +174,9 @@ describe("guards", () => {
     await expect(commitEntry(d, main, id, bytes.length)).rejects.toThrow("R2 failed");
     expect(await lookupEntry(d, main, { keys: ["k"], version: V })).toBeUndefined();
     blobs.fail = undefined;
-    await commitEntry(d, main, id, bytes.length);
-    // The same commit again (its answer lost) is answered as done; one of another size is not.
-    await commitEntry(d, main, id, bytes.length);
+    expect(await commitEntry(d, main, id, bytes.length)).toBe(true);
+    // The same commit again (its answer lost) is answered as done, but not as a second save; one of another size is refused.
+    expect(await commitEntry(d, main, id, bytes.length)).toBe(false);
     expect(await refusal(commitEntry(d, main, id, bytes.length + 1))).toMatchObject({ status: 400, reason: "committed" });
     expect(same((await restore(d, main, "k"))?.bytes, bytes)).toBe(true);
   });
