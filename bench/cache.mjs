@@ -18,7 +18,6 @@ import { createInterface } from "node:readline";
 import * as cache from "@actions/cache";
 import { startFakeBackend } from "../scripts/fake-backend.mjs";
 import { FAKE_GITEA, startFakeGitea } from "../scripts/fake-gitea.mjs";
-import { giteaSignature } from "../src/forge/gitea/signature.ts";
 import { startNatsServer } from "../scripts/nats-server.mjs";
 import { loadConfig } from "../src/app/config.ts";
 import { cacheKey, capability } from "../src/cache/capability.ts";
@@ -26,7 +25,7 @@ import { claimToken } from "../src/model/crypto.ts";
 import { provision } from "../src/nats/layout.ts";
 import { withNats } from "../src/nats/connection.ts";
 import { incarnationOf } from "../src/state/records.ts";
-import { connectInspector, freePort, startWorker, treeCpu, treeRssMB } from "./lib.mjs";
+import { connectInspector, freePort, sendQueued, startWorker, treeCpu, treeRssMB } from "./lib.mjs";
 
 const MiB = 2 ** 20;
 const SIZE = Number(process.env.BENCH_CACHE_MIB ?? 256) * MiB;
@@ -93,27 +92,7 @@ let jobs = 0;
 async function jobCacheUrl(repository) {
   const jobId = 9000 + ++jobs;
   const id = `gitea-${jobId}-1`;
-  const body = JSON.stringify({
-    action: "queued",
-    workflow_job: {
-      id: jobId,
-      run_id: jobId,
-      run_attempt: 1,
-      name: "build",
-      labels: ["ubuntu-latest"],
-      status: "queued",
-      head_branch: "main",
-      created_at: new Date().toISOString(),
-    },
-    repository: { full_name: repository, default_branch: "main" },
-  });
-  const headers = {
-    "content-type": "application/json",
-    "x-gitea-event-type": "workflow_job",
-    "x-gitea-signature": await giteaSignature(secret, new TextEncoder().encode(body)),
-  };
-  const posted = await api("/v1/gitea/webhook", { method: "POST", headers, body });
-  if (posted.status !== 202) throw new Error(`the webhook answered ${posted.status}: ${await posted.text()}`);
+  await sendQueued(worker, secret, jobId, { job: { head_branch: "main" }, repository: { full_name: repository, default_branch: "main" } });
   let receivedAt;
   while (!receivedAt) {
     const view = await api(`/v1/assignments/${id}`, { headers: json(vars.DISPATCH_TOKEN) });

@@ -232,8 +232,11 @@ export async function connectInspector(port) {
   };
 }
 
-/** A signed `queued` workflow_job delivery of job `jobId` to the Worker, as Gitea sends it; throws unless it is a 202. */
-export async function sendQueued(worker, secret, jobId) {
+/**
+ * A signed `queued` workflow_job delivery of job `jobId` to the Worker, as Gitea sends it; throws
+ * unless it is a 202. `extra`: fields over the job's (`job`) and the repository's (`repository`).
+ */
+export async function sendQueued(worker, secret, jobId, extra = {}) {
   const body = JSON.stringify({
     action: "queued",
     workflow_job: {
@@ -244,8 +247,9 @@ export async function sendQueued(worker, secret, jobId) {
       labels: ["ubuntu-latest"],
       status: "queued",
       created_at: new Date().toISOString(),
+      ...extra.job,
     },
-    repository: { full_name: "acme/widgets" },
+    repository: { full_name: "acme/widgets", ...extra.repository },
   });
   const res = await fetch(`${worker.url}/v1/gitea/webhook`, {
     method: "POST",
