@@ -22,6 +22,7 @@ const VARIANTS = {
     FAIR_SHARE: "on",
     RUNS_ON_ROUTES: "",
     RUNNER_POOLS: JSON.stringify([{ name: "p", backend: "pod", labels: ["ubuntu-latest:docker://node:20"], minIdle: 5 }]),
+    ...(process.env.BENCH_COST_VARS ? JSON.parse(process.env.BENCH_COST_VARS) : {}),
   },
   quotas: { FAIR_SHARE: "on", QUOTAS: JSON.stringify({ default: { owner: 4 }, owners: { a: { limit: 2 } } }) },
 };
@@ -122,6 +123,10 @@ function snapshot(proxy, tag, worker) {
   const { byConnection } = proxy.counts(tag);
   const kinds = {};
   for (const c of byConnection) for (const [k, v] of Object.entries(c.kinds ?? {})) kinds[k] = (kinds[k] ?? 0) + v;
+  // BENCH_DEBUG: the closed connections' kinds apart (what the ticks and background work on their own connections sent).
+  if (process.env.BENCH_DEBUG)
+    for (const c of byConnection.filter((c) => !c.open))
+      for (const [k, v] of Object.entries(c.kinds ?? {})) kinds[`(closed) ${k}`] = (kinds[`(closed) ${k}`] ?? 0) + v;
   return {
     at: Date.now(),
     total: sum(byConnection.map((c) => c.pub)),

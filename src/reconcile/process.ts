@@ -107,6 +107,9 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
     if (step.events.includes("claim_pending") && after?.state === "claimed") {
       // The claim won the race with our write: the runner is there, acknowledge now.
       emit(deps, "backend_ready", idOf(p));
+      // Its claim acks this very delivery (the one its registration names) and tells it, as in
+      // hold.ts: a second ack would cost a round trip and say it twice.
+      if (after.askedBy === p.msg.ackSubject) return { next: "done", action: { kind: "ack" }, events: [], effects: [] };
       p.facts.state = "claimed";
       continue;
     }

@@ -108,14 +108,30 @@ export function isKvValue(m: StoredMsg): boolean {
 
 const MULTI_LAST_LIMIT = 1024;
 
-/** The keys of `bucket` under `prefix` (one stream info request), and their values: an entry per live key. */
+/**
+ * The live keys of `bucket` under `prefix` and their values, in one request: a multi_last batch on
+ * the wildcard. A server that has more than its batch limit of keys there answers 413; then the
+ * keys are listed first (a stream info) and read in batches.
+ */
 export async function readAllUnder<T>(handle: NatsHandle, bucket: string, prefix: string): Promise<Map<string, Versioned<T>>> {
-  const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
   const subjects = `$KV.${bucket}.`;
+  try {
+    const found = new Map<string, Versioned<T>>();
+    for (const m of await readBatch(handle, `KV_${bucket}`, { multi_last: [`${subjects}${prefix}.>`] })) {
+      if (isKvValue(m)) found.set(m.subject.slice(subjects.length), { value: m.json<T>(), revision: m.seq });
+    }
+    return found;
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== TOO_MANY_RESULTS) throw err;
+  }
+  const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
   const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${subjects}${prefix}.>` });
   const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(subjects.length));
   return readManyJson<T>(handle, bucket, keys);
 }
+
+/** A batch direct get that matched more subjects than the server answers at once. */
+const TOO_MANY_RESULTS = 413;
 
 /** One compare-and-set write at a known revision: the revision after, or null when another writer came first. */
 export async function casWrite<T>(kv: KV, key: string, value: T, revision: number): Promise<number | null> {

@@ -4,11 +4,10 @@
 // many isolates maintain a pool at once, at most N runners are warm (idle or booting) in it: two
 // that see the same vacancy write the same key, and one of them loses. Kept in the records bucket
 // under their own prefix, so that one request lists every pool's.
-import { jetstreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { warmKey, WARM_PREFIX } from "../nats/names.ts";
 import type { NatsHandle } from "../nats/connection.ts";
-import { isWrongLastSequence, readManyJson } from "./kv.ts";
+import { isWrongLastSequence, readAllUnder } from "./kv.ts";
 
 export interface WarmSlot {
   pool: string;
@@ -42,11 +41,7 @@ export function createWarmSlots(handle: NatsHandle, kv: KV, bucket: string, now:
   };
   return {
     async list() {
-      const jsm = await jetstreamManager(handle.nc, { checkAPI: false });
-      const prefix = `$KV.${bucket}.`;
-      const info = await jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${WARM_PREFIX}.>` });
-      const keys = Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length));
-      const found = await readManyJson<Omit<WarmSlot, "revision">>(handle, bucket, keys);
+      const found = await readAllUnder<Omit<WarmSlot, "revision">>(handle, bucket, WARM_PREFIX);
       const byPool = new Map<string, WarmSlot[]>();
       for (const { value, revision } of found.values()) {
         const slots = byPool.get(value.pool) ?? [];
