@@ -151,7 +151,9 @@ async function reconcile() {
   });
   // BENCH_PROFILE=1: a CPU profile of the isolate over the invocation (bench/results/reconcile.cpuprofile).
   const inspectorPort = process.env.BENCH_PROFILE ? await freePort() : undefined;
-  const worker = inspectorPort ? await startWorker(vars, undefined, "miniflare", { inspectorPort }) : await startWorker(vars);
+  // BENCH_DEBUG: through the counting proxy, to print the NATS operations per assignment by kind.
+  const natsVars = process.env.BENCH_DEBUG ? { ...vars, NATS_URL: proxy.url(`rec-${vars.ASSIGNMENT_STREAM}`) } : vars;
+  const worker = inspectorPort ? await startWorker(natsVars, undefined, "miniflare", { inspectorPort }) : await startWorker(natsVars);
   try {
     log(`reconcile: ${K} queued assignments, one cron invocation, claims as fast as runners are ready`);
     const profiler = inspectorPort ? await startProfile(inspectorPort) : undefined;
@@ -172,6 +174,11 @@ async function reconcile() {
         ),
         worker.events.filter((e) => e.event === "error").slice(0, 3),
       );
+      const kinds = {};
+      for (const c of proxy.counts(`rec-${vars.ASSIGNMENT_STREAM}`).byConnection)
+        for (const [k, v] of Object.entries(c.kinds ?? {}))
+          kinds[k.replaceAll(vars.ASSIGNMENT_STREAM, "S")] = (kinds[k.replaceAll(vars.ASSIGNMENT_STREAM, "S")] ?? 0) + v / K;
+      console.error("NATS operations per assignment", Object.fromEntries(Object.entries(kinds).sort((a, b) => b[1] - a[1])));
     }
     const elapsed = performance.now() - t;
     // Baseline: raw fetch + ackAck over one WebSocket connection.

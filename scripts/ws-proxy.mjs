@@ -52,7 +52,9 @@ export function createOpCounter(trace) {
           counts.pub++;
           if (hasReply) counts.request++;
           const kind = kindOf(parts[1] ?? "");
-          if (trace) trace(parts[1] ?? "", size);
+          // A direct get's body (which keys it reads) goes to the trace too, when it came in this chunk.
+          const body = kind.startsWith("direct get") && buffer.length >= size ? buffer.subarray(0, size).toString("latin1").slice(-160) : "";
+          if (trace) trace(parts[1] ?? "", size, body);
           counts.kinds[kind] = (counts.kinds[kind] ?? 0) + 1;
           if (kind.startsWith("pull ")) counts.pulls++;
           skip = size + 2;
@@ -112,10 +114,11 @@ export async function startWsProxy({ upstream, delayMs = 0 }) {
     const index = tag.byConnection.length;
     // PROXY_TRACE=FILE: every operation's subject, with the time and its connection (for a profile of operations).
     const log = logOf(name);
-    const trace = (subject, size) => {
+    const trace = (subject, size, body = "") => {
       log.push([Date.now(), subject]);
       if (log.length > LOG_LIMIT) log.shift();
-      if (process.env.PROXY_TRACE) appendFileSync(process.env.PROXY_TRACE, `${Date.now()} ${name} ${index} ${subject} ${size}\n`);
+      if (process.env.PROXY_TRACE)
+        appendFileSync(process.env.PROXY_TRACE, `${Date.now()} ${name} ${index} ${subject} ${size}${body ? ` ${body.replace(/\s+/g, " ")}` : ""}\n`);
     };
     const counter = createOpCounter(trace);
     const before = { ...counter.counts };

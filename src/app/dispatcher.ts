@@ -35,6 +35,7 @@ import { createRerunList } from "../state/reruns.ts";
 import { createWarmSlots } from "../state/warm-slots.ts";
 import { createStartupTimes } from "../state/startup-times.ts";
 import { createWaitingSeen, rememberWaiting, type WaitingSeen } from "../state/waiting-seen.ts";
+import { createWarmLook, type WarmLook } from "../state/warm-look.ts";
 import { createWaitSet } from "../state/wait-set.ts";
 import { hasLimits, shareRules } from "../quotas/config.ts";
 import { withQuotaRelease } from "../quotas/limits.ts";
@@ -101,6 +102,8 @@ const recordCaches = new Map<string, RecordCache>();
 const quotaRecords = new Map<string, Map<string, Versioned<Holders>>>();
 /** The isolate's turn slots (turn-slots.ts), one per assignment stream: a turn and its delivery are often two calls of the gateway. */
 const turnSlots = new Map<string, TurnSlots<Placement>>();
+/** What the isolate read and promised of its pools' idle warm runners (warm-look.ts), one per assignment stream. */
+const warmLooks = new Map<string, WarmLook>();
 /** What the isolate saw of the wait set (waiting-seen.ts), one per assignment stream: the passes of a burst share it. */
 const waitingSeen = new Map<string, WaitingSeen>();
 
@@ -169,6 +172,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       teardowns: createTeardownList(handle, recordsKv, recordsBucket(names)),
       reruns: createRerunList(handle, recordsKv, recordsBucket(names)),
       warm: createWarmSlots(handle, recordsKv, recordsBucket(names), now),
+      warmLook: perDeployment(warmLooks, config.natsServers, config.stream, () => createWarmLook()),
       startups: createStartupTimes(handle, recordsKv, recordsBucket(names)),
       waiting,
       handles: createHandleIndex(recordsKv),

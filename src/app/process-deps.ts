@@ -31,8 +31,6 @@ function launchWatchOf(d: Dispatcher, backend: Backend): { launchWatch?: LaunchW
 
 /** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */
 export function processDeps(d: Dispatcher, state: State, backend: Backend, held: (ackSubject: string, data: Uint8Array) => DeliveredMessage): ProcessDeps {
-  let warm: Promise<Map<string, number>> | undefined;
-  const promised = new Map<string, number>();
   return {
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
@@ -43,14 +41,8 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
     ...(d.forge?.jobWaiting ? { jobQueued: d.forge.jobWaiting } : {}),
     ...(d.forge?.claimHeld ? { claimHeld: d.forge.claimHeld } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
-    // Read once per pass, and only when a new job of a pool that keeps warm runners comes by.
-    takeIdleWarm: async (pool) => {
-      const idle = (await (warm ??= idleWarmCounts(state, d.now()))).get(pool) ?? 0;
-      const taken = promised.get(pool) ?? 0;
-      if (taken >= idle) return false;
-      promised.set(pool, taken + 1);
-      return true;
-    },
+    // Read only when a new job of a pool that keeps warm runners comes by, once for the isolate's passes of a burst.
+    takeIdleWarm: (pool, until) => state.warmLook.take(pool, d.now(), until, () => idleWarmCounts(state, d.now())),
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },

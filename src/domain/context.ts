@@ -9,6 +9,7 @@ import type { NatsHandle } from "../nats/connection.ts";
 import type { Admission, Placement } from "../state/admission.ts";
 import type { AssignmentRecord, RecordStore } from "../state/records.ts";
 import type { RememberedWaitSet } from "../state/waiting-seen.ts";
+import type { WarmLook } from "../state/warm-look.ts";
 import type { QuotaLedger } from "../state/quota-ledger.ts";
 import type { TeardownList } from "../state/teardowns.ts";
 import type { RerunList } from "../state/reruns.ts";
@@ -43,6 +44,8 @@ export interface State {
   warm: WarmSlots;
   startups: StartupTimes;
   waiting: RememberedWaitSet;
+  /** What this isolate last read of its pools' idle warm runners, and promised of them (state/warm-look.ts). */
+  warmLook: WarmLook;
   quotas: QuotaLedger;
   /** Forgejo job handles and the assignment each is bound to. */
   handles: HandleIndex;

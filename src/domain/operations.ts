@@ -163,6 +163,9 @@ export async function claimAssignment(d: Deps, id: string, caller: Caller = {}, 
     // Only after the claim is stored: the message of the pass that asked for the runner is acked
     // here, so that no pass waits out its nak delay for it. Should this fail, a pass acks it.
     const by = claimed.changed && claimed.record?.state === "claimed" ? claimed.record.askedBy : undefined;
+    // A warm runner took a job: the jobs promised one in their grace here wait for one fewer.
+    const pool = claimed.changed && claimed.record?.warm ? claimed.record.placement?.pool : undefined;
+    if (pool !== undefined) state.warmLook.tookJob(pool);
     if (by)
       acked = await ackDelivery(handle.nc, by, CLAIM_ACK_TIMEOUT_MS).then(
         () => true,

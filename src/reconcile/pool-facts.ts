@@ -30,7 +30,7 @@ export async function graceFor(deps: ProcessDeps, p: Prepared): Promise<void> {
   const pool = p.assignment!.pools?.[0];
   if (deps.warmGraceMs <= 0 || r.state !== "received" || r.warm || r.runner || !p.assignment!.job || !pool || !deps.warmPools.has(pool)) return;
   const left = deps.warmGraceMs - (deps.now() - Date.parse(r.receivedAt));
-  p.facts.warmGraceMs = left > 0 && (await deps.takeIdleWarm(pool)) ? left : 0;
+  p.facts.warmGraceMs = left > 0 && (await deps.takeIdleWarm(pool, deps.now() + left)) ? left : 0;
 }
 
 /**

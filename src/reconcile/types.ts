@@ -74,10 +74,10 @@ export interface ProcessDeps {
   /** Keeps a backend's refusal of our credentials or a template's field for /healthz (driver-figures.ts). */
   noteRefusal?(backend: string, refusal: { variable: string; kind: "credentials" | "configuration"; message: string }): Promise<void>;
   /**
-   * Counts one of `pool`'s idle warm runners for a new job of this pass: true while the pass has
-   * handed out fewer than are idle (read once per pass), so that only as many jobs wait for one.
+   * Promises one of `pool`'s idle warm runners to a new job whose grace ends at `until`: true while
+   * the isolate has promised fewer than are idle (state/warm-look.ts), so that only as many jobs wait for one.
    */
-  takeIdleWarm(pool: string): Promise<boolean>;
+  takeIdleWarm(pool: string, until: number): Promise<boolean>;
   /** Fair share (FAIR_SHARE=on): jobs that find no slot, or others waiting, wait their turn in the wait set. */
   waiting?: WaitingDeps;
   /** True when provisioning needs a registered runner identity (Gitea integration on). */

@@ -62,6 +62,33 @@ describe.each(["off", "on"])("FAIR_SHARE=%s: a claim acks its runner's message",
   });
 });
 
+describe("a warm runner's claim", () => {
+  it("tells the isolate's look at warm runners that one of its pool took a job; near miss: a job's runner's claim tells nothing", async () => {
+    const env = testEnv(nats, backendUrl, { RETRY_DELAY_MS: 60_000 });
+    await provisionEnv(env);
+    const took: string[] = [];
+    const d = createDispatcher({
+      config: loadConfig(env),
+      sink,
+      decorateState: (state) => ({ ...state, warmLook: { ...state.warmLook, tookJob: (pool: string) => void took.push(pool) } }),
+    });
+    await publishAssignment(d, job("w1", 1));
+    await publishAssignment(d, job("j1", 2));
+    await d.reconcile("test", PASS_BUDGET_MS);
+    const placement = { pool: "small", backend: "pod" } as const;
+    await d.withState(({ records }) => records.update("w1", (r) => ({ ...r, warm: true, placement })));
+    // A job's runner of the same pool.
+    await d.withState(({ records }) => records.update("j1", (r) => ({ ...r, placement })));
+    await claimAssignment(d, "j1");
+    expect(took).toEqual([]);
+    await claimAssignment(d, "w1");
+    expect(took).toEqual(["small"]);
+    // A repeated claim changed nothing: nothing more is told.
+    await claimAssignment(d, "w1");
+    expect(took).toEqual(["small"]);
+  });
+});
+
 describe("a claim's ack", () => {
   it("names the delivery that asked for the runner, even after the message came again meanwhile", async () => {
     const { env, d } = await scene({ RETRY_DELAY_MS: 50 });
