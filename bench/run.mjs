@@ -270,7 +270,9 @@ async function timeToRunnerUnderLoad(host = HOST) {
   const vars = varsFor(`ttr16${host}`);
   await provisioned(vars);
   await backendMode(vars, { autoClaimMs: 0, autoCompleteMs: 1_000 });
-  const worker = await startWorker({ ...vars, NATS_URL: nats.wsUrl }, undefined, host);
+  // BENCH_PROFILE=1: a CPU profile of the isolate over the 16-in-flight round (bench/results/ttr16.cpuprofile), in Miniflare.
+  const inspectorPort = process.env.BENCH_PROFILE && host === "miniflare" ? await freePort() : undefined;
+  const worker = await startWorker({ ...vars, NATS_URL: nats.wsUrl }, undefined, host, inspectorPort ? { inspectorPort } : {});
   try {
     // The host's floor: a request that does nothing (no NATS), 16 in flight.
     const trivial = await load(400, 16, async () => void (await (await fetch(`${worker.url}/openapi.json`)).arrayBuffer()));
@@ -278,7 +280,9 @@ async function timeToRunnerUnderLoad(host = HOST) {
     let firstJob = 500_000;
     for (const inFlight of [1, 4, 16]) {
       log(`timeToRunner under load (${host}): ${JOBS} jobs, ${inFlight} webhooks in flight, runners claim when ready`);
+      const profiler = inspectorPort && inFlight === 16 ? await startProfile(inspectorPort) : undefined;
       byInFlight[inFlight] = await measureInFlight(worker, vars, inFlight, firstJob);
+      if (profiler) log(`timeToRunner under load: profile ${JSON.stringify(await profiler.stop("bench/results/ttr16.cpuprofile"))}`);
       firstJob += JOBS;
       // The claims and completions of this round finish before the next round starts.
       await new Promise((r) => setTimeout(r, 2_000));
