@@ -7,7 +7,8 @@
 //
 // Only the time a job waits rides on this: a promise kept too long makes a job ask for its own
 // runner at once (a warm runner may take its job all the same, see pools/taken.ts), and a read up
-// to LOOK_MS old may make a job wait for a runner another isolate just gave a job (at most its grace).
+// to LOOK_MS old may make a job wait for a runner another isolate just gave a job (at most its
+// grace). A read that found none idle is not kept: that would cost a runner, not a wait.
 
 /** How long one read of the warm positions answers for this isolate. */
 export const LOOK_MS = 1_000;
@@ -34,7 +35,11 @@ export function createWarmLook(): WarmLook {
         // A failed read is not kept: the next pass reads again.
         fresh.idle.catch(() => (look === fresh ? (look = undefined) : undefined));
       }
-      const idle = (await look.idle).get(pool) ?? 0;
+      const current = look;
+      const idle = (await current.idle).get(pool) ?? 0;
+      // A "none idle" is not kept: a warm runner that comes up meanwhile would go unseen, and the
+      // job would make a runner of its own (on a cloud, a server and its hour).
+      if (idle === 0 && look === current) look = undefined;
       const live = (promised.get(pool) ?? []).filter((end) => end > now);
       if (live.length >= idle) {
         promised.set(pool, live);

@@ -60,3 +60,16 @@ describe("the isolate's look at idle warm runners", () => {
     expect(r.reads).toBe(3);
   });
 });
+
+describe("a look that found none idle", () => {
+  it("is not kept: the next take reads again, and sees a runner that came up meanwhile; near miss: another pool's idle ones keep the read", async () => {
+    const look = createWarmLook();
+    const { r, read } = reader({ p: 0, q: 1 });
+    expect(await look.take("p", 0, 5_000, read)).toBe(false);
+    r.idle.p = 1;
+    expect(await look.take("p", 10, 5_000, read)).toBe(true);
+    expect(r.reads).toBe(2);
+    expect(await look.take("q", 20, 5_000, read)).toBe(true);
+    expect(r.reads).toBe(2);
+  });
+});
