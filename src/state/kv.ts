@@ -34,9 +34,7 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
   const prefix = `$KV.${bucket}.`;
   for (let i = 0; i < keys.length; i += MULTI_LAST_LIMIT) {
     const subjects = keys.slice(i, i + MULTI_LAST_LIMIT).map((k) => prefix + k);
-    for (const m of await readBatch(handle, `KV_${bucket}`, { multi_last: subjects })) {
-      if (isKvValue(m)) found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
-    }
+    keepValues(await readBatch(handle, `KV_${bucket}`, { multi_last: subjects }), prefix, found);
   }
   return found;
 }
@@ -100,6 +98,12 @@ export async function readBatch(handle: NatsHandle, stream: string, request: Dir
   }
 }
 
+/** The values among a batch's messages (not delete or purge markers), by key (the subject past `prefix`), into `found`. */
+function keepValues<T>(messages: readonly StoredMsg[], prefix: string, found: Map<string, Versioned<T>>): Map<string, Versioned<T>> {
+  for (const m of messages) if (isKvValue(m)) found.set(m.subject.slice(prefix.length), { value: m.json<T>(), revision: m.seq });
+  return found;
+}
+
 /** A KV entry's message that holds a value, not a delete or purge marker. */
 export function isKvValue(m: StoredMsg): boolean {
   const op = m.header?.get("KV-Operation");
@@ -116,11 +120,7 @@ const MULTI_LAST_LIMIT = 1024;
 export async function readAllUnder<T>(handle: NatsHandle, bucket: string, prefix: string): Promise<Map<string, Versioned<T>>> {
   const subjects = `$KV.${bucket}.`;
   try {
-    const found = new Map<string, Versioned<T>>();
-    for (const m of await readBatch(handle, `KV_${bucket}`, { multi_last: [`${subjects}${prefix}.>`] })) {
-      if (isKvValue(m)) found.set(m.subject.slice(subjects.length), { value: m.json<T>(), revision: m.seq });
-    }
-    return found;
+    return keepValues(await readBatch(handle, `KV_${bucket}`, { multi_last: [`${subjects}${prefix}.>`] }), subjects, new Map<string, Versioned<T>>());
   } catch (err) {
     if ((err as { code?: unknown }).code !== TOO_MANY_RESULTS) throw err;
   }
