@@ -44,6 +44,8 @@ export const EVENT_NAMES = [
   "warm_scaled_down",
   "warm_recycled",
   "warm_boot_stalled",
+  "warm_hour_end",
+  "warm_reuse_filled",
   "warm_busy",
   "warm_took_job",
   "warm_converted",

@@ -7,6 +7,7 @@
 import type { BackendAccess, Basics, ForgeAccess, State, StoreAccess } from "../domain/context.ts";
 import { placementOf, runnerAt } from "../state/records.ts";
 import { endRunner, WAITING } from "./end.ts";
+import type { DrainReason } from "./warm-plan.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
@@ -14,7 +15,7 @@ type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess;
 type Stores = Pick<State, "admission" | "records">;
 
 /** True when the runner was taken away; false when it had taken a job, or was gone already. */
-export async function drainWarm(d: Deps, state: Stores, id: string, reason: "scaled_down" | "idle_recycled" | "boot_stalled", pool: string): Promise<boolean> {
+export async function drainWarm(d: Deps, state: Stores, id: string, reason: DrainReason, pool: string): Promise<boolean> {
   const record = await state.records.get(id);
   if (!record || !WAITING.has(record.state)) return false;
   const runner = runnerAt(record);
@@ -29,7 +30,7 @@ export async function drainWarm(d: Deps, state: Stores, id: string, reason: "sca
   }
   const ended = await endRunner(d, state, id, reason, (r) => WAITING.has(r.state));
   if (!ended) return false;
-  const event = { scaled_down: "warm_scaled_down", idle_recycled: "warm_recycled", boot_stalled: "warm_boot_stalled" } as const;
+  const event = { scaled_down: "warm_scaled_down", idle_recycled: "warm_recycled", boot_stalled: "warm_boot_stalled", hour_end: "warm_hour_end" } as const;
   d.sink.event({ event: event[reason], assignment: id, backend: placementOf(ended).backend, pool });
   return true;
 }

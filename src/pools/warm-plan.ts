@@ -10,6 +10,14 @@ export interface PlanSlot {
   /** Epoch ms it was pointed here. */
   since: number;
   revision: number;
+  /** A warm runner by reuse: the parked server it is rebuilt on, and when it is given up (epoch ms). */
+  reuse?: Reused | undefined;
+}
+
+/** A parked server a warm runner is (or may be) rebuilt on, and when that runner is given up: before the server's next paid hour. */
+export interface Reused {
+  server: number;
+  until: number;
 }
 
 /** What a pointed-at runner's record says; undefined when it has none (yet). */
@@ -30,6 +38,8 @@ export interface PlanRecord {
  * (pools/taken.ts), which may put there the runner made for the job it took; only then, or
  * LEAVING_MS later, is the position empty.
  */
+export type DrainReason = "scaled_down" | "idle_recycled" | "boot_stalled" | "hour_end";
+
 export type Occupant = "booting" | "idle" | "busy" | "leaving" | "ended";
 
 /** How long a position whose runner just took a job is kept for that job's own runner. */
@@ -40,8 +50,16 @@ export interface WarmPlan {
   fill: { index: number; revision: number }[];
   /** Keep a runner (warm at `from`) in a lower position that frees up, so that the pool's positions stay below its target. */
   move: { id: string; from: PlanSlot; to: { index: number; revision: number } }[];
-  /** Warm runners to take away: above the target (oldest first), idle longer than maxIdleMs, or booting past any delivery's look (stalledAfterMs). */
-  drain: { slot: PlanSlot; reason: "scaled_down" | "idle_recycled" | "boot_stalled" }[];
+  /**
+   * Parked servers to rebuild as warm runners (reuse: "rebuild"), each into a position: an empty
+   * one below the target first (they count towards it), else one above it, unused.
+   */
+  reuse: { index: number; revision: number; reused: Reused }[];
+  /**
+   * Warm runners to take away: above the target (oldest first), idle longer than maxIdleMs,
+   * booting past any delivery's look (stalledAfterMs), or by reuse at the end of their paid hour.
+   */
+  drain: { slot: PlanSlot; reason: DrainReason }[];
   /** Positions at or above the target that point at no live runner. */
   clear: PlanSlot[];
   /** Live warm runners after the plan, by what they are doing. */
@@ -74,20 +92,29 @@ export function planPool(
    * ever end it or free its position and slot.
    */
   stalledAfterMs = Infinity,
+  /** The pool's parked servers (reuse: "rebuild"): each not yet under a warm runner gets one, rebuilt on it. */
+  parked: readonly Reused[] = [],
 ): WarmPlan {
-  const plan: WarmPlan = { fill: [], move: [], drain: [], clear: [], counts: { idle: 0, booting: 0 } };
+  const plan: WarmPlan = { fill: [], reuse: [], move: [], drain: [], clear: [], counts: { idle: 0, booting: 0 } };
   const occupant = (s: PlanSlot) => occupantOf(records.get(s.id), s, now, vacate);
   const live = slots.filter((s) => occupant(s) === "booting" || occupant(s) === "idle");
   const age = (s: PlanSlot) => records.get(s.id)?.receivedAt ?? s.since;
-  // Idle too long: taken away and replaced (their positions are filled again below).
-  const stale = live.filter((s) => occupant(s) === "idle" && now - (records.get(s.id)?.readyAt ?? now) > maxIdleMs);
+  // By reuse, at the end of its paid hour (less warmUntil): given up before the next one begins.
+  const paidOut = live.filter((s) => s.reuse !== undefined && s.reuse.until <= now);
+  for (const s of paidOut) plan.drain.push({ slot: s, reason: "hour_end" });
+  // Idle too long: taken away and replaced (their positions are filled again below). One by reuse
+  // is given up at its hour's end instead, which comes first.
+  const stale = live.filter((s) => !s.reuse && occupant(s) === "idle" && now - (records.get(s.id)?.readyAt ?? now) > maxIdleMs);
   for (const s of stale) plan.drain.push({ slot: s, reason: "idle_recycled" });
   const askedAt = (s: PlanSlot) => records.get(s.id)?.askedAt;
-  const stalled = live.filter((s) => occupant(s) === "booting" && askedAt(s) !== undefined && now - askedAt(s)! > stalledAfterMs);
+  const stalled = live.filter((s) => !paidOut.includes(s) && occupant(s) === "booting" && askedAt(s) !== undefined && now - askedAt(s)! > stalledAfterMs);
   for (const s of stalled) plan.drain.push({ slot: s, reason: "boot_stalled" });
-  const fresh = live.filter((s) => !stale.includes(s) && !stalled.includes(s));
-  // Above the target: the oldest go first.
-  const surplus = [...fresh].sort((a, b) => age(a) - age(b) || a.index - b.index).slice(0, Math.max(0, fresh.length - target));
+  const fresh = live.filter((s) => !paidOut.includes(s) && !stale.includes(s) && !stalled.includes(s));
+  // Above the target: the oldest go first. A runner by reuse costs nothing until its hour ends,
+  // and is never the surplus: the target counts it, but taking away another for it would park
+  // that one's server for a rebuild, in a loop.
+  const plain = fresh.filter((s) => !s.reuse);
+  const surplus = [...plain].sort((a, b) => age(a) - age(b) || a.index - b.index).slice(0, Math.max(0, plain.length - target));
   for (const s of surplus) plan.drain.push({ slot: s, reason: "scaled_down" });
   const kept = fresh.filter((s) => !surplus.includes(s));
   // Positions below the target that hold no kept runner are free; kept runners above it move down.
@@ -98,6 +125,20 @@ export function planPool(
     const index = free.shift();
     if (index === undefined) break; // positions held for leaving runners: it moves at a later pass
     plan.move.push({ id: s.id, from: s, to: { index, revision: byIndex.get(index)?.revision ?? 0 } });
+  }
+  // Parked servers no live runner is rebuilt on: the least of its hour left first, into the empty
+  // positions below the target (a new server only where reuse leaves a gap), then above it.
+  const covered = new Set(slots.filter((s) => s.reuse && occupant(s) !== "ended").map((s) => s.reuse!.server));
+  const toReuse = parked.filter((p) => !covered.has(p.server)).sort((a, b) => a.until - b.until || a.server - b.server);
+  const used = new Set(slots.map((s) => s.index));
+  let above = target;
+  for (const reused of toReuse) {
+    const below = free.shift();
+    if (below !== undefined) plan.reuse.push({ index: below, revision: byIndex.get(below)?.revision ?? 0, reused });
+    else {
+      while (used.has(above)) above++;
+      plan.reuse.push({ index: above++, revision: 0, reused });
+    }
   }
   for (const index of free) plan.fill.push({ index, revision: byIndex.get(index)?.revision ?? 0 });
   const moved = new Set(plan.move.map((m) => m.from.index));

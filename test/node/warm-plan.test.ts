@@ -163,3 +163,89 @@ describe("one pool's maintenance plan", () => {
     expect(planPool(4, slots, known, NOW, HOUR).drain).toEqual([]);
   });
 });
+
+describe("warm runners by reuse (parked servers rebuilt at once)", () => {
+  const reused = (index: number, id: string, server: number, until: number, revision = index + 10): PlanSlot => ({
+    ...slot(index, id, revision),
+    reuse: { server, until },
+  });
+  const withParked = (target: number, slots: PlanSlot[], known: Map<string, PlanRecord>, parked: { server: number; until: number }[]) =>
+    planPool(target, slots, known, NOW, HOUR, new Set(), Infinity, parked);
+
+  it("a parked server fills an empty position below the target before a new server would, the least of its hour left first; the rest go above the target, in unused positions", () => {
+    const p = withParked(2, [slot(3, "gone", 55)], records([["gone", { state: "completed", receivedAt: NOW - 9_000 }]]), [
+      { server: 7, until: NOW + 30 * 60_000 },
+      { server: 5, until: NOW + 10 * 60_000 },
+      { server: 9, until: NOW + 50 * 60_000 },
+      { server: 8, until: NOW + 40 * 60_000 },
+    ]);
+    expect(p.reuse).toEqual([
+      { index: 0, revision: 0, reused: { server: 5, until: NOW + 10 * 60_000 } },
+      { index: 1, revision: 0, reused: { server: 7, until: NOW + 30 * 60_000 } },
+      { index: 2, revision: 0, reused: { server: 8, until: NOW + 40 * 60_000 } },
+      { index: 4, revision: 0, reused: { server: 9, until: NOW + 50 * 60_000 } },
+    ]);
+    // No new server: reuse filled every position of the target.
+    expect(p.fill).toEqual([]);
+  });
+
+  it("a parked server a live position is rebuilt on is not filled again; one whose runner ended is (parked anew); a gap reuse leaves gets a new server", () => {
+    const p = withParked(
+      3,
+      [reused(0, "r1", 5, NOW + HOUR / 2), reused(1, "r2", 6, NOW + HOUR / 2)],
+      records([
+        ["r1", booting],
+        ["r2", { state: "terminated", receivedAt: NOW - 9_000 }],
+      ]),
+      [
+        { server: 5, until: NOW + HOUR / 2 },
+        { server: 6, until: NOW + HOUR / 3 },
+      ],
+    );
+    expect(p.reuse).toEqual([{ index: 1, revision: 11, reused: { server: 6, until: NOW + HOUR / 3 } }]);
+    expect(p.fill).toEqual([{ index: 2, revision: 0 }]);
+  });
+
+  it("given up at the end of its paid hour, booting or idle; near miss: a moment before it stays; a busy one is left to its job", () => {
+    const p = withParked(
+      1,
+      [reused(0, "due", 5, NOW), reused(1, "early", 6, NOW + 1), reused(2, "bootingDue", 7, NOW - 1), reused(3, "busy", 8, NOW - 1)],
+      records([
+        ["due", idle(NOW - 100_000)],
+        ["early", idle(NOW - 100_000)],
+        ["bootingDue", booting],
+        ["busy", { state: "claimed", receivedAt: NOW - 100_000, claimedAt: NOW - 60_000 }],
+      ]),
+      [],
+    );
+    expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([
+      ["due", "hour_end"],
+      ["bootingDue", "hour_end"],
+    ]);
+  });
+
+  it("never the surplus above the target, nor recycled for idleness; a plain warm runner above the target still goes; one by reuse above it moves down into a freed position", () => {
+    const p = withParked(
+      1,
+      [slot(0, "plainOld"), slot(1, "plainYoung"), reused(2, "r", 5, NOW + HOUR / 2)],
+      records([
+        ["plainOld", idle(NOW - 100_000)],
+        ["plainYoung", idle(NOW - 50_000)],
+        ["r", idle(NOW - 2 * HOUR, NOW - 2 * HOUR + 1)],
+      ]),
+      [],
+    );
+    expect(p.drain.map((d) => [d.slot.id, d.reason])).toEqual([["plainOld", "scaled_down"]]);
+    const q = withParked(
+      2,
+      [slot(0, "taken"), reused(5, "r", 5, NOW + HOUR / 2)],
+      records([
+        ["taken", { state: "claimed", receivedAt: NOW - 100_000 }],
+        ["r", idle(NOW - 100_000)],
+      ]),
+      [],
+    );
+    expect(q.move).toEqual([{ id: "r", from: expect.objectContaining({ index: 5 }), to: { index: 0, revision: 10 } }]);
+    expect(q.fill).toEqual([{ index: 1, revision: 0 }]);
+  });
+});
