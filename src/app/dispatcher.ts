@@ -241,7 +241,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
                 name: pool.name,
                 ...(pool.template ? { template: pool.template } : {}),
                 ...(pool.candidates ? { candidates: pool.candidates } : {}),
-                ...(pool.reuse ? { reuse: pool.reuse } : {}),
+                ...(pool.reuse ? { reuse: pool.reuse, warmUntil: pool.warmUntil } : {}),
                 ...(market ? { market } : {}),
                 ...(pool.spotFallback ? { spotFallback: pool.spotFallback } : {}),
               },

@@ -72,6 +72,8 @@ export interface RunnerRequest {
     /** A cloud driver's placements, tried in order (hetzner: server_type and location; ec2: InstanceType and SubnetId). */
     candidates?: Record<string, string>[];
     reuse?: "rebuild";
+    /** With reuse: how long before its paid hour ends a server is given up, not kept for the next job. */
+    warmUntil?: number;
     market?: "spot" | "on-demand";
     spotFallback?: "on-demand";
   };
@@ -87,6 +89,18 @@ export interface RunnerBackend {
   teardown(id: string, signal: AbortSignal): Promise<void>;
   /** The driver's own work on the cron tick (the hetzner driver's orphan sweep), on the invocation's instance. */
   tick?(ask: TickAsk): Promise<{ deleted: number }>;
+  /**
+   * The servers a pool with reuse: "rebuild" keeps parked (its jobs done, its paid hour running):
+   * each one's id and when its current paid hour ends (epoch ms). Drivers that park nothing have none.
+   */
+  parked?(pool: string): Promise<ParkedServer[]>;
+}
+
+/** A server parked for its pool's next job (RunnerBackend.parked). */
+export interface ParkedServer {
+  server: number;
+  /** Epoch ms its current paid hour ends. */
+  paidUntil: number;
 }
 
 /** What of a pool a cloud driver places a workload by: its template over the backend's, and its candidates. */
@@ -114,6 +128,15 @@ export interface TickAsk {
 /** A failed backend call; the reconciliation naks and retries (401/403 also emit backend_auth). */
 export class BackendError extends UpstreamError {
   override readonly name: string = "BackendError";
+}
+
+/**
+ * What the workload was asked for is gone, and nothing else may stand in for it: a warm runner by
+ * reuse whose parked server a job took meanwhile (a new server would cost a new hour). Its
+ * assignment ends; nothing is retried.
+ */
+export class WorkloadUnneeded extends BackendError {
+  override readonly name = "WorkloadUnneeded";
 }
 
 /**

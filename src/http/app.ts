@@ -7,6 +7,7 @@ import { giteaRunnerOf, parseId } from "../domain/operations.ts";
 import { releaseRunner } from "../domain/teardown.ts";
 import { interruptAssignment, MAX_NOTICE_BYTES, parseNotice } from "../domain/interrupt.ts";
 import { observeStartup, settleTaken } from "../pools/taken.ts";
+import { maintainAfterRelease } from "../pools/maintain.ts";
 import { directPath, type RequestPath } from "../app/request-path.ts";
 import { claimToken, dispatchToken, secretBearer, statusPassword } from "./middleware/auth.ts";
 import { contentSecurityPolicy, renderStatusPage, styleHash } from "./status-page.ts";
@@ -118,7 +119,13 @@ export function createApp(deps: AppDeps) {
     const id = c.var.id;
     const { contended, changed, runsOn, ...view } = await c.var.path.complete(id, c.var.incarnation);
     // Only the call that completed it tears the runner down; a repeat changes nothing.
-    if (changed) inBackground(c, d, releaseRunner(d, id, runsOn, giteaRunnerOf(view)), "teardown after complete");
+    if (changed)
+      inBackground(
+        c,
+        d,
+        releaseRunner(d, id, runsOn, giteaRunnerOf(view)).then(() => maintainAfterRelease(d, view.pool, eagerPass(c, d))),
+        "teardown after complete",
+      );
     if (contended) reconcileSoon(c, d, "release", view.backend);
     return c.json(view);
   });
@@ -144,15 +151,15 @@ export function createApp(deps: AppDeps) {
     if (outcome.record) inBackground(c, d, c.var.path.record(outcome.record, outcome.facts), "record after webhook");
     if (outcome.reconcile) reconcileSoon(c, d, outcome.after ?? "webhook", outcome.reconcile);
     const t = outcome.teardown;
-    if (t) inBackground(c, d, releaseRunner(d, t.id, t.backend, t.giteaRunner), "runner teardown");
-    if (outcome.taken) {
-      // A warm runner's replacement is asked for now, not at the next tick.
-      const pass = (backend: Backend) =>
-        d.config.eagerReconcile
-          ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true })
-          : Promise.resolve();
-      inBackground(c, d, settleTaken(d, outcome.taken, pass), "after a runner took another job");
-    }
+    if (t)
+      inBackground(
+        c,
+        d,
+        releaseRunner(d, t.id, t.backend, t.giteaRunner).then(() => maintainAfterRelease(d, t.pool, eagerPass(c, d))),
+        "runner teardown",
+      );
+    // A warm runner's replacement is asked for now, not at the next tick.
+    if (outcome.taken) inBackground(c, d, settleTaken(d, outcome.taken, eagerPass(c, d)), "after a runner took another job");
     if (outcome.started) inBackground(c, d, observeStartup(d, outcome.started), "job start-up time");
     return c.json(outcome.body, outcome.status);
   });
@@ -207,6 +214,12 @@ export function createApp(deps: AppDeps) {
 
   return app;
 }
+
+/** A pass for the warm runner just published on `backend` (a pool's replacement, a server rebuilt at once), within this request's background work. */
+const eagerPass = (c: AppContext, d: Invocation) => (backend: Backend) =>
+  d.config.eagerReconcile
+    ? c.var.path.reconcile("publish", Math.min(EAGER_BUDGET_MS, d.config.reconcileBudgetMs), { only: [backend], eager: true })
+    : Promise.resolve();
 
 function reconcileSoon(c: AppContext, d: Invocation, trigger: "publish" | "webhook" | "claim" | "release", backend: Backend) {
   if (!d.config.eagerReconcile) return;

@@ -67,6 +67,8 @@ const fields = {
   pools: z.array(poolNameSchema).min(1).max(MAX_POOLS_PER_JOB).optional(),
   /** A warm runner of its one pool (see pools/maintain.ts), not a job's. */
   warm: z.literal(true).optional(),
+  /** A warm runner rebuilt on this parked server of its pool (reuse: "rebuild"), and on no other: never a new one. */
+  reuse: z.strictObject({ server: z.number().int().positive() }).optional(),
   job: jobSchema.optional(),
   createdAt: assignmentTime,
 };
@@ -75,8 +77,10 @@ export const assignmentSchema = z.strictObject(fields);
 export type Assignment = z.infer<typeof assignmentSchema>;
 
 /** What a client may POST: workload and createdAt are filled in when omitted. */
+// `reuse` is the pools' own: no client names a server to rebuild.
+const { reuse: _pools, ...requestFields } = fields;
 export const assignmentRequestSchema = z.strictObject({
-  ...fields,
+  ...requestFields,
   workload: fields.workload.optional(),
   createdAt: fields.createdAt.optional(),
 });
@@ -136,6 +140,7 @@ export function encodeAssignment(a: Assignment): Uint8Array {
     labels: a.labels,
     pools: a.pools,
     warm: a.warm,
+    reuse: a.reuse && { server: a.reuse.server },
     job,
     createdAt: a.createdAt,
   };

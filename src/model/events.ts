@@ -45,6 +45,7 @@ export const EVENT_NAMES = [
   "warm_recycled",
   "warm_boot_stalled",
   "warm_hour_end",
+  "backend_unneeded",
   "warm_reuse_filled",
   "warm_busy",
   "warm_took_job",

@@ -42,6 +42,16 @@ const poolSchema = z
     template: z.record(z.string(), z.unknown()).optional(),
     /** The hetzner driver's: a finished job's server is kept for the pool's next job within its paid hour, and rebuilt for it. */
     reuse: z.enum(["rebuild"], { message: 'must be "rebuild"' }).optional(),
+    /**
+     * With reuse: a finished job's server is rebuilt at once as a warm runner, given up this long
+     * before its paid hour ends (deleted then, before the next hour is billed).
+     */
+    warmUntil: z
+      .number()
+      .int()
+      .min(2 * 60_000)
+      .max(30 * 60_000)
+      .default(4 * 60_000),
     /** A cloud driver's placements, tried in order where one has no room: hetzner's (server_type, location), ec2's (InstanceType, SubnetId). */
     candidates: z
       .array(z.record(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, { message: "must be a field name" }), z.string().min(1).max(255)))

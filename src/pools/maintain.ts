@@ -14,6 +14,8 @@ import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { markWarm } from "../state/transitions.ts";
 import type { WarmSlot } from "../state/warm-slots.ts";
+import type { ParkedServer } from "../domain/backend.ts";
+import type { Backend } from "../nats/names.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics & StoreAccess & BackendAccess & ForgeAccess & Settings;
@@ -29,8 +31,8 @@ export interface PoolSummary {
   drained: number;
 }
 
-/** Pools that keep warm runners, now or in some window. */
-export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0);
+/** Pools that keep warm runners, now or in some window, or rebuild their finished jobs' servers as warm runners. */
+export const keepsWarm = (p: Pool) => p.minIdle > 0 || (p.schedule ?? []).some((w) => w.minIdle > 0) || p.reuse === "rebuild";
 
 /** `vacate`: warm runners that took a job whose settling runs this pass: their positions may be filled now. */
 export async function maintainPools(d: Deps, state: Stores, only?: readonly string[], vacate: ReadonlySet<string> = new Set()): Promise<PoolSummary[]> {
@@ -40,16 +42,18 @@ export async function maintainPools(d: Deps, state: Stores, only?: readonly stri
   const pools = d.config.pools.filter((p) => (keepsWarm(p) || all.has(p.name)) && (!only || only.includes(p.name)));
   if (!pools.length) return [];
   const ids = pools.flatMap((p) => (all.get(p.name) ?? []).map((s) => s.id));
-  const records = await state.records.getMany(ids);
+  const [records, parked] = await Promise.all([state.records.getMany(ids), parkedOf(d, pools)]);
   const now = d.now();
   return Promise.all(
     pools.map(async (pool) => {
       const target = idleTarget(pool, new Date(now));
       const { slots, known } = planInputs(all.get(pool.name) ?? [], records);
-      const plan = planPool(target, slots, known, now, pool.maxIdleMs, vacate, pool.bootTimeoutMs + 2 * d.config.ackWaitMs);
+      // A parked server is rebuilt as a warm runner only while its hour has more than warmUntil left.
+      const reusable = (parked.get(pool.name) ?? []).map((p) => ({ server: p.server, until: p.paidUntil - pool.warmUntil })).filter((p) => p.until > now);
+      const plan = planPool(target, slots, known, now, pool.maxIdleMs, vacate, pool.bootTimeoutMs + 2 * d.config.ackWaitMs, reusable);
       const summary: PoolSummary = { pool: pool.name, target, ...plan.counts, filled: 0, drained: 0 };
       for (const m of plan.move) {
-        if (await state.warm.put(pool.name, m.to.index, m.id, m.to.revision)) await state.warm.clear(pool.name, m.from.index, m.from.revision);
+        if (await state.warm.put(pool.name, m.to.index, m.id, m.to.revision, m.from.reuse)) await state.warm.clear(pool.name, m.from.index, m.from.revision);
       }
       for (const { slot, reason } of plan.drain) {
         if (await drainWarm(d, state, slot.id, reason, pool.name)) summary.drained++;
@@ -64,14 +68,61 @@ export async function maintainPools(d: Deps, state: Stores, only?: readonly stri
         summary.filled++;
         summary.booting++;
       }
+      // The position first, then the runner: a position whose publish was lost is empty a minute on
+      // (UNRECORDED_GRACE_MS), and its server, still parked, is rebuilt then.
+      for (const { index, revision, reused } of plan.reuse) {
+        const id = warmId(pool.name, index, now);
+        if (!(await state.warm.put(pool.name, index, id, revision, reused))) continue;
+        const assignment = {
+          version: 1 as const,
+          id,
+          backend: pool.backend,
+          labels: pool.labels,
+          pools: [pool.name],
+          warm: true as const,
+          reuse: { server: reused.server },
+        };
+        await publishAssignment(d, assignment, { warm: true });
+        d.sink.event({ event: "warm_reuse_filled", assignment: id, backend: pool.backend, pool: pool.name, reason: `server ${reused.server}` });
+        summary.filled++;
+        summary.booting++;
+      }
       return summary;
     }),
   );
 }
 
+/**
+ * After a runner of `pool` was torn down: a pool that reuses its servers has just parked that
+ * one, and rebuilds it as a warm runner now rather than at the next tick. `filled` hears the
+ * backend when a warm runner was published, whose assignment waits for a pass.
+ */
+export async function maintainAfterRelease(d: Deps, pool: string | null | undefined, filled: (backend: Backend) => Promise<unknown>): Promise<void> {
+  const reusing = pool ? d.config.pools.find((p) => p.name === pool && p.reuse === "rebuild") : undefined;
+  if (!reusing) return;
+  const [summary] = await d.withState((state) => maintainPools(d, state, [reusing.name]));
+  if (summary && summary.filled > 0) await filled(reusing.backend);
+}
+
+/** Each pool's parked servers, for the pools that rebuild theirs (reuse: "rebuild"), one request per pool. */
+async function parkedOf(d: Deps, pools: readonly Pool[]): Promise<Map<string, ParkedServer[]>> {
+  const reusing = pools.filter((p) => p.reuse === "rebuild");
+  const read = async (p: Pool): Promise<ParkedServer[]> => {
+    try {
+      return (await d.runnersFor(p.backend).parked?.(p.name)) ?? [];
+    } catch (err) {
+      // The rest of the pass goes on: the next one rebuilds them.
+      d.sink.error("reading a pool's parked servers failed", { pool: p.name, reason: (err as Error).message });
+      return [];
+    }
+  };
+  const found = await Promise.all(reusing.map(async (p) => [p.name, await read(p)] as const));
+  return new Map(found);
+}
+
 /** Positions and their runners' records, as warm-plan.ts takes them. */
 function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Versioned<AssignmentRecord>>) {
-  const slots: PlanSlot[] = listed.map((s) => ({ index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision }));
+  const slots: PlanSlot[] = listed.map((s) => ({ index: s.index, id: s.id, since: Date.parse(s.since), revision: s.revision, reuse: s.reuse }));
   const known = new Map<string, PlanRecord>();
   for (const s of slots) {
     const r = records.get(s.id)?.value;
@@ -82,6 +133,7 @@ function planInputs(listed: readonly WarmSlot[], records: ReadonlyMap<string, Ve
         ...(r.readyAt ? { readyAt: Date.parse(r.readyAt) } : {}),
         ...(r.claimedAt ? { claimedAt: Date.parse(r.claimedAt) } : {}),
         ...(r.askedAt ? { askedAt: Date.parse(r.askedAt) } : {}),
+        ...(r.launchedAt ? { launchedAt: Date.parse(r.launchedAt) } : {}),
       });
     }
   }
@@ -111,7 +163,7 @@ export async function adoptWarm(d: Deps, state: Stores, id: string, poolName: st
     // Its runner took a job meanwhile (or it ended): the position goes back to the runner it
     // pointed at (kept for the settling that vacated it, see warm-plan.ts), or back to empty.
     const before = slots.find((s) => s.index === index);
-    await (before ? state.warm.put(pool.name, index, before.id, at) : state.warm.clear(pool.name, index, at));
+    await (before ? state.warm.put(pool.name, index, before.id, at, before.reuse) : state.warm.clear(pool.name, index, at));
     return false;
   }
   return false;

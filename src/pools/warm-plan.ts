@@ -31,6 +31,8 @@ export interface PlanRecord {
   claimedAt?: number;
   /** Epoch ms its runner was asked of the backend, this boot attempt (a boot retry asks again). */
   askedAt?: number;
+  /** Epoch ms its VM fetched its launch (the cloud drivers): its runner program runs, and polls. */
+  launchedAt?: number;
 }
 
 /**
@@ -75,7 +77,10 @@ export function occupantOf(record: PlanRecord | undefined, slot: PlanSlot, now: 
   const leaving = record.claimedAt !== undefined && !vacate.has(slot.id) && now - record.claimedAt < LEAVING_MS;
   if (record.state === "claimed") return leaving ? "leaving" : "busy";
   if (record.state === "completed" || record.state === "terminated") return leaving ? "leaving" : "ended";
-  return record.state === "backend_ready" && record.readyAt !== undefined ? "idle" : "booting";
+  // A VM that fetched its launch runs its runner, which polls within seconds: the backend's own
+  // word comes later, if at all (a cloud server's one status read, 90 s after it was asked for).
+  if (record.state === "backend_ready" && record.readyAt !== undefined) return "idle";
+  return record.launchedAt !== undefined && (record.state === "backend_pending" || record.state === "backend_ready") ? "idle" : "booting";
 }
 
 /** `vacate`: runners whose positions are empty now even if they took their job just now (the settling of that job plans). */
@@ -104,7 +109,8 @@ export function planPool(
   for (const s of paidOut) plan.drain.push({ slot: s, reason: "hour_end" });
   // Idle too long: taken away and replaced (their positions are filled again below). One by reuse
   // is given up at its hour's end instead, which comes first.
-  const stale = live.filter((s) => !s.reuse && occupant(s) === "idle" && now - (records.get(s.id)?.readyAt ?? now) > maxIdleMs);
+  const idleSince = (s: PlanSlot) => records.get(s.id)?.readyAt ?? records.get(s.id)?.launchedAt ?? now;
+  const stale = live.filter((s) => !s.reuse && occupant(s) === "idle" && now - idleSince(s) > maxIdleMs);
   for (const s of stale) plan.drain.push({ slot: s, reason: "idle_recycled" });
   const askedAt = (s: PlanSlot) => records.get(s.id)?.askedAt;
   const stalled = live.filter((s) => !paidOut.includes(s) && occupant(s) === "booting" && askedAt(s) !== undefined && now - askedAt(s)! > stalledAfterMs);

@@ -25,7 +25,7 @@ export interface Facts {
    * "refused": a cloud refused our credentials or a template's field by name (BackendRefused): not
    * transient, so retried once a minute, not at the backend retry's pace (a rate budget spent on refusals).
    */
-  backend?: "error" | "auth_error" | "refused" | "pending" | "ready";
+  backend?: "error" | "auth_error" | "refused" | "unneeded" | "pending" | "ready";
   /** A random number in [0, 1), drawn by the caller: spreads the capacity waits (see capacityWaitDelay). */
   jitter?: number;
   /**
@@ -162,6 +162,8 @@ export function decide(f: Facts, p: Policy): Step {
   if (f.backend === "auth_error") return verdict(nak(DEFAULT_DELAYS.backendRetry), ["backend_auth", "backend_retry"], ["release_slot", "mark_pending"]);
   // Its backend_refused event, naming the variable, is the executor's (process.ts): the table knows no variable.
   if (f.backend === "refused") return verdict(nak(DEFAULT_DELAYS.refused), ["backend_retry"], ["release_slot", "mark_pending"]);
+  // What it was asked for is gone and nothing may stand in for it (WorkloadUnneeded): it ends.
+  if (f.backend === "unneeded") return verdict({ kind: "term", reason: "what its runner was to run on is gone" }, ["backend_unneeded"], ["end_unneeded"]);
   if (f.backend === "pending") return verdict(nak(DEFAULT_DELAYS.pending), ["backend_pending"], ["mark_pending"]);
   const seen: EventName[] = f.backend === "ready" ? ["backend_ready"] : [];
   if (f.readyAt === undefined) return verdict(nak(DEFAULT_DELAYS.claim), [...seen, "claim_pending"], ["mark_ready"]);

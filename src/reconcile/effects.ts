@@ -19,6 +19,8 @@ export async function applyEffects(
   effects: Effect[],
   ref: RunnerRef | undefined,
   holdUntil?: number,
+  /** Why it ends, for an effect that ends it (end_unneeded): the verdict's term reason. */
+  reason?: string,
 ): Promise<AssignmentRecord | null> {
   if (!p.assignment || !p.known) return null;
   const at = new Date(deps.now()).toISOString();
@@ -34,7 +36,7 @@ export async function applyEffects(
       // A delivery back from its hold that read its job waiting must not undo the turn given
       // meanwhile (the compare-and-set failed, and the change is made again on the turn's record).
       if (WAITS.has(effect) && ASKED_FOR.has(next.state) && next.state !== decidedFrom) continue;
-      next = stateAfter(next, effect, { at, holdUntil, askedBy: p.msg.ackSubject });
+      next = stateAfter(next, effect, { at, holdUntil, askedBy: p.msg.ackSubject, reason });
     }
     // A job that waits in the wait set: the record names its message's latest delivery, which its
     // turn naks (a nak naming an earlier delivery is ignored once the message came back), and the
@@ -137,13 +139,14 @@ interface Written {
   at: string;
   holdUntil: number | undefined;
   askedBy: string;
+  reason: string | undefined;
 }
 
 /**
  * The record after one of the decision's effects on a record whose runner still waits: itself where the effect changes nothing of it.
  * The write that asks for a runner (or finds it ready) names the delivery, for the claim to ack.
  */
-function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy }: Written): AssignmentRecord {
+function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy, reason }: Written): AssignmentRecord {
   switch (effect) {
     case "mark_waiting":
       return r.state === "capacity_wait" ? r : { ...r, state: "capacity_wait" };
@@ -162,7 +165,7 @@ function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy }: 
       return { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (r.bootAttempts ?? 0) + 1 } : {}) };
     }
     case "end_unneeded":
-      return { ...r, state: "terminated", terminatedAt: at, reason: "its job started on another runner" };
+      return { ...r, state: "terminated", terminatedAt: at, reason: reason ?? "its job started on another runner" };
     // Its job cannot be taken yet, but its runner is alive: a new claim window, the same runner.
     case "renew_ready":
       return r.state === "backend_ready" ? { ...r, readyAt: at } : r;

@@ -1,7 +1,7 @@
 // Carries out reconciliation for a batch of deliveries: the batch is prepared first (prepare.ts:
 // one read of all records, one admission update), then per message one backend call, at most one
 // record write, and the verdict's ack/nak/term.
-import { BackendError, BackendRefused } from "../domain/backend.ts";
+import { BackendError, BackendRefused, WorkloadUnneeded } from "../domain/backend.ts";
 import type { AssignmentRecord, RunnerRef } from "../state/records.ts";
 import { DEFAULT_DELAYS, decide, type Verdict } from "./decide.ts";
 import { applyEffects } from "./effects.ts";
@@ -88,7 +88,7 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       return kept;
     }
     const holding = holdUntil !== undefined && step.events.at(-1) === "claim_pending";
-    const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined);
+    const after = await applyEffects(deps, p, step.effects, ref, holding ? holdUntil : undefined, step.action.kind === "term" ? step.action.reason : undefined);
     if (asked) {
       await endIfEnded(deps, p, asked === "answered" ? after : undefined);
       asked = undefined;
@@ -158,6 +158,10 @@ function backendFailed(deps: ProcessDeps, p: Prepared, err: unknown) {
     void deps
       .noteRefusal?.(backend, { variable: err.variable, kind: err.kind, message: err.message })
       .catch((e: unknown) => deps.sink.error("noting a backend's refusal failed", { backend, reason: (e as Error).message }));
+    return;
+  }
+  if (err instanceof WorkloadUnneeded) {
+    p.facts.backend = "unneeded";
     return;
   }
   // A full cloud project (its server limit) is waited out like any retry, but said as what it is, not as an error or refused credentials.

@@ -17,14 +17,19 @@ export interface WarmSlot {
   /** When it was pointed here (ISO time). */
   since: string;
   revision: number;
+  /** A warm runner by reuse: the parked server it is rebuilt on, and when it is given up (epoch ms). */
+  reuse?: { server: number; until: number };
 }
 
 /** The warm positions of every pool, changed only by compare-and-set. */
 export interface WarmSlots {
   /** Every position of every pool, by pool. */
   list(): Promise<Map<string, WarmSlot[]>>;
-  /** Points `index` at `id` if it is still at `revision` (0: the position is empty): the position's revision after, null when another writer came first. */
-  put(pool: string, index: number, id: string, revision: number): Promise<number | null>;
+  /**
+   * Points `index` at `id` (a runner by reuse: with its server and end) if it is still at
+   * `revision` (0: the position is empty): the position's revision after, null when another writer came first.
+   */
+  put(pool: string, index: number, id: string, revision: number, reuse?: WarmSlot["reuse"]): Promise<number | null>;
   /** Empties a position if it is still at `revision`. */
   clear(pool: string, index: number, revision: number): Promise<boolean>;
 }
@@ -51,8 +56,8 @@ export function createWarmSlots(handle: NatsHandle, kv: KV, bucket: string, now:
       for (const slots of byPool.values()) slots.sort((a, b) => a.index - b.index);
       return byPool;
     },
-    put(pool, index, id, revision) {
-      const value = new TextEncoder().encode(JSON.stringify({ pool, index, id, since: new Date(now()).toISOString() }));
+    put(pool, index, id, revision, reuse) {
+      const value = new TextEncoder().encode(JSON.stringify({ pool, index, id, since: new Date(now()).toISOString(), ...(reuse ? { reuse } : {}) }));
       return cas(() => (revision === 0 ? kv.create(warmKey(pool, index), value) : kv.update(warmKey(pool, index), value, revision)));
     },
     async clear(pool, index, revision) {

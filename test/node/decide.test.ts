@@ -108,6 +108,11 @@ describe("decide: the reconciliation table, row by row", () => {
       { action: { kind: "nak", delayMs: 60_000 }, events: ["backend_retry"], effects: ["release_slot", "mark_pending"] },
     ],
     [
+      "what it was to run on is gone, and nothing may stand in (a warm runner by reuse whose server a job took) → term, ended",
+      { ...upToBackend, backend: "unneeded" },
+      { action: { kind: "term", reason: "what its runner was to run on is gone" }, events: ["backend_unneeded"], effects: ["end_unneeded"] },
+    ],
+    [
       "backend pending → nak 2 s",
       { ...upToBackend, backend: "pending" },
       { action: { kind: "nak", delayMs: 2_000 }, events: ["backend_pending"], effects: ["mark_pending"] },

@@ -249,3 +249,21 @@ describe("warm runners by reuse (parked servers rebuilt at once)", () => {
     expect(q.fill).toEqual([{ index: 1, revision: 0 }]);
   });
 });
+
+describe("a VM's warm runner", () => {
+  it("is idle once its VM fetched its launch, before the backend says it is up; near miss: one that has not fetched it boots", () => {
+    const launched: PlanRecord = { state: "backend_pending", receivedAt: NOW - 40_000, askedAt: NOW - 39_000, launchedAt: NOW - 5_000 };
+    const p = plan(
+      2,
+      [slot(0, "up"), slot(1, "notYet")],
+      records([
+        ["up", launched],
+        ["notYet", { ...booting, askedAt: NOW - 39_000 }],
+      ]),
+    );
+    expect(p.counts).toEqual({ idle: 1, booting: 1 });
+    // Idle since its launch: recycled after maxIdleMs from there.
+    const q = plan(1, [slot(0, "up")], records([["up", { ...launched, launchedAt: NOW - HOUR - 1 }]]));
+    expect(q.drain.map((d) => d.reason)).toEqual(["idle_recycled"]);
+  });
+});

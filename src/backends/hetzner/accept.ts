@@ -2,7 +2,7 @@
 // with room, noted before it is asked (with the key of its one-time bootstrap) and after; a pass
 // after a lost answer adopts the server of its name that carries that bootstrap's mark, before it
 // would take a parked server. Pending until the claim, with one status read.
-import { BackendError, BackendRefused, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
+import { BackendError, BackendRefused, WorkloadUnneeded, type RunnerRequest, type RunnerStatus } from "../../domain/backend.ts";
 import { fieldSource, forgetRefusals, shownValue, type FieldLayers } from "../refused-field.ts";
 import { base64url } from "../../model/crypto.ts";
 import type { DriverDeps, DriverStores } from "../driver-module.ts";
@@ -98,7 +98,8 @@ export async function acceptWith(
   const base = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
   // What a rebuild of this pool's server starts from: the image its create body names.
   const image = pool?.reuse === "rebuild" ? String(createBody(base, "", templates, candidates[0]).image) : "";
-  const reuseFrom = (paidFrom: number) => (pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom } } : {});
+  const reuseFrom = (paidFrom: number) =>
+    pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom, ...(pool.warmUntil !== undefined ? { warmUntil: pool.warmUntil } : {}) } } : {};
   // Noted before its token exists, and before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
   const {
     token,
@@ -107,9 +108,17 @@ export async function acceptWith(
   } = await boot((key) => notes.put(backend, names.label, { id, createdAt: deps.now(), creating: key, ...reuseFrom(deps.now()) }));
   const mark = await bootMark(creating);
   const who = { ...base, boot: mark };
+  const bound = request.assignment.reuse?.server;
   if (pool?.reuse === "rebuild") {
     // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
-    if (await takeParked(ctx, pool.name, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return "pending";
+    const from = { pool: pool.name, warmUntil: pool.warmUntil, only: bound };
+    if (await takeParked(ctx, from, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return "pending";
+  }
+  if (bound !== undefined) {
+    // A warm runner by reuse is made on its server or not at all: a new server would start a new hour.
+    await bootstraps.revoke(creating);
+    await notes.remove(backend, names.label);
+    throw new WorkloadUnneeded(`server ${bound} is no longer parked: a job took it`);
   }
   let server: HetznerServer | undefined;
   let lastNoRoom: HetznerError | undefined;

@@ -15,7 +15,7 @@ import { projectedRemaining, type CallKind, type RateState } from "./rate-budget
 import { sweepServers } from "./sweep.ts";
 import { refreshOffer } from "./offer.ts";
 import type { Offer } from "../../state/driver-figures.ts";
-import { ownsServer, parkIfWorthIt } from "./reuse.ts";
+import { hourLeft, ownsServer, parkIfWorthIt } from "./reuse.ts";
 import { isOurs, serverName } from "./server-body.ts";
 import type { RunnerDownload } from "../user-data.ts";
 
@@ -88,6 +88,10 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         return swept;
       }),
     accept: (request, signal) => withStores(({ notes, bootstraps, figures, calls }) => calls.acceptWith(notes, bootstraps, figures, request, signal)),
+    parked: (pool) =>
+      withStores(async ({ notes }) =>
+        (await notes.parked(backend, pool)).map(({ value: p }) => ({ server: p.serverId, paidUntil: deps.now() + hourLeft(p.paidFrom, deps.now()) })),
+      ),
     teardown: (id, signal) =>
       withStores(async ({ notes, bootstraps, calls }) => {
         const { label } = await objectNames(deps.prefix, id);

@@ -24,7 +24,7 @@ export interface ServerNote {
   /** That read found it running: the runner is up, its claim is awaited. */
   ready?: boolean;
   /** Its pool reuses servers (reuse: "rebuild"): at the end it is parked, not deleted, while its hour lasts. */
-  reuse?: { pool: string; image: string; paidFrom: number };
+  reuse?: { pool: string; image: string; paidFrom: number; warmUntil?: number };
   /**
    * A parked server taken for this assignment, its rebuild asked but not yet answered: the key of
    * the one-time bootstrap in that rebuild's user_data. A pass that finds it (the last one was cut

@@ -37,21 +37,38 @@ export type Boot = { token: string; userData: string; key: string };
  */
 export type IssueBoot = (noted: (key: string) => Promise<void>) => Promise<Boot>;
 
+/** The pool whose parked server is taken, its warmUntil (kept in the rebuilt server's note), and the one server a warm runner by reuse is bound to. */
+export interface TakeFrom {
+  pool: string;
+  warmUntil?: number | undefined;
+  only?: number | undefined;
+}
+
 /**
- * Takes one of the pool's parked servers and rebuilds it for the assignment `base` describes:
- * true when one was, false when none is parked (or every one went meanwhile). Of callers racing for
- * one, one takes it.
+ * Takes one of the pool's parked servers (`only` that one) and rebuilds it for the assignment
+ * `base` describes: true when one was, false when none is parked (or every one went meanwhile).
+ * Of callers racing for one, one takes it.
  */
-export async function takeParked(c: RebuildCtx, pool: string, base: Omit<ServerNote, "serverId" | "reuse">, boot: Boot, now: number): Promise<boolean> {
+export async function takeParked(
+  c: RebuildCtx,
+  from: string | TakeFrom,
+  base: Omit<ServerNote, "serverId" | "reuse">,
+  boot: Boot,
+  now: number,
+): Promise<boolean> {
+  const { pool, warmUntil, only } = typeof from === "string" ? { pool: from } : from;
   // `boot` was issued under the create's note (`creating`): the rebuild's note names the same key.
-  const parked = (await c.notes.parked(c.backend, pool)).filter((p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS);
+  const parked = (await c.notes.parked(c.backend, pool)).filter(
+    (p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS && (only === undefined || p.value.serverId === only),
+  );
   // The least of its hour left first: that hour is paid, and would go unused; a job that outlasts it
   // costs the server one more hour, as a new server would.
   parked.sort((a, b) => hourLeft(a.value.paidFrom, now) - hourLeft(b.value.paidFrom, now));
   for (const p of parked) {
     if (!(await c.notes.take(p.key, p.revision))) continue;
     const { serverId, image, paidFrom } = p.value;
-    if (await rebuildFor(c, { ...base, serverId, reuse: { pool, image, paidFrom } }, boot)) return true;
+    const reuse = { pool, image, paidFrom, ...(warmUntil !== undefined ? { warmUntil } : {}) };
+    if (await rebuildFor(c, { ...base, serverId, reuse }, boot)) return true;
   }
   return false;
 }
@@ -105,7 +122,8 @@ export async function ownsServer(notes: Notes, backend: string, label: string, s
 
 /** At its job's end: parked for the pool's next job while its hour lasts, or deleted. True when parked. */
 export async function parkIfWorthIt(notes: Notes, backend: string, note: ServerNote & { serverId: number }, now: number): Promise<boolean> {
-  if (!note.reuse || hourLeft(note.reuse.paidFrom, now) <= PARK_MIN_LEFT_MS) return false;
+  // Within its pool's warmUntil of the hour's end it is given up, not parked: its warm runner's end is its delete.
+  if (!note.reuse || hourLeft(note.reuse.paidFrom, now) <= Math.max(PARK_MIN_LEFT_MS, note.reuse.warmUntil ?? 0)) return false;
   // A parked server runs no assignment: its index goes first, so that it is never both.
   await notes.unindex(backend, note.serverId);
   await notes.park(backend, { serverId: note.serverId, pool: note.reuse.pool, image: note.reuse.image, paidFrom: note.reuse.paidFrom, parkedAt: now });

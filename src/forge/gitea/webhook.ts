@@ -71,6 +71,8 @@ export interface Teardown {
   id: string;
   backend: Backend;
   giteaRunner: RunnerAt | undefined;
+  /** The pool it ran in: one that reuses its servers rebuilds this one as a warm runner at once. */
+  pool?: string | undefined;
 }
 
 /** The assignment of one execution of a job (versions.ts executionOf): the same for every delivery of that execution. */
@@ -173,7 +175,7 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
       if (ours) {
         const view = await completeAssignmentRun(d, ours, { ...runner, unclaimed: true }).catch(refusal(d, ours));
         if (typeof view !== "string") {
-          const teardown = view.changed ? { teardown: { id: ours, backend: view.runsOn, giteaRunner: giteaRunnerOf(view) } } : {};
+          const teardown = view.changed ? { teardown: { id: ours, backend: view.runsOn, giteaRunner: giteaRunnerOf(view), pool: view.pool ?? undefined } } : {};
           return { status: 200, body: { completed: ours }, ...teardown, ...(view.contended ? { reconcile: view.backend, after: "release" } : {}) };
         }
         if (view !== MISMATCH) return ignore(d, view, ours);
@@ -188,7 +190,7 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
       return {
         status: 200,
         body: { cancelled: standing },
-        teardown: { id: standing, backend: placementOf(record).backend, giteaRunner: runnerAt(record) },
+        teardown: { id: standing, backend: placementOf(record).backend, giteaRunner: runnerAt(record), pool: placementOf(record).pool },
         ...(contended ? { reconcile: record.backend, after: "release" } : {}),
       };
     }

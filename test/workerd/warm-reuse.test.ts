@@ -1,0 +1,103 @@
+// Warm by reuse, in workerd against the fake Hetzner and the fake Gitea: a pool with reuse:
+// "rebuild" rebuilds a finished job's server at once, as a warm runner of the pool (a fresh disk,
+// a new one-time bootstrap). The next job starts on it with no create and no rebuild in its path:
+// its own runner is never made. A server that ran a job is rebuilt before any other job runs on
+// it (one rebuild per job after the first). Unused, the warm runner is given up warmUntil before
+// its paid hour ends, and its server deleted before the next hour is billed.
+import { afterEach, beforeEach, describe, expect, inject, it } from "vitest";
+import { giteaTestEnv, provisionEnv, TEST_SECRETS, uniqueName } from "../harness/env.ts";
+import { bearer, captureLogs, giteaControl, request, tick, tickUntil, type Captured } from "../harness/worker.ts";
+import { completedFixture, inProgressFixture, queuedFixture } from "../harness/fixtures.ts";
+import { deliverJob, withJob } from "../harness/jobs.ts";
+import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
+
+const nats = inject("natsWsUrl");
+let logs: Captured;
+beforeEach(() => {
+  logs = captureLogs();
+});
+afterEach(() => logs.restore());
+const named = (event: string) => logs.events().filter((e) => e.event === event);
+
+type Server = { id: number; name: string; userData: string; rebuilds: number; labels: Record<string, string> };
+type View = { state: string; warm: boolean; giteaRunnerId: number | null; reason: string | null };
+
+const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
+const WARM_UNTIL_MS = 9 * 60_000;
+
+async function scene() {
+  const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
+  const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
+    CAPACITY_POD: 0,
+    CAPACITY_VM: 2,
+    RETRY_DELAY_MS: 50,
+    VM_DRIVER: "hetzner",
+    HCLOUD_API_URL: project,
+    HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
+    VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" }),
+  });
+  const pools = [{ name: "vms", backend: "vm", labels: LABELS, reuse: "rebuild", warmUntil: WARM_UNTIL_MS }];
+  const vars = { ...env, RUNNER_POOLS: JSON.stringify(pools) };
+  await provisionEnv(vars);
+  const hz = async () => (await (await fetch(`${project}/_control/state`)).json()) as { servers: Server[]; deleted: Server[] };
+  const view = async (id: string) => (await (await request(vars, `/v1/assignments/${id}`, { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as View;
+  // The servers' paid hours begin 50 minutes 20 seconds ago: 9 min 40 s are left of the first, and
+  // a warm runner made now is given up about 40 s on (warmUntil before the hour's end).
+  await fetch(`${project}/_control/clock`, { method: "POST", body: JSON.stringify({ advanceMs: -(50 * 60_000 + 20_000) }) });
+  return { env: vars, hz, view, gitea: giteaControl(vars) };
+}
+
+describe("warm by reuse (hetzner, reuse: rebuild)", () => {
+  it("a finished job's server is rebuilt at once as a warm runner; the next job runs on it with no create or rebuild in its path; unused, it is deleted before its next hour", async () => {
+    const { env, hz, view, gitea } = await scene();
+    // Job 1: a server is created for it.
+    expect((await deliverJob(env, withJob(queuedFixture, 2101))).status).toBe(202);
+    const [server] = (await hz()).servers;
+    expect(server).toMatchObject({ rebuilds: 0 });
+    const runnerOf = async (id: string) => (await view(id)).giteaRunnerId!;
+    const first = { runner_id: await runnerOf("gitea-2101-1"), runner_name: "gdr-gitea-2101-1" };
+    expect((await deliverJob(env, withJob(inProgressFixture, 2101, first))).body).toEqual({ claimed: "gitea-2101-1" });
+    expect((await deliverJob(env, withJob(completedFixture, 2101, first))).body).toEqual({ completed: "gitea-2101-1" });
+
+    // Its server was parked, and rebuilt straight away for a warm runner of the pool (no tick needed).
+    const rebuiltOnce = await hz();
+    expect(rebuiltOnce.servers.map((s) => [s.id, s.rebuilds])).toEqual([[server!.id, 1]]);
+    expect(rebuiltOnce.deleted).toEqual([]);
+    const warm = named("warm_reuse_filled")[0]!.assignment!;
+    expect(await view(warm)).toMatchObject({ warm: true, state: "backend_pending" });
+    // The server boots from the rebuild and fetches its launch, once, with the rebuild's token: its runner is up.
+    const token = /^token='([A-Za-z0-9_-]{43})'$/m.exec(rebuiltOnce.servers[0]!.userData)![1]!;
+    const launch = await request(env, `/v1/assignments/${warm}/bootstrap`, { method: "POST", headers: { authorization: `Bearer ${token}` } });
+    expect(launch.status).toBe(200);
+    await launch.body?.cancel();
+
+    // Job 2: it waits its grace for the warm runner, which takes it.
+    expect((await deliverJob(env, withJob(queuedFixture, 2102))).status).toBe(202);
+    expect(named("warm_grace").map((e) => e.assignment)).toContain("gitea-2102-1");
+    const onWarm = { runner_id: await runnerOf(warm), runner_name: `gdr-${warm}` };
+    expect((await deliverJob(env, withJob(inProgressFixture, 2102, onWarm))).body).toEqual({ claimed: warm });
+    await tickUntil(env, async () => (await view("gitea-2102-1")).state === "terminated", { timeoutMs: 10_000 });
+    // Its own runner was never made: no server created, none rebuilt for it.
+    expect(await view("gitea-2102-1")).toMatchObject({ state: "terminated", giteaRunnerId: null });
+    const during = await hz();
+    expect(during.servers.map((s) => [s.id, s.rebuilds])).toEqual([[server!.id, 1]]);
+
+    // Job 2 done: the server is rebuilt again at once (one rebuild per job since its create).
+    expect((await deliverJob(env, withJob(completedFixture, 2102, onWarm))).body).toEqual({ completed: warm });
+    expect((await hz()).servers.map((s) => [s.id, s.rebuilds])).toEqual([[server!.id, 2]]);
+    const next = named("warm_reuse_filled")[1]!.assignment!;
+    expect(next).not.toBe(warm);
+
+    // Nobody takes it: at warmUntil before the hour's end it is given up and its server deleted.
+    await tickUntil(env, async () => (await hz()).servers.length === 0, { timeoutMs: 90_000, pauseMs: 1_000 });
+    const after = await hz();
+    expect(after.servers).toEqual([]);
+    expect(after.deleted.map((s) => [s.id, s.rebuilds])).toEqual([[server!.id, 2]]);
+    expect(named("warm_hour_end").map((e) => e.assignment)).toEqual([next]);
+    expect(await view(next)).toMatchObject({ state: "terminated" });
+    // And not parked again for another warm runner.
+    await tick(env);
+    expect(named("warm_reuse_filled")).toHaveLength(2);
+    expect(JSON.stringify(await gitea.state())).not.toContain(`"name":"gdr-${next}"`);
+  }, 150_000);
+});
