@@ -63,6 +63,8 @@ export async function publishAssignment(d: Deps, body: unknown, opts: PublishOpt
       : [];
   });
   if (a.warm && !opts.warm) pools.push({ field: "warm", message: "is set by the dispatcher's own pool maintenance only" });
+  // No client names a server to rebuild: only maintenance binds a warm runner to a parked one.
+  if (a.reuse && (!opts.warm || !a.warm)) pools.push({ field: "reuse", message: "is set by the dispatcher's own pool maintenance only, on a warm runner" });
   else if (a.warm && (a.pools?.length !== 1 || a.job)) pools.push({ field: "warm", message: "a warm runner names exactly one pool and no job" });
   if (pools.length) throw new InvalidInput("invalid assignment", pools);
   try {

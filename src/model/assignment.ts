@@ -77,10 +77,8 @@ export const assignmentSchema = z.strictObject(fields);
 export type Assignment = z.infer<typeof assignmentSchema>;
 
 /** What a client may POST: workload and createdAt are filled in when omitted. */
-// `reuse` is the pools' own: no client names a server to rebuild.
-const { reuse: _pools, ...requestFields } = fields;
 export const assignmentRequestSchema = z.strictObject({
-  ...requestFields,
+  ...fields,
   workload: fields.workload.optional(),
   createdAt: fields.createdAt.optional(),
 });

@@ -283,4 +283,16 @@ describe("RUNNER_POOLS in the configuration", () => {
     ]);
     expect(await fields({ ...base, pools: ["Small"] })).toEqual([expect.objectContaining({ field: "pools.0" })]);
   });
+
+  it("an assignment from the API that names a server to rebuild (reuse) is refused, naming the field, warm or not", async () => {
+    const config = loadConfig(env([small, large]));
+    const d = createDispatcher({ config, sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
+    const base = { version: 1, id: "api-2", backend: "pod", labels: ["ubuntu-latest"], pools: ["small"] };
+    const refusal = { field: "reuse", message: "is set by the dispatcher's own pool maintenance only, on a warm runner" };
+    const fields = async (body: object, warm = false) => ((await publishAssignment(d, body, { warm }).catch((e: unknown) => e)) as InvalidInput).fields;
+    expect(await fields({ ...base, reuse: { server: 42 } })).toEqual([refusal]);
+    // Maintenance's own publish, of a job's runner (not warm): refused too.
+    expect(await fields({ ...base, reuse: { server: 42 } }, true)).toEqual([refusal]);
+    expect(await fields({ ...base, reuse: { server: 0 } })).toEqual([expect.objectContaining({ field: "reuse.server" })]);
+  });
 });
