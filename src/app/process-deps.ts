@@ -31,6 +31,7 @@ function launchWatchOf(d: Dispatcher, backend: Backend): { launchWatch?: LaunchW
 
 /** What one pass over `backend` works with: the dispatcher's verbs and this connection's state. */
 export function processDeps(d: Dispatcher, state: State, backend: Backend, held: (ackSubject: string, data: Uint8Array) => DeliveredMessage): ProcessDeps {
+  const waitForReuse = new Set(d.config.pools.filter((p) => p.waitForReuseMs > 0).map((p) => p.name));
   return {
     // A Forgejo warm runner takes no job of its own accord: the poller gives it one (forge/forgejo/warm.ts).
     warmGraceMs: d.config.forgejo ? 0 : d.config.warmGraceMs,
@@ -42,7 +43,7 @@ export function processDeps(d: Dispatcher, state: State, backend: Backend, held:
     ...(d.forge?.claimHeld ? { claimHeld: d.forge.claimHeld } : {}),
     warmPools: new Set(d.config.pools.filter(keepsWarm).map((p) => p.name)),
     // Read only when a new job of a pool that keeps warm runners comes by, once for the isolate's passes of a burst.
-    takeIdleWarm: (pool, until) => state.warmLook.take(pool, d.now(), until, () => idleWarmCounts(state, d.now())),
+    takeIdleWarm: (pool, until) => state.warmLook.take(pool, d.now(), until, () => idleWarmCounts(state, d.now(), waitForReuse)),
     backend,
     trustDomain: d.config.trustDomain,
     policy: { retryDelayMs: d.config.retryDelayMs, claimTimeoutMs: d.config.claimTimeoutMs },

@@ -169,14 +169,18 @@ export async function adoptWarm(d: Deps, state: Stores, id: string, poolName: st
   return false;
 }
 
-/** Idle warm runners of each pool now: every position, and the records it points at (three requests). */
-export async function idleWarmCounts(state: Stores, now: number): Promise<Map<string, number>> {
+/**
+ * Idle warm runners of each pool now, and booting ones too for the pools in `booting` (those that
+ * wait for a server being rebuilt: waitForReuseMs): every position, and the records it points at (two requests).
+ */
+export async function idleWarmCounts(state: Stores, now: number, booting: ReadonlySet<string> = new Set()): Promise<Map<string, number>> {
   const all = await state.warm.list();
   const records = await state.records.getMany([...all.values()].flat().map((s) => s.id));
   const counts = new Map<string, number>();
   for (const [pool, listed] of all) {
     const { slots, known } = planInputs(listed, records);
-    counts.set(pool, slots.filter((s) => occupantOf(known.get(s.id), s, now) === "idle").length);
+    const counted = (s: PlanSlot) => ((o) => o === "idle" || (o === "booting" && booting.has(pool)))(occupantOf(known.get(s.id), s, now));
+    counts.set(pool, slots.filter(counted).length);
   }
   return counts;
 }

@@ -23,13 +23,16 @@ export function placesOf(deps: Pick<ProcessDeps, "pools" | "backend">, record: A
 /**
  * A new job (no runner asked for yet) whose first pool has an idle warm runner waits out its grace
  * first: that runner polls Gitea every few seconds and takes it, and the job's own runner is never
- * made (GARM's job-age backoff). Counted from when the dispatcher first saw it.
+ * made (GARM's job-age backoff). Counted from when the dispatcher first saw it. A pool with
+ * waitForReuseMs counts its booting warm runners too (a server being rebuilt comes up sooner than a
+ * new one), and its jobs wait up to that long.
  */
 export async function graceFor(deps: ProcessDeps, p: Prepared): Promise<void> {
   const r = p.known!.value;
   const pool = p.assignment!.pools?.[0];
   if (deps.warmGraceMs <= 0 || r.state !== "received" || r.warm || r.runner || !p.assignment!.job || !pool || !deps.warmPools.has(pool)) return;
-  const left = deps.warmGraceMs - (deps.now() - Date.parse(r.receivedAt));
+  const graceMs = Math.max(deps.warmGraceMs, deps.pools.get(pool)?.waitForReuseMs ?? 0);
+  const left = graceMs - (deps.now() - Date.parse(r.receivedAt));
   p.facts.warmGraceMs = left > 0 && (await deps.takeIdleWarm(pool, deps.now() + left)) ? left : 0;
 }
 

@@ -56,7 +56,7 @@ export interface ProcessDeps {
   /** The driver of each enabled backend: a job spilled to another pool runs on that pool's. */
   runnersFor(backend: Backend): RunnerBackend;
   /** The configured pools by name, for the places an assignment's `pools` name. */
-  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number; bootTimeoutMs: number }>;
+  pools: ReadonlyMap<string, { backend: Backend; maxIdleMs: number; bootTimeoutMs: number; waitForReuseMs?: number }>;
   /** WARM_GRACE_MS: how long a new job waits for an idle warm runner of its pool before its own is asked for. */
   warmGraceMs: number;
   /** Pools that keep warm runners (minIdle, or a schedule window): a grace is worth a read only for them. */

@@ -25,7 +25,7 @@ type View = { state: string; warm: boolean; giteaRunnerId: number | null; reason
 const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
 const WARM_UNTIL_MS = 9 * 60_000;
 
-async function scene() {
+async function scene(pool: Record<string, unknown> = {}) {
   const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
   const { RUNS_ON_ROUTES: _routes, ...env } = giteaTestEnv(nats, inject("backendUrl"), inject("giteaUrl"), {
     CAPACITY_POD: 0,
@@ -36,7 +36,7 @@ async function scene() {
     HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
     VM_TEMPLATE: JSON.stringify({ image: "ubuntu-24.04", server_type: "cx22", location: "fsn1" }),
   });
-  const pools = [{ name: "vms", backend: "vm", labels: LABELS, reuse: "rebuild", warmUntil: WARM_UNTIL_MS }];
+  const pools = [{ name: "vms", backend: "vm", labels: LABELS, reuse: "rebuild", warmUntil: WARM_UNTIL_MS, ...pool }];
   const vars = { ...env, RUNNER_POOLS: JSON.stringify(pools) };
   await provisionEnv(vars);
   const hz = async () => (await (await fetch(`${project}/_control/state`)).json()) as { servers: Server[]; deleted: Server[] };
@@ -100,4 +100,28 @@ describe("warm by reuse (hetzner, reuse: rebuild)", () => {
     expect(named("warm_reuse_filled")).toHaveLength(2);
     expect(JSON.stringify(await gitea.state())).not.toContain(`"name":"gdr-${next}"`);
   }, 150_000);
+
+  it.each([
+    [60_000, "waits for it: no server of its own"],
+    [0, "(near miss, waitForReuseMs 0) asks for a server of its own: a create"],
+  ])("a job queued while its pool's server is being rebuilt, waitForReuseMs %i, %s", async (waitForReuseMs) => {
+    const { env, hz, view } = await scene({ waitForReuseMs });
+    expect((await deliverJob(env, withJob(queuedFixture, 2201))).status).toBe(202);
+    const first = { runner_id: (await view("gitea-2201-1")).giteaRunnerId!, runner_name: "gdr-gitea-2201-1" };
+    await deliverJob(env, withJob(inProgressFixture, 2201, first));
+    await deliverJob(env, withJob(completedFixture, 2201, first));
+    const warm = named("warm_reuse_filled")[0]!.assignment!;
+    // Its server is being rebuilt: the warm runner has not fetched its launch.
+    expect(await view(warm)).toMatchObject({ state: "backend_pending" });
+    expect((await deliverJob(env, withJob(queuedFixture, 2202))).status).toBe(202);
+    const servers = (await hz()).servers;
+    if (waitForReuseMs > 0) {
+      expect(named("warm_grace").map((e) => e.assignment)).toContain("gitea-2202-1");
+      expect(servers).toHaveLength(1);
+      expect(await view("gitea-2202-1")).toMatchObject({ state: "received", giteaRunnerId: null });
+    } else {
+      expect(named("warm_grace")).toEqual([]);
+      expect(servers).toHaveLength(2);
+    }
+  });
 });
