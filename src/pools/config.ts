@@ -56,7 +56,12 @@ const poolSchema = z
      * A new job waits up to this long (from its queued) for a warm runner of the pool still
      * booting (a server being rebuilt) rather than ask for a server of its own; 0: only an idle one.
      */
-    waitForReuseMs: z.number().int().min(0).max(10 * 60_000).default(0),
+    waitForReuseMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(10 * 60_000)
+      .default(0),
     /** A cloud driver's placements, tried in order where one has no room: hetzner's (server_type, location), ec2's (InstanceType, SubnetId). */
     candidates: z
       .array(z.record(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/, { message: "must be a field name" }), z.string().min(1).max(255)))
