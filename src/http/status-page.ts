@@ -60,11 +60,11 @@ export function startupQuantile(h: StartupHistogram | null, q: number): string {
 function poolsSection(pools: Status["pools"]) {
   if (!pools.length) return "";
   return html`<section aria-label="runner pools"><h2>Runner pools</h2>
-<p class="muted">A pool is a kind of runner named in RUNNER_POOLS: its labels, backend and template. Idle runners are up and waiting for a job; warm ones are kept ready before any job comes (target: the pool's minIdle, or its schedule window's); Max is its maxRunners.</p>
+<p class="muted">A pool is a kind of runner named in RUNNER_POOLS: its labels, backend and template. Idle runners are up and waiting for a job; warm ones are kept ready before any job comes (target: the pool's minIdle, or its schedule window's; "by reuse": a finished job's server rebuilt within its paid hour); Max is its maxRunners.</p>
 <table><thead><tr><th>Pool</th><th>Backend</th><th>Idle</th><th>Busy</th><th>Booting</th><th>Warm / target</th><th>Max</th><th>Start-up p50</th><th>p90</th><th>Jobs</th></tr></thead><tbody>
 ${pools.map(
   (p) =>
-    html`<tr>${textCell(p.pool)}<td>${p.backend}</td><td class="n">${p.idle}</td><td class="n">${p.busy}</td><td class="n">${p.booting}</td><td class="n">${p.warm} / ${p.target}</td><td class="n">${p.maxRunners ?? "–"}</td><td class="n">${startupQuantile(p.startup, 0.5)}</td><td class="n">${startupQuantile(p.startup, 0.9)}</td><td class="n">${p.startup?.count ?? 0}</td></tr>`,
+    html`<tr>${textCell(p.pool)}<td>${p.backend}</td><td class="n">${p.idle}</td><td class="n">${p.busy}</td><td class="n">${p.booting}</td><td class="n">${p.warm} / ${p.target}${p.warmByReuse ? ` (${p.warmByReuse} by reuse)` : ""}</td><td class="n">${p.maxRunners ?? "–"}</td><td class="n">${startupQuantile(p.startup, 0.5)}</td><td class="n">${startupQuantile(p.startup, 0.9)}</td><td class="n">${p.startup?.count ?? 0}</td></tr>`,
 )}
 </tbody></table></section>`;
 }

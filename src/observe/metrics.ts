@@ -121,6 +121,12 @@ export function formatMetrics(s: Snapshot): string {
       pool((p) => p.warm),
     );
     metric(
+      "gdr_pool_warm_by_reuse_runners",
+      "gauge",
+      "Of the pool's warm runners, those rebuilt on a finished job's server within its paid hour (reuse: \"rebuild\").",
+      pool((p) => p.warmByReuse ?? 0),
+    );
+    metric(
       "gdr_pool_warm_target",
       "gauge",
       "Warm runners the pool keeps now (minIdle, or its schedule window's).",

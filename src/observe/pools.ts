@@ -21,6 +21,8 @@ export interface PoolSnapshot {
   booting: number;
   /** Of idle and booting, those kept warm. */
   warm: number;
+  /** Of the warm ones, those rebuilt on a finished job's server (reuse: "rebuild"). */
+  warmByReuse?: number;
   startup: StartupHistogram | null;
 }
 
@@ -38,10 +40,12 @@ export function poolSnapshots(
       backend: p.backend,
       target: idleTarget(p, new Date(now)),
       maxRunners: p.maxRunners ?? null,
-      idle: count((r) => r.state === "backend_ready"),
+      // A VM that fetched its launch runs its runner: idle, before its backend says so (as warm-plan.ts counts it).
+      idle: count((r) => r.state === "backend_ready" || (BOOTING.has(r.state) && r.launchedAt !== undefined)),
       busy: count((r) => r.state === "claimed"),
-      booting: count((r) => BOOTING.has(r.state)),
+      booting: count((r) => BOOTING.has(r.state) && r.launchedAt === undefined),
       warm: count((r) => r.warm === true && (r.state === "backend_ready" || BOOTING.has(r.state))),
+      warmByReuse: count((r) => r.warm === true && r.reuse !== undefined && (r.state === "backend_ready" || BOOTING.has(r.state))),
       startup: histograms.get(p.name) ?? null,
     };
   });

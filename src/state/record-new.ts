@@ -35,6 +35,7 @@ export function receivedRecord(assignment: Assignment, hash: string, at: string,
     ...(assignment.job ? { job: { ...recordJob(assignment.job), ...facts } } : {}),
     ...(assignment.job?.handle ? { jobHandle: assignment.job.handle } : {}),
     ...(assignment.warm ? { warm: true as const } : {}),
+    ...(assignment.reuse ? { reuse: { server: assignment.reuse.server } } : {}),
   };
 }
 

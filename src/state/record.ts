@@ -111,6 +111,8 @@ export interface WarmPart {
    * pool's maxIdleMs (pools/maintain.ts replaces it then), not by CLAIM_TIMEOUT_MS.
    */
   warm?: true;
+  /** A warm runner by reuse: rebuilt on this parked server of its pool (reuse: "rebuild"). */
+  reuse?: { server: number };
 }
 
 /** Forgejo: the job handles it is bound to. */

@@ -24,6 +24,7 @@ type View = { state: string; warm: boolean; giteaRunnerId: number | null; reason
 
 const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
 const WARM_UNTIL_MS = 9 * 60_000;
+const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 
 async function scene(pool: Record<string, unknown> = {}) {
   const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
@@ -31,6 +32,7 @@ async function scene(pool: Record<string, unknown> = {}) {
     CAPACITY_POD: 0,
     CAPACITY_VM: 2,
     RETRY_DELAY_MS: 50,
+    METRICS_TOKEN,
     VM_DRIVER: "hetzner",
     HCLOUD_API_URL: project,
     HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
@@ -70,6 +72,11 @@ describe("warm by reuse (hetzner, reuse: rebuild)", () => {
     const launch = await request(env, `/v1/assignments/${warm}/bootstrap`, { method: "POST", headers: { authorization: `Bearer ${token}` } });
     expect(launch.status).toBe(200);
     await launch.body?.cancel();
+    // Seen as such: on /v1/status and /metrics, warm and by reuse.
+    const status = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as { pools: { pool: string }[] };
+    expect(status.pools.find((p) => p.pool === "vms")).toMatchObject({ warm: 1, warmByReuse: 1, idle: 1, booting: 0 });
+    const metrics = await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text();
+    expect(metrics.split("\n")).toContain('gdr_pool_warm_by_reuse_runners{pool="vms"} 1');
 
     // Job 2: it waits its grace for the warm runner, which takes it.
     expect((await deliverJob(env, withJob(queuedFixture, 2102))).status).toBe(202);
