@@ -9,7 +9,7 @@ import type { Pool } from "./config.ts";
 import { idleTarget } from "./schedule.ts";
 import { drainWarm } from "./drain.ts";
 import { WAITING } from "./end.ts";
-import { occupantOf, planPool, type PlanRecord, type PlanSlot } from "./warm-plan.ts";
+import { occupantOf, planPool, type PlanRecord, type PlanSlot, type Reused } from "./warm-plan.ts";
 import type { Versioned } from "../state/kv.ts";
 import type { AssignmentRecord } from "../state/records.ts";
 import { markWarm } from "../state/transitions.ts";
@@ -60,30 +60,16 @@ export async function maintainPools(d: Deps, state: Stores, only?: readonly stri
         if (slot.index >= target) await state.warm.clear(pool.name, slot.index, slot.revision);
       }
       for (const s of plan.clear) await state.warm.clear(pool.name, s.index, s.revision);
-      for (const { index, revision } of plan.fill) {
-        const id = warmId(pool.name, index, now);
-        if (!(await state.warm.put(pool.name, index, id, revision))) continue;
-        await publishAssignment(d, { version: 1, id, backend: pool.backend, labels: pool.labels, pools: [pool.name], warm: true }, { warm: true });
-        d.sink.event({ event: "warm_filled", assignment: id, backend: pool.backend, pool: pool.name });
-        summary.filled++;
-        summary.booting++;
-      }
       // The position first, then the runner: a position whose publish was lost is empty a minute on
-      // (UNRECORDED_GRACE_MS), and its server, still parked, is rebuilt then.
-      for (const { index, revision, reused } of plan.reuse) {
+      // (UNRECORDED_GRACE_MS), and is filled again then (a parked server, still parked, rebuilt then).
+      const fills: { index: number; revision: number; reused?: Reused }[] = [...plan.fill, ...plan.reuse];
+      for (const { index, revision, reused } of fills) {
         const id = warmId(pool.name, index, now);
         if (!(await state.warm.put(pool.name, index, id, revision, reused))) continue;
-        const assignment = {
-          version: 1 as const,
-          id,
-          backend: pool.backend,
-          labels: pool.labels,
-          pools: [pool.name],
-          warm: true as const,
-          reuse: { server: reused.server },
-        };
-        await publishAssignment(d, assignment, { warm: true });
-        d.sink.event({ event: "warm_reuse_filled", assignment: id, backend: pool.backend, pool: pool.name, reason: `server ${reused.server}` });
+        const reuse = reused ? { reuse: { server: reused.server } } : {};
+        await publishAssignment(d, { version: 1, id, backend: pool.backend, labels: pool.labels, pools: [pool.name], warm: true, ...reuse }, { warm: true });
+        const told = reused ? { event: "warm_reuse_filled" as const, reason: `server ${reused.server}` } : { event: "warm_filled" as const };
+        d.sink.event({ ...told, assignment: id, backend: pool.backend, pool: pool.name });
         summary.filled++;
         summary.booting++;
       }
