@@ -1,11 +1,12 @@
-// npm run bench:hetzner-billing: what Hetzner bills for a realistic mix of jobs, a server per job
-// against reuse: "rebuild". BENCH_BILLING_JOBS (300) jobs of 2 to 15 minutes arrive at random over
-// three simulated hours; each runs on a server the real hetzner driver asks the fake Hetzner API
-// for, and gives back at its end; the sweep runs every simulated minute. Time is simulated (the
-// fake's clock and the driver's move together), so three hours take seconds. Billing is counted
-// as Hetzner counts it: every started hour of every server, from creation to deletion, whatever
-// its power state. Prints billed server-hours per hour of job time, and the least any policy could
-// bill for the same jobs (lowerBound); writes
+// npm run bench:hetzner-billing: what Hetzner bills, and how long a job waits for a runner, under
+// four policies on the same jobs (bench/hetzner-sim.mjs): a server per job, rebuild on demand, warm
+// by reuse, and warm by reuse with waitForReuseMs. Two mixes: BENCH_BILLING_JOBS (300) jobs of 2 to
+// 15 minutes over three hours, and a working day of BENCH_BILLING_DAY_JOBS (1,000) over ten, in
+// bursts at push times with a quiet lunch. Each runner's server is asked of the fake Hetzner API by
+// the real hetzner driver; the sweep runs every simulated minute. Time is simulated (the fake's
+// clock and the driver's move together), so a day takes seconds. Billing is counted as Hetzner
+// counts it: every started hour of every server, from creation to deletion, whatever its power
+// state; the bound is the least any policy could bill (lowerBound, the boot counted). Writes
 // bench/results/hetzner-billing.json.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { FAKE_HCLOUD_TOKEN, startFakeHetzner } from "../scripts/fake-hetzner.mjs";
@@ -18,15 +19,23 @@ import { provision } from "../src/nats/layout.ts";
 import { recordsBucket } from "../src/nats/names.ts";
 import { createBootstraps } from "../src/state/bootstraps.ts";
 import { createDriverFigures } from "../src/state/driver-figures.ts";
-import { bindBucket } from "../src/state/kv.ts";
+import { bindBucket, readAllUnder, readManyJson } from "../src/state/kv.ts";
+import { seeded, simulate } from "./hetzner-sim.mjs";
 
 const JOBS = Number(process.env.BENCH_BILLING_JOBS ?? 300);
 const HOURS = 3;
+const DAY_JOBS = Number(process.env.BENCH_BILLING_DAY_JOBS ?? 1000);
+const DAY_HOURS = 10;
 const MIN = 60_000;
 const BOOT_MIN = 1;
+/** A server's create → runner online, and a rebuild's, on average (each drawn from 0.75× to 1.25×). */
+const CREATE_MS = Number(process.env.BENCH_BILLING_CREATE_MS ?? 45_000);
+const REBUILD_MS = Number(process.env.BENCH_BILLING_REBUILD_MS ?? 30_000);
+const WARM_UNTIL_MS = 4 * MIN;
+const WAIT_FOR_REUSE_MS = Number(process.env.BENCH_BILLING_WAIT_MS ?? 30_000);
 const log = (...a) => console.error("[bench:billing]", ...a);
 
-/** The same jobs for both runs: arrival minute and length in minutes, from a seeded generator. */
+/** The 300-job mix: arrival minute and length in minutes, from a seeded generator. */
 function jobs(seed = 42) {
   let x = seed;
   const rand = () => (x = (Math.imul(x, 1103515245) + 12345) >>> 0) / 2 ** 32;
@@ -36,31 +45,67 @@ function jobs(seed = 42) {
 }
 
 /**
+ * A working day: DAY_JOBS jobs of 2 to 15 minutes over DAY_HOURS hours, most of them in bursts at
+ * push times (the start of the day, before lunch, after it, before the end), few at lunch.
+ */
+function workingDay(seed = 1207) {
+  const rand = seeded(seed);
+  const weight = (m) => {
+    const burst = [0, 150, 300, 480].some((b) => m >= b && m < b + 15);
+    const lunch = m >= 180 && m < 240;
+    return burst ? 10 : lunch ? 0.2 : 1;
+  };
+  const minutes = Array.from({ length: DAY_HOURS * 60 }, (_, m) => weight(m));
+  const total = minutes.reduce((a, b) => a + b, 0);
+  const pick = () => {
+    let r = rand() * total;
+    for (let m = 0; m < minutes.length; m++) if ((r -= minutes[m]) < 0) return m;
+    return minutes.length - 1;
+  };
+  return Array.from({ length: DAY_JOBS }, (_, i) => ({
+    id: `day-${i}`,
+    at: pick(),
+    minutes: 2 + Math.floor(rand() * 14),
+    second: Math.floor(rand() * 60),
+  })).sort((a, b) => a.at - b.at || a.second - b.second);
+}
+
+/** A mix as the simulation takes it, with its job time and its bound. */
+function mixOf(list, hours) {
+  return {
+    jobs: list.map((j) => ({ id: j.id, atMs: j.at * MIN + (j.second ?? 0) * 1_000, runMs: j.minutes * MIN })),
+    jobHours: list.reduce((n, j) => n + j.minutes, 0) / 60,
+    bound: lowerBound(list, hours),
+  };
+}
+
+/**
  * The least any policy could bill for these jobs: every minute needs as many paid server-hours
  * running as servers are busy (booting or running a job), and a paid hour covers 60 minutes from
  * wherever it starts. Covering the busy count with as few hours as possible (each started as late
  * as it can be) gives the bound, even for a policy that knew every job in advance and could move a
  * running job between servers, which no real one can.
  */
-function lowerBound(list) {
-  const busy = new Array(HOURS * 60 + 16 + 60).fill(0);
+function lowerBound(list, hours = HOURS) {
+  const busy = new Array(hours * 60 + 16 + 60).fill(0);
   for (const j of list) for (let m = j.at; m < j.at + BOOT_MIN + j.minutes; m++) busy[m]++;
-  let hours = 0;
+  let billed = 0;
   let paidUntil = [];
   for (let m = 0; m < busy.length; m++) {
     paidUntil = paidUntil.filter((end) => end > m);
     while (paidUntil.length < busy[m]) {
       paidUntil.push(m + 60);
-      hours++;
+      billed++;
     }
   }
-  return hours;
+  return billed;
 }
 
 const nats = await startNatsServer();
 const hetzner = await startFakeHetzner();
 
-async function run(name, reuse) {
+/** A driver on a fake project of its own, in simulated time; `pool` is the pool's settings the requests carry. */
+async function driverFor(name, pool) {
   const s = `BILL_${name}`;
   const env = {
     NATS_URL: nats.wsUrl,
@@ -80,7 +125,7 @@ async function run(name, reuse) {
     GITEA_API_TOKEN: "x",
     GITEA_WEBHOOK_SECRET: "x",
     RUNNER_IDENTITY_KEY: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
-    RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "vm", labels: ["ubuntu-latest"], ...(reuse ? { reuse: "rebuild" } : {}) }]),
+    RUNNER_POOLS: JSON.stringify([{ name: "small", backend: "vm", labels: ["ubuntu-latest"], ...pool }]),
   };
   const config = loadConfig(env);
   await withNats(config, (h) => provision(h, config));
@@ -90,17 +135,22 @@ async function run(name, reuse) {
   const start = Date.now();
   let t = start;
   let offset = 0;
-  const sync = async () => {
+  const setTime = async (simMs) => {
+    t = start + simMs;
     const want = t - Date.now();
+    if (want === offset) return;
     offset = (await (await fetch(`${env.HCLOUD_API_URL}/_control/clock`, { method: "POST", body: JSON.stringify({ advanceMs: want - offset }) })).json())
       .clockMs;
   };
-  const stores = { kv, bootstraps: createBootstraps(kv, new Uint8Array(32).fill(3), () => t), figures: createDriverFigures(kv) };
-  const more = { now: () => t, withStores: (fn) => fn(stores) };
-  const b = config.backends[0];
-  const driver = createRunnerBackend(config, b, undefined, more);
-  const pool = { name: "small", ...(reuse ? { reuse: "rebuild" } : {}) };
-  const request = (id) => {
+  const stores = {
+    kv,
+    readMany: (keys) => readManyJson(handle, recordsBucket(config), keys),
+    readUnder: (prefix) => readAllUnder(handle, recordsBucket(config), prefix),
+    bootstraps: createBootstraps(kv, new Uint8Array(32).fill(3), () => t),
+    figures: createDriverFigures(kv),
+  };
+  const driver = createRunnerBackend(config, config.backends[0], undefined, { now: () => t, withStores: (fn) => fn(stores) });
+  const request = (id, reuseServer) => {
     const url = `${config.publicUrl}/v1/assignments/${id}`;
     const runner = {
       WARNING: "",
@@ -113,84 +163,111 @@ async function run(name, reuse) {
       ephemeral: true,
     };
     const input = { claimToken: `c-${id}`, completeUrl: `${url}/complete` };
+    const bound = reuseServer === undefined ? {} : { warm: true, pools: ["small"], reuse: { server: reuseServer } };
     return {
-      assignment: { version: 1, id, backend: "vm", workload: `spiffe://bench/${id}`, labels: ["ubuntu-latest"], createdAt: new Date(t).toISOString() },
+      assignment: {
+        version: 1,
+        id,
+        backend: "vm",
+        workload: `spiffe://bench/${id}`,
+        labels: ["ubuntu-latest"],
+        createdAt: new Date(t).toISOString(),
+        ...bound,
+      },
       claimToken: input.claimToken,
       claimUrl: `${url}/claim`,
       completeUrl: input.completeUrl,
       bootstrapUrl: `${url}/bootstrap`,
       runner,
-      pool,
+      pool: { name: "small", ...pool },
       launch: giteaLaunch(runner, input),
     };
   };
-  const signal = () => AbortSignal.timeout(10_000);
-  const list = jobs();
-  const ends = new Map();
   const ended = new Map();
-  let jobMinutes = 0;
-  for (let minute = 0; minute <= HOURS * 60 + 16 + 60; minute++) {
-    t = start + minute * MIN;
-    await sync();
-    // Within a minute, the jobs that end give their servers back before the new ones ask.
-    for (const [id, end] of ends)
-      if (end === minute) {
-        await driver.teardown(id, signal());
-        ended.set(id, { ended: true });
-        ends.delete(id);
-      }
-    for (const j of list.filter((x) => x.at === minute)) {
-      await driver.accept(request(j.id), signal());
-      ends.set(j.id, minute + BOOT_MIN + j.minutes);
-      jobMinutes += j.minutes;
-    }
-    await driver.tick({
+  const tick = () =>
+    driver.tick({
       records: async (ids) => new Map(ids.map((id) => [id, ended.get(id) ?? { ended: false }])),
       lifetimes: new Map(),
       event: () => undefined,
-      signal: signal(),
+      signal: AbortSignal.timeout(10_000),
+      deadline: t + 10_000,
+      call: (fn) => fn(AbortSignal.timeout(10_000)),
     });
-  }
-  const billing = await (await fetch(`${env.HCLOUD_API_URL}/_control/billing`)).json();
-  const state = await (await fetch(`${env.HCLOUD_API_URL}/_control/state`)).json();
-  await closeNats(handle.nc);
-  const jobHours = jobMinutes / 60;
-  return {
-    jobs: list.length,
-    jobHours: +jobHours.toFixed(2),
-    servers: billing.servers,
-    rebuilds: state.requests.filter((r) => r.path.endsWith("/actions/rebuild")).length,
-    billedHours: billing.billedHours,
-    billedPerJobHour: +(billing.billedHours / jobHours).toFixed(2),
-    left: billing.running,
-    requests: state.requests.length,
+  const billing = async () => {
+    const b = await (await fetch(`${env.HCLOUD_API_URL}/_control/billing`)).json();
+    const state = await (await fetch(`${env.HCLOUD_API_URL}/_control/state`)).json();
+    return { ...b, rebuilds: state.requests.filter((r) => r.path.endsWith("/actions/rebuild")).length, requests: state.requests.length };
   };
+  return { driver, start, setTime, request, tick, end: (id) => ended.set(id, { ended: true }), billing, close: () => closeNats(handle.nc) };
 }
 
+/** One policy over one mix: billed hours against the job time and the bound, start times. */
+async function run(name, mix, policy, pool, options = {}) {
+  const d = await driverFor(name, pool);
+  try {
+    const sim = await simulate(d, mix.jobs, { policy, createMs: CREATE_MS, rebuildMs: REBUILD_MS, warmUntilMs: pool.warmUntil, ...options });
+    const b = await d.billing();
+    return {
+      billedHours: b.billedHours,
+      perJobHour: +(b.billedHours / mix.jobHours).toFixed(2),
+      toBound: +(b.billedHours / mix.bound).toFixed(2),
+      servers: b.servers,
+      rebuilds: b.rebuilds,
+      left: b.running,
+      startMs: sim.starts,
+      by: sim.by,
+    };
+  } finally {
+    await d.close();
+  }
+}
+
+const POLICIES = [
+  ["perJob", "a server per job", "perJob", {}],
+  ["onDemand", "rebuild on demand", "onDemand", { reuse: "rebuild" }],
+  ["warm", "warm by reuse", "warm", { reuse: "rebuild", warmUntil: WARM_UNTIL_MS }],
+  [
+    "warmWait",
+    `warm by reuse, waitForReuseMs ${WAIT_FOR_REUSE_MS}`,
+    "warm",
+    { reuse: "rebuild", warmUntil: WARM_UNTIL_MS },
+    { waitForReuseMs: WAIT_FOR_REUSE_MS },
+  ],
+];
+
+const s = (ms) => `${(ms / 1000).toFixed(1)} s`;
 try {
-  log(`${JOBS} jobs of 2-15 min over ${HOURS} simulated hours: a server per job`);
-  const perJob = await run("perjob", false);
-  log(JSON.stringify(perJob));
-  log("the same jobs with reuse: rebuild");
-  const rebuild = await run("rebuild", true);
-  log(JSON.stringify(rebuild));
-  mkdirSync("bench/results", { recursive: true });
-  const bound = lowerBound(jobs());
-  // The same bound over 40 other draws of the mix: how much of it is this draw's luck.
+  const mixes = { mix300: mixOf(jobs(), HOURS), workingDay: mixOf(workingDay(), DAY_HOURS) };
+  const results = {};
+  const rows = [];
+  for (const [mixName, mix] of Object.entries(mixes)) {
+    results[mixName] = { jobs: mix.jobs.length, jobHours: +mix.jobHours.toFixed(2), lowerBound: mix.bound, policies: {} };
+    for (const [key, label, policy, pool, options] of POLICIES) {
+      log(`${mixName}: ${label}`);
+      const r = await run(`${mixName}_${key}`, mix, policy, pool, options);
+      results[mixName].policies[key] = r;
+      rows.push(
+        `| ${mixName} | ${label} | ${r.billedHours} (${r.toBound}× the bound, ${r.perJobHour}× job time) | ${s(r.startMs.p50)} | ${s(r.startMs.p90)} | ${s(r.startMs.p99)} | warm ${r.by.warm}, rebuilt ${r.by.rebuilt}, created ${r.by.created}; ${r.servers} servers, ${r.rebuilds} rebuilds, ${r.left} left |`,
+      );
+    }
+  }
+  // The 300-job mix's bound over 40 other draws: how much of it is this draw's luck.
   const others = Array.from({ length: 40 }, (_, i) => jobs(i + 1)).map((l) => lowerBound(l) / (l.reduce((n, j) => n + j.minutes, 0) / 60));
-  const spread = {
+  results.mix300.boundOverOtherDraws = {
     min: +Math.min(...others).toFixed(2),
     mean: +(others.reduce((a, b) => a + b, 0) / others.length).toFixed(2),
     max: +Math.max(...others).toFixed(2),
   };
-  const lower = { billedHours: bound, billedPerJobHour: +(bound / rebuild.jobHours).toFixed(2), otherDraws: spread };
-  writeFileSync("bench/results/hetzner-billing.json", `${JSON.stringify({ at: new Date().toISOString(), perJob, rebuild, lowerBound: lower }, null, 2)}\n`);
+  mkdirSync("bench/results", { recursive: true });
+  const settings = { createMs: CREATE_MS, rebuildMs: REBUILD_MS, warmUntilMs: WARM_UNTIL_MS, waitForReuseMs: WAIT_FOR_REUSE_MS };
+  writeFileSync("bench/results/hetzner-billing.json", `${JSON.stringify({ at: new Date().toISOString(), settings, ...results }, null, 2)}\n`);
   console.log(
     [
-      `${perJob.jobs} jobs, ${perJob.jobHours} hours of job time over ${HOURS} hours`,
-      `a server per job:  ${perJob.billedHours} billed server-hours (${perJob.billedPerJobHour}× job time), ${perJob.servers} servers, ${perJob.left} left`,
-      `reuse: "rebuild":  ${rebuild.billedHours} billed server-hours (${rebuild.billedPerJobHour}× job time), ${rebuild.servers} servers, ${rebuild.rebuilds} rebuilds, ${rebuild.left} left`,
-      `no policy can bill less than ${lower.billedHours} server-hours (${lower.billedPerJobHour}× job time) for these jobs; over 40 other draws ${spread.min}× to ${spread.max}×, ${spread.mean}× on average`,
+      `create → online ${s(CREATE_MS)}, rebuild → online ${s(REBUILD_MS)} (each drawn from 0.75× to 1.25×); mix300: ${results.mix300.jobs} jobs, ${results.mix300.jobHours} h of job time, bound ${results.mix300.lowerBound} h; workingDay: ${results.workingDay.jobs} jobs, ${results.workingDay.jobHours} h, bound ${results.workingDay.lowerBound} h`,
+      "",
+      "| mix | policy | billed server-hours | start p50 | p90 | p99 | runners |",
+      "|---|---|---|---|---|---|---|",
+      ...rows,
     ].join("\n"),
   );
 } finally {

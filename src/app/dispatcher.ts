@@ -24,7 +24,7 @@ import { reconcileBackend } from "../reconcile/run.ts";
 import { retryTeardowns } from "../domain/teardown.ts";
 import { tendPools } from "../pools/tend.ts";
 import { createAdmission, type Placement } from "../state/admission.ts";
-import { bindBucket, readManyJson, type Versioned } from "../state/kv.ts";
+import { bindBucket, readAllUnder, readManyJson, type Versioned } from "../state/kv.ts";
 import { createRecordStore, incarnationOf, placementOf, type AssignmentRecord } from "../state/records.ts";
 import type { Assignment } from "../model/assignment.ts";
 import { createRecordCache, type RecordCache } from "../state/record-cache.ts";
@@ -132,7 +132,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const runners = new Map<Backend, RunnerBackend>();
   // Drivers that keep notes between passes (hetzner) use the invocation's stores, on its connection.
   const withStores: DriverDeps["withStores"] = (fn) =>
-    dispatcher.withState((s) => fn({ kv: s.driverKv, readMany: s.driverRead, bootstraps: s.bootstraps, figures: s.driverFigures }));
+    dispatcher.withState((s) => fn({ kv: s.driverKv, readMany: s.driverRead, readUnder: s.driverReadUnder, bootstraps: s.bootstraps, figures: s.driverFigures }));
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b, deps.fetch, { now, withStores }));
 
   const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
@@ -180,6 +180,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       bootstraps: createBootstraps(recordsKv, await sealKeys.current, now, await sealKeys.previous),
       driverKv: recordsKv,
       driverRead: (keys) => readManyJson(handle, recordsBucket(names), keys),
+      driverReadUnder: (prefix) => readAllUnder(handle, recordsBucket(names), prefix),
       driverFigures: createDriverFigures(recordsKv, figureReader(handle, recordsBucket(names))),
     };
     if (hasLimits(config.quotas)) state.admission = withQuotaRelease(state.admission, state.quotas, shareRules(config.quotas));

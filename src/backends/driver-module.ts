@@ -58,6 +58,8 @@ export interface DriverStores {
   kv: KV;
   /** The latest values of many keys in one request; without it, keys are read a few at a time. */
   readMany?: ((keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>) | undefined;
+  /** Every live key under a prefix and its value, in one request (no consumer); without it, the keys are listed. */
+  readUnder?: ((prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>) | undefined;
   bootstraps: BootstrapStore;
   figures: DriverFigureStore;
 }

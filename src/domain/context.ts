@@ -57,6 +57,8 @@ export interface State {
   driverKv: KV;
   /** The latest values of many keys of the records bucket in one request (a driver's notes, read in batches). */
   driverRead: (keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>;
+  /** Every live key of the records bucket under a prefix, in one request (a driver's list, with no consumer). */
+  driverReadUnder: (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>;
   /** What cloud drivers count per backend (sweeps, a full project, the rate budget), for /metrics. */
   driverFigures: DriverFigureStore;
 }

@@ -64,7 +64,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     return deps.withStores(async (s) => {
       const gate = sharedGate(kvBudgetStore(s.kv), deps.now);
       const api = createHetznerApi({ url: opts.settings.url, token: opts.settings.token, now: deps.now, gate, ...(deps.fetch ? { fetch: deps.fetch } : {}) });
-      return fn({ ...s, notes: createNotes(s.kv, s.readMany), api, calls: invocation(api) });
+      return fn({ ...s, notes: createNotes(s.kv, s.readMany, s.readUnder), api, calls: invocation(api) });
     });
   };
 

@@ -85,7 +85,7 @@ export interface Notes {
   claim(backend: string, label: string, read: Versioned<ServerNote>, now: number): Promise<boolean>;
 }
 
-export function createNotes(kv: KV, readMany?: ReadMany): Notes {
+export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>): Notes {
   const many = manyReader(kv, readMany);
   return {
     async runsOf(backend, serverIds) {
@@ -150,6 +150,12 @@ export function createNotes(kv: KV, readMany?: ReadMany): Notes {
       await kv.put(parkedKey(backend, p.pool, p.serverId), JSON.stringify(p));
     },
     async parked(backend, pool) {
+      // One batch read on the wildcard where the stores give one: listing keys starts a consumer
+      // each time, and maintenance asks on every pass.
+      if (readUnder) {
+        const found = await readUnder(parkedPrefix(backend, pool));
+        return [...found].map(([key, read]) => ({ key, revision: read.revision, value: read.value as Parked }));
+      }
       const keys: string[] = [];
       for await (const k of await kv.keys(`${parkedPrefix(backend, pool)}.*`)) keys.push(k);
       const found = await Promise.all(keys.map(async (key) => ({ key, read: await readJson<Parked>(kv, key) })));
