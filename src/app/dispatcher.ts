@@ -132,7 +132,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const runners = new Map<Backend, RunnerBackend>();
   // Drivers that keep notes between passes (hetzner) use the invocation's stores, on its connection.
   const withStores: DriverDeps["withStores"] = (fn) =>
-    dispatcher.withState((s) => fn({ kv: s.driverKv, readMany: s.driverRead, readUnder: s.driverReadUnder, bootstraps: s.bootstraps, figures: s.driverFigures }));
+    dispatcher.withState((s) =>
+      fn({ kv: s.driverKv, readMany: s.driverRead, readUnder: s.driverReadUnder, bootstraps: s.bootstraps, figures: s.driverFigures }),
+    );
   for (const b of config.backends) runners.set(b.backend, deps.runners?.[b.backend] ?? createRunnerBackend(config, b, deps.fetch, { now, withStores }));
 
   const poolCaps = new Map(config.pools.flatMap((p) => (p.maxRunners === undefined ? [] : [[p.name, p.maxRunners] as const])));
