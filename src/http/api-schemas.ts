@@ -100,6 +100,9 @@ export const statusBody = z
         busy: count,
         booting: count,
         warm: count.meta({ description: "Of idle and booting, those kept warm" }),
+        warmByReuse: count
+          .optional()
+          .meta({ description: 'Of the warm ones, those rebuilt on a finished job\'s server within its paid hour (reuse: "rebuild")' }),
         startup: z
           .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional(), launchesMissed: count.optional() })
           .nullable()
