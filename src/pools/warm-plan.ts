@@ -20,6 +20,9 @@ export interface Reused {
   until: number;
 }
 
+/** Why a warm runner is taken away (drain.ts tells each as its own event). */
+export type DrainReason = "scaled_down" | "idle_recycled" | "boot_stalled" | "hour_end";
+
 /** What a pointed-at runner's record says; undefined when it has none (yet). */
 export interface PlanRecord {
   state: AssignmentState;
@@ -40,8 +43,6 @@ export interface PlanRecord {
  * (pools/taken.ts), which may put there the runner made for the job it took; only then, or
  * LEAVING_MS later, is the position empty.
  */
-export type DrainReason = "scaled_down" | "idle_recycled" | "boot_stalled" | "hour_end";
-
 export type Occupant = "booting" | "idle" | "busy" | "leaving" | "ended";
 
 /** How long a position whose runner just took a job is kept for that job's own runner. */
@@ -116,9 +117,9 @@ export function planPool(
   const stalled = live.filter((s) => !paidOut.includes(s) && occupant(s) === "booting" && askedAt(s) !== undefined && now - askedAt(s)! > stalledAfterMs);
   for (const s of stalled) plan.drain.push({ slot: s, reason: "boot_stalled" });
   const fresh = live.filter((s) => !paidOut.includes(s) && !stale.includes(s) && !stalled.includes(s));
-  // Above the target: the oldest go first. A runner by reuse costs nothing until its hour ends,
-  // and is never the surplus: the target counts it, but taking away another for it would park
-  // that one's server for a rebuild, in a loop.
+  // Above the target: the oldest go first. A runner by reuse costs nothing until its hour ends and
+  // is never the surplus, nor counted to make another one surplus: that one's server would be
+  // parked and rebuilt by reuse in its turn, in a loop. (Fills do count it towards the target.)
   const plain = fresh.filter((s) => !s.reuse);
   const surplus = [...plain].sort((a, b) => age(a) - age(b) || a.index - b.index).slice(0, Math.max(0, plain.length - target));
   for (const s of surplus) plan.drain.push({ slot: s, reason: "scaled_down" });
