@@ -94,6 +94,11 @@ export interface RunnerBackend {
    * each one's id and when its current paid hour ends (epoch ms). Drivers that park nothing have none.
    */
   parked?(pool: string): Promise<ParkedServer[]>;
+  /**
+   * How the machine of `id`'s last accept (in this isolate) was made, when not new: "rebuilt", a
+   * parked server of its pool rebuilt for it. Told once: the pass asks right after the accept.
+   */
+  made?(id: string): "rebuilt" | undefined;
 }
 
 /** A server parked for its pool's next job (RunnerBackend.parked). */

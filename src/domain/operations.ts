@@ -6,6 +6,7 @@ import { Conflict, NotFound, Refused } from "../model/errors.ts";
 import { UNADMITTED_STATES, type AssignmentState, type Backend } from "../nats/names.ts";
 import { ASKED_FOR, TERMINAL } from "../model/states.ts";
 import { incarnationOf, placementOf, type AssignmentRecord, type Interruption } from "../state/records.ts";
+import { startVia, type StartVia } from "../state/record.ts";
 import { claim, complete } from "../state/transitions.ts";
 import { ackDelivery } from "../nats/pull.ts";
 
@@ -102,7 +103,7 @@ const ASKED_FOR_BY_TOKEN = UNADMITTED_STATES;
  * A claim's outcome. `held`: no pass is needed for its message (this call acked it, or a pass
  * holds it and will ack it within moments); `changed` when this call claimed it.
  */
-export type Claimed = AssignmentView & { held: boolean; changed: boolean };
+export type Claimed = AssignmentView & { held: boolean; changed: boolean; via: StartVia };
 
 /** A claim or completion by a Gitea runner that is not the one registered for the assignment. */
 export class RunnerMismatch extends Refused {
@@ -184,7 +185,7 @@ export async function claimAssignment(d: Deps, id: string, caller: Caller = {}, 
   // pass die, by the message's next delivery): no pass of its own is needed either. A claim that
   // changed nothing needs none: the first one started it.
   const held = !changed || inWrite || acked || (record.heldUntil !== undefined && Date.parse(record.heldUntil) - HOLD_MARGIN_MS > d.now());
-  return { ...viewOf(record), held, changed };
+  return { ...viewOf(record), held, changed, via: startVia(record) };
 }
 
 /** How long a claim waits for the server to confirm its ack: past it, a pass acks instead. */

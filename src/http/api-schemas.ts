@@ -2,6 +2,7 @@
 // from the request schemas the handlers parse with (assignment.ts, gitea/webhook.ts).
 import { z } from "zod";
 import { ASSIGNMENT_STATES, BACKEND_NAME } from "../nats/names.ts";
+import { START_VIAS } from "../state/record.ts";
 
 export const errorBody = z
   .object({
@@ -104,7 +105,20 @@ export const statusBody = z
           .optional()
           .meta({ description: 'Of the warm ones, those rebuilt on a finished job\'s server within its paid hour (reuse: "rebuild")' }),
         startup: z
-          .object({ buckets: z.array(count), sum: z.number().nonnegative(), count, bootGiveUps: count.optional(), launchesMissed: count.optional() })
+          .object({
+            buckets: z.array(count),
+            sum: z.number().nonnegative(),
+            count,
+            bootGiveUps: count.optional(),
+            launchesMissed: count.optional(),
+            via: z
+              .partialRecord(z.enum(START_VIAS), z.object({ buckets: z.array(count), sum: z.number().nonnegative(), count }))
+              .optional()
+              .meta({
+                description:
+                  "The same start-ups by how the runner came: reuse (warm by reuse), rebuilt (a parked server rebuilt for the job), warm (a warm runner on a new machine), new",
+              }),
+          })
           .nullable()
           .meta({
             description:
@@ -125,6 +139,13 @@ export const statusBody = z
           fullTotal: count,
           swept: count.meta({ description: "Servers (instances) its sweep deleted (orphans, ended assignments', past their lifetime)" }),
           rate: z.object({ limit: count, remaining: count }).optional().meta({ description: "The cloud API's rate budget at the last sweep" }),
+          paid: z
+            .array(z.object({ pool: z.string(), servers: count, used: z.number().nonnegative(), givenUp: z.number().nonnegative() }))
+            .optional()
+            .meta({
+              description:
+                "Hetzner (billed by the started hour): paid seconds of the servers deleted, by pool ('-': none): used (creation to delete) and givenUp (the rest of the hour each was deleted in)",
+            }),
         }),
       )
       .meta({ description: "Backends of a cloud driver (hetzner, ec2): what the driver counted" }),

@@ -3,7 +3,8 @@
 // Content-Security-Policy allows; the one stylesheet is allowed by its hash.
 import { html, raw } from "hono/html";
 import type { Status } from "../observe/status.ts";
-import { STARTUP_BUCKETS, type StartupHistogram } from "../state/startup-times.ts";
+import { STARTUP_BUCKETS, type Histogram } from "../state/startup-times.ts";
+import { START_VIAS, type StartVia } from "../state/record.ts";
 
 export const REFRESH_SECONDS = 5;
 
@@ -51,8 +52,8 @@ function textCell(value: string | null) {
 }
 
 /** "≤ 3 s": the bucket that holds the q-quantile of the pool's start-up times; "–" with none. */
-export function startupQuantile(h: StartupHistogram | null, q: number): string {
-  if (!h || h.count === 0) return "–";
+export function startupQuantile(h: Histogram | null | undefined, q: number): string {
+  if (!h?.count) return "–";
   const i = h.buckets.findIndex((n) => n >= q * h.count);
   return i < 0 ? `> ${STARTUP_BUCKETS.at(-1)} s` : `≤ ${STARTUP_BUCKETS[i]} s`;
 }
@@ -66,7 +67,30 @@ ${pools.map(
   (p) =>
     html`<tr>${textCell(p.pool)}<td>${p.backend}</td><td class="n">${p.idle}</td><td class="n">${p.busy}</td><td class="n">${p.booting}</td><td class="n">${p.warm} / ${p.target}${p.warmByReuse ? ` (${p.warmByReuse} by reuse)` : ""}</td><td class="n">${p.maxRunners ?? "–"}</td><td class="n">${startupQuantile(p.startup, 0.5)}</td><td class="n">${startupQuantile(p.startup, 0.9)}</td><td class="n">${p.startup?.count ?? 0}</td></tr>`,
 )}
-</tbody></table></section>`;
+</tbody></table>${viaTable(pools)}</section>`;
+}
+
+/** How each way a runner came reads on the page. */
+const VIA_TEXT: Record<StartVia, string> = {
+  reuse: "warm by reuse",
+  rebuilt: "rebuilt on demand",
+  warm: "warm, new machine",
+  new: "new, made for the job",
+};
+
+/** The pools' start-ups split by how the runner came (state/record.ts startVia): a row per pool and way seen. */
+function viaTable(pools: Status["pools"]) {
+  const rows = pools.flatMap((p) =>
+    START_VIAS.flatMap((via) => {
+      const h = p.startup?.via && Object.hasOwn(p.startup.via, via) ? p.startup.via[via] : undefined;
+      return h?.count ? [{ pool: p.pool, via, h }] : [];
+    }),
+  );
+  if (!rows.length) return "";
+  return html`<p class="muted">Start-up by how the runner came: warm by reuse (a finished job's server, rebuilt at once within its paid hour), rebuilt on demand (a parked server rebuilt when the job asked), a warm runner on a new machine, or a runner made for the job.</p>
+<table aria-label="start-up by how the runner came"><thead><tr><th>Pool</th><th>Runner</th><th>Jobs</th><th>Start-up p50</th><th>p90</th></tr></thead><tbody>
+${rows.map((r) => html`<tr>${textCell(r.pool)}<td>${VIA_TEXT[r.via]}</td><td class="n">${r.h.count}</td><td class="n">${startupQuantile(r.h, 0.5)}</td><td class="n">${startupQuantile(r.h, 0.9)}</td></tr>`)}
+</tbody></table>`;
 }
 
 function ownersSection(owners: Status["owners"]) {
@@ -93,7 +117,19 @@ function cloudLine(c: Status["cloud"][number] | undefined) {
         }
       : { limit: html`The cloud project's server limit`, wait: "a server to be deleted", things: "Servers deleted", refused: html`the project's limit` };
   const full = c.full ? html`<p class="problem">${w.limit} is reached: jobs wait for ${w.wait}.</p>` : "";
-  return html`${full}<p class="muted">${w.things} by the sweep: ${c.swept}; creates refused for ${w.refused}: ${c.fullTotal}${rate}.</p>`;
+  return html`${full}<p class="muted">${w.things} by the sweep: ${c.swept}; creates refused for ${w.refused}: ${c.fullTotal}${rate}.</p>${paidTable(c.paid)}`;
+}
+
+/** Hours as people read them: one decimal. */
+const hours = (seconds: number) => `${(seconds / 3_600).toFixed(1)} h`;
+
+/** Paid time of the deleted servers per pool (Hetzner bills the started hour): used, and given up at the delete. */
+function paidTable(paid: Status["cloud"][number]["paid"]) {
+  if (!paid?.length) return "";
+  return html`<p class="muted">Paid hours of the servers deleted, per pool: used from each one's create to its delete (its jobs, and its waits as a warm or parked server); given up, the rest of the hour it was deleted in (Hetzner bills each started hour).</p>
+<table aria-label="paid server hours"><thead><tr><th>Pool</th><th>Servers deleted</th><th>Paid hours used</th><th>Given up at the delete</th></tr></thead><tbody>
+${paid.map((p) => html`<tr>${textCell(p.pool)}<td class="n">${p.servers}</td><td class="n">${hours(p.used)}</td><td class="n">${hours(p.givenUp)}</td></tr>`)}
+</tbody></table>`;
 }
 
 /** Runners whose machine was taken back, per pool, and the jobs lost with them: where their reruns stand, and which a person must rerun. */

@@ -2,20 +2,30 @@
 // state and owner names only (an owner is a Gitea user or organisation name): nothing secret.
 import type { Snapshot } from "./snapshot.ts";
 import type { CacheFigures } from "../cache/figures.ts";
-import { emptyHistogram, STARTUP_BUCKETS } from "../state/startup-times.ts";
+import { emptyHistogram, STARTUP_BUCKETS, type Histogram } from "../state/startup-times.ts";
+import { START_VIAS } from "../state/record.ts";
 
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
 type Sample = [labels: Record<string, string>, value: number];
 
-/** A Prometheus histogram per pool, from the durable bucket counts (state/startup-times.ts). */
-function histogram(lines: string[], name: string, help: string, pools: Snapshot["pools"]): void {
+/** A Prometheus histogram per pool (and via), from the durable bucket counts (state/startup-times.ts). */
+function histogram(lines: string[], name: string, help: string, series: [labels: string, h: Histogram][]): void {
   lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
-  for (const p of pools) {
-    const h = p.startup ?? emptyHistogram();
-    STARTUP_BUCKETS.forEach((le, i) => lines.push(`${name}_bucket{pool="${p.pool}",le="${le}"} ${h.buckets[i] ?? 0}`));
-    lines.push(`${name}_bucket{pool="${p.pool}",le="+Inf"} ${h.count}`, `${name}_sum{pool="${p.pool}"} ${h.sum}`, `${name}_count{pool="${p.pool}"} ${h.count}`);
+  for (const [l, h] of series) {
+    STARTUP_BUCKETS.forEach((le, i) => lines.push(`${name}_bucket{${l},le="${le}"} ${h.buckets[i] ?? 0}`));
+    lines.push(`${name}_bucket{${l},le="+Inf"} ${h.count}`, `${name}_sum{${l}} ${h.sum}`, `${name}_count{${l}} ${h.count}`);
   }
+}
+
+/** Each pool's start-ups by via: "new" always (the family is there from the first scrape), the others once seen. */
+function viaSeries(pools: Snapshot["pools"]): [string, Histogram][] {
+  return pools.flatMap((p) =>
+    START_VIAS.flatMap((via): [string, Histogram][] => {
+      const h = p.startup?.via && Object.hasOwn(p.startup.via, via) ? p.startup.via[via] : undefined;
+      return h || via === "new" ? [[`pool="${escapeLabel(p.pool)}",via="${via}"`, h ?? emptyHistogram()]] : [];
+    }),
+  );
 }
 
 export function formatMetrics(s: Snapshot): string {
@@ -150,7 +160,18 @@ export function formatMetrics(s: Snapshot): string {
       "Cloud VMs of the pool that did not fetch their launch within 4 minutes of being asked for (launch_not_fetched): billed, and running no job.",
       pool((p) => p.startup?.launchesMissed ?? 0),
     );
-    histogram(lines, "gdr_job_startup_duration_seconds", "Time from a job's queued to a runner of the pool taking it (in_progress).", s.pools);
+    histogram(
+      lines,
+      "gdr_job_startup_duration_seconds",
+      "Time from a job's queued to a runner of the pool taking it (in_progress).",
+      s.pools.map((p) => [`pool="${escapeLabel(p.pool)}"`, p.startup ?? emptyHistogram()]),
+    );
+    histogram(
+      lines,
+      "gdr_job_startup_by_via_duration_seconds",
+      "The same, by how the runner came: reuse (warm by reuse), rebuilt (a parked server rebuilt for the job), warm (a warm runner on a new machine), new.",
+      viaSeries(s.pools),
+    );
   }
   if (s.forgePoll) {
     metric(
@@ -184,6 +205,23 @@ export function formatMetrics(s: Snapshot): string {
       "counter",
       "Servers the backend's sweep deleted: orphans, ended assignments', past their lifetime.",
       cloud((c) => c.swept),
+    );
+    const paid = (pick: (p: NonNullable<Snapshot["cloud"][number]["paid"]>[number]) => Sample[]): Sample[] =>
+      s.cloud.flatMap((c) => (c.paid ?? []).flatMap((p) => pick(p).map(([l, v]): Sample => [{ backend: c.backend, pool: p.pool, ...l }, v])));
+    metric(
+      "gdr_backend_paid_seconds_total",
+      "counter",
+      "Paid time of the backend's deleted servers (billed by the started hour): used (creation to delete) and given_up (the rest of the hour it was deleted in).",
+      paid((p) => [
+        [{ part: "used" }, p.used],
+        [{ part: "given_up" }, p.givenUp],
+      ]),
+    );
+    metric(
+      "gdr_backend_servers_deleted_total",
+      "counter",
+      "Servers of the pool deleted (by a teardown, or the sweep), whose paid time gdr_backend_paid_seconds_total counts.",
+      paid((p) => [[{}, p.servers]]),
     );
     metric(
       "gdr_backend_api_rate_remaining",

@@ -11,7 +11,7 @@ import type { RerunState } from "../state/reruns.ts";
 import { atQuotaLimit, ownerRows, type OwnerSnapshot } from "./owners.ts";
 import { poolSnapshots, type PoolSnapshot } from "./pools.ts";
 import { driverModule } from "../backends/drivers.ts";
-import type { DriverFigures } from "../state/driver-figures.ts";
+import type { DriverFigures, Paid } from "../state/driver-figures.ts";
 
 /** What this module's steps are given (domain/context.ts). */
 type Deps = Basics &
@@ -71,6 +71,8 @@ export interface CloudSnapshot {
   swept: number;
   /** The API's rate budget at the last sweep, when it sent one. */
   rate?: { limit: number; remaining: number };
+  /** Paid time of its deleted servers, by pool (driver-figures.ts Paid): a driver that counts none has none. */
+  paid?: ({ pool: string } & Paid)[];
 }
 
 export async function takeSnapshot(d: Deps): Promise<Snapshot> {
@@ -164,6 +166,7 @@ export async function takeSnapshot(d: Deps): Promise<Snapshot> {
           fullTotal: f?.fullTotal ?? 0,
           swept: f?.swept ?? 0,
           ...(f?.rate ? { rate: { limit: f.rate.limit, remaining: f.rate.remaining } } : {}),
+          ...(f?.paid ? { paid: Object.entries(f.paid).map(([pool, p]) => ({ pool, servers: p.servers, used: p.used, givenUp: p.givenUp })) } : {}),
         };
       }),
       ...(cacheFigures ? { cache: cacheFigures } : {}),

@@ -12,6 +12,8 @@ import { isRetryable } from "../state/kv.ts";
 import { cancelAssignment } from "../domain/cancel.ts";
 import { releaseRunner } from "../domain/teardown.ts";
 import { placementOf, runnerAt, type AssignmentRecord } from "../state/records.ts";
+import type { StartVia } from "../state/record.ts";
+import type { Startup } from "../state/startup-times.ts";
 import { adoptWarm, maintainPools } from "./maintain.ts";
 
 /** What this module's steps are given (domain/context.ts). */
@@ -39,6 +41,8 @@ export interface Started {
   createdAt?: string | undefined;
   /** When its own record was received, where the claim read it (the runner made for it took it): no read then. */
   queuedAt?: string | undefined;
+  /** How the runner that took it came (its record's startVia). */
+  via?: StartVia;
 }
 
 /**
@@ -50,14 +54,14 @@ export async function observeStartups(d: Deps, started: readonly Started[]): Pro
   await d.withState(async (state) => {
     const unread = started.filter((s) => s.queuedAt === undefined).map((s) => s.own);
     const read = unread.length ? await state.records.getMany(unread) : new Map<string, { value: { receivedAt: string } }>();
-    const byPool = new Map<string, number[]>();
+    const byPool = new Map<string, Startup[]>();
     for (const s of started) {
       const receivedAt = s.queuedAt ?? read.get(s.own)?.value.receivedAt;
       const queuedAt = Date.parse(receivedAt ?? s.createdAt ?? "");
       if (!Number.isFinite(queuedAt) || queuedAt <= 0 || queuedAt > s.at) continue;
-      byPool.set(s.pool, [...(byPool.get(s.pool) ?? []), (s.at - queuedAt) / 1_000]);
+      byPool.set(s.pool, [...(byPool.get(s.pool) ?? []), { seconds: (s.at - queuedAt) / 1_000, ...(s.via ? { via: s.via } : {}) }]);
     }
-    await Promise.all([...byPool].map(([pool, seconds]) => state.startups.observe(pool, seconds)));
+    await Promise.all([...byPool].map(([pool, seen]) => state.startups.observe(pool, seen)));
   });
 }
 

@@ -30,6 +30,8 @@ export async function applyEffects(
     let next: AssignmentRecord = ref && !r.runner ? { ...r, runner: ref } : r;
     const { pool, backend } = p.placement ?? {};
     if (pool !== undefined && backend !== undefined && !next.placement) next = { ...next, placement: { pool, backend } };
+    // How its machine was made, as its backend said after the ask (a claim read it for its start-up's split).
+    if (p.made && isWaiting(next) && next.made !== p.made) next = { ...next, made: p.made };
     // State changes never overwrite a claim (or an end) that arrived meanwhile.
     for (const effect of effects) {
       if (!isWaiting(next)) break;
@@ -161,7 +163,7 @@ function stateAfter(r: In<Waiting>, effect: Effect, { at, holdUntil, askedBy, re
     case "forget_ready_and_teardown":
     case "boot_retry": {
       // A new boot attempt: what was seen of the last VM's launch is not this one's.
-      const { readyAt: _forgotten, askedAt: _restarted, launchedAt: _l, launchLate: _ll, ...rest } = r;
+      const { readyAt: _forgotten, askedAt: _restarted, launchedAt: _l, launchLate: _ll, made: _m, ...rest } = r;
       return { ...rest, state: "backend_pending", ...(effect === "boot_retry" ? { bootAttempts: (r.bootAttempts ?? 0) + 1 } : {}) };
     }
     case "end_unneeded":

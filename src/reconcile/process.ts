@@ -57,7 +57,9 @@ export async function finishMessage(deps: ProcessDeps, p: Prepared, budgetSpent:
       }
       try {
         if (prepared !== "busy") asked = "failed";
-        p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => deps.runnersFor(place.backend).accept(prepared.request, signal));
+        const runners = deps.runnersFor(place.backend);
+        p.facts.backend = prepared === "busy" ? "pending" : await deps.callBackend((signal) => runners.accept(prepared.request, signal));
+        if (prepared !== "busy") p.made = runners.made?.(prepared.request.assignment.id);
         if (asked) asked = "answered";
       } catch (err) {
         backendFailed(deps, p, err);

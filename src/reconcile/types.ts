@@ -122,4 +122,6 @@ export interface Prepared {
   failed?: Error;
   /** Epoch ms until which the pass holds this delivery for its claim (see hold.ts). */
   heldUntil?: number;
+  /** Its backend's word, after the ask, on how its machine was made (RunnerBackend.made): written with the record. */
+  made?: "rebuilt";
 }

@@ -20,6 +20,30 @@ export interface DriverFigures {
   refused?: Record<string, Refusal>;
   /** What the cloud offers (server types, locations, images), as the driver's tick last read it. */
   offer?: Offer;
+  /** Paid time of the servers deleted, by pool ("-": none), in seconds: see Paid. */
+  paid?: Record<string, Paid>;
+}
+
+/**
+ * What a cloud that bills by the started hour (Hetzner) was paid for the servers deleted: `used`,
+ * from each one's creation to its delete (its jobs, and its waits as a warm or parked server);
+ * `givenUp`, the rest of the hour it was deleted in, paid and unused.
+ */
+export interface Paid {
+  servers: number;
+  used: number;
+  givenUp: number;
+}
+
+/** `f` with `deleted` servers' paid time added to each one's pool (own keys only: a pool may be named "constructor"). */
+export function withPaid(f: DriverFigures, deleted: readonly ({ pool: string } & Omit<Paid, "servers">)[]): DriverFigures {
+  if (!deleted.length) return f;
+  const paid = { ...f.paid };
+  for (const d of deleted) {
+    const was = Object.hasOwn(paid, d.pool) ? paid[d.pool]! : { servers: 0, used: 0, givenUp: 0 };
+    paid[d.pool] = { servers: was.servers + 1, used: was.used + d.used, givenUp: was.givenUp + d.givenUp };
+  }
+  return { ...f, paid };
 }
 
 export interface Offer {

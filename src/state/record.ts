@@ -113,6 +113,22 @@ export interface WarmPart {
   warm?: true;
   /** A warm runner by reuse: rebuilt on this parked server of its pool (reuse: "rebuild"). */
   reuse?: { server: number };
+  /** Its runner's machine was not made for it: a parked server of its pool rebuilt for it (as its backend said after the ask). */
+  made?: "rebuilt";
+}
+
+/** How the runner that took a job came (the start-up histogram's split): see startVia. */
+export type StartVia = "reuse" | "rebuilt" | "warm" | "new";
+export const START_VIAS: readonly StartVia[] = ["reuse", "rebuilt", "warm", "new"];
+
+/**
+ * How a claiming runner's record says it came: warm on a finished job's server (warm by reuse), on
+ * a parked server rebuilt when a job asked (rebuilt on demand), warm on a new machine, or new.
+ */
+export function startVia(r: WarmPart): StartVia {
+  if (r.reuse) return "reuse";
+  if (r.made === "rebuilt") return "rebuilt";
+  return r.warm ? "warm" : "new";
 }
 
 /** Forgejo: the job handles it is bound to. */

@@ -22,10 +22,20 @@ export function everyMetric(): string {
         waitingForQuota: 0,
       },
     ],
-    pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, startup: null }],
+    pools: [{ pool: "small", backend: "pod", target: 2, maxRunners: 10, idle: 1, busy: 1, booting: 1, warm: 2, warmByReuse: 1, startup: null }],
     owners: [{ owner: "acme", runners: 2, waitingForCapacity: 1, waitingForQuota: 0 }],
     forgePoll: { failuresTotal: 0, failing: false },
-    cloud: [{ backend: "vm", driver: "hetzner", full: false, fullTotal: 1, swept: 3, rate: { limit: 3600, remaining: 3500 } }],
+    cloud: [
+      {
+        backend: "vm",
+        driver: "hetzner",
+        full: false,
+        fullTotal: 1,
+        swept: 3,
+        rate: { limit: 3600, remaining: 3500 },
+        paid: [{ pool: "small", servers: 2, used: 4000, givenUp: 3200 }],
+      },
+    ],
     cache: [
       {
         repository: "acme/app",

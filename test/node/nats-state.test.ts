@@ -135,12 +135,17 @@ describe("JetStream handoff against nats-server", () => {
   it("adds a batch of start-up times to a pool's histogram in one write, beside what was there", async () => {
     const config = await provisionEnv(testEnv(nats, backend));
     await createDispatcher({ config, sink: silent }).withState(async ({ startups }) => {
-      await startups.observe("p", [2]);
-      await startups.observe("p", [0.5, 4, 4000]);
+      await startups.observe("p", [{ seconds: 2, via: "reuse" }]);
+      await startups.observe("p", [{ seconds: 0.5, via: "reuse" }, { seconds: 4, via: "new" }, { seconds: 4000 }]);
       const h = (await startups.read(["p", "q"])).get("p")!;
       expect(h).toMatchObject({ count: 4, sum: 4006.5 });
       // Cumulative: le=1 holds 0.5; le=5 holds 0.5, 2 and 4; 4000 is past the last bound.
       expect([h.buckets[0], h.buckets[3], h.buckets.at(-1)]).toEqual([1, 3, 3]);
+      // Split by how the runner came, across the two writes; one observed without a via is in the pool's figures alone.
+      expect(h.via?.reuse).toMatchObject({ count: 2, sum: 2.5 });
+      expect([h.via?.reuse?.buckets[0], h.via?.reuse?.buckets[1]]).toEqual([1, 2]);
+      expect(h.via?.new).toMatchObject({ count: 1, sum: 4 });
+      expect(Object.keys(h.via ?? {}).sort()).toEqual(["new", "reuse"]);
       expect((await startups.read(["q"])).size).toBe(0);
     });
   });

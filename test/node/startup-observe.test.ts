@@ -2,6 +2,8 @@
 // uses: timed from its own record's receipt, which the claim hands over when it read it.
 import { describe, expect, inject, it } from "vitest";
 import { observeStartup, observeStartups } from "../../src/pools/taken.ts";
+import type { Startup } from "../../src/state/startup-times.ts";
+import { startVia, type WarmPart } from "../../src/state/record.ts";
 import { createDispatcher } from "../../src/app/dispatcher.ts";
 import { handleWorkflowJob, parseWorkflowJob } from "../../src/forge/gitea/webhook.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
@@ -12,6 +14,7 @@ import { written } from "../harness/memory.ts";
 function fakes(receivedAt: string | null) {
   const reads: string[][] = [];
   const seen: [string, readonly number[]][] = [];
+  const vias: (string | undefined)[] = [];
   const state = {
     records: {
       getMany: async (ids: readonly string[]) => {
@@ -19,10 +22,15 @@ function fakes(receivedAt: string | null) {
         return new Map(receivedAt === null ? [] : ids.map((id) => [id, { value: { id, receivedAt }, revision: 1 }]));
       },
     },
-    startups: { observe: async (pool: string, s: readonly number[]) => void seen.push([pool, s]) },
+    startups: {
+      observe: async (pool: string, s: readonly Startup[]) => {
+        seen.push([pool, s.map((x) => x.seconds)]);
+        vias.push(...s.map((x) => x.via));
+      },
+    },
   };
   const d = { withState: <T>(fn: (s: typeof state) => Promise<T>) => fn(state) } as unknown as Parameters<typeof observeStartup>[0];
-  return { d, reads, seen };
+  return { d, reads, seen, vias };
 }
 
 describe("observeStartup", () => {
@@ -47,11 +55,11 @@ describe("observeStartup", () => {
     await observeStartup(bad.d, { pool: "p", own: "gitea-1-1", at, createdAt: "not a time" });
     expect(bad.seen).toEqual([]);
   });
-  it("a batch: one read for the records not handed over, one write per pool", async () => {
-    const { d, reads, seen } = fakes("2026-12-03T10:00:00Z");
+  it("a batch: one read for the records not handed over, one write per pool, each with how its runner came", async () => {
+    const { d, reads, seen, vias } = fakes("2026-12-03T10:00:00Z");
     await observeStartups(d, [
-      { pool: "p", own: "gitea-1-1", at, queuedAt: "2026-12-03T10:00:09Z" },
-      { pool: "q", own: "gitea-2-1", at },
+      { pool: "p", own: "gitea-1-1", at, queuedAt: "2026-12-03T10:00:09Z", via: "reuse" },
+      { pool: "q", own: "gitea-2-1", at, via: "rebuilt" },
       { pool: "p", own: "gitea-3-1", at },
       { pool: "p", own: "gitea-4-1", at: at - 5_000, queuedAt: "2026-12-03T10:00:08Z" },
     ]);
@@ -60,6 +68,7 @@ describe("observeStartup", () => {
       ["p", [1, 10]],
       ["q", [10]],
     ]);
+    expect(vias.toSorted()).toEqual(["rebuilt", "reuse", undefined]);
   });
 });
 
@@ -73,7 +82,7 @@ describe("an in_progress webhook hands its claim's queuedAt to the start-up obse
     const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
     const config = await provisionEnv(env);
     const d = createDispatcher({ config, gitea: stubGitea(), sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
-    const ready = async (id: string, runner: number) =>
+    const ready = async (id: string, runner: number, came: WarmPart = {}) =>
       d.withState(async ({ records }) => {
         await records.offer(assignment(id));
         return records.update(id, (r) =>
@@ -83,15 +92,59 @@ describe("an in_progress webhook hands its claim's queuedAt to the start-up obse
             readyAt: new Date().toISOString(),
             placement: { pool: "route-0", backend: "pod" },
             runner: { id: runner, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
+            ...came,
           }),
         );
       });
     const own = await ready("gitea-9101-1", 51);
     const mine = await handleWorkflowJob(d, inProgress(9101, 51, "gdr-gitea-9101-1"));
-    expect(mine.started).toMatchObject({ pool: "route-0", own: "gitea-9101-1", queuedAt: own!.receivedAt });
+    expect(mine.started).toMatchObject({ pool: "route-0", own: "gitea-9101-1", queuedAt: own!.receivedAt, via: "new" });
     await ready("gitea-9102-1", 52);
     const other = await handleWorkflowJob(d, inProgress(9103, 52, "gdr-gitea-9102-1"));
     expect(other.started).toMatchObject({ pool: "route-0", own: "gitea-9103-1" });
     expect(other.started?.queuedAt).toBeUndefined();
   });
+
+  it("with how the claiming runner came, from its record: warm by reuse, rebuilt on demand, warm", async () => {
+    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
+    const d = createDispatcher({
+      config: await provisionEnv(env),
+      gitea: stubGitea(),
+      sink: { event: () => undefined, summary: () => undefined, error: () => undefined },
+    });
+    const cases: [number, WarmPart, string][] = [
+      [9201, { warm: true, reuse: { server: 4 } }, "reuse"],
+      [9202, { made: "rebuilt" }, "rebuilt"],
+      [9203, { warm: true }, "warm"],
+    ];
+    for (const [job, came, via] of cases) {
+      const id = `gitea-${job}-1`;
+      await d.withState(async ({ records }) => {
+        await records.offer(assignment(id));
+        await records.update(id, (r) =>
+          written({
+            ...r,
+            state: "backend_ready",
+            readyAt: new Date().toISOString(),
+            placement: { pool: "route-0", backend: "pod" },
+            runner: { id: job, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
+            ...came,
+          }),
+        );
+      });
+      expect((await handleWorkflowJob(d, inProgress(job, job, `gdr-${id}`))).started?.via).toBe(via);
+    }
+  });
+});
+
+describe("startVia", () => {
+  it.each<[WarmPart, string]>([
+    [{}, "new"],
+    [{ warm: true }, "warm"],
+    [{ made: "rebuilt" }, "rebuilt"],
+    // A warm runner on a parked server rebuilt on demand (its job taken meanwhile) is still rebuilt: the boot was a rebuild's.
+    [{ warm: true, made: "rebuilt" }, "rebuilt"],
+    [{ warm: true, reuse: { server: 1 } }, "reuse"],
+    [{ warm: true, reuse: { server: 1 }, made: "rebuilt" }, "reuse"],
+  ])("%j → %s", (r, via) => expect(startVia(r)).toBe(via));
 });

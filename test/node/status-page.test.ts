@@ -5,6 +5,8 @@ import { mkdirSync } from "node:fs";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { startWorker } from "../../bench/lib.mjs";
+import { renderStatusPage } from "../../src/http/status-page.ts";
+import type { Status } from "../../src/observe/status.ts";
 import { currentClaimToken, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 
 const STATUS_TOKEN = "status-page-token-0123456789";
@@ -157,4 +159,70 @@ it("long names wrap or are cut with the whole name in a title, and bidi controls
   expect(bidiRow).toContain("build-[U+202E]txt.exe[U+202C]-[U+2067]x[U+2069]");
   expect(await page.locator("body").innerText()).not.toMatch(/[\u202A-\u202E\u2066-\u2069]/);
   await context.close();
+});
+
+it("a reusing pool's start-ups by how the runner came, and its servers' paid hours, read in a real browser", { timeout: 60_000 }, async () => {
+  // Cumulative counts per bucket (1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, …): 3 starts by reuse within 2 s, 1 new at 50 s.
+  const cumulative = (upTo: [le: number, n: number][]) =>
+    [1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600].map((b) => upTo.filter(([le]) => le <= b).reduce((s, [, n]) => s + n, 0));
+  const reuse = { buckets: cumulative([[2, 3]]), sum: 4.5, count: 3 };
+  const fresh = { buckets: cumulative([[60, 1]]), sum: 50, count: 1 };
+  const html: string = await renderStatusPage({
+    at: "2026-12-07T10:00:00Z",
+    problems: [],
+    recent: [],
+    backends: [
+      {
+        backend: "vm",
+        capacity: 4,
+        slotsInUse: 3,
+        registering: 0,
+        queued: 0,
+        ackPending: 0,
+        redelivered: 0,
+        waitingForCapacity: 0,
+        waitingForQuota: 0,
+        pendingAtBackend: 0,
+        readyForClaim: 1,
+        running: 2,
+        delivered: 5,
+      },
+    ],
+    pools: [
+      {
+        pool: "vms",
+        backend: "vm",
+        target: 0,
+        maxRunners: null,
+        idle: 1,
+        busy: 2,
+        booting: 0,
+        warm: 1,
+        warmByReuse: 1,
+        startup: {
+          buckets: cumulative([
+            [2, 3],
+            [60, 1],
+          ]),
+          sum: 54.5,
+          count: 4,
+          via: { reuse, new: fresh },
+        },
+      },
+    ],
+    owners: [],
+    cloud: [{ backend: "vm", driver: "hetzner", full: false, fullTotal: 0, swept: 1, paid: [{ pool: "vms", servers: 3, used: 9_000, givenUp: 1_800 }] }],
+    stream: { messages: 0, published: 0, acked: 0 },
+  } as Status);
+  const page = await browser.newPage({ viewport: { width: 1100, height: 700 } });
+  await page.setContent(String(html));
+  mkdirSync("test-results", { recursive: true });
+  await page.screenshot({ path: "test-results/status-page-reuse.png", fullPage: true });
+  expect(await page.getByRole("table", { name: "start-up by how the runner came" }).locator("tbody tr").allInnerTexts()).toEqual([
+    "vms\twarm by reuse\t3\t≤ 2 s\t≤ 2 s",
+    "vms\tnew, made for the job\t1\t≤ 60 s\t≤ 60 s",
+  ]);
+  expect(await page.getByRole("table", { name: "paid server hours" }).locator("tbody tr").allInnerTexts()).toEqual(["vms\t3\t2.5 h\t0.5 h"]);
+  expect(await page.getByRole("region", { name: "runner pools" }).innerText()).toContain("1 / 0 (1 by reuse)");
+  await page.close();
 });

@@ -25,6 +25,7 @@ type View = { state: string; warm: boolean; giteaRunnerId: number | null; reason
 const LABELS = ["ubuntu-latest:docker://node:20-bookworm"];
 const WARM_UNTIL_MS = 9 * 60_000;
 const METRICS_TOKEN = "metrics-token-0123456789abcdef";
+const STATUS_TOKEN = "status-token-0123456789abcdef";
 
 async function scene(pool: Record<string, unknown> = {}) {
   const project = `${inject("hetznerUrl")}/${uniqueName("hz")}`;
@@ -33,6 +34,7 @@ async function scene(pool: Record<string, unknown> = {}) {
     CAPACITY_VM: 2,
     RETRY_DELAY_MS: 50,
     METRICS_TOKEN,
+    STATUS_TOKEN,
     VM_DRIVER: "hetzner",
     HCLOUD_API_URL: project,
     HCLOUD_TOKEN: FAKE_HCLOUD_TOKEN,
@@ -106,6 +108,27 @@ describe("warm by reuse (hetzner, reuse: rebuild)", () => {
     await tick(env);
     expect(named("warm_reuse_filled")).toHaveLength(2);
     expect(JSON.stringify(await gitea.state())).not.toContain(`"name":"gdr-${next}"`);
+
+    // Counted: job 1 started on a new server, job 2 on a warm one by reuse; the server's paid hour, used and given up at its delete.
+    type Figures = {
+      pools: { pool: string; startup: { count: number; via?: Record<string, { count: number }> } | null }[];
+      cloud: { paid?: { pool: string; servers: number; used: number; givenUp: number }[] }[];
+    };
+    const figures = (await (await request(env, "/v1/status", { headers: bearer(TEST_SECRETS.DISPATCH_TOKEN) })).json()) as Figures;
+    const vms = figures.pools.find((p) => p.pool === "vms")!;
+    expect(vms.startup).toMatchObject({ count: 2, via: { new: { count: 1 }, reuse: { count: 1 } } });
+    expect(Object.keys(vms.startup!.via!).sort()).toEqual(["new", "reuse"]);
+    const [paid] = figures.cloud[0]!.paid!;
+    expect(paid).toMatchObject({ pool: "vms", servers: 1 });
+    // Deleted in its first hour, warmUntil (9 min) or a little less before its end.
+    expect(paid!.used + paid!.givenUp).toBeCloseTo(3_600, 0);
+    expect(paid!.givenUp).toBeGreaterThan(WARM_UNTIL_MS / 1_000 - 60);
+    expect(paid!.givenUp).toBeLessThanOrEqual(WARM_UNTIL_MS / 1_000);
+    const lines = (await (await request(env, "/metrics", { headers: bearer(METRICS_TOKEN) })).text()).split("\n");
+    expect(lines).toContain('gdr_job_startup_by_via_duration_seconds_count{pool="vms",via="reuse"} 1');
+    expect(lines).toContain('gdr_backend_servers_deleted_total{backend="vm",pool="vms"} 1');
+    const page = await (await request(env, "/status", { headers: { authorization: `Basic ${btoa(`ops:${STATUS_TOKEN}`)}` } })).text();
+    expect(page).toMatch(/<td>warm by reuse<\/td><td class="n">1<\/td>/);
   }, 150_000);
 
   it.each([

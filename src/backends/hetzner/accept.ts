@@ -44,6 +44,8 @@ export interface AcceptCtx {
     ownByName: (id: string, signal: AbortSignal, kind?: CallKind) => Promise<HetznerServer | undefined>;
     removeSoon: (serverId: number, signal: AbortSignal) => Promise<void>;
   };
+  /** Told of an assignment whose server is a parked one rebuilt for it (RunnerBackend.made). */
+  made?: (id: string) => void;
 }
 
 export async function acceptWith(
@@ -72,10 +74,13 @@ export async function acceptWith(
   };
   const ctx: RebuildCtx = { api, notes, bootstraps, backend, label: names.label, signal };
   if (note?.rebuilding !== undefined && note.serverId !== undefined) {
-    if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding, serverId: note.serverId }, boot, deps.now())) return "pending";
+    if (await resumeRebuild(ctx, { ...note, rebuilding: note.rebuilding, serverId: note.serverId }, boot, deps.now())) return rebuiltFor(c, id);
     throw new BackendError("its parked server went before its rebuild was answered; asking again");
   }
-  if (note?.serverId !== undefined) return lookOnce(c, notes, names.label, { ...note, serverId: note.serverId }, signal);
+  if (note?.serverId !== undefined) {
+    if (note.rebuilt) c.made?.(id);
+    return lookOnce(c, notes, names.label, { ...note, serverId: note.serverId }, signal);
+  }
   if (note?.creating !== undefined) {
     // The last pass asked for a create and lost its answer: the server of the name is adopted if it carries that create's bootstrap.
     const found = await ownByName(id, signal, "create");
@@ -98,6 +103,7 @@ export async function acceptWith(
   const base = { name, label: names.label, pool: request.pool?.name, instance: deps.instance, backend };
   // What a rebuild of this pool's server starts from: the image its create body names.
   const image = pool?.reuse === "rebuild" ? String(createBody(base, "", templates, candidates[0]).image) : "";
+  const poolOf = pool ? { pool: pool.name } : {};
   const reuseFrom = (paidFrom: number) =>
     pool?.reuse === "rebuild" ? { reuse: { pool: pool.name, image, paidFrom, ...(pool.warmUntil !== undefined ? { warmUntil: pool.warmUntil } : {}) } } : {};
   // Noted before its token exists, and before a server is taken or made: a pass after a lost answer, and the sweep, know which server is this create's.
@@ -105,14 +111,14 @@ export async function acceptWith(
     token,
     userData,
     key: creating,
-  } = await boot((key) => notes.put(backend, names.label, { id, createdAt: deps.now(), creating: key, ...reuseFrom(deps.now()) }));
+  } = await boot((key) => notes.put(backend, names.label, { id, ...poolOf, createdAt: deps.now(), creating: key, ...reuseFrom(deps.now()) }));
   const mark = await bootMark(creating);
   const who = { ...base, boot: mark };
   const bound = request.assignment.reuse?.server;
   if (pool?.reuse === "rebuild") {
     // A server of the pool whose job has finished, within its paid hour: rebuilt for this job.
     const from = { pool: pool.name, warmUntil: pool.warmUntil, only: bound };
-    if (await takeParked(ctx, from, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return "pending";
+    if (await takeParked(ctx, from, { id, createdAt: deps.now() }, { token, userData, key: creating }, deps.now())) return rebuiltFor(c, id);
   }
   if (bound !== undefined) {
     // A warm runner by reuse is made on its server or not at all: a new server would start a new hour.
@@ -137,7 +143,8 @@ export async function acceptWith(
         // Asked before (an answer lost, a pass that died): the server of that name is this create's only if it carries its bootstrap.
         const found = await ownByName(id, signal, "create");
         if (!found) throw new BackendError("the server's name is taken, but by no server of this deployment's listed; trying again");
-        if (found.labels[LABELS.boot] === mark) return adoptServer(c, notes, names.label, found, { id, createdAt: deps.now(), ...reuseFrom(deps.now()) });
+        if (found.labels[LABELS.boot] === mark)
+          return adoptServer(c, notes, names.label, found, { id, ...poolOf, createdAt: deps.now(), ...reuseFrom(deps.now()) });
         // An earlier create that landed late, its bootstrap revoked: it goes, and the next pass asks again.
         await removeSoon(found.id, signal);
         await notes.markDeleted(backend, names.label, found.id, deps.now());
@@ -163,9 +170,15 @@ export async function acceptWith(
   }
   if (!server) await refused();
   if (!server) throw new BackendError(`no candidate has room (${lastNoRoom?.code ?? "none"}); trying again later`, lastNoRoom?.status);
-  await notes.put(backend, names.label, { id, serverId: server.id, createdAt: deps.now(), ...reuseFrom(Date.parse(server.created) || deps.now()) });
+  await notes.put(backend, names.label, { id, ...poolOf, serverId: server.id, createdAt: deps.now(), ...reuseFrom(Date.parse(server.created) || deps.now()) });
   // A create that went through answers every refusal kept for /healthz: the token and the fields it used are good.
   if (seen?.refused) await forgetRefusals(figures, backend);
+  return "pending";
+}
+
+/** Pending, on a parked server rebuilt for `id`. */
+function rebuiltFor(c: AcceptCtx, id: string): RunnerStatus {
+  c.made?.(id);
   return "pending";
 }
 
@@ -186,7 +199,8 @@ function invalidInput(c: AcceptCtx, err: HetznerError, pool: RunnerRequest["pool
 async function adoptServer({ deps, backend }: AcceptCtx, notes: Notes, label: string, server: HetznerServer, note: ServerNote): Promise<RunnerStatus> {
   const created = Date.parse(server.created) || deps.now();
   const reuse = note.reuse ? { reuse: { ...note.reuse, paidFrom: created } } : {};
-  await notes.put(backend, label, { id: note.id, serverId: server.id, createdAt: Math.min(deps.now(), created), ...reuse });
+  const pool = note.pool ? { pool: note.pool } : {};
+  await notes.put(backend, label, { id: note.id, ...pool, serverId: server.id, createdAt: Math.min(deps.now(), created), ...reuse });
   return "pending";
 }
 

@@ -14,8 +14,8 @@ import { acceptWith } from "./accept.ts";
 import { projectedRemaining, type CallKind, type RateState } from "./rate-budget.ts";
 import { sweepServers } from "./sweep.ts";
 import { refreshOffer } from "./offer.ts";
-import type { Offer } from "../../state/driver-figures.ts";
-import { hourLeft, ownsServer, parkIfWorthIt } from "./reuse.ts";
+import { withPaid, type Offer } from "../../state/driver-figures.ts";
+import { hourLeft, ownsServer, paidAtDelete, parkIfWorthIt } from "./reuse.ts";
 import { isOurs, serverName } from "./server-body.ts";
 import type { RunnerDownload } from "../user-data.ts";
 
@@ -28,6 +28,8 @@ export interface HetznerSettings {
 }
 
 export { BOOTSTRAP_TTL_MS, FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "./accept.ts";
+/** Rebuilt assignments kept for the pass's question (made) at most: each is asked right after its accept. */
+const MADE_KEPT = 1_000;
 /** How long a delete waits for the rate budget within its call, rather than failing to the retries. */
 export const DELETE_WAIT_MS = 3_000;
 
@@ -55,6 +57,8 @@ export function kvBudgetStore(kv: KV): BudgetStore {
 
 export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
   const { deps, backend } = opts;
+  /** Assignments whose accept found (or made) their server rebuilt from a parked one, until the pass asks (made). */
+  const rebuilt = new Set<string>();
   /**
    * Runs `fn` with the invocation's stores and an API client of its own, whose calls spend the
    * project's one budget, shared by every invocation through the records bucket.
@@ -77,7 +81,7 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         await figures.change(backend, (f) => {
           kept = f.offer;
           return {
-            ...f,
+            ...withPaid(f, swept.paid),
             swept: f.swept + swept.deleted,
             ...(rate ? { rate: { limit: rate.limit, remaining: Math.floor(projectedRemaining(rate, deps.now())), at: deps.now() } } : {}),
           };
@@ -85,15 +89,16 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         // Not read this tick (the budget, the API): the kept offer stands, and the next tick asks again.
         const placing = { url: opts.settings.url, templateVariable: opts.templateVariable, template: opts.template, pools: ask.pools ?? [] };
         await refreshOffer({ api, figures, backend, now: deps.now, signal: ask.signal }, placing, kept).catch(() => undefined);
-        return swept;
+        return { listed: swept.listed, deleted: swept.deleted };
       }),
     accept: (request, signal) => withStores(({ notes, bootstraps, figures, calls }) => calls.acceptWith(notes, bootstraps, figures, request, signal)),
     parked: (pool) =>
       withStores(async ({ notes }) =>
         (await notes.parked(backend, pool)).map(({ value: p }) => ({ server: p.serverId, paidUntil: deps.now() + hourLeft(p.paidFrom, deps.now()) })),
       ),
+    made: (id) => (rebuilt.delete(id) ? "rebuilt" : undefined),
     teardown: (id, signal) =>
-      withStores(async ({ notes, bootstraps, calls }) => {
+      withStores(async ({ notes, bootstraps, figures, calls }) => {
         const { label } = await objectNames(deps.prefix, id);
         const read = await notes.getAt(backend, label);
         const note = read?.value;
@@ -112,6 +117,9 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
         const claim = read && note ? { take: () => notes.claim(backend, label, read, deps.now()), undo: () => notes.put(backend, label, note) } : undefined;
         await calls.removeSoon(serverId, signal, claim);
         await notes.removeDeleted(backend, label, serverId, deps.now());
+        // Counted once deleted: a teardown killed before this leaves a server deleted and not counted, never one counted twice.
+        const paidFrom = note?.reuse?.paidFrom ?? note?.createdAt;
+        if (paidFrom !== undefined) await figures.change(backend, (f) => withPaid(f, [paidAtDelete(note?.reuse?.pool ?? note?.pool, paidFrom, deps.now())]));
       }),
   };
 
@@ -120,8 +128,15 @@ export function createHetznerDriver(opts: HetznerDriverOptions): HetznerDriver {
     const calls: Calls = {
       ownByName,
       removeSoon,
-      acceptWith: (...a) =>
-        acceptWith({ api, deps, backend, template: opts.template, templateVariable: opts.templateVariable, download: opts.settings.download, calls }, ...a),
+      acceptWith: (...a) => {
+        // An accept whose pass never asks (it died) leaves its id: a bound on what is kept.
+        if (rebuilt.size >= MADE_KEPT) rebuilt.clear();
+        const made = (id: string) => void rebuilt.add(id);
+        return acceptWith(
+          { api, deps, backend, template: opts.template, templateVariable: opts.templateVariable, download: opts.settings.download, calls, made },
+          ...a,
+        );
+      },
     };
     return calls;
 

@@ -17,6 +17,8 @@ export interface ServerNote {
    * carries this bootstrap's mark (server-body.ts bootMark); else it revokes it before issuing another.
    */
   creating?: string;
+  /** Its pool, where it has one (a rebuilt server's is in `reuse`). */
+  pool?: string;
   /** Epoch ms the server was asked for (created, adopted or rebuilt) for this assignment: its job's lifetime counts from here. */
   createdAt: number;
   /** Its one status read was made (the claim is the usual sign that it is up). */
@@ -31,6 +33,8 @@ export interface ServerNote {
    * short) revokes that bootstrap and rebuilds again, unless the server has taken it already.
    */
   rebuilding?: string;
+  /** Its server is a parked one rebuilt for this assignment (not created for it): how its job's start is counted. */
+  rebuilt?: true;
   /** Epoch ms a teardown or the sweep claimed its server's delete (claim): another leaves it alone while the claim is fresh. */
   deleting?: number;
 }

@@ -17,6 +17,13 @@ export const PARKED_DELETE_LEFT_MS = 3 * 60_000;
 /** What is left of the server's current paid hour at `now` (a clock behind Hetzner's reads as its first hour). */
 export const hourLeft = (paidFrom: number, now: number) => HOUR_MS - (Math.max(0, now - paidFrom) % HOUR_MS);
 
+/** A server of `pool` (none: "-") deleted at `now`: its paid time used, and the rest of its hour given up, in seconds (driver-figures.ts Paid). */
+export const paidAtDelete = (pool: string | undefined, paidFrom: number, now: number) => ({
+  pool: pool ?? "-",
+  used: Math.max(0, now - paidFrom) / 1_000,
+  givenUp: hourLeft(paidFrom, now) / 1_000,
+});
+
 /** What a rebuild for one assignment works with. */
 export interface RebuildCtx {
   api: HetznerApi;
@@ -68,7 +75,7 @@ export async function takeParked(
     if (!(await c.notes.take(p.key, p.revision))) continue;
     const { serverId, image, paidFrom } = p.value;
     const reuse = { pool, image, paidFrom, ...(warmUntil !== undefined ? { warmUntil } : {}) };
-    if (await rebuildFor(c, { ...base, serverId, reuse }, boot)) return true;
+    if (await rebuildFor(c, { ...base, serverId, reuse, rebuilt: true }, boot)) return true;
   }
   return false;
 }
@@ -105,7 +112,7 @@ async function rebuildFor(c: RebuildCtx, note: ServerNote & { serverId: number }
     await c.notes.put(c.backend, c.label, note);
     return true;
   }
-  const { serverId, ...rest } = note;
+  const { serverId, rebuilt: _gone, ...rest } = note;
   await c.notes.unindex(c.backend, serverId);
   await c.notes.put(c.backend, c.label, { ...rest, creating: key });
   return false;

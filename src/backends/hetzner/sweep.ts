@@ -9,7 +9,7 @@ import type { TickAsk } from "../driver-module.ts";
 import { RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
 import { DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
 import { bootMark, instanceSelector, isOurs, LABELS } from "./server-body.ts";
-import { hourLeft, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
+import { hourLeft, paidAtDelete, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
 
 /** A parked server goes before its next paid hour begins, and at its lifetime. */
 export function judgeParked(server: HetznerServer, now: number, paidFrom: number, lifetimes: ReadonlyMap<string, number>): SweepVerdict {
@@ -50,7 +50,7 @@ export async function sweepServers(
   instance: string,
   now: () => number,
   ask: TickAsk,
-): Promise<{ listed: number; deleted: number }> {
+): Promise<{ listed: number; deleted: number; paid: ReturnType<typeof paidAtDelete>[] }> {
   // Throws when any page fails: then nothing is deleted.
   // Its list spends the budget as a create does: it is what finds the servers to delete.
   const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => isOurs(s.labels, instance, backend));
@@ -100,6 +100,7 @@ export async function sweepServers(
   doomed.splice(0, doomed.length, ...doomed.filter((d) => !spared.has(d.s.id)));
   // The deletes' requests are taken from the shared budget at once (one write, not one per delete); what is left over goes back.
   await api.gate.reserve("delete", doomed.length).catch(() => 0);
+  const paid: ReturnType<typeof paidAtDelete>[] = [];
   /** One judged server: claimed (parked: taken off the list; noted: its note) before its delete. */
   const deleteOne = async (d: (typeof doomed)[number]): Promise<boolean> => {
     // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
@@ -119,6 +120,7 @@ export async function sweepServers(
     if (read) await notes.removeDeleted(backend, label, d.s.id, now());
     else await notes.markDeleted(backend, label, d.s.id, now());
     ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
+    paid.push(paidAtDelete(d.s.labels[LABELS.pool], parked.get(d.s.id)?.value.paidFrom ?? (Date.parse(d.s.created) || now()), now()));
     return true;
   };
   // Each delete within its own bound, a few at once, until the tick's time is spent; a budget spent stops them all.
@@ -135,7 +137,7 @@ export async function sweepServers(
     [...marks].filter(([id, at]) => !listed.has(id) && now() - at > DELETE_CLAIM_MS).map(([id]) => id),
   );
   if ("err" in swept) throw swept.err;
-  return { listed: servers.length, deleted: swept.deleted };
+  return { listed: servers.length, deleted: swept.deleted, paid };
 }
 
 /** A server whose note was never written, of a live assignment: noted now, its job's lifetime counted from its creation. */

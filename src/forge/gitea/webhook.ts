@@ -167,7 +167,8 @@ export async function handleWorkflowJob(d: Deps, payload: WorkflowJobPayload, op
       if (view.warm)
         d.sink.event({ event: "warm_took_job", assignment: ours, backend: view.backend, ...(view.pool ? { pool: view.pool } : {}), reason: `job ${own}` });
       const queuedAt = own === ours ? { queuedAt: view.receivedAt } : {};
-      const started = view.changed && view.pool ? { started: { pool: view.pool, own, at: d.now(), createdAt: job.created_at, ...queuedAt } } : {};
+      const started =
+        view.changed && view.pool ? { started: { pool: view.pool, own, at: d.now(), createdAt: job.created_at, via: view.via, ...queuedAt } } : {};
       return { status: 200, body: { claimed: ours }, ...(view.held ? {} : { reconcile: view.backend }), after: "claim", ...taken, ...started };
     }
     case "completed": {
