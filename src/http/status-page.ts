@@ -82,7 +82,7 @@ const VIA_TEXT: Record<StartVia, string> = {
 function viaTable(pools: Status["pools"]) {
   const rows = pools.flatMap((p) =>
     START_VIAS.flatMap((via) => {
-      const h = p.startup?.via && Object.hasOwn(p.startup.via, via) ? p.startup.via[via] : undefined;
+      const h = p.startup?.via?.[via];
       return h?.count ? [{ pool: p.pool, via, h }] : [];
     }),
   );

@@ -22,7 +22,7 @@ function histogram(lines: string[], name: string, help: string, series: [labels:
 function viaSeries(pools: Snapshot["pools"]): [string, Histogram][] {
   return pools.flatMap((p) =>
     START_VIAS.flatMap((via): [string, Histogram][] => {
-      const h = p.startup?.via && Object.hasOwn(p.startup.via, via) ? p.startup.via[via] : undefined;
+      const h = p.startup?.via?.[via];
       return h || via === "new" ? [[`pool="${escapeLabel(p.pool)}",via="${via}"`, h ?? emptyHistogram()]] : [];
     }),
   );

@@ -54,9 +54,7 @@ export function addObservation<H extends Histogram>(h: H, seconds: number): H {
 export function addStartup(h: StartupHistogram, { seconds, via }: Startup): StartupHistogram {
   const all = addObservation(h, seconds);
   if (!via) return all;
-  // Own keys only: a stored entry is JSON, and a key is one of START_VIAS.
-  const mine = h.via && Object.hasOwn(h.via, via) ? h.via[via] : undefined;
-  return { ...all, via: { ...h.via, [via]: addObservation(mine ?? emptyHistogram(), seconds) } };
+  return { ...all, via: { ...h.via, [via]: addObservation(h.via?.[via] ?? emptyHistogram(), seconds) } };
 }
 
 export function createStartupTimes(handle: NatsHandle, kv: KV, bucket: string): StartupTimes {

@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { expect, it } from "vitest";
 import { everyMetric } from "../harness/metrics.ts";
+import { formatMetrics } from "../../src/observe/metrics.ts";
 
 const served = everyMetric();
 
@@ -45,4 +46,24 @@ it("the comparison itself notices a missing label and a metric too many", () => 
     Object.fromEntries(fromMetrics(served)),
   );
   expect(fromDocs(`${docs}\n| \`gdr_extra\` | gauge | | x |\n`).size).toBe(fromMetrics(served).size + 1);
+});
+
+it("the start-ups by via: `new` for every pool from the first scrape, the others once seen, each with its own counts", () => {
+  const h = (count: number) => ({ buckets: Array(19).fill(count), sum: count, count });
+  const text = formatMetrics({
+    stream: { messages: 0, published: 0, acked: 0 },
+    backends: [],
+    pools: [
+      { pool: "vms", backend: "vm", target: 0, maxRunners: null, idle: 0, busy: 0, booting: 0, warm: 0, startup: { ...h(3), via: { reuse: h(2), new: h(1) } } },
+      { pool: "pods", backend: "pod", target: 0, maxRunners: null, idle: 0, busy: 0, booting: 0, warm: 0, startup: null },
+    ],
+    owners: [],
+    cloud: [],
+  });
+  const counts = text.split("\n").filter((l) => l.startsWith("gdr_job_startup_by_via_duration_seconds_count"));
+  expect(counts).toEqual([
+    'gdr_job_startup_by_via_duration_seconds_count{pool="vms",via="reuse"} 2',
+    'gdr_job_startup_by_via_duration_seconds_count{pool="vms",via="new"} 1',
+    'gdr_job_startup_by_via_duration_seconds_count{pool="pods",via="new"} 0',
+  ]);
 });

@@ -120,7 +120,7 @@ export async function sweepServers(
     if (read) await notes.removeDeleted(backend, label, d.s.id, now());
     else await notes.markDeleted(backend, label, d.s.id, now());
     ask.event("orphan_deleted", { assignment: d.n?.id ?? d.s.name, reason: d.reason });
-    paid.push(paidAtDelete(d.s.labels[LABELS.pool], parked.get(d.s.id)?.value.paidFrom ?? (Date.parse(d.s.created) || now()), now()));
+    paid.push(paidAtDelete(d.s.labels[LABELS.pool], Date.parse(d.s.created) || now(), now()));
     return true;
   };
   // Each delete within its own bound, a few at once, until the tick's time is spent; a budget spent stops them all.
