@@ -36,6 +36,8 @@ describe("reuse: rebuild", () => {
     expect(await kinds(s)).toEqual(["POST /servers"]);
     expect(await s.driver.accept(request("b-1"), within())).toBe("pending");
     expect(await kinds(s)).toEqual(["POST /servers", "POST /servers/{id}/actions/rebuild"]);
+    // Taken, and off the list once its note names it: nothing of it is left there, taken or not.
+    expect(await createNotes(s.stores.kv).parked("pod", undefined, true)).toEqual([]);
     // The passes while it boots ask nothing more.
     expect(await s.driver.accept(request("b-1"), within())).toBe("pending");
     expect(await kinds(s)).toEqual(["POST /servers", "POST /servers/{id}/actions/rebuild"]);

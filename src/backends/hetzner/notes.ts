@@ -50,7 +50,17 @@ export interface Parked {
   /** Epoch ms the server was created: its paid hours start there. */
   paidFrom: number;
   parkedAt: number;
+  /**
+   * Taken for this assignment's label (its rebuild not yet noted): the pass after a take cut short
+   * finds its own take here, and a parked list no longer offers it. Gone once its note names it.
+   */
+  takenBy?: string;
+  /** Epoch ms of the take: one left longer than DELETE_CLAIM_MS by a pass that never came back is parked again (sweep.ts). */
+  takenAt?: number;
 }
+
+/** A parked server as read, with its key and the revision to change it at. */
+export type ParkedRead = { key: string; revision: number; value: Parked };
 
 export interface Notes {
   get(backend: string, label: string): Promise<ServerNote | undefined>;
@@ -73,10 +83,14 @@ export interface Notes {
   /** Forgets which assignment `serverId` runs (before it is parked: a parked server runs none). */
   unindex(backend: string, serverId: number): Promise<void>;
   park(backend: string, p: Parked): Promise<void>;
-  /** Every parked server of `backend` (of `pool`), with the revision to take it at. */
-  parked(backend: string, pool?: string): Promise<{ key: string; revision: number; value: Parked }[]>;
-  /** Takes a parked server: true for the one caller whose delete lands at the revision read. */
-  take(key: string, revision: number): Promise<boolean>;
+  /** Every parked server of `backend` (of `pool`) not taken, with the revision to take it at; `taken`: the taken ones too. */
+  parked(backend: string, pool?: string, taken?: boolean): Promise<ParkedRead[]>;
+  /** Takes a parked server for `label`: its new revision for the one caller whose write lands at the revision read, else null. */
+  take(read: ParkedRead, label: string, now: number): Promise<number | null>;
+  /** Offers a server taken and never noted again (its taker did not come back): true when the write lands at the revision read. */
+  untake(read: ParkedRead): Promise<boolean>;
+  /** Takes it off the list (the sweep, before its delete; a taker, once its note names the server): true when the delete lands at `revision`. */
+  drop(key: string, revision?: number): Promise<boolean>;
   /** For the sweep: which label each server runs (or ran, with when it was deleted), and the note of each label, read in batches. */
   runsOf(backend: string, serverIds: readonly number[]): Promise<Map<number, { label: string; deletedAt?: number }>>;
   notesOf(backend: string, labels: readonly string[]): Promise<Map<string, Versioned<ServerNote>>>;
@@ -91,6 +105,18 @@ export interface Notes {
 
 export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>): Notes {
   const many = manyReader(kv, readMany);
+  const readParked = async (backend: string, pool?: string): Promise<ParkedRead[]> => {
+    // One batch read on the wildcard where the stores give one: listing keys starts a consumer
+    // each time, and maintenance asks on every pass.
+    if (readUnder) {
+      const found = await readUnder(parkedPrefix(backend, pool));
+      return [...found].map(([key, read]) => ({ key, revision: read.revision, value: read.value as Parked }));
+    }
+    const keys: string[] = [];
+    for await (const k of await kv.keys(`${parkedPrefix(backend, pool)}.*`)) keys.push(k);
+    const found = await Promise.all(keys.map(async (key) => ({ key, read: await readJson<Parked>(kv, key) })));
+    return found.flatMap(({ key, read }) => (read ? [{ key, revision: read.revision, value: read.value }] : []));
+  };
   return {
     async runsOf(backend, serverIds) {
       const keys = new Map(serverIds.map((id) => [driverServerKey(backend, id), id]));
@@ -153,18 +179,27 @@ export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: st
     async park(backend, p) {
       await kv.put(parkedKey(backend, p.pool, p.serverId), JSON.stringify(p));
     },
-    async parked(backend, pool) {
-      // One batch read on the wildcard where the stores give one: listing keys starts a consumer
-      // each time, and maintenance asks on every pass.
-      if (readUnder) {
-        const found = await readUnder(parkedPrefix(backend, pool));
-        return [...found].map(([key, read]) => ({ key, revision: read.revision, value: read.value as Parked }));
-      }
-      const keys: string[] = [];
-      for await (const k of await kv.keys(`${parkedPrefix(backend, pool)}.*`)) keys.push(k);
-      const found = await Promise.all(keys.map(async (key) => ({ key, read: await readJson<Parked>(kv, key) })));
-      return found.flatMap(({ key, read }) => (read ? [{ key, revision: read.revision, value: read.value }] : []));
+    async parked(backend, pool, taken = false) {
+      return (await readParked(backend, pool)).filter((p) => taken || p.value.takenBy === undefined);
     },
-    take: (key, revision) => deleteAtRevision(kv, key, revision),
+    async take(read, label, now) {
+      try {
+        return await kv.update(read.key, JSON.stringify({ ...read.value, takenBy: label, takenAt: now }), read.revision);
+      } catch (err) {
+        if (isWrongLastSequence(err)) return null;
+        throw err;
+      }
+    },
+    async untake(read) {
+      const { takenBy: _by, takenAt: _at, ...offered } = read.value;
+      try {
+        await kv.update(read.key, JSON.stringify(offered), read.revision);
+        return true;
+      } catch (err) {
+        if (isWrongLastSequence(err)) return false;
+        throw err;
+      }
+    },
+    drop: (key, revision) => (revision === undefined ? kv.purge(key).then(() => true) : deleteAtRevision(kv, key, revision)),
   };
 }

@@ -64,18 +64,21 @@ export async function takeParked(
   now: number,
 ): Promise<boolean> {
   const { pool, warmUntil, only } = typeof from === "string" ? { pool: from } : from;
-  // `boot` was issued under the create's note (`creating`): the rebuild's note names the same key.
-  const parked = (await c.notes.parked(c.backend, pool)).filter(
-    (p) => hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS && (only === undefined || p.value.serverId === only),
-  );
+  const listed = (await c.notes.parked(c.backend, pool, true)).filter((p) => only === undefined || p.value.serverId === only);
+  // A take of this assignment's whose pass was cut short before its note named the server: this
+  // pass goes on with it (taken again, so that the sweep offering it again meanwhile wins or loses whole).
+  const mine = listed.filter((p) => p.value.takenBy === c.label);
+  const free = listed.filter((p) => p.value.takenBy === undefined && hourLeft(p.value.paidFrom, now) > PARKED_DELETE_LEFT_MS);
   // The least of its hour left first: that hour is paid, and would go unused; a job that outlasts it
   // costs the server one more hour, as a new server would.
-  parked.sort((a, b) => hourLeft(a.value.paidFrom, now) - hourLeft(b.value.paidFrom, now));
-  for (const p of parked) {
-    if (!(await c.notes.take(p.key, p.revision))) continue;
+  free.sort((a, b) => hourLeft(a.value.paidFrom, now) - hourLeft(b.value.paidFrom, now));
+  for (const p of [...mine, ...free]) {
+    const revision = await c.notes.take(p, c.label, now);
+    if (revision === null) continue;
     const { serverId, image, paidFrom } = p.value;
     const reuse = { pool, image, paidFrom, ...(warmUntil !== undefined ? { warmUntil } : {}) };
-    if (await rebuildFor(c, { ...base, serverId, reuse, rebuilt: true }, boot)) return true;
+    // `boot` was issued under the create's note (`creating`): the rebuild's note names the same key.
+    if (await rebuildFor(c, { ...base, serverId, reuse, rebuilt: true }, boot, { key: p.key, revision })) return true;
   }
   return false;
 }
@@ -105,9 +108,11 @@ export async function resumeRebuild(
  * answered. A server gone meanwhile leaves the note as a create's (`creating`): the pass after
  * revokes that bootstrap before it issues another.
  */
-async function rebuildFor(c: RebuildCtx, note: ServerNote & { serverId: number }, boot: Boot): Promise<boolean> {
+async function rebuildFor(c: RebuildCtx, note: ServerNote & { serverId: number }, boot: Boot, taken?: { key: string; revision: number }): Promise<boolean> {
   const key = boot.key;
   await c.notes.put(c.backend, c.label, { ...note, rebuilding: key });
+  // Its note names it now: off the parked list (a pass cut short before this leaves it to the sweep, which finds the note).
+  if (taken) await c.notes.drop(taken.key, taken.revision);
   if (await c.api.rebuild(note.serverId, { image: note.reuse!.image, user_data: boot.userData }, c.signal)) {
     await c.notes.put(c.backend, c.label, note);
     return true;

@@ -7,7 +7,7 @@
 import { deleteEach, inBatches, judgeWorkload, lifetimeOf, type Known, type SweepVerdict } from "../cloud-sweep.ts";
 import type { TickAsk } from "../driver-module.ts";
 import { RateBudgetExhausted, type HetznerApi, type HetznerServer } from "./client.ts";
-import { DELETE_CLAIM_MS, type Notes, type ServerNote } from "./notes.ts";
+import { DELETE_CLAIM_MS, type Notes, type ParkedRead, type ServerNote } from "./notes.ts";
 import { bootMark, instanceSelector, isOurs, LABELS } from "./server-body.ts";
 import { hourLeft, paidAtDelete, PARKED_DELETE_LEFT_MS } from "./reuse.ts";
 
@@ -54,12 +54,15 @@ export async function sweepServers(
   // Throws when any page fails: then nothing is deleted.
   // Its list spends the budget as a create does: it is what finds the servers to delete.
   const servers = (await api.listAll(instanceSelector(instance), ask.signal, "sweep")).filter((s) => isOurs(s.labels, instance, backend));
-  const parked = new Map((await notes.parked(backend)).map((p) => [p.value.serverId, p]));
+  const listedParked = await notes.parked(backend, undefined, true);
+  const parked = new Map(listedParked.filter((p) => p.value.takenBy === undefined).map((p) => [p.value.serverId, p]));
   // The assignment each runs now: its name's, or, rebuilt for another job (reuse), that job's.
   const runs = await notes.runsOf(
     backend,
     servers.map((s) => s.id),
   );
+  // Taken for a job and not yet noted (its pass under way): left alone this sweep.
+  const taking = new Set(await settleTakes(notes, listedParked, runs, now()));
   // Deleted by a teardown or a sweep since this list was read (or so lately that it may still be listed): not deleted twice.
   const gone = (s: HetznerServer, read = runs) => {
     const at = read.get(s.id)?.deletedAt;
@@ -84,7 +87,7 @@ export async function sweepServers(
   const doomed: { s: HetznerServer; reason: string; p?: { key: string; revision: number }; n?: Known & { label: string } }[] = [];
   const adopted: (() => Promise<void>)[] = [];
   for (const s of servers) {
-    if (gone(s, runs)) continue;
+    if (gone(s, runs) || taking.has(s.id)) continue;
     const p = parked.get(s.id);
     const n = known.get(s.id);
     const verdict = p ? judgeParked(s, now(), p.value.paidFrom, ask.lifetimes) : judgeServer(s, now(), n, n && records.get(n.id), ask.lifetimes);
@@ -104,7 +107,7 @@ export async function sweepServers(
   /** One judged server: claimed (parked: taken off the list; noted: its note) before its delete. */
   const deleteOne = async (d: (typeof doomed)[number]): Promise<boolean> => {
     // A parked server is taken off the list first: a job that takes it meanwhile keeps it.
-    if (d.p && !(await notes.take(d.p.key, d.p.revision))) return false;
+    if (d.p && !(await notes.drop(d.p.key, d.p.revision))) return false;
     // A noted server's note is claimed at the revision read: a teardown that claimed it first deletes it, not this sweep too.
     const read = d.n?.how === "noted" ? noteOf.get(d.n.label) : undefined;
     if (read?.value.deleting !== undefined && now() - read.value.deleting < DELETE_CLAIM_MS) return false;
@@ -138,6 +141,27 @@ export async function sweepServers(
   );
   if ("err" in swept) throw swept.err;
   return { listed: servers.length, deleted: swept.deleted, paid };
+}
+
+/**
+ * Parked servers taken for a job: one its note names now (the taker was cut short before its
+ * drop) goes off the list; one taken longer ago than DELETE_CLAIM_MS and named by no note (its
+ * taker never came back) is offered again, and judged as parked by the next sweep. The ids of
+ * the others, which this sweep leaves alone.
+ */
+async function settleTakes(notes: Notes, listed: readonly ParkedRead[], runs: Map<number, { label: string; deletedAt?: number }>, now: number) {
+  const taking: number[] = [];
+  for (const p of listed) {
+    if (p.value.takenBy === undefined) continue;
+    const noted = runs.get(p.value.serverId);
+    if (noted && noted.deletedAt === undefined) {
+      await notes.drop(p.key, p.revision);
+      continue;
+    }
+    if (now - (p.value.takenAt ?? 0) > DELETE_CLAIM_MS) await notes.untake(p);
+    taking.push(p.value.serverId);
+  }
+  return taking;
 }
 
 /** A server whose note was never written, of a live assignment: noted now, its job's lifetime counted from its creation. */
