@@ -9,7 +9,7 @@ import type { DriverStores } from "../../src/backends/driver-module.ts";
 import { closeNats, openNats } from "../../src/nats/connection.ts";
 import { recordsBucket } from "../../src/nats/names.ts";
 import { createBootstraps } from "../../src/state/bootstraps.ts";
-import { bindBucket, readManyJson, type ReadMany } from "../../src/state/kv.ts";
+import { bindBucket, readAllUnder, readManyJson, type ReadMany } from "../../src/state/kv.ts";
 import { createDriverFigures } from "../../src/state/driver-figures.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { assignment, giteaTestEnv, provisionEnv, uniqueName } from "./env.ts";
@@ -50,6 +50,8 @@ export interface SceneWrap {
   base?: string;
   /** Around the records bucket's batch reader (readManyJson), which the dispatcher gives drivers. */
   readMany?: (real: ReadMany) => ReadMany;
+  /** The dispatcher's one batch read under a prefix (readAllUnder) for the parked list, as in production; without it, the notes list keys. */
+  readUnder?: boolean;
 }
 
 /** Runs a cloud driver's orphan sweep as the cron tick does; `records` answers what the dispatcher's records would. */
@@ -111,6 +113,7 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
     readMany: (wrap.readMany ?? ((r: ReadMany) => r))((keys) => readManyJson(handle, recordsBucket(config), keys)),
     bootstraps: createBootstraps(kv, new Uint8Array(32).fill(7), () => clock.t),
     figures: createDriverFigures(kv),
+    ...(wrap.readUnder ? { readUnder: (prefix: string) => readAllUnder(handle, recordsBucket(config), prefix) } : {}),
   };
   const more = { now: () => (clock.real ? Date.now() : clock.t), withStores: <T>(fn: (s: DriverStores) => Promise<T>) => fn(stores) };
   const b = config.backends[0]!;

@@ -4,7 +4,7 @@
 // WorkloadUnneeded, its note gone, nothing created. A server within its
 // pool's warmUntil of its hour's end is deleted, not parked. Near misses: an unbound request in the
 // same state creates a server; a server just past warmUntil is parked.
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WorkloadUnneeded, type RunnerRequest } from "../../src/domain/backend.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
@@ -16,8 +16,10 @@ const scenes: HetznerScene[] = [];
 afterAll(async () => {
   for (const s of scenes.splice(0)) await s.close();
 });
+/** The parked list read by listing keys, or (as the dispatcher wires it) in one batch read under its prefix. */
+let readUnder = false;
 async function scene() {
-  const s = await hetznerScene();
+  const s = await hetznerScene({}, { readUnder });
   scenes.push(s);
   s.clock.t = Date.now();
   return s;
@@ -33,7 +35,13 @@ const within = () => AbortSignal.timeout(3_000);
 const kinds = async (s: HetznerScene) =>
   (await s.state()).requests.map((r) => `${r.method} ${r.path.replace(/\d+/g, "{id}")}`).filter((r) => !r.includes("_control"));
 
-describe("warm by reuse at the hetzner driver", () => {
+describe.each([
+  ["its keys listed", false],
+  ["one batch read", true],
+])("warm by reuse at the hetzner driver, the parked list by %s", (_, batch) => {
+  beforeAll(() => {
+    readUnder = batch;
+  });
   it("lists its parked servers with the end of each one's paid hour, and rebuilds a bound warm runner on its own server only", async () => {
     const s = await scene();
     await s.driver.accept(request("a-1"), within());
