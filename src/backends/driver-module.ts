@@ -6,6 +6,7 @@ import type { PoolPlacement, RunnerBackend } from "../domain/backend.ts";
 import type { Backend } from "../nats/names.ts";
 import type { BootstrapStore } from "../state/bootstraps.ts";
 import type { DriverFigureStore, Offer } from "../state/driver-figures.ts";
+import type { ReadUnder } from "../state/kv.ts";
 
 /** One enabled backend, with its driver. */
 export interface BackendConfig {
@@ -59,7 +60,7 @@ export interface DriverStores {
   /** The latest values of many keys in one request; without it, keys are read a few at a time. */
   readMany?: ((keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>) | undefined;
   /** Every live key under a prefix and its value, in one request (no consumer); without it, the keys are listed. */
-  readUnder?: ((prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>) | undefined;
+  readUnder?: ReadUnder | undefined;
   bootstraps: BootstrapStore;
   figures: DriverFigureStore;
 }

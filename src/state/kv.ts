@@ -41,6 +41,8 @@ export async function readManyJson<T>(handle: NatsHandle, bucket: string, keys: 
 
 /** Many keys' latest values in one request (readManyJson on the invocation's connection). */
 export type ReadMany = (keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>;
+/** Every live key under a prefix and its latest value, as readAllUnder reads them (one request, no consumer). */
+export type ReadUnder = (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>;
 
 /** Keys read in one request when a batch reader is given, else a few at a time: never one round trip per key. */
 export const MANY_AT_ONCE = 32;

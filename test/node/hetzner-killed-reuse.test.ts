@@ -172,4 +172,19 @@ describe("a warm runner by reuse, the Worker killed at any await of its accept",
     expect(await notes.parked("pod", undefined, true)).toEqual([]);
     expect((await s.state()).servers.map((v) => v.id)).toEqual([server]);
   });
+
+  it("a sweep's offer again of a stale take loses to its taker coming back between the sweep's read and its write", async () => {
+    const { s } = await killable(scenes);
+    const server = await park(s);
+    const notes = createNotes(s.stores.kv);
+    const [read] = await notes.parked("pod");
+    expect(await notes.take(read!, "w-11", s.clock.t)).not.toBeNull();
+    // The sweep reads the take, stale; meanwhile its taker's pass comes back and takes it again.
+    const [stale] = await notes.parked("pod", undefined, true);
+    expect(await notes.take(stale!, "w-11", s.clock.t + 70_000)).not.toBeNull();
+    expect(await notes.untake(stale!)).toBe(false);
+    // Still its taker's: offered to nobody else.
+    expect(await notes.parked("pod")).toEqual([]);
+    expect((await notes.parked("pod", undefined, true)).map((p) => [p.value.serverId, p.value.takenBy])).toEqual([[server, "w-11"]]);
+  });
 });

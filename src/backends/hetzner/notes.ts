@@ -4,7 +4,7 @@
 // (reuse: "rebuild"). The project's rate budget is kept beside them (shared-budget.ts).
 import type { KV } from "@nats-io/kv";
 import { driverNoteKey, driverServerKey, driverServerKeys, parkedKey, parkedPrefix } from "../../nats/names.ts";
-import { deleteAtRevision, isWrongLastSequence, manyReader, readJson, type ReadMany, type Versioned } from "../../state/kv.ts";
+import { casWrite, deleteAtRevision, manyReader, readJson, type ReadMany, type ReadUnder, type Versioned } from "../../state/kv.ts";
 
 export interface ServerNote {
   /** The assignment's id (the note is kept under its label, kubernetes/names.ts objectNames). */
@@ -103,7 +103,7 @@ export interface Notes {
   claim(backend: string, label: string, read: Versioned<ServerNote>, now: number): Promise<boolean>;
 }
 
-export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>): Notes {
+export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: ReadUnder): Notes {
   const many = manyReader(kv, readMany);
   const readParked = async (backend: string, pool?: string): Promise<ParkedRead[]> => {
     // One batch read on the wildcard where the stores give one: listing keys starts a consumer
@@ -145,13 +145,7 @@ export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: st
       return (await readJson<ServerNote>(kv, driverNoteKey(backend, label))) ?? undefined;
     },
     async claim(backend, label, read, now) {
-      try {
-        await kv.update(driverNoteKey(backend, label), JSON.stringify({ ...read.value, deleting: now }), read.revision);
-        return true;
-      } catch (err) {
-        if (isWrongLastSequence(err)) return false;
-        throw err;
-      }
+      return (await casWrite(kv, driverNoteKey(backend, label), { ...read.value, deleting: now }, read.revision)) !== null;
     },
     async notesOf(backend, labels) {
       const keys = new Map(labels.map((l) => [driverNoteKey(backend, l), l]));
@@ -182,23 +176,10 @@ export function createNotes(kv: KV, readMany?: ReadMany, readUnder?: (prefix: st
     async parked(backend, pool, taken = false) {
       return (await readParked(backend, pool)).filter((p) => taken || p.value.takenBy === undefined);
     },
-    async take(read, label, now) {
-      try {
-        return await kv.update(read.key, JSON.stringify({ ...read.value, takenBy: label, takenAt: now }), read.revision);
-      } catch (err) {
-        if (isWrongLastSequence(err)) return null;
-        throw err;
-      }
-    },
+    take: (read, label, now) => casWrite(kv, read.key, { ...read.value, takenBy: label, takenAt: now }, read.revision),
     async untake(read) {
       const { takenBy: _by, takenAt: _at, ...offered } = read.value;
-      try {
-        await kv.update(read.key, JSON.stringify(offered), read.revision);
-        return true;
-      } catch (err) {
-        if (isWrongLastSequence(err)) return false;
-        throw err;
-      }
+      return (await casWrite(kv, read.key, offered, read.revision)) !== null;
     },
     drop: (key, revision) => (revision === undefined ? kv.purge(key).then(() => true) : deleteAtRevision(kv, key, revision)),
   };
