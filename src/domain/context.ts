@@ -20,6 +20,7 @@ import type { ForgeHealthStore } from "../state/forge-health.ts";
 import type { BootstrapStore } from "../state/bootstraps.ts";
 import type { DriverFigureStore } from "../state/driver-figures.ts";
 import type { KV } from "@nats-io/kv";
+import type { ReadMany, ReadUnder } from "../state/kv.ts";
 import type { Forge } from "./forge.ts";
 
 export interface ReconcileOptions {
@@ -56,9 +57,9 @@ export interface State {
   /** The records bucket, for drivers' own notes (backends/driver-module.ts DriverStores). */
   driverKv: KV;
   /** The latest values of many keys of the records bucket in one request (a driver's notes, read in batches). */
-  driverRead: (keys: readonly string[]) => Promise<Map<string, { value: unknown; revision: number }>>;
+  driverRead: ReadMany;
   /** Every live key of the records bucket under a prefix, in one request (a driver's list, with no consumer). */
-  driverReadUnder: (prefix: string) => Promise<Map<string, { value: unknown; revision: number }>>;
+  driverReadUnder: ReadUnder;
   /** What cloud drivers count per backend (sweeps, a full project, the rate budget), for /metrics. */
   driverFigures: DriverFigureStore;
 }

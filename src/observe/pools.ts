@@ -35,6 +35,7 @@ export function poolSnapshots(
   return pools.map((p) => {
     const mine = holders.filter((r) => r.placement?.pool === p.name);
     const count = (pick: (r: AssignmentRecord) => boolean) => mine.filter(pick).length;
+    const warmNow = (r: AssignmentRecord) => r.warm === true && (r.state === "backend_ready" || BOOTING.has(r.state));
     return {
       pool: p.name,
       backend: p.backend,
@@ -44,8 +45,8 @@ export function poolSnapshots(
       idle: count((r) => r.state === "backend_ready" || (BOOTING.has(r.state) && r.launchedAt !== undefined)),
       busy: count((r) => r.state === "claimed"),
       booting: count((r) => BOOTING.has(r.state) && r.launchedAt === undefined),
-      warm: count((r) => r.warm === true && (r.state === "backend_ready" || BOOTING.has(r.state))),
-      warmByReuse: count((r) => r.warm === true && r.reuse !== undefined && (r.state === "backend_ready" || BOOTING.has(r.state))),
+      warm: count(warmNow),
+      warmByReuse: count((r) => warmNow(r) && r.reuse !== undefined),
       startup: histograms.get(p.name) ?? null,
     };
   });

@@ -165,8 +165,8 @@ export async function idleWarmCounts(state: Stores, now: number, booting: Readon
   const counts = new Map<string, number>();
   for (const [pool, listed] of all) {
     const { slots, known } = planInputs(listed, records);
-    const counted = (s: PlanSlot) => ((o) => o === "idle" || (o === "booting" && booting.has(pool)))(occupantOf(known.get(s.id), s, now));
-    counts.set(pool, slots.filter(counted).length);
+    const counted = new Set(booting.has(pool) ? ["idle", "booting"] : ["idle"]);
+    counts.set(pool, slots.filter((s) => counted.has(occupantOf(known.get(s.id), s, now))).length);
   }
   return counts;
 }
