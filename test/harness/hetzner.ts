@@ -1,7 +1,7 @@
 // The hetzner driver on the shared fake Hetzner API (a project of its own per scene), its notes
 // and bootstraps in a provisioned records bucket of its own, on a clock the test moves.
 import type { KV } from "@nats-io/kv";
-import { inject } from "vitest";
+import { afterAll, inject } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import type { Config } from "../../src/app/config.ts";
 import type { RunnerBackend } from "../../src/domain/backend.ts";
@@ -129,6 +129,23 @@ export async function hetznerScene(extra: Record<string, unknown> = {}, wrap: Sc
     sweep: (records, lifetimes) => sweepOnce(driver, records, lifetimes, 10_000, more.now, config.pools.map(placementOf)),
     close: () => closeNats(handle.nc),
   };
+}
+
+/**
+ * A test file's scenes, closed after its tests (registers afterAll): `scene` makes one and keeps it;
+ * `scenes` is for helpers that make their own (hetzner-kill.ts).
+ */
+export function keptScenes() {
+  const scenes: HetznerScene[] = [];
+  afterAll(async () => {
+    for (const s of scenes.splice(0)) await s.close();
+  });
+  const scene = async (...a: Parameters<typeof hetznerScene>) => {
+    const s = await hetznerScene(...a);
+    scenes.push(s);
+    return s;
+  };
+  return { scenes, scene };
 }
 
 /** A runner request as the dispatcher hands it to the hetzner driver: a Gitea identity of its own, its launch, its bootstrap URL. */

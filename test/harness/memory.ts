@@ -43,7 +43,7 @@ export function memoryRecords(initial: AssignmentRecord[] = []) {
   const rows = new Map(initial.map((r) => [r.id, structuredClone(r)]));
   const pending = new Map<string, (r: AssignmentRecord) => AssignmentRecord>();
   let writes = 0;
-  const records: Pick<RecordStore, "get" | "update"> = {
+  const records: Pick<RecordStore, "get" | "update" | "updateFrom"> = {
     async get(id) {
       return structuredClone(rows.get(id) ?? null);
     },
@@ -64,6 +64,11 @@ export function memoryRecords(initial: AssignmentRecord[] = []) {
         rows.set(id, structuredClone(next));
         return structuredClone(next);
       }
+    },
+    // As the pass writes: from the record it read, here the row as it is now (a race is `between`'s).
+    async updateFrom(known, change) {
+      const value = await records.update(known.value.id, change);
+      return value ? { value, revision: known.revision + 1 } : null;
     },
   };
   return {

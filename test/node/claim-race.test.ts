@@ -28,13 +28,7 @@ async function race(askedBy: string) {
     trustDomain: TRUST,
     policy: { claimTimeoutMs: 60_000 },
     pools: new Map(),
-    records: {
-      ...mem.records,
-      updateFrom: async (known: { value: AssignmentRecord }, change: (r: AssignmentRecord) => AssignmentRecord | undefined) => {
-        const value = await mem.records.update(known.value.id, change);
-        return value ? { value, revision: 2 } : null;
-      },
-    },
+    records: mem.records,
     now: () => Date.parse("2026-12-07T00:00:03Z"),
     sink: { event: (e: { event: string }) => void events.push(e.event), summary: () => undefined, error: () => undefined },
     admission: { release: async () => false },

@@ -1,7 +1,7 @@
 // The hetzner driver where Hetzner says no, or says nothing: each fault ends with nothing lost
 // (the assignment gets its server), nothing doubled (one server per assignment) and nothing left
 // running (teardown and the sweep leave 0 servers).
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { BackendError } from "../../src/domain/backend.ts";
 import { FULL_RECHECK_MS, ProjectFull, STATUS_READ_AFTER_MS } from "../../src/backends/hetzner/driver.ts";
 import { RateBudgetExhausted } from "../../src/backends/hetzner/client.ts";
@@ -10,17 +10,9 @@ import { objectNames } from "../../src/backends/kubernetes/names.ts";
 import { serverName } from "../../src/backends/hetzner/server-body.ts";
 import { deploymentInstance } from "../../src/app/select-backend.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
-import { aroundKv, failure, hetznerScene, TEMPLATE, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { aroundKv, failure, hetznerScene, type HetznerScene, keptScenes, TEMPLATE, vmRequest } from "../harness/hetzner.ts";
 
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
-async function scene(extra: Record<string, unknown> = {}) {
-  const s = await hetznerScene(extra);
-  scenes.push(s);
-  return s;
-}
+const { scenes, scene } = keptScenes();
 
 const request = vmRequest;
 const within = () => AbortSignal.timeout(3_000);

@@ -4,11 +4,11 @@
 // the server first. Whatever was cut: the bound runner never creates a server, the parked server
 // can boot one runner only (the warm one's or the job's, with its own bootstrap, never the last
 // job's), a server taken is off the parked list, and the sweep leaves nothing once all have ended.
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { WorkloadUnneeded, type RunnerRequest } from "../../src/domain/backend.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
-import { vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { type HetznerScene, keptScenes, vmRequest } from "../harness/hetzner.ts";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { afterSweep, bootableFor, bootsFor, callsOf, killable, liveBootstraps, MODES, within } from "../harness/hetzner-kill.ts";
 
@@ -20,10 +20,7 @@ const bound = (id: string, server: number): RunnerRequest => {
   const r = request(id);
   return { ...r, assignment: { ...r.assignment, warm: true, reuse: { server } } };
 };
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
+const { scenes } = keptScenes();
 
 /** A server parked for the pool by job p-1's end: its id. */
 async function park(s: HetznerScene): Promise<number> {

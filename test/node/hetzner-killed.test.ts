@@ -2,10 +2,10 @@
 // before a call is made, or after it with its answer lost. No guarantee may rest on the next line
 // running: the pass after finds what the cut-short one left, and the sweep the rest. Each case ends
 // with one server for the job, booting that job's own bootstrap, and nothing left once it ends.
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
-import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { hetznerScene, type HetznerScene, keptScenes, vmRequest } from "../harness/hetzner.ts";
 import {
   acceptAgain,
   afterSweep,
@@ -22,10 +22,7 @@ import {
 const HOUR = 3_600_000;
 const request = (id: string) => vmRequest(id, { name: "small", reuse: "rebuild" });
 const plain = (id: string) => vmRequest(id);
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
+const { scenes } = keptScenes();
 const killable = () => kill(scenes);
 const callsOf = (setup: (s: HetznerScene) => Promise<void>, fn: (s: HetznerScene) => Promise<unknown>) => callsOfIn(scenes, setup, fn);
 

@@ -1,22 +1,14 @@
 // What the hetzner driver tells of the machines it makes, over the fake Hetzner API: which job's
 // server is a parked one rebuilt for it (RunnerBackend.made, for the start-up's split by via),
 // and, at each delete, the paid time used and given up (driver-figures.ts Paid).
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { PARKED_DELETE_LEFT_MS, paidAtDelete } from "../../src/backends/hetzner/reuse.ts";
 import { withPaid, type DriverFigures } from "../../src/state/driver-figures.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
-import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { type HetznerScene, keptScenes, vmRequest } from "../harness/hetzner.ts";
 
 const HOUR = 3_600_000;
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
-async function scene() {
-  const s = await hetznerScene();
-  scenes.push(s);
-  return s;
-}
+const { scene } = keptScenes();
 const request = (id: string, reuse = true, pool = "small") => vmRequest(id, { name: pool, ...(reuse ? { reuse: "rebuild" as const } : {}) });
 const within = () => AbortSignal.timeout(3_000);
 const paidOf = async (s: HetznerScene) => (await s.stores.figures.get("pod"))?.paid;

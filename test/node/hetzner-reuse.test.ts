@@ -2,25 +2,17 @@
 // hour lasts and rebuilt for the pool's next job with that job's own one-time token (never the
 // last job's); racing jobs take it once; one gone meanwhile is replaced by a create; the sweep
 // deletes a parked server before its next hour, and never takes it for an orphan.
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { PARK_MIN_LEFT_MS, PARKED_DELETE_LEFT_MS, takeParked } from "../../src/backends/hetzner/reuse.ts";
 import { createHetznerApi } from "../../src/backends/hetzner/client.ts";
 import { FAKE_HCLOUD_TOKEN } from "../../scripts/fake-hetzner.mjs";
 import { ORPHAN_GRACE_MS } from "../../src/backends/cloud-sweep.ts";
 import { bootOf, readLaunch } from "../../scripts/simulate-hetzner.mjs";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
-import { hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { type HetznerScene, keptScenes, vmRequest } from "../harness/hetzner.ts";
 
 const HOUR = 3_600_000;
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
-async function scene() {
-  const s = await hetznerScene();
-  scenes.push(s);
-  return s;
-}
+const { scene } = keptScenes();
 const request = (id: string, reuse = true) => vmRequest(id, { name: "small", ...(reuse ? { reuse: "rebuild" as const } : {}) });
 const within = () => AbortSignal.timeout(3_000);
 const kinds = async (s: HetznerScene) =>

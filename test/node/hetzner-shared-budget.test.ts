@@ -2,16 +2,13 @@
 // isolates on one records bucket and one project. Together they never send a call Hetzner
 // answers with 429, deletes keep their requests across isolates, and a fresh driver starts from
 // the budget others spent down.
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createRunnerBackend } from "../../src/app/select-backend.ts";
 import type { RunnerBackend } from "../../src/domain/backend.ts";
 import { RateBudgetExhausted } from "../../src/backends/hetzner/rate-budget.ts";
-import { hetznerScene, sweepOnce, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { hetznerScene, type HetznerScene, keptScenes, sweepOnce, vmRequest } from "../harness/hetzner.ts";
 
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
+const { scenes } = keptScenes();
 const within = () => AbortSignal.timeout(5_000);
 
 /** `n` drivers as `n` isolates build them: each its own object, all on the scene's records bucket. */

@@ -4,23 +4,19 @@
 // WorkloadUnneeded, its note gone, nothing created. A server within its
 // pool's warmUntil of its hour's end is deleted, not parked. Near misses: an unbound request in the
 // same state creates a server; a server just past warmUntil is parked.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { WorkloadUnneeded, type RunnerRequest } from "../../src/domain/backend.ts";
 import { createNotes } from "../../src/backends/hetzner/notes.ts";
 import { bootOf } from "../../scripts/simulate-hetzner.mjs";
-import { failure, hetznerScene, vmRequest, type HetznerScene } from "../harness/hetzner.ts";
+import { failure, type HetznerScene, keptScenes, vmRequest } from "../harness/hetzner.ts";
 
 const HOUR = 3_600_000;
 const WARM_UNTIL = 9 * 60_000;
-const scenes: HetznerScene[] = [];
-afterAll(async () => {
-  for (const s of scenes.splice(0)) await s.close();
-});
+const kept = keptScenes();
 /** The parked list read by listing keys, or (as the dispatcher wires it) in one batch read under its prefix. */
 let readUnder = false;
 async function scene() {
-  const s = await hetznerScene({}, { readUnder });
-  scenes.push(s);
+  const s = await kept.scene({}, { readUnder });
   s.clock.t = Date.now();
   return s;
 }

@@ -22,13 +22,7 @@ function depsOver(known: AssignmentRecord, more: Record<string, unknown> = {}) {
     trustDomain: "dispatch.test",
     policy: { claimTimeoutMs: 60_000 },
     pools: new Map(),
-    records: {
-      ...mem.records,
-      updateFrom: async (k: { value: AssignmentRecord }, change: (r: AssignmentRecord) => AssignmentRecord | undefined) => {
-        const value = await mem.records.update(k.value.id, change);
-        return value ? { value, revision: 2 } : null;
-      },
-    },
+    records: mem.records,
     now: () => Date.parse("2026-12-07T00:00:03Z"),
     admission: { release: async () => false },
     // A new boot attempt tears the last machine down first.

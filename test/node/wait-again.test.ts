@@ -30,13 +30,7 @@ function world(state: AssignmentRecord["state"], extra: Partial<AssignmentRecord
   const waits = memoryWaitSet();
   const sent: string[] = [];
   const events: string[] = [];
-  const records = {
-    ...mem.records,
-    updateFrom: async (known: { value: AssignmentRecord }, change: (r: AssignmentRecord) => AssignmentRecord | undefined) => {
-      const value = await mem.records.update(known.value.id, change);
-      return value ? { value, revision: 2 } : null;
-    },
-  };
+  const records = mem.records;
   const deps = {
     backend: "pod",
     trustDomain: TRUST,
