@@ -78,40 +78,41 @@ describe("an in_progress webhook hands its claim's queuedAt to the start-up obse
     Object.assign(p.workflow_job, { id: job, runner_id: runner, runner_name: name });
     return parseWorkflowJob(p);
   };
+  /** A dispatcher on the test's NATS, with no Gitea behind it. */
+  const dispatcher = async () =>
+    createDispatcher({
+      config: await provisionEnv(giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9")),
+      gitea: stubGitea(),
+      sink: { event: () => undefined, summary: () => undefined, error: () => undefined },
+    });
+  /** Assignment `id`'s runner (Gitea runner `runner`) up and waiting for its claim, its record saying how it came. */
+  const ready = (d: Awaited<ReturnType<typeof dispatcher>>, id: string, runner: number, came: WarmPart = {}) =>
+    d.withState(async ({ records }) => {
+      await records.offer(assignment(id));
+      return records.update(id, (r) =>
+        written({
+          ...r,
+          state: "backend_ready",
+          readyAt: new Date().toISOString(),
+          placement: { pool: "route-0", backend: "pod" },
+          runner: { id: runner, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
+          ...came,
+        }),
+      );
+    });
   it("when the runner made for the job took it; not when it took another job (near miss)", async () => {
-    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
-    const config = await provisionEnv(env);
-    const d = createDispatcher({ config, gitea: stubGitea(), sink: { event: () => undefined, summary: () => undefined, error: () => undefined } });
-    const ready = async (id: string, runner: number, came: WarmPart = {}) =>
-      d.withState(async ({ records }) => {
-        await records.offer(assignment(id));
-        return records.update(id, (r) =>
-          written({
-            ...r,
-            state: "backend_ready",
-            readyAt: new Date().toISOString(),
-            placement: { pool: "route-0", backend: "pod" },
-            runner: { id: runner, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
-            ...came,
-          }),
-        );
-      });
-    const own = await ready("gitea-9101-1", 51);
+    const d = await dispatcher();
+    const own = await ready(d, "gitea-9101-1", 51);
     const mine = await handleWorkflowJob(d, inProgress(9101, 51, "gdr-gitea-9101-1"));
     expect(mine.started).toMatchObject({ pool: "route-0", own: "gitea-9101-1", queuedAt: own!.receivedAt, via: "new" });
-    await ready("gitea-9102-1", 52);
+    await ready(d, "gitea-9102-1", 52);
     const other = await handleWorkflowJob(d, inProgress(9103, 52, "gdr-gitea-9102-1"));
     expect(other.started).toMatchObject({ pool: "route-0", own: "gitea-9103-1" });
     expect(other.started?.queuedAt).toBeUndefined();
   });
 
   it("with how the claiming runner came, from its record: warm by reuse, rebuilt on demand, warm", async () => {
-    const env = giteaTestEnv(inject("natsWsUrl"), inject("backendUrl"), "http://127.0.0.1:9");
-    const d = createDispatcher({
-      config: await provisionEnv(env),
-      gitea: stubGitea(),
-      sink: { event: () => undefined, summary: () => undefined, error: () => undefined },
-    });
+    const d = await dispatcher();
     const cases: [number, WarmPart, string][] = [
       [9201, { warm: true, reuse: { server: 4 } }, "reuse"],
       [9202, { made: "rebuilt" }, "rebuilt"],
@@ -119,19 +120,7 @@ describe("an in_progress webhook hands its claim's queuedAt to the start-up obse
     ];
     for (const [job, came, via] of cases) {
       const id = `gitea-${job}-1`;
-      await d.withState(async ({ records }) => {
-        await records.offer(assignment(id));
-        await records.update(id, (r) =>
-          written({
-            ...r,
-            state: "backend_ready",
-            readyAt: new Date().toISOString(),
-            placement: { pool: "route-0", backend: "pod" },
-            runner: { id: job, name: `gdr-${id}`, registeredAt: new Date().toISOString(), sealed: "x" },
-            ...came,
-          }),
-        );
-      });
+      await ready(d, id, job, came);
       expect((await handleWorkflowJob(d, inProgress(job, job, `gdr-${id}`))).started?.via).toBe(via);
     }
   });

@@ -6,6 +6,7 @@ import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { startWorker } from "../../bench/lib.mjs";
 import { renderStatusPage } from "../../src/http/status-page.ts";
+import { backendSnapshot } from "../harness/metrics.ts";
 import type { Status } from "../../src/observe/status.ts";
 import { currentClaimToken, provisionEnv, testEnv, TEST_SECRETS } from "../harness/env.ts";
 
@@ -171,23 +172,7 @@ it("a reusing pool's start-ups by how the runner came, and its servers' paid hou
     at: "2026-12-07T10:00:00Z",
     problems: [],
     recent: [],
-    backends: [
-      {
-        backend: "vm",
-        capacity: 4,
-        slotsInUse: 3,
-        registering: 0,
-        queued: 0,
-        ackPending: 0,
-        redelivered: 0,
-        waitingForCapacity: 0,
-        waitingForQuota: 0,
-        pendingAtBackend: 0,
-        readyForClaim: 1,
-        running: 2,
-        delivered: 5,
-      },
-    ],
+    backends: [backendSnapshot("vm", { slotsInUse: 3, readyForClaim: 1, running: 2, delivered: 5 })],
     pools: [
       {
         pool: "vms",

@@ -8,6 +8,7 @@ import { takeSnapshot } from "../../src/observe/snapshot.ts";
 import type { AssignmentRecord } from "../../src/state/records.ts";
 import { assignment, giteaTestEnv, provisionEnv } from "../harness/env.ts";
 import { stubGitea } from "../harness/gitea-stub.ts";
+import { backendSnapshot } from "../harness/metrics.ts";
 
 const T = "2026-12-03T10:00:00Z";
 const rec = (over: Partial<AssignmentRecord>) =>
@@ -64,29 +65,12 @@ describe("recent assignments", () => {
     } as Status);
     expect(String(withPool)).toContain("A pool is a kind of runner named in RUNNER_POOLS");
     // A cloud backend's section says what its driver counted; a full project says so; others say nothing of it.
-    const backend = {
-      capacity: 4,
-      slotsInUse: 0,
-      registering: 0,
-      queued: 0,
-      ackPending: 0,
-      redelivered: 0,
-      waitingForCapacity: 0,
-      waitingForQuota: 0,
-      pendingAtBackend: 0,
-      readyForClaim: 0,
-      running: 0,
-      delivered: 0,
-    };
     const cloudPage = String(
       await renderStatusPage({
         at: T,
         problems: [],
         recent: [],
-        backends: [
-          { backend: "vm", ...backend },
-          { backend: "pod", ...backend },
-        ],
+        backends: [backendSnapshot("vm"), backendSnapshot("pod")],
         pools: [],
         owners: [],
         cloud: [
